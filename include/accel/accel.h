@@ -1,0 +1,465 @@
+/*
+ * accel.h - the C interface of libaccel.
+ *
+ * libaccel runs one training program unchanged on one CPU, many processes and many machines, with the
+ * semantics of Hugging Face Accelerate. This header is the whole public interface: plain C99, no other
+ * header needed beyond <stdint.h>, <stddef.h> and <stdbool.h>.
+ *
+ * Conventions (they hold for every function below unless its comment says otherwise):
+ *
+ *  - Every fallible function returns an accel_status. ACCEL_OK (0) is success; every other value names
+ *    one class of error, and accel_last_error_message() gives the text right after the failing call.
+ *  - Handles are opaque pointers. Passing NULL where a handle is required returns
+ *    ACCEL_ERR_INVALID_ARGUMENT; passing a handle of another kind (an accel_config* cast to an
+ *    accel_tensor*, say) returns ACCEL_ERR_WRONG_HANDLE. Neither is undefined behaviour.
+ *  - Output parameters come last. The caller owns what a constructor or an `out` parameter returns and
+ *    releases it with the matching *_free. On failure, output parameters are left untouched and nothing
+ *    is leaked.
+ *  - Every *_free accepts NULL, returns nothing, never blocks on other ranks, and may be called from any
+ *    thread (finalizers of garbage-collected languages run on arbitrary threads).
+ *  - Strings are UTF-8 and NUL-terminated. Text results are written into a caller buffer: `capacity` is
+ *    its size in bytes, `out_size` receives the size needed including the terminating NUL. When the
+ *    buffer is NULL or too small, the function returns ACCEL_ERR_BUFFER_TOO_SMALL and still sets
+ *    `out_size` (the one exception to "outputs untouched on failure"), so a caller can ask twice.
+ *  - No C++ exception, abort or exit ever crosses this interface.
+ *
+ * Thread safety: functions on distinct handles may run concurrently. An accel_config may be read from
+ * several threads but written by one at a time. An accel_accelerator's collectives must be called from
+ * one thread at a time, and in the same order on every rank (they are collective operations); its
+ * queries may be called from any thread.
+ */
+#ifndef ACCEL_ACCEL_H
+#define ACCEL_ACCEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32) && !defined(__GNUC__)
+#ifdef ACCEL_BUILD
+#define ACCEL_API __declspec(dllexport)
+#else
+#define ACCEL_API __declspec(dllimport)
+#endif
+#else
+#define ACCEL_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ----------------------------------------------------------------------------------------------------
+ * Versions
+ * ------------------------------------------------------------------------------------------------- */
+
+/** Version of this header. The shared library's SONAME carries the major version (libaccel.so.0). */
+#define ACCEL_VERSION_MAJOR 0
+#define ACCEL_VERSION_MINOR 1
+#define ACCEL_VERSION_PATCH 0
+/** The version as one comparable number: major * 10000 + minor * 100 + patch. */
+#define ACCEL_VERSION_NUMBER \
+  (ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH)
+/** True when this header is at least version major.minor.patch. */
+#define ACCEL_VERSION_CHECK(major, minor, patch) \
+  (ACCEL_VERSION_NUMBER >= ((major) * 10000 + (minor) * 100 + (patch)))
+
+/**
+ * The version of the library actually loaded, as "major.minor.patch" (static storage, never freed).
+ * Compare with ACCEL_VERSION_* to detect a header/library mismatch.
+ */
+ACCEL_API const char* accel_version(void);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Status codes and errors
+ * ------------------------------------------------------------------------------------------------- */
+
+/**
+ * Result of every fallible call. Values are stable: new classes are only ever appended.
+ */
+typedef enum accel_status {
+  ACCEL_OK = 0,
+  /** A required pointer was NULL, or a numeric argument is out of range. */
+  ACCEL_ERR_INVALID_ARGUMENT = 1,
+  /** A handle of another kind was passed (or a handle already freed, when that can be detected). */
+  ACCEL_ERR_WRONG_HANDLE = 2,
+  /** A configuration key is unknown or its value is invalid (file, environment variable or setter). */
+  ACCEL_ERR_CONFIG = 3,
+  /** The request is understood but not supported by this build (DeepSpeed, FSDP, TPU, fp16 on CPU...). */
+  ACCEL_ERR_UNSUPPORTED = 4,
+  /** A file could not be read or written. */
+  ACCEL_ERR_IO = 5,
+  /** Tensor shapes disagree (across ranks, or with what the call needs). */
+  ACCEL_ERR_SHAPE = 6,
+  /** A tensor's dtype is not acceptable for the call, or dtypes disagree across ranks. */
+  ACCEL_ERR_DTYPE = 7,
+  /** The processes could not meet: a rank never arrived, the store is unreachable, a port is in use. */
+  ACCEL_ERR_RENDEZVOUS = 8,
+  /** A collective did not complete within the collective timeout (a peer hung). */
+  ACCEL_ERR_TIMEOUT = 9,
+  /** A peer process died or closed its connection during a collective. */
+  ACCEL_ERR_PEER_FAILED = 10,
+  /** The call is not valid in the current state (e.g. a collective after the process group failed). */
+  ACCEL_ERR_STATE = 11,
+  /** An output buffer was NULL or too small; the needed size was written to `out_size`. */
+  ACCEL_ERR_BUFFER_TOO_SMALL = 12,
+  /** A user callback reported failure. */
+  ACCEL_ERR_CALLBACK = 13,
+  /** Memory could not be allocated. */
+  ACCEL_ERR_OUT_OF_MEMORY = 14,
+  /** LibTorch reported an error that fits no other class; its message is kept. */
+  ACCEL_ERR_TORCH = 15,
+  /** An internal error (a bug in libaccel); the message says what. */
+  ACCEL_ERR_INTERNAL = 16
+} accel_status;
+
+/**
+ * The message of the last failed call on the calling thread (UTF-8, never NULL; "" if no call on this
+ * thread has failed yet). Borrowed: valid until the next failing accel call on the same thread. A
+ * successful call does not clear it, so read it only after a failure.
+ */
+ACCEL_API const char* accel_last_error_message(void);
+
+/** The status of the last failed call on the calling thread (ACCEL_OK if none has failed). */
+ACCEL_API accel_status accel_last_error_status(void);
+
+/** A constant name for a status value, e.g. "ACCEL_ERR_CONFIG" (static storage; never NULL). */
+ACCEL_API const char* accel_status_name(accel_status status);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Configuration
+ *
+ * An accel_config holds settings by key. Keys and values are those of Accelerate's YAML configuration
+ * (compute_environment, distributed_type, mixed_precision, num_processes, num_machines, machine_rank,
+ * main_process_ip, main_process_port, use_cpu, gpu_ids, ...) plus libaccel's own:
+ *   gradient_accumulation_steps  integer >= 1                    (default 1)
+ *   rendezvous_timeout           seconds > 0: how long init waits for every rank (default 120)
+ *   collective_timeout           seconds > 0: how long one collective may take (default 300)
+ *   num_threads                  intra-op threads per rank; 0 = cores / local ranks (default 0)
+ *
+ * Precedence, highest first:
+ *   1. accel_config_set            (an explicit setter in the program)
+ *   2. environment variables       (ACCELERATE_MIXED_PRECISION, ACCELERATE_USE_CPU,
+ *                                   ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_DEBUG_MODE,
+ *                                   ACCEL_RENDEZVOUS_TIMEOUT, ACCEL_COLLECTIVE_TIMEOUT,
+ *                                   ACCEL_NUM_THREADS, ...)
+ *   3. the YAML file               (accel_config_load_file, or the file named by ACCEL_CONFIG_FILE,
+ *                                   which `accel launch` sets for its ranks)
+ *   4. built-in defaults
+ *
+ * All three sources go through one validation: an unknown key or a bad value is ACCEL_ERR_CONFIG with a
+ * message naming the key, where it came from (file:line, variable name, or setter) and the allowed
+ * values. Accelerate keys libaccel knows but does not support (deepspeed_config, fsdp_config, tpu_*,
+ * ...) are accepted when empty or neutral (as Accelerate writes them) and otherwise rejected with
+ * ACCEL_ERR_UNSUPPORTED, never silently dropped. Environment variables are read when the configuration
+ * is resolved: by accel_init, accel_config_get and accel_config_dump.
+ * ------------------------------------------------------------------------------------------------- */
+
+/** A set of settings. Not shared with the accelerator: accel_init copies what it needs. */
+typedef struct accel_config accel_config;
+
+/** Creates an empty configuration (every key at its default). Free with accel_config_free. */
+ACCEL_API accel_status accel_config_new(accel_config** out);
+
+/** Frees a configuration. NULL is a no-op. */
+ACCEL_API void accel_config_free(accel_config* config);
+
+/**
+ * Sets `key` to `value` (text, as it would appear in the YAML file: "bf16", "2", "true"). Validated
+ * at once: an unknown key or a bad value fails and leaves the configuration unchanged.
+ */
+ACCEL_API accel_status accel_config_set(accel_config* config, const char* key, const char* value);
+
+/**
+ * Loads an Accelerate YAML (or JSON) configuration file into the file layer, replacing any file loaded
+ * before. `path` NULL means Accelerate's default location: $HF_HOME/accelerate/default_config.yaml,
+ * else $XDG_CACHE_HOME/huggingface/accelerate/default_config.yaml, else
+ * ~/.cache/huggingface/accelerate/default_config.yaml; when none of them exists, nothing is loaded and
+ * the call succeeds. An unreadable file is ACCEL_ERR_IO; bad YAML, an unknown key or a bad value is
+ * ACCEL_ERR_CONFIG naming file:line; on any failure the configuration is unchanged.
+ */
+ACCEL_API accel_status accel_config_load_file(accel_config* config, const char* path);
+
+/**
+ * Writes the resolved value of `key` (setter > environment > file > default) as text into `buf`.
+ * See the buffer convention at the top of this header.
+ */
+ACCEL_API accel_status accel_config_get(const accel_config* config, const char* key, char* buf,
+                                        size_t capacity, size_t* out_size);
+
+/**
+ * Writes the effective configuration as YAML into `buf`: every key with its resolved value and, as a
+ * comment on the same line, the source it came from ("default", "env ACCELERATE_MIXED_PRECISION",
+ * "file /path/config.yaml:7", "setter"). See the buffer convention at the top of this header.
+ */
+ACCEL_API accel_status accel_config_dump(const accel_config* config, char* buf, size_t capacity,
+                                         size_t* out_size);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Tensors
+ *
+ * Tensors cross the interface by copy. Shapes are arrays of int64_t, row-major (C order).
+ * ------------------------------------------------------------------------------------------------- */
+
+/** Element types. Values are stable. */
+typedef enum accel_dtype {
+  ACCEL_DTYPE_F32 = 1,
+  ACCEL_DTYPE_F64 = 2,
+  ACCEL_DTYPE_F16 = 3,
+  ACCEL_DTYPE_BF16 = 4,
+  ACCEL_DTYPE_I64 = 5,
+  ACCEL_DTYPE_I32 = 6,
+  ACCEL_DTYPE_I16 = 7,
+  ACCEL_DTYPE_I8 = 8,
+  ACCEL_DTYPE_U8 = 9,
+  ACCEL_DTYPE_BOOL = 10
+} accel_dtype;
+
+/** Maximum number of dimensions a tensor may have across this interface. */
+#define ACCEL_MAX_DIMS 16
+
+/** A tensor (a LibTorch tensor underneath). Thread-compatible: do not write one from two threads. */
+typedef struct accel_tensor accel_tensor;
+
+/** Size in bytes of one element of `dtype`, or 0 when `dtype` is not a valid accel_dtype. */
+ACCEL_API size_t accel_dtype_size(accel_dtype dtype);
+
+/**
+ * Creates a CPU tensor of `dtype` and shape `shape[0..ndim)` by copying `data`, which must hold
+ * product(shape) * accel_dtype_size(dtype) bytes (exactly `nbytes`, checked). `ndim` 0 makes a scalar;
+ * `shape` may be NULL only then. `data` is not retained.
+ */
+ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t nbytes, accel_dtype dtype,
+                                              const int64_t* shape, size_t ndim,
+                                              accel_tensor** out);
+
+/**
+ * Copies the tensor's elements (row-major, converted to contiguous, from any device) into `buf` of
+ * `capacity` bytes. Fails with ACCEL_ERR_BUFFER_TOO_SMALL (writing nothing) when `capacity` is smaller
+ * than the tensor's byte size (accel_tensor_nbytes).
+ */
+ACCEL_API accel_status accel_tensor_to_data(const accel_tensor* tensor, void* buf, size_t capacity);
+
+/** Frees a tensor. NULL is a no-op. */
+ACCEL_API void accel_tensor_free(accel_tensor* tensor);
+
+/** Number of dimensions (0 for a scalar). */
+ACCEL_API accel_status accel_tensor_ndim(const accel_tensor* tensor, size_t* out);
+
+/**
+ * Copies the shape into `shape[0..capacity)`. Fails with ACCEL_ERR_BUFFER_TOO_SMALL, writing nothing,
+ * when `capacity` is less than the number of dimensions.
+ */
+ACCEL_API accel_status accel_tensor_shape(const accel_tensor* tensor, int64_t* shape,
+                                          size_t capacity);
+
+/** Element type. A LibTorch dtype with no accel_dtype equivalent is ACCEL_ERR_DTYPE. */
+ACCEL_API accel_status accel_tensor_dtype(const accel_tensor* tensor, accel_dtype* out);
+
+/** Number of elements. */
+ACCEL_API accel_status accel_tensor_numel(const accel_tensor* tensor, int64_t* out);
+
+/** Size of the elements in bytes (numel * element size). */
+ACCEL_API accel_status accel_tensor_nbytes(const accel_tensor* tensor, size_t* out);
+
+/** The value of a one-element tensor as a double. More than one element is ACCEL_ERR_SHAPE. */
+ACCEL_API accel_status accel_tensor_item_f64(const accel_tensor* tensor, double* out);
+
+/** The value of a one-element integer or bool tensor as int64. Floating point is ACCEL_ERR_DTYPE. */
+ACCEL_API accel_status accel_tensor_item_i64(const accel_tensor* tensor, int64_t* out);
+
+/**
+ * Interop, no copy: wraps an existing LibTorch tensor, given as a pointer to an `at::Tensor` (a
+ * `torch::Tensor*`, as tch-rs and gotch hold them) from the very same LibTorch build libaccel links.
+ * The new handle shares the tensor's storage (a reference is taken; the caller's at::Tensor may be
+ * destroyed afterwards). Passing anything else is undefined behaviour: this is the one call that
+ * trusts its argument.
+ */
+ACCEL_API accel_status accel_tensor_wrap_torch(void* torch_tensor, accel_tensor** out);
+
+/**
+ * Interop, no copy: the `at::Tensor*` inside `tensor`. Borrowed: valid until `tensor` is freed.
+ */
+ACCEL_API accel_status accel_tensor_borrow_torch(const accel_tensor* tensor, void** out);
+
+/* ----------------------------------------------------------------------------------------------------
+ * The accelerator
+ * ------------------------------------------------------------------------------------------------- */
+
+/** The runtime of one process: its place among the ranks, its device, its process group. */
+typedef struct accel_accelerator accel_accelerator;
+
+/** Accelerate's DistributedType, restricted to what libaccel runs. Values are stable. */
+typedef enum accel_distributed_type {
+  ACCEL_DISTRIBUTED_NO = 0,        /* one process */
+  ACCEL_DISTRIBUTED_MULTI_CPU = 1, /* several processes on CPUs (Gloo) */
+  ACCEL_DISTRIBUTED_MULTI_GPU = 2  /* several processes on CUDA devices */
+} accel_distributed_type;
+
+/** Mixed precision modes. Values are stable. */
+typedef enum accel_mixed_precision {
+  ACCEL_PRECISION_NO = 0,
+  ACCEL_PRECISION_FP16 = 1,
+  ACCEL_PRECISION_BF16 = 2
+} accel_mixed_precision;
+
+/**
+ * Creates the accelerator of this process. `config` may be NULL (defaults, environment variables and
+ * ACCEL_CONFIG_FILE still apply); it is only read during the call.
+ *
+ * The process learns its place from the torchrun-compatible environment: RANK, WORLD_SIZE, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (as set by `accel launch`, torchrun or a cluster
+ * wrapper). Without WORLD_SIZE (or with WORLD_SIZE=1) it is a world of one and opens no socket.
+ * Otherwise it meets the other ranks through c10d's TCPStore and forms a Gloo process group. Before
+ * that, a census waits up to `rendezvous_timeout` for every rank: if some never arrive, every rank that
+ * did fails with ACCEL_ERR_RENDEZVOUS naming the missing ranks.
+ *
+ * Intra-op threads (LibTorch and OpenBLAS) default to cores / LOCAL_WORLD_SIZE unless OMP_NUM_THREADS
+ * or `num_threads` say otherwise. Only one accelerator may exist in a process at a time
+ * (ACCEL_ERR_STATE otherwise).
+ */
+ACCEL_API accel_status accel_init(const accel_config* config, accel_accelerator** out);
+
+/**
+ * Frees the accelerator and leaves the process group. NULL is a no-op. Does not wait for other ranks;
+ * call accel_wait_for_everyone first when they must all be done.
+ */
+ACCEL_API void accel_free(accel_accelerator* accelerator);
+
+/** Global rank of this process, 0 <= rank < accel_num_processes. */
+ACCEL_API accel_status accel_process_index(const accel_accelerator* accelerator, int* out);
+
+/** Rank of this process on its machine (LOCAL_RANK). */
+ACCEL_API accel_status accel_local_process_index(const accel_accelerator* accelerator, int* out);
+
+/** Number of processes in the job (WORLD_SIZE). */
+ACCEL_API accel_status accel_num_processes(const accel_accelerator* accelerator, int* out);
+
+/** Whether this is the main process (global rank 0). */
+ACCEL_API accel_status accel_is_main_process(const accel_accelerator* accelerator, bool* out);
+
+/** Whether this is the main process of its machine (local rank 0). */
+ACCEL_API accel_status accel_is_local_main_process(const accel_accelerator* accelerator, bool* out);
+
+/** The device this process computes on, e.g. "cpu" or "cuda:1". See the buffer convention. */
+ACCEL_API accel_status accel_device(const accel_accelerator* accelerator, char* buf,
+                                    size_t capacity, size_t* out_size);
+
+/** How the job is distributed. */
+ACCEL_API accel_status accel_distributed_type_get(const accel_accelerator* accelerator,
+                                                  accel_distributed_type* out);
+
+/** The mixed precision mode in force. */
+ACCEL_API accel_status accel_mixed_precision_get(const accel_accelerator* accelerator,
+                                                 accel_mixed_precision* out);
+
+/**
+ * Writes the configuration this accelerator was created with, as accel_config_dump does (each setting
+ * with its source), into `buf`. See the buffer convention.
+ */
+ACCEL_API accel_status accel_config_dump_effective(const accel_accelerator* accelerator, char* buf,
+                                                   size_t capacity, size_t* out_size);
+
+/** Blocks until every rank has called it (a barrier). Bounded by the collective timeout. */
+ACCEL_API accel_status accel_wait_for_everyone(accel_accelerator* accelerator);
+
+/**
+ * Prints `message` and a newline to standard output on the local main process only (as Accelerate's
+ * Accelerator.print: once per machine); other ranks print nothing. Not a collective.
+ */
+ACCEL_API accel_status accel_print(const accel_accelerator* accelerator, const char* message);
+
+/**
+ * Main process first, as a begin/end pair around a block (Accelerate's main_process_first): on every
+ * rank but the main one, begin waits until the main process has reached end; the main process passes
+ * begin at once and waits in end for the others. Both are collectives: every rank calls both.
+ */
+ACCEL_API accel_status accel_main_process_first_begin(accel_accelerator* accelerator);
+ACCEL_API accel_status accel_main_process_first_end(accel_accelerator* accelerator);
+
+/**
+ * Seeds LibTorch's default CPU generator, every CUDA generator when CUDA is present, and libaccel's own
+ * generators (data shuffling, ...). With `device_specific`, the process index is added to the seed so
+ * that ranks draw different streams (do not use it for data shuffling, which must agree across ranks).
+ */
+ACCEL_API accel_status accel_set_seed(accel_accelerator* accelerator, uint64_t seed,
+                                      bool device_specific);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Collectives
+ *
+ * Every rank must make the same collective calls in the same order. With one process each is the
+ * identity (a copy). A failure in one (a peer that died, a timeout) leaves the process group unusable:
+ * later collectives fail at once with ACCEL_ERR_STATE and the original message.
+ * ------------------------------------------------------------------------------------------------- */
+
+/** Reductions for accel_reduce. Values are stable. */
+typedef enum accel_reduction {
+  ACCEL_REDUCE_SUM = 0,
+  ACCEL_REDUCE_MEAN = 1, /* sum / number of processes; floating point tensors only */
+  ACCEL_REDUCE_MAX = 2,
+  ACCEL_REDUCE_MIN = 3
+} accel_reduction;
+
+/**
+ * Accelerate's gather: every rank's tensor concatenated along dimension 0, in rank order, returned on
+ * every rank. A scalar counts as a one-element vector. Shapes and dtypes must agree on every rank: if
+ * they do not, every rank fails with ACCEL_ERR_SHAPE (or ACCEL_ERR_DTYPE) listing each rank's shape,
+ * and the suggestion to use accel_pad_across_processes first.
+ */
+ACCEL_API accel_status accel_gather(accel_accelerator* accelerator, const accel_tensor* tensor,
+                                    accel_tensor** out);
+
+/**
+ * Accelerate's pad_across_processes: pads `tensor` along `dim` (negative counts from the end) to the
+ * largest size any rank has there, filling with `pad_value`, at the end or, with `pad_first`, at the
+ * start. Ranks must agree on the number of dimensions and the dtype.
+ */
+ACCEL_API accel_status accel_pad_across_processes(accel_accelerator* accelerator,
+                                                  const accel_tensor* tensor, int64_t dim,
+                                                  double pad_value, bool pad_first,
+                                                  accel_tensor** out);
+
+/**
+ * Accelerate's reduce: the element-wise reduction of every rank's tensor, returned on every rank.
+ * Shapes and dtypes must agree (checked, as accel_gather). Bool tensors are not reducible.
+ */
+ACCEL_API accel_status accel_reduce(accel_accelerator* accelerator, const accel_tensor* tensor,
+                                    accel_reduction reduction, accel_tensor** out);
+
+/**
+ * Broadcast from rank `from_process`: every rank receives a copy of that rank's tensor (shape and dtype
+ * included, so the receivers need not know them). `tensor` is read on `from_process` only and may be
+ * NULL on the others.
+ */
+ACCEL_API accel_status accel_broadcast(accel_accelerator* accelerator, const accel_tensor* tensor,
+                                       int from_process, accel_tensor** out);
+
+/** A list of byte strings, one per rank, as returned by accel_gather_object. */
+typedef struct accel_bytes_list accel_bytes_list;
+
+/**
+ * Accelerate's gather_object, for bytes: every rank contributes `size` bytes at `data` (any length,
+ * may differ across ranks, 0 allowed with `data` NULL) and receives every rank's bytes in rank order.
+ */
+ACCEL_API accel_status accel_gather_object(accel_accelerator* accelerator, const void* data,
+                                           size_t size, accel_bytes_list** out);
+
+/** Number of entries (the number of processes that contributed). */
+ACCEL_API accel_status accel_bytes_list_count(const accel_bytes_list* list, size_t* out);
+
+/**
+ * Entry `index`: `*out_data` points at its bytes (borrowed, valid until the list is freed; not
+ * NUL-terminated), `*out_size` is its length.
+ */
+ACCEL_API accel_status accel_bytes_list_get(const accel_bytes_list* list, size_t index,
+                                            const void** out_data, size_t* out_size);
+
+/** Frees a list. NULL is a no-op. */
+ACCEL_API void accel_bytes_list_free(accel_bytes_list* list);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ACCEL_ACCEL_H */

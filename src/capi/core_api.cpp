@@ -1,0 +1,115 @@
+// Version, status names and the per-thread error message.
+#include <string>
+
+#include "capi/guard.hpp"
+
+#define ACCEL_STRINGIFY2(x) #x
+#define ACCEL_STRINGIFY(x) ACCEL_STRINGIFY2(x)
+
+static_assert(static_cast<int>(accel::Errc::invalid_argument) == ACCEL_ERR_INVALID_ARGUMENT);
+static_assert(static_cast<int>(accel::Errc::wrong_handle) == ACCEL_ERR_WRONG_HANDLE);
+static_assert(static_cast<int>(accel::Errc::config) == ACCEL_ERR_CONFIG);
+static_assert(static_cast<int>(accel::Errc::unsupported) == ACCEL_ERR_UNSUPPORTED);
+static_assert(static_cast<int>(accel::Errc::io) == ACCEL_ERR_IO);
+static_assert(static_cast<int>(accel::Errc::shape) == ACCEL_ERR_SHAPE);
+static_assert(static_cast<int>(accel::Errc::dtype) == ACCEL_ERR_DTYPE);
+static_assert(static_cast<int>(accel::Errc::rendezvous) == ACCEL_ERR_RENDEZVOUS);
+static_assert(static_cast<int>(accel::Errc::timeout) == ACCEL_ERR_TIMEOUT);
+static_assert(static_cast<int>(accel::Errc::peer_failed) == ACCEL_ERR_PEER_FAILED);
+static_assert(static_cast<int>(accel::Errc::state) == ACCEL_ERR_STATE);
+static_assert(static_cast<int>(accel::Errc::buffer_too_small) == ACCEL_ERR_BUFFER_TOO_SMALL);
+static_assert(static_cast<int>(accel::Errc::callback) == ACCEL_ERR_CALLBACK);
+static_assert(static_cast<int>(accel::Errc::out_of_memory) == ACCEL_ERR_OUT_OF_MEMORY);
+static_assert(static_cast<int>(accel::Errc::torch) == ACCEL_ERR_TORCH);
+static_assert(static_cast<int>(accel::Errc::internal) == ACCEL_ERR_INTERNAL);
+
+namespace {
+
+struct LastError {
+  accel_status status = ACCEL_OK;
+  std::string message;
+};
+
+LastError& last_error() {
+  thread_local LastError e;
+  return e;
+}
+
+}  // namespace
+
+namespace accel::capi {
+
+accel_status record_error(accel_status status, const char* message) noexcept {
+  LastError& e = last_error();
+  e.status = status;
+  try {
+    e.message = message ? message : "";
+  } catch (...) {
+    e.message.clear();  // no memory for the text: the status still tells the class
+  }
+  return status;
+}
+
+const char* tag_name(uint32_t tag) noexcept {
+  switch (static_cast<Tag>(tag)) {
+    case Tag::kConfig:
+      return "accel_config";
+    case Tag::kTensor:
+      return "accel_tensor";
+    case Tag::kAccelerator:
+      return "accel_accelerator";
+    case Tag::kBytesList:
+      return "accel_bytes_list";
+    case Tag::kFreed:
+      return "a handle that was already freed";
+  }
+  return "not a libaccel handle";
+}
+
+void write_text(const std::string& text, char* buf, size_t capacity, size_t* out_size) {
+  if (!out_size) fail(Errc::invalid_argument, "out_size is NULL");
+  const size_t needed = text.size() + 1;
+  *out_size = needed;
+  if (!buf || capacity < needed)
+    fail(Errc::buffer_too_small, "the buffer holds " + std::to_string(buf ? capacity : 0) +
+                                     " bytes; " + std::to_string(needed) + " are needed");
+  std::memcpy(buf, text.c_str(), needed);
+}
+
+}  // namespace accel::capi
+
+extern "C" {
+
+ACCEL_API const char* accel_version(void) {
+  return ACCEL_STRINGIFY(ACCEL_VERSION_MAJOR) "." ACCEL_STRINGIFY(
+      ACCEL_VERSION_MINOR) "." ACCEL_STRINGIFY(ACCEL_VERSION_PATCH);
+}
+
+ACCEL_API const char* accel_last_error_message(void) { return last_error().message.c_str(); }
+
+ACCEL_API accel_status accel_last_error_status(void) { return last_error().status; }
+
+ACCEL_API const char* accel_status_name(accel_status status) {
+  switch (status) {
+    case ACCEL_OK: return "ACCEL_OK";
+    case ACCEL_ERR_INVALID_ARGUMENT: return "ACCEL_ERR_INVALID_ARGUMENT";
+    case ACCEL_ERR_WRONG_HANDLE: return "ACCEL_ERR_WRONG_HANDLE";
+    case ACCEL_ERR_CONFIG: return "ACCEL_ERR_CONFIG";
+    case ACCEL_ERR_UNSUPPORTED: return "ACCEL_ERR_UNSUPPORTED";
+    case ACCEL_ERR_IO: return "ACCEL_ERR_IO";
+    case ACCEL_ERR_SHAPE: return "ACCEL_ERR_SHAPE";
+    case ACCEL_ERR_DTYPE: return "ACCEL_ERR_DTYPE";
+    case ACCEL_ERR_RENDEZVOUS: return "ACCEL_ERR_RENDEZVOUS";
+    case ACCEL_ERR_TIMEOUT: return "ACCEL_ERR_TIMEOUT";
+    case ACCEL_ERR_PEER_FAILED: return "ACCEL_ERR_PEER_FAILED";
+    case ACCEL_ERR_STATE: return "ACCEL_ERR_STATE";
+    case ACCEL_ERR_BUFFER_TOO_SMALL: return "ACCEL_ERR_BUFFER_TOO_SMALL";
+    case ACCEL_ERR_CALLBACK: return "ACCEL_ERR_CALLBACK";
+    case ACCEL_ERR_OUT_OF_MEMORY: return "ACCEL_ERR_OUT_OF_MEMORY";
+    case ACCEL_ERR_TORCH: return "ACCEL_ERR_TORCH";
+    case ACCEL_ERR_INTERNAL: return "ACCEL_ERR_INTERNAL";
+  }
+  return "ACCEL_ERR_UNKNOWN_STATUS";
+}
+
+}  // extern "C"

@@ -1,0 +1,85 @@
+// The C ABI's boundary: every entry point runs its body through guarded(), which turns every C++
+// exception into an accel_status and keeps the message for accel_last_error_message().
+#pragma once
+
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "accel/accel.h"
+#include "common/error.hpp"
+
+namespace accel::capi {
+
+// Records the failure for this thread and returns `status`. Never throws.
+accel_status record_error(accel_status status, const char* message) noexcept;
+
+template <class F>
+accel_status guarded(F&& body) noexcept {
+  try {
+    body();
+    return ACCEL_OK;
+  } catch (const accel::Error& e) {
+    return record_error(static_cast<accel_status>(e.code()), e.what());
+  } catch (const c10::Error& e) {
+    return record_error(ACCEL_ERR_TORCH, e.what_without_backtrace());
+  } catch (const std::bad_alloc&) {
+    return record_error(ACCEL_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return record_error(ACCEL_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return record_error(ACCEL_ERR_INTERNAL, "unknown exception inside libaccel");
+  }
+}
+
+// Tags at the start of every handle, so that a handle of the wrong kind is recognised.
+enum class Tag : uint32_t {
+  kConfig = 0xACC10001u,
+  kTensor = 0xACC10002u,
+  kAccelerator = 0xACC10003u,
+  kBytesList = 0xACC10004u,
+  kFreed = 0xACC1DEADu,
+};
+
+const char* tag_name(uint32_t tag) noexcept;
+
+template <class T>
+Tag tag_of();
+
+// The handle `p`, checked: NULL is invalid_argument, another kind is wrong_handle.
+template <class T>
+T* checked(T* p, const char* param) {
+  if (!p) fail(Errc::invalid_argument, std::string(param) + " is NULL");
+  uint32_t tag = 0;
+  std::memcpy(&tag, static_cast<const void*>(p), sizeof tag);
+  if (tag != static_cast<uint32_t>(tag_of<std::remove_const_t<T>>()))
+    fail(Errc::wrong_handle, std::string(param) + " is not an " +
+                                 tag_name(static_cast<uint32_t>(tag_of<std::remove_const_t<T>>())) +
+                                 " (it is " + tag_name(tag) + ")");
+  return p;
+}
+
+// Frees a handle of kind T if it is one; anything else is recorded as an error and left alone.
+template <class T>
+void free_handle(T* p, const char* param) noexcept {
+  if (!p) return;
+  guarded([&] {
+    checked(p, param);
+    const uint32_t freed = static_cast<uint32_t>(Tag::kFreed);
+    std::memcpy(static_cast<void*>(p), &freed, sizeof freed);
+    delete p;
+  });
+}
+
+template <class T>
+void require(const T* p, const char* param) {
+  if (!p) fail(Errc::invalid_argument, std::string(param) + " is NULL");
+}
+
+// Writes `text` per the header's buffer convention.
+void write_text(const std::string& text, char* buf, size_t capacity, size_t* out_size);
+
+}  // namespace accel::capi

@@ -1,0 +1,212 @@
+// accel_tensor_*: tensors across the ABI, by copy (and one named zero-copy interop pair).
+#include <ATen/ATen.h>
+
+#include <cstring>
+
+#include "capi/handles.hpp"
+
+using accel::Errc;
+using accel::fail;
+using accel::capi::checked;
+using accel::capi::guarded;
+using accel::capi::require;
+
+namespace {
+
+bool to_scalar_type(accel_dtype d, at::ScalarType* out) {
+  switch (d) {
+    case ACCEL_DTYPE_F32: *out = at::kFloat; return true;
+    case ACCEL_DTYPE_F64: *out = at::kDouble; return true;
+    case ACCEL_DTYPE_F16: *out = at::kHalf; return true;
+    case ACCEL_DTYPE_BF16: *out = at::kBFloat16; return true;
+    case ACCEL_DTYPE_I64: *out = at::kLong; return true;
+    case ACCEL_DTYPE_I32: *out = at::kInt; return true;
+    case ACCEL_DTYPE_I16: *out = at::kShort; return true;
+    case ACCEL_DTYPE_I8: *out = at::kChar; return true;
+    case ACCEL_DTYPE_U8: *out = at::kByte; return true;
+    case ACCEL_DTYPE_BOOL: *out = at::kBool; return true;
+  }
+  return false;
+}
+
+accel_dtype from_scalar_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ACCEL_DTYPE_F32;
+    case at::kDouble: return ACCEL_DTYPE_F64;
+    case at::kHalf: return ACCEL_DTYPE_F16;
+    case at::kBFloat16: return ACCEL_DTYPE_BF16;
+    case at::kLong: return ACCEL_DTYPE_I64;
+    case at::kInt: return ACCEL_DTYPE_I32;
+    case at::kShort: return ACCEL_DTYPE_I16;
+    case at::kChar: return ACCEL_DTYPE_I8;
+    case at::kByte: return ACCEL_DTYPE_U8;
+    case at::kBool: return ACCEL_DTYPE_BOOL;
+    default:
+      fail(Errc::dtype, std::string("the tensor's dtype ") + c10::toString(t) +
+                            " has no accel_dtype equivalent");
+  }
+}
+
+size_t nbytes_of(const at::Tensor& t) {
+  return static_cast<size_t>(t.numel()) * t.element_size();
+}
+
+}  // namespace
+
+namespace accel::capi {
+accel_tensor* new_tensor(at::Tensor t) {
+  auto* h = new accel_tensor();
+  h->tensor = std::move(t);
+  return h;
+}
+}  // namespace accel::capi
+
+extern "C" {
+
+ACCEL_API size_t accel_dtype_size(accel_dtype dtype) {
+  at::ScalarType t;
+  return to_scalar_type(dtype, &t) ? c10::elementSize(t) : 0;
+}
+
+ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t nbytes, accel_dtype dtype,
+                                              const int64_t* shape, size_t ndim,
+                                              accel_tensor** out) {
+  return guarded([&] {
+    require(out, "out");
+    at::ScalarType type;
+    if (!to_scalar_type(dtype, &type))
+      fail(Errc::dtype, "dtype " + std::to_string(static_cast<int>(dtype)) +
+                            " is not an accel_dtype value");
+    if (ndim > ACCEL_MAX_DIMS)
+      fail(Errc::shape, "ndim " + std::to_string(ndim) + " exceeds ACCEL_MAX_DIMS (16)");
+    if (ndim > 0) require(shape, "shape");
+    std::vector<int64_t> sizes(shape, shape + ndim);
+    size_t numel = 1;
+    for (size_t i = 0; i < ndim; ++i) {
+      if (sizes[i] < 0)
+        fail(Errc::shape, "shape[" + std::to_string(i) + "] is negative (" +
+                              std::to_string(sizes[i]) + ")");
+      if (sizes[i] != 0 && numel > (SIZE_MAX / 16) / static_cast<size_t>(sizes[i]))
+        fail(Errc::shape, "shape is too large");
+      numel *= static_cast<size_t>(sizes[i]);
+    }
+    const size_t expected = numel * c10::elementSize(type);
+    if (nbytes != expected)
+      fail(Errc::invalid_argument, "nbytes is " + std::to_string(nbytes) + " but the shape and dtype need " +
+                                       std::to_string(expected) + " bytes");
+    if (expected > 0) require(data, "data");
+    at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(type));
+    if (expected > 0) std::memcpy(t.data_ptr(), data, expected);
+    *out = accel::capi::new_tensor(std::move(t));
+  });
+}
+
+ACCEL_API accel_status accel_tensor_to_data(const accel_tensor* tensor, void* buf,
+                                            size_t capacity) {
+  return guarded([&] {
+    checked(tensor, "tensor");
+    const at::Tensor host = tensor->tensor.to(at::kCPU).contiguous();
+    const size_t needed = nbytes_of(host);
+    if (capacity < needed)
+      fail(Errc::buffer_too_small, "the buffer holds " + std::to_string(capacity) + " bytes; " +
+                                       std::to_string(needed) + " are needed");
+    if (needed > 0) {
+      require(buf, "buf");
+      std::memcpy(buf, host.data_ptr(), needed);
+    }
+  });
+}
+
+ACCEL_API void accel_tensor_free(accel_tensor* tensor) {
+  accel::capi::free_handle(tensor, "tensor");
+}
+
+ACCEL_API accel_status accel_tensor_ndim(const accel_tensor* tensor, size_t* out) {
+  return guarded([&] {
+    checked(tensor, "tensor");
+    require(out, "out");
+    *out = static_cast<size_t>(tensor->tensor.dim());
+  });
+}
+
+ACCEL_API accel_status accel_tensor_shape(const accel_tensor* tensor, int64_t* shape,
+                                          size_t capacity) {
+  return guarded([&] {
+    checked(tensor, "tensor");
+    const size_t ndim = static_cast<size_t>(tensor->tensor.dim());
+    if (capacity < ndim)
+      fail(Errc::buffer_too_small, "the shape array holds " + std::to_string(capacity) +
+                                       " entries; the tensor has " + std::to_string(ndim) +
+                                       " dimensions");
+    if (ndim > 0) require(shape, "shape");
+    for (size_t i = 0; i < ndim; ++i) shape[i] = tensor->tensor.size(static_cast<int64_t>(i));
+  });
+}
+
+ACCEL_API accel_status accel_tensor_dtype(const accel_tensor* tensor, accel_dtype* out) {
+  return guarded([&] {
+    checked(tensor, "tensor");
+    require(out, "out");
+    *out = from_scalar_type(tensor->tensor.scalar_type());
+  });
+}
+
+ACCEL_API accel_status accel_tensor_numel(const accel_tensor* tensor, int64_t* out) {
+  return guarded([&] {
+    checked(tensor, "tensor");
+    require(out, "out");
+    *out = tensor->tensor.numel();
+  });
+}
+
+ACCEL_API accel_status accel_tensor_nbytes(const accel_tensor* tensor, size_t* out) {
+  return guarded([&] {
+    checked(tensor, "tensor");
+    require(out, "out");
+    *out = nbytes_of(tensor->tensor);
+  });
+}
+
+ACCEL_API accel_status accel_tensor_item_f64(const accel_tensor* tensor, double* out) {
+  return guarded([&] {
+    checked(tensor, "tensor");
+    require(out, "out");
+    if (tensor->tensor.numel() != 1)
+      fail(Errc::shape, "item needs a one-element tensor; this one has " +
+                            std::to_string(tensor->tensor.numel()) + " elements");
+    *out = tensor->tensor.item<double>();
+  });
+}
+
+ACCEL_API accel_status accel_tensor_item_i64(const accel_tensor* tensor, int64_t* out) {
+  return guarded([&] {
+    checked(tensor, "tensor");
+    require(out, "out");
+    if (tensor->tensor.numel() != 1)
+      fail(Errc::shape, "item needs a one-element tensor; this one has " +
+                            std::to_string(tensor->tensor.numel()) + " elements");
+    if (at::isFloatingType(tensor->tensor.scalar_type()))
+      fail(Errc::dtype, "item_i64 needs an integer or bool tensor; use accel_tensor_item_f64");
+    *out = tensor->tensor.item<int64_t>();
+  });
+}
+
+ACCEL_API accel_status accel_tensor_wrap_torch(void* torch_tensor, accel_tensor** out) {
+  return guarded([&] {
+    require(torch_tensor, "torch_tensor");
+    require(out, "out");
+    const at::Tensor& source = *static_cast<const at::Tensor*>(torch_tensor);
+    if (!source.defined()) fail(Errc::invalid_argument, "torch_tensor is an undefined tensor");
+    *out = accel::capi::new_tensor(source);
+  });
+}
+
+ACCEL_API accel_status accel_tensor_borrow_torch(const accel_tensor* tensor, void** out) {
+  return guarded([&] {
+    checked(tensor, "tensor");
+    require(out, "out");
+    *out = const_cast<at::Tensor*>(&tensor->tensor);
+  });
+}
+
+}  // extern "C"

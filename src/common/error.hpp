@@ -1,0 +1,40 @@
+// The one exception type of libaccel's C++ core. Each carries the error class that the C ABI turns
+// into an accel_status; the numeric values match accel.h (checked by static_asserts in src/capi).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace accel {
+
+enum class Errc : int {
+  invalid_argument = 1,
+  wrong_handle = 2,
+  config = 3,
+  unsupported = 4,
+  io = 5,
+  shape = 6,
+  dtype = 7,
+  rendezvous = 8,
+  timeout = 9,
+  peer_failed = 10,
+  state = 11,
+  buffer_too_small = 12,
+  callback = 13,
+  out_of_memory = 14,
+  torch = 15,
+  internal = 16,
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(Errc code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Errc code() const noexcept { return code_; }
+
+ private:
+  Errc code_;
+};
+
+[[noreturn]] inline void fail(Errc code, const std::string& message) { throw Error(code, message); }
+
+}  // namespace accel

@@ -1,0 +1,299 @@
+#include "launch/supervisor.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace accel::launch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int out_fd = -1, err_fd = -1;  // read ends of the rank's stdout/stderr pipes (prefix mode)
+  std::string out_partial, err_partial;
+};
+
+void say(const std::string& text) {
+  const std::string line = "accel launch: " + text + "\n";
+  ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+}
+
+void write_all(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// Moves whole lines from `partial` + `chunk` to `fd`, each prefixed; keeps the unfinished tail.
+void emit_lines(std::string& partial, const char* chunk, size_t n, int fd, const std::string& prefix,
+                bool flush_tail) {
+  partial.append(chunk, n);
+  std::string out;
+  size_t start = 0;
+  for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1)
+    out += prefix + partial.substr(start, nl + 1 - start);
+  partial.erase(0, start);
+  if (flush_tail && !partial.empty()) {
+    out += prefix + partial + "\n";
+    partial.clear();
+  }
+  if (!out.empty()) write_all(fd, out);
+}
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = strsignal(sig);
+    return "was killed by signal " + std::to_string(sig) + " (" + (name ? name : "?") + ")";
+  }
+  return "stopped with status " + std::to_string(status);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+void signal_all(std::vector<Child>& children, int sig) {
+  for (auto& c : children)
+    if (c.running) kill(-c.pid, sig);  // the rank's whole process group
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& items) {
+  std::vector<char*> out;
+  for (auto& s : items) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+sigset_t block_supervised_signals() {
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, s);
+  if (pthread_sigmask(SIG_BLOCK, &handled, nullptr) != 0)
+    fail(Errc::internal, std::string("pthread_sigmask: ") + std::strerror(errno));
+  return handled;
+}
+
+std::string resolve_program(const std::string& name) {
+  auto executable = [](const std::string& p) {
+    struct stat st;
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    if (!executable(name))
+      fail(Errc::invalid_argument, "program '" + name + "' does not exist or is not executable");
+    return name;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t colon = dirs.find(':', start);
+    if (colon == std::string::npos) colon = dirs.size();
+    std::string dir = dirs.substr(start, colon - start);
+    if (dir.empty()) dir = ".";
+    if (executable(dir + "/" + name)) return dir + "/" + name;
+    start = colon + 1;
+  }
+  fail(Errc::invalid_argument, "program '" + name + "' was not found in PATH");
+}
+
+int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& options) {
+  const std::string program = resolve_program(options.command.at(0));
+
+  // Signals arrive through a signalfd so that one poll() loop handles children, output and signals.
+  const sigset_t handled = block_supervised_signals();
+  const int sfd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) fail(Errc::internal, std::string("signalfd: ") + std::strerror(errno));
+
+  std::vector<Child> children(ranks.size());
+  std::vector<std::string> argv_store = options.command;
+  argv_store[0] = program;
+  std::vector<char*> argv = c_strings(argv_store);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    std::vector<std::string> env_store = ranks[i].env;
+    std::vector<char*> envp = c_strings(env_store);  // built before fork: the child only execs
+    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    if (options.prefix_output &&
+        (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0))
+      fail(Errc::internal, std::string("pipe: ") + std::strerror(errno));
+    const pid_t pid = fork();
+    if (pid < 0) {
+      say(std::string("fork failed: ") + std::strerror(errno));
+      signal_all(children, SIGKILL);
+      break;
+    }
+    if (pid == 0) {
+      // Child: async-signal-safe calls only, then exec.
+      setpgid(0, 0);
+      sigprocmask(SIG_UNBLOCK, &handled, nullptr);
+      if (options.prefix_output) {
+        dup2(out_pipe[1], STDOUT_FILENO);
+        dup2(err_pipe[1], STDERR_FILENO);
+      }
+      execve(program.c_str(), argv.data(), envp.data());
+      const char msg[] = "accel launch: exec failed for the rank's program\n";
+      ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+      (void)ignored;
+      _exit(127);
+    }
+    setpgid(pid, pid);  // also from the parent, so signals never race the child's own call
+    children[i].rank = ranks[i].rank;
+    children[i].pid = pid;
+    children[i].running = true;
+    if (options.prefix_output) {
+      close(out_pipe[1]);
+      close(err_pipe[1]);
+      children[i].out_fd = out_pipe[0];
+      children[i].err_fd = err_pipe[0];
+    }
+  }
+
+  int result = 0;
+  bool stopping = false;
+  int interrupted_by = 0;
+  Clock::time_point kill_at = Clock::time_point::max();
+  auto running_count = [&] {
+    int n = 0;
+    for (auto& c : children) n += c.running ? 1 : 0;
+    return n;
+  };
+  auto open_pipes = [&] {
+    int n = 0;
+    for (auto& c : children) n += (c.out_fd >= 0) + (c.err_fd >= 0);
+    return n;
+  };
+  Clock::time_point drain_until = Clock::time_point::max();
+
+  while (running_count() > 0 || open_pipes() > 0) {
+    if (running_count() == 0) {
+      // Every rank has exited; a grandchild may still hold a pipe. Drain briefly, then stop.
+      if (drain_until == Clock::time_point::max()) drain_until = Clock::now() + std::chrono::seconds(2);
+      if (Clock::now() >= drain_until) break;
+    }
+    std::vector<pollfd> fds{{sfd, POLLIN, 0}};
+    std::vector<std::pair<Child*, bool>> owners{{nullptr, false}};
+    for (auto& c : children) {
+      if (c.out_fd >= 0) {
+        fds.push_back({c.out_fd, POLLIN, 0});
+        owners.push_back({&c, false});
+      }
+      if (c.err_fd >= 0) {
+        fds.push_back({c.err_fd, POLLIN, 0});
+        owners.push_back({&c, true});
+      }
+    }
+    int timeout_ms = 1000;
+    const auto now = Clock::now();
+    if (kill_at != Clock::time_point::max()) {
+      if (now >= kill_at) {
+        signal_all(children, SIGKILL);
+        kill_at = Clock::time_point::max();
+      } else {
+        timeout_ms = static_cast<int>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - now).count() + 1);
+      }
+    }
+    if (drain_until != Clock::time_point::max()) timeout_ms = std::min(timeout_ms, 100);
+    const int ready = poll(fds.data(), fds.size(), timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      say(std::string("poll failed: ") + std::strerror(errno));
+      signal_all(children, SIGKILL);
+      stopping = true;
+    }
+    if (ready <= 0) continue;
+
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Child& c = *owners[i].first;
+      const bool is_err = owners[i].second;
+      int& fd = is_err ? c.err_fd : c.out_fd;
+      char buf[65536];
+      const ssize_t n = read(fd, buf, sizeof buf);
+      const std::string prefix = "[rank " + std::to_string(c.rank) + "] ";
+      std::string& partial = is_err ? c.err_partial : c.out_partial;
+      const int target = is_err ? STDERR_FILENO : STDOUT_FILENO;
+      if (n > 0) {
+        emit_lines(partial, buf, static_cast<size_t>(n), target, prefix, false);
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        emit_lines(partial, "", 0, target, prefix, true);
+        close(fd);
+        fd = -1;
+      }
+    }
+
+    if (!(fds[0].revents & POLLIN)) continue;
+    signalfd_siginfo info;
+    while (read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) continue;  // reaped below
+      if (!interrupted_by) interrupted_by = sig;
+      say(std::string("received ") + strsignal(sig) + "; forwarding it to the ranks");
+      signal_all(children, sig);
+      if (!stopping) {
+        stopping = true;
+        kill_at = Clock::now() + options.grace;
+      }
+      break;
+    }
+    for (;;) {
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      for (auto& c : children) {
+        if (c.pid != pid || !c.running) continue;
+        c.running = false;
+        const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (failed && !stopping) {
+          result = exit_code_of(status);
+          stopping = true;
+          const int others = running_count();
+          say("rank " + std::to_string(c.rank) + " (pid " + std::to_string(pid) + ") " +
+              describe_exit(status) +
+              (others ? "; stopping the other " + std::to_string(others) + " rank" +
+                            (others > 1 ? "s" : "")
+                      : ""));
+          signal_all(children, SIGTERM);
+          kill_at = Clock::now() + options.grace;
+        }
+      }
+    }
+  }
+  for (auto& c : children) {
+    if (c.out_fd >= 0) close(c.out_fd);
+    if (c.err_fd >= 0) close(c.err_fd);
+  }
+  close(sfd);
+  if (interrupted_by && result == 0) return 128 + interrupted_by;
+  return result;
+}
+
+}  // namespace accel::launch

@@ -1,0 +1,202 @@
+#include "ops/collectives.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/error.hpp"
+
+namespace accel::ops {
+
+namespace {
+
+constexpr int64_t kMaxDims = 16;
+// A rank's description of its tensor, exchanged before any data moves:
+// [status, ndim, dtype, size_0 .. size_15]. status 0 is fine; 1 means "this rank has no tensor"
+// (a broadcast root without one), so that every rank fails together instead of waiting.
+constexpr int64_t kHeaderLen = 3 + kMaxDims;
+
+at::Tensor header_of(const at::Tensor& t) {
+  auto h = at::zeros({kHeaderLen}, at::kLong);
+  auto* p = h.data_ptr<int64_t>();
+  if (!t.defined()) {
+    p[0] = 1;
+    return h;
+  }
+  if (t.dim() > kMaxDims)
+    fail(Errc::shape, "tensors crossing processes may have at most 16 dimensions, got " +
+                          std::to_string(t.dim()));
+  p[1] = t.dim();
+  p[2] = static_cast<int64_t>(t.scalar_type());
+  for (int64_t d = 0; d < t.dim(); ++d) p[3 + d] = t.size(d);
+  return h;
+}
+
+std::vector<int64_t> shape_in(const at::Tensor& header) {
+  const auto* p = header.data_ptr<int64_t>();
+  return std::vector<int64_t>(p + 3, p + 3 + p[1]);
+}
+
+at::ScalarType dtype_in(const at::Tensor& header) {
+  return static_cast<at::ScalarType>(header.data_ptr<int64_t>()[2]);
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << "]";
+  return out.str();
+}
+
+std::string ranks_text(const std::vector<at::Tensor>& headers) {
+  std::string out;
+  for (size_t r = 0; r < headers.size(); ++r) {
+    out += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " +
+           shape_text(shape_in(headers[r])) + " " + c10::toString(dtype_in(headers[r]));
+  }
+  return out;
+}
+
+// Gloo moves CPU tensors; results go back to the caller's device.
+at::Tensor to_cpu_contiguous(const at::Tensor& t) { return t.to(at::kCPU).contiguous(); }
+
+// Every rank's header; fails on every rank alike when the ranks disagree on `what` must match.
+enum class Agree { kShapeAndDtype, kNdimAndDtype };
+
+std::vector<at::Tensor> exchange_headers(runtime::Communicator* comm, const at::Tensor& t,
+                                         Agree agree, const char* op, const char* hint) {
+  auto headers = comm->all_gather(header_of(t));
+  const auto& first = headers[0];
+  for (size_t r = 1; r < headers.size(); ++r) {
+    const auto& h = headers[r];
+    if (dtype_in(h) != dtype_in(first))
+      fail(Errc::dtype, std::string(op) + ": ranks hold tensors of different dtypes (" +
+                            ranks_text(headers) + ")");
+    const bool same = agree == Agree::kShapeAndDtype
+                          ? shape_in(h) == shape_in(first)
+                          : shape_in(h).size() == shape_in(first).size();
+    if (!same)
+      fail(Errc::shape, std::string(op) + ": ranks hold tensors of different shapes (" +
+                            ranks_text(headers) + ")" + hint);
+  }
+  return headers;
+}
+
+// Gloo's element types do not cover every dtype; bytes move the same whatever they mean.
+at::Tensor as_bytes(const at::Tensor& contiguous) {
+  return contiguous.reshape({-1}).view(at::kByte);
+}
+
+}  // namespace
+
+at::Tensor gather(runtime::Communicator* comm, const at::Tensor& tensor) {
+  at::Tensor t = tensor.dim() == 0 ? tensor.reshape({1}) : tensor;
+  if (!comm) return t.clone();
+  exchange_headers(comm, t, Agree::kShapeAndDtype, "gather",
+                   "; gather needs the same shape on every rank: call pad_across_processes first "
+                   "to pad the first dimension to the largest size");
+  at::Tensor local = to_cpu_contiguous(t);
+  std::vector<at::Tensor> parts;
+  if (local.numel() == 0) {
+    for (int r = 0; r < comm->size(); ++r) parts.push_back(local);
+  } else {
+    for (auto& p : comm->all_gather(as_bytes(local)))
+      parts.push_back(p.view(local.scalar_type()).view(local.sizes()));
+  }
+  return at::cat(parts, 0).to(tensor.device());
+}
+
+at::Tensor pad_across_processes(runtime::Communicator* comm, const at::Tensor& tensor, int64_t dim,
+                                double pad_value, bool pad_first) {
+  const int64_t ndim = tensor.dim();
+  if (ndim == 0) fail(Errc::shape, "pad_across_processes: cannot pad a scalar (0-d tensor)");
+  if (dim < -ndim || dim >= ndim)
+    fail(Errc::invalid_argument, "pad_across_processes: dim " + std::to_string(dim) +
+                                     " is out of range for a tensor of " + std::to_string(ndim) +
+                                     " dimensions");
+  if (dim < 0) dim += ndim;
+  if (!comm) return tensor.clone();
+  auto headers = exchange_headers(comm, tensor, Agree::kNdimAndDtype, "pad_across_processes",
+                                  "; every rank needs the same number of dimensions");
+  int64_t longest = 0;
+  for (const auto& h : headers) longest = std::max(longest, shape_in(h)[dim]);
+  std::vector<int64_t> shape(tensor.sizes().begin(), tensor.sizes().end());
+  const int64_t mine = shape[dim];
+  shape[dim] = longest;
+  at::Tensor out = at::full(shape, pad_value, tensor.options());
+  out.narrow(dim, pad_first ? longest - mine : 0, mine).copy_(tensor);
+  return out;
+}
+
+at::Tensor reduce(runtime::Communicator* comm, const at::Tensor& tensor, Reduction reduction) {
+  if (tensor.scalar_type() == at::kBool)
+    fail(Errc::dtype, "reduce: bool tensors cannot be reduced; convert to an integer dtype");
+  if (reduction == Reduction::kMean && !at::isFloatingType(tensor.scalar_type()))
+    fail(Errc::dtype, std::string("reduce: mean needs a floating point tensor, got ") +
+                          c10::toString(tensor.scalar_type()) + "; use sum");
+  if (!comm) return tensor.clone();
+  exchange_headers(comm, tensor, Agree::kShapeAndDtype, "reduce", "");
+  // Half-width floats are summed in fp32: more exact, and Gloo lacks some of them.
+  const bool widen = tensor.scalar_type() == at::kBFloat16 || tensor.scalar_type() == at::kHalf;
+  at::Tensor work = widen ? tensor.to(at::kCPU, at::kFloat).contiguous()
+                          : tensor.to(at::kCPU).contiguous().clone();
+  if (work.numel() > 0) {
+    const auto op = reduction == Reduction::kMax   ? runtime::ReduceOp::kMax
+                    : reduction == Reduction::kMin ? runtime::ReduceOp::kMin
+                                                   : runtime::ReduceOp::kSum;
+    comm->all_reduce(work, op);
+  }
+  if (reduction == Reduction::kMean) work.div_(comm->size());
+  return work.to(tensor.device(), tensor.scalar_type());
+}
+
+at::Tensor broadcast(runtime::Communicator* comm, const at::Tensor& tensor, int root) {
+  const int size = comm ? comm->size() : 1;
+  if (root < 0 || root >= size)
+    fail(Errc::invalid_argument, "broadcast: from_process " + std::to_string(root) +
+                                     " is not a rank (0.." + std::to_string(size - 1) + ")");
+  const int rank = comm ? comm->rank() : 0;
+  if (!comm) {
+    if (!tensor.defined()) fail(Errc::invalid_argument, "broadcast: the source rank has no tensor");
+    return tensor.clone();
+  }
+  at::Tensor header = rank == root ? header_of(tensor) : at::zeros({kHeaderLen}, at::kLong);
+  comm->broadcast(header, root);
+  if (header.data_ptr<int64_t>()[0] != 0)
+    fail(Errc::invalid_argument, "broadcast: rank " + std::to_string(root) +
+                                     " (the source) passed no tensor");
+  const auto shape = shape_in(header);
+  const auto dtype = dtype_in(header);
+  at::Tensor data = rank == root ? to_cpu_contiguous(tensor).clone()
+                                 : at::empty(shape, at::TensorOptions().dtype(dtype));
+  if (data.numel() > 0) {
+    at::Tensor bytes = as_bytes(data);
+    comm->broadcast(bytes, root);
+  }
+  return tensor.defined() && rank == root ? data.to(tensor.device()) : data;
+}
+
+std::vector<std::string> gather_object(runtime::Communicator* comm, const std::string& bytes) {
+  if (!comm) return {bytes};
+  auto size = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+  std::vector<int64_t> sizes;
+  int64_t longest = 0;
+  for (const auto& s : comm->all_gather(size)) {
+    sizes.push_back(s.item<int64_t>());
+    longest = std::max(longest, sizes.back());
+  }
+  std::vector<std::string> out(sizes.size());
+  if (longest == 0) return out;
+  at::Tensor mine = at::zeros({longest}, at::kByte);
+  std::copy(bytes.begin(), bytes.end(), mine.data_ptr<uint8_t>());
+  auto parts = comm->all_gather(mine);
+  for (size_t r = 0; r < parts.size(); ++r) {
+    const auto* p = parts[r].data_ptr<uint8_t>();
+    out[r].assign(reinterpret_cast<const char*>(p), static_cast<size_t>(sizes[r]));
+  }
+  return out;
+}
+
+}  // namespace accel::ops

@@ -1,0 +1,88 @@
+#include "runtime/accelerator.hpp"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cmath>
+
+#include "common/error.hpp"
+#include "runtime/seed.hpp"
+
+namespace accel::runtime {
+
+namespace {
+
+std::atomic<bool> g_live{false};
+
+// at::set_num_threads sizes LibTorch's OpenMP pool but not OpenBLAS's own; OpenBLAS exports a
+// setter, found at run time so that any BLAS (or none) may be the libblas.so.3 alternative.
+void set_blas_threads(int n) {
+  using Setter = void (*)(int);
+  if (auto fn = reinterpret_cast<Setter>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(n);
+}
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000.0)));
+}
+
+}  // namespace
+
+Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
+    : settings_(cfg.resolve(env)) {
+  place_ = read_process_place(env);
+
+  const int gpus = at::detail::getCUDAHooks().getNumGPUs();
+  const bool use_cpu = settings_.flag("use_cpu") || gpus == 0;
+  device_ = use_cpu ? "cpu" : "cuda:" + std::to_string(place_.local_rank % gpus);
+  if (place_.world_size == 1)
+    distributed_type_ = DistributedType::kNo;
+  else
+    distributed_type_ = use_cpu ? DistributedType::kMultiCpu : DistributedType::kMultiGpu;
+
+  const std::string& mp = settings_.text("mixed_precision");
+  mixed_precision_ = mp == "bf16"   ? MixedPrecision::kBf16
+                     : mp == "fp16" ? MixedPrecision::kFp16
+                                    : MixedPrecision::kNo;
+  if (mixed_precision_ == MixedPrecision::kFp16 && use_cpu)
+    fail(Errc::unsupported,
+         "mixed_precision fp16 (" + settings_.at("mixed_precision").origin.describe() +
+             ") needs a CUDA device: LibTorch's CPU autocast supports bf16 only; use bf16 on CPU");
+
+  bool expected = false;
+  if (!g_live.compare_exchange_strong(expected, true))
+    fail(Errc::state, "an accelerator already exists in this process; free it before creating "
+                      "another");
+  try {
+    num_threads_ = default_thread_count(static_cast<int>(settings_.integer("num_threads")), env,
+                                        available_cpus(), place_.local_world_size);
+    at::set_num_threads(num_threads_);
+    set_blas_threads(num_threads_);
+    if (place_.distributed()) {
+      CommTimeouts timeouts;
+      timeouts.rendezvous = millis(settings_.seconds("rendezvous_timeout"));
+      timeouts.collective = millis(settings_.seconds("collective_timeout"));
+      comm_ = std::make_unique<Communicator>(place_, timeouts);
+    }
+  } catch (...) {
+    g_live = false;
+    throw;
+  }
+}
+
+Accelerator::~Accelerator() {
+  comm_.reset();
+  g_live = false;
+}
+
+void Accelerator::wait_for_everyone() {
+  if (comm_) comm_->barrier();
+}
+
+void Accelerator::set_seed(uint64_t seed, bool device_specific) {
+  seed_everything(device_specific ? seed + static_cast<uint64_t>(place_.rank) : seed);
+}
+
+}  // namespace accel::runtime

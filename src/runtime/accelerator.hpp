@@ -1,0 +1,51 @@
+// The runtime of one process: its place, device, thread settings, seeds and (when distributed) its
+// communicator. The C ABI's accel_accelerator wraps one of these.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "config/config.hpp"
+#include "runtime/communicator.hpp"
+#include "runtime/process_place.hpp"
+
+namespace accel::runtime {
+
+enum class DistributedType { kNo = 0, kMultiCpu = 1, kMultiGpu = 2 };
+enum class MixedPrecision { kNo = 0, kFp16 = 1, kBf16 = 2 };
+
+class Accelerator {
+ public:
+  // Resolves the configuration against `env`, applies thread settings and joins the job.
+  // Only one may exist per process (accel::Error(state) otherwise).
+  Accelerator(const config::Config& cfg, const config::EnvMap& env);
+  ~Accelerator();
+  Accelerator(const Accelerator&) = delete;
+  Accelerator& operator=(const Accelerator&) = delete;
+
+  const ProcessPlace& place() const { return place_; }
+  const config::Resolved& settings() const { return settings_; }
+  const std::string& device() const { return device_; }
+  DistributedType distributed_type() const { return distributed_type_; }
+  MixedPrecision mixed_precision() const { return mixed_precision_; }
+  int num_threads() const { return num_threads_; }
+  bool is_main_process() const { return place_.rank == 0; }
+  bool is_local_main_process() const { return place_.local_rank == 0; }
+
+  // Null in a world of one.
+  Communicator* communicator() { return comm_.get(); }
+
+  void wait_for_everyone();
+  void set_seed(uint64_t seed, bool device_specific);
+
+ private:
+  ProcessPlace place_;
+  config::Resolved settings_;
+  std::string device_;
+  DistributedType distributed_type_ = DistributedType::kNo;
+  MixedPrecision mixed_precision_ = MixedPrecision::kNo;
+  int num_threads_ = 1;
+  std::unique_ptr<Communicator> comm_;
+};
+
+}  // namespace accel::runtime

@@ -1,0 +1,192 @@
+#include "runtime/communicator.hpp"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include "common/error.hpp"
+
+namespace accel::runtime {
+
+namespace {
+
+bool contains(const std::string& text, const char* needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+// Gloo and c10d report failures as assorted exception types; only the text tells them apart.
+Errc classify(const std::string& message) {
+  if (contains(message, "Timed out") || contains(message, "timed out") ||
+      contains(message, "Timeout") || contains(message, "timeout"))
+    return Errc::timeout;
+  if (contains(message, "closed by peer") || contains(message, "reset by peer") ||
+      contains(message, "Broken pipe") || contains(message, "Connection refused") ||
+      contains(message, "pair closure") || contains(message, "Connection closed"))
+    return Errc::peer_failed;
+  return Errc::torch;
+}
+
+std::string what_of(const std::exception& e) {
+  if (auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+std::atomic<int> g_generation{0};
+
+}  // namespace
+
+struct Communicator::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::Store> job_store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+};
+
+Communicator::Communicator(const ProcessPlace& place, const CommTimeouts& timeouts)
+    : impl_(std::make_unique<Impl>()), rank_(place.rank), size_(place.world_size) {
+  const bool host_store = !place.store_hosted && place.rank == 0;
+  const std::string endpoint = place.master_addr + ":" + std::to_string(place.master_port);
+  const std::string who_hosts =
+      place.store_hosted ? "the launcher (accel launch)" : "rank 0";
+
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(place.master_port);
+  opts.isServer = host_store;
+  opts.waitWorkers = false;
+  opts.timeout = timeouts.rendezvous;
+  try {
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(place.master_addr, opts);
+  } catch (const std::exception& e) {
+    const std::string msg = what_of(e);
+    if (host_store)
+      fail(Errc::rendezvous, "rank 0 could not open the rendezvous store on port " +
+                                 std::to_string(place.master_port) + ": " + msg +
+                                 (contains(msg, "in use") ? " (choose another MASTER_PORT, or let "
+                                                            "accel launch pick a free one)"
+                                                          : ""));
+    fail(Errc::rendezvous, "rank " + std::to_string(place.rank) +
+                               " could not reach the rendezvous store at " + endpoint +
+                               ", hosted by " + who_hosts + ", within " +
+                               std::to_string(timeouts.rendezvous.count() / 1000.0) +
+                               " s: " + msg);
+  }
+  // Every rendezvous key lives under the job's id, so a stray process of another job that reaches
+  // this store by mistake finds nothing of ours, and under a per-process generation, so that a second
+  // accelerator in the same job does not see the first one's census.
+  const std::string prefix =
+      "accel/" + place.run_id + "/g" + std::to_string(g_generation.fetch_add(1));
+  impl_->job_store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
+
+  // Census: each rank announces itself, then waits until every rank has, or names who is missing.
+  try {
+    const std::string mine = "census/" + std::to_string(place.rank);
+    impl_->job_store->set(mine, std::vector<uint8_t>{1});
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) keys.push_back("census/" + std::to_string(r));
+    const auto deadline = std::chrono::steady_clock::now() + timeouts.rendezvous;
+    while (!impl_->job_store->check(keys)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::vector<int> missing;
+        for (int r = 0; r < size_; ++r)
+          if (!impl_->job_store->check({keys[r]})) missing.push_back(r);
+        fail(Errc::rendezvous,
+             "rendezvous failed: " + std::to_string(missing.size()) + " of " +
+                 std::to_string(size_) + " ranks did not arrive within " +
+                 std::to_string(timeouts.rendezvous.count() / 1000.0) +
+                 " s (rendezvous_timeout); missing rank" + (missing.size() > 1 ? "s " : " ") +
+                 join_ranks(missing) + ". Check that every rank was started with WORLD_SIZE=" +
+                 std::to_string(size_) + " and the same MASTER_ADDR:MASTER_PORT (" + endpoint +
+                 ")");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } catch (const accel::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(Errc::rendezvous, "rendezvous with the store at " + endpoint + " failed: " + what_of(e));
+  }
+
+  try {
+    auto options = c10d::ProcessGroupGloo::Options::create(timeouts.collective);
+    if (is_loopback(place.master_addr)) {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    } else {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    options->threads = 2;
+    auto pg_store = c10::make_intrusive<c10d::PrefixStore>("gloo", impl_->job_store);
+    impl_->group =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rank_, size_, options);
+  } catch (const std::exception& e) {
+    fail(Errc::rendezvous, "could not form the Gloo process group: " + what_of(e));
+  }
+}
+
+Communicator::~Communicator() = default;
+
+template <class F>
+void Communicator::guarded(const char* what, F&& body) {
+  if (!broken_.empty())
+    fail(Errc::state, std::string(what) +
+                          ": the process group is unusable after an earlier failure: " + broken_);
+  try {
+    body();
+  } catch (const accel::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string msg = what_of(e);
+    const Errc code = classify(msg);
+    broken_ = msg;
+    std::string advice;
+    if (code == Errc::timeout)
+      advice = " (collective_timeout: a peer did not take part in time; it may be hung or calling "
+               "collectives in a different order)";
+    if (code == Errc::peer_failed) advice = " (a peer process exited or its connection broke)";
+    fail(code, std::string(what) + " failed on rank " + std::to_string(rank_) + ": " + msg + advice);
+  }
+}
+
+std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < size_; ++r) outputs[0].push_back(at::empty_like(tensor));
+  std::vector<at::Tensor> inputs{tensor};
+  guarded("all_gather", [&] { impl_->group->allgather(outputs, inputs)->wait(); });
+  return outputs[0];
+}
+
+void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  c10d::AllreduceOptions options;
+  options.reduceOp = op == ReduceOp::kSum   ? c10d::ReduceOp::SUM
+                     : op == ReduceOp::kMax ? c10d::ReduceOp::MAX
+                                            : c10d::ReduceOp::MIN;
+  std::vector<at::Tensor> tensors{tensor};
+  guarded("all_reduce", [&] { impl_->group->allreduce(tensors, options)->wait(); });
+}
+
+void Communicator::broadcast(at::Tensor& tensor, int root) {
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  std::vector<at::Tensor> tensors{tensor};
+  guarded("broadcast", [&] { impl_->group->broadcast(tensors, options)->wait(); });
+}
+
+void Communicator::barrier() {
+  guarded("barrier", [&] { impl_->group->barrier()->wait(); });
+}
+
+}  // namespace accel::runtime

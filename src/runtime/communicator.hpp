@@ -1,0 +1,55 @@
+// The process group of a job: rendezvous through c10d's TCPStore, a census of the ranks, and Gloo
+// collectives with timeouts and failure classification. Callers see accel::Error only.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/process_place.hpp"
+
+namespace accel::runtime {
+
+enum class ReduceOp { kSum, kMax, kMin };
+
+struct CommTimeouts {
+  std::chrono::milliseconds rendezvous{120000};
+  std::chrono::milliseconds collective{300000};
+};
+
+class Communicator {
+ public:
+  // Meets the other ranks: opens (or hosts) the store, runs the census, forms the Gloo group.
+  // Throws accel::Error(rendezvous) naming the missing ranks or the unreachable store.
+  Communicator(const ProcessPlace& place, const CommTimeouts& timeouts);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Every rank's tensor, in rank order. Tensors must be contiguous CPU tensors of the same shape and
+  // dtype on every rank (the ops layer checks that first).
+  std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
+  // In place, on a contiguous CPU tensor.
+  void all_reduce(at::Tensor& tensor, ReduceOp op);
+  // In place, on a contiguous CPU tensor allocated with the same shape on every rank.
+  void broadcast(at::Tensor& tensor, int root);
+  void barrier();
+
+ private:
+  struct Impl;
+  template <class F>
+  void guarded(const char* what, F&& body);
+
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::string broken_;  // set once a collective failed: the group is unusable after that
+};
+
+}  // namespace accel::runtime

@@ -1,0 +1,222 @@
+// `accel`: the command line. `launch` runs N ranks of any program with the torchrun-compatible
+// environment; `env` describes this machine; `config` shows or writes Accelerate's configuration.
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <sys/utsname.h>
+#include <torch/csrc/api/include/torch/version.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "accel/accel.h"
+#include "common/error.hpp"
+#include "config/config.hpp"
+#include "launch/plan.hpp"
+#include "launch/store_host.hpp"
+#include "launch/supervisor.hpp"
+#include "runtime/process_place.hpp"
+
+namespace {
+
+#define ACCEL_STR2(x) #x
+#define ACCEL_STR(x) ACCEL_STR2(x)
+const char* const kVersion =
+    ACCEL_STR(ACCEL_VERSION_MAJOR) "." ACCEL_STR(ACCEL_VERSION_MINOR) "." ACCEL_STR(ACCEL_VERSION_PATCH);
+
+int run_launch(const accel::launch::LaunchOptions& options, bool prefix_output, double grace_s) {
+  const auto env = accel::config::process_environment();
+  const auto plan = accel::launch::make_plan(options, env, accel::runtime::available_cpus());
+  accel::launch::block_supervised_signals();  // before the store's threads start
+  // The store must exist before any rank starts; its port reaches the ranks in MASTER_PORT.
+  std::unique_ptr<accel::launch::StoreHost> store;
+  int port = plan.master_port;
+  if (plan.host_store) {
+    store = std::make_unique<accel::launch::StoreHost>(plan.master_port);
+    port = store->port();
+  }
+  const std::string run_id = plan.num_machines > 1 ? "multinode-" + std::to_string(port)
+                                                   : accel::launch::new_run_id();
+  std::vector<accel::launch::RankProcess> ranks;
+  for (int local = 0; local < plan.local_processes; ++local) {
+    accel::launch::RankProcess rp;
+    rp.rank = plan.machine_rank * plan.local_processes + local;
+    rp.env = accel::launch::rank_environment(plan, local, port, run_id, env);
+    ranks.push_back(std::move(rp));
+  }
+  accel::launch::SupervisorOptions sup;
+  sup.command = options.command;
+  sup.prefix_output = prefix_output;
+  sup.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
+  return accel::launch::supervise(ranks, sup);
+}
+
+// The BLAS library this process actually mapped (the libblas.so.3 alternative decides it).
+std::string mapped_blas() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    if (path.find("libblas") != std::string::npos || path.find("libopenblas") != std::string::npos)
+      return path;
+  }
+  return "none mapped";
+}
+
+int run_env(const std::string& config_file) {
+  utsname u{};
+  uname(&u);
+  std::printf("- libaccel version: %s\n", kVersion);
+  std::printf("- Platform: %s %s %s\n", u.sysname, u.release, u.machine);
+  std::printf("- LibTorch version: %d.%d.%d\n", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR,
+              TORCH_VERSION_PATCH);
+  std::printf("- CPUs available: %d\n", accel::runtime::available_cpus());
+  std::printf("- Intra-op threads (default): %d\n", at::get_num_threads());
+  std::printf("- BLAS: %s\n", mapped_blas().c_str());
+  const auto env = accel::config::process_environment();
+  accel::config::Config cfg;
+  std::string path = config_file;
+  if (!path.empty())
+    cfg.load_file(path);
+  else
+    path = cfg.load_default_file(env);
+  std::printf("- Config file: %s\n", path.empty() ? "Not found" : path.c_str());
+  std::printf("- Effective configuration:\n");
+  std::istringstream dump(cfg.resolve(env).dump_yaml());
+  for (std::string line; std::getline(dump, line);) std::printf("\t%s\n", line.c_str());
+  return 0;
+}
+
+int run_config_show(const std::string& config_file) {
+  const auto env = accel::config::process_environment();
+  accel::config::Config cfg;
+  if (!config_file.empty())
+    cfg.load_file(config_file);
+  else
+    cfg.load_default_file(env);
+  std::fputs(cfg.resolve(env).dump_yaml().c_str(), stdout);
+  return 0;
+}
+
+// Writes a file Python Accelerate reads as well (only Accelerate's own keys).
+int run_config_default(std::string path, const std::string& mixed_precision, int num_processes) {
+  const auto env = accel::config::process_environment();
+  if (path.empty()) {
+    const auto candidates = accel::config::default_file_candidates(env);
+    if (candidates.empty()) accel::fail(accel::Errc::io, "no default location: HOME is not set");
+    path = candidates.front();
+  }
+  if (std::ifstream(path))
+    accel::fail(accel::Errc::io, "'" + path + "' exists already; not overwriting it");
+  const auto* spec = accel::config::find_key("mixed_precision");
+  const std::string mp =
+      accel::config::normalize(*spec, mixed_precision, {accel::config::Source::kSetter,
+                                                        "--mixed_precision"});
+  std::ostringstream y;
+  y << "compute_environment: LOCAL_MACHINE\n"
+    << "debug: false\n"
+    << "distributed_type: " << (num_processes > 1 ? "MULTI_CPU" : "NO") << "\n"
+    << "downcast_bf16: 'no'\n"
+    << "machine_rank: 0\n"
+    << "main_training_function: main\n"
+    << "mixed_precision: " << (mp == "no" ? "'no'" : mp) << "\n"
+    << "num_machines: 1\n"
+    << "num_processes: " << num_processes << "\n"
+    << "rdzv_backend: static\n"
+    << "same_network: true\n"
+    << "tpu_env: []\n"
+    << "tpu_use_cluster: false\n"
+    << "tpu_use_sudo: false\n"
+    << "use_cpu: true\n";
+  const auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    const std::string dir = path.substr(0, slash);
+    if (std::system(("mkdir -p '" + dir + "'").c_str()) != 0)
+      accel::fail(accel::Errc::io, "cannot create directory '" + dir + "'");
+  }
+  std::ofstream out(path);
+  out << y.str();
+  if (!out) accel::fail(accel::Errc::io, "cannot write '" + path + "'");
+  std::printf("accelerate configuration saved at %s\n", path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"accel: run libaccel training programs on one or many processes"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(kVersion));
+
+  accel::launch::LaunchOptions lo;
+  bool prefix_output = false;
+  double grace_s = 5.0;
+  auto* launch = app.add_subcommand("launch", "Run PROGRAM on N local ranks (torchrun environment)");
+  launch->add_option("--num_processes,--num-processes,-n", lo.num_processes,
+                     "Total number of processes (over all machines)");
+  launch->add_option("--num_machines,--num-machines", lo.num_machines, "Number of machines");
+  launch->add_option("--machine_rank,--machine-rank", lo.machine_rank,
+                     "Rank of this machine (0 hosts the rendezvous)");
+  launch->add_option("--main_process_ip,--main-process-ip", lo.main_process_ip,
+                     "Address of machine 0");
+  launch->add_option("--main_process_port,--main-process-port", lo.main_process_port,
+                     "Rendezvous port (default: a free port, single machine)");
+  launch->add_option("--config_file,--config-file", lo.config_file,
+                     "Accelerate YAML configuration (default: Accelerate's default file)");
+  launch->add_option("--mixed_precision,--mixed-precision", lo.mixed_precision, "no, fp16 or bf16");
+  launch->add_option("--gradient_accumulation_steps,--gradient-accumulation-steps",
+                     lo.gradient_accumulation_steps, "Gradient accumulation steps");
+  launch->add_option("--num_cpu_threads_per_process,--num-cpu-threads-per-process",
+                     lo.num_cpu_threads_per_process,
+                     "Intra-op threads per rank (default: CPUs / local ranks)");
+  launch->add_flag("--cpu", lo.cpu, "Run on CPU even where GPUs exist");
+  launch->add_flag("--prefix_output,--prefix-output,--tee", prefix_output,
+                   "Prefix every output line with [rank N]");
+  launch->add_option("--grace_period,--grace-period", grace_s,
+                     "Seconds between SIGTERM and SIGKILL when stopping ranks (default 5)");
+  launch->prefix_command();
+  launch->footer("Example: accel launch -n 2 ./train --epochs 3");
+
+  std::string env_config;
+  auto* env = app.add_subcommand("env", "Describe this machine and the configuration in force");
+  env->add_option("--config_file,--config-file", env_config, "Configuration file to show");
+
+  auto* config = app.add_subcommand("config", "Show or write the configuration");
+  config->require_subcommand(1);
+  std::string show_file;
+  auto* show = config->add_subcommand("show", "Print the effective configuration with sources");
+  show->add_option("--config_file,--config-file", show_file, "Configuration file");
+  std::string default_file, default_mp = "no";
+  int default_np = 1;
+  auto* def = config->add_subcommand("default", "Write a default configuration file");
+  def->add_option("--config_file,--config-file", default_file, "Where to write it");
+  def->add_option("--mixed_precision,--mixed-precision", default_mp, "no, fp16 or bf16");
+  def->add_option("--num_processes,--num-processes", default_np, "Processes");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*launch) {
+      lo.command = launch->remaining();
+      if (lo.command.empty()) {
+        std::fprintf(stderr, "accel launch: no program given\n%s", launch->help().c_str());
+        return 2;
+      }
+      return run_launch(lo, prefix_output, grace_s);
+    }
+    if (*env) return run_env(env_config);
+    if (*show) return run_config_show(show_file);
+    if (*def) return run_config_default(default_file, default_mp, default_np);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accel %s: %s\n", app.get_subcommands().front()->get_name().c_str(),
+                 e.what());
+    return 1;
+  }
+  return 0;
+}
