@@ -13,14 +13,14 @@
 #include <accel/accel.h>
 
 /* Stops the program with the library's message when a call fails. */
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    accel_status st_ = (call);                                                        \
-    if (st_ != ACCEL_OK) {                                                            \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, accel_status_name(st_),           \
-              accel_last_error_message());                                            \
-      exit(1);                                                                        \
-    }                                                                                 \
+#define CHECK(call)                                                         \
+  do {                                                                      \
+    accel_status st_ = (call);                                              \
+    if (st_ != ACCEL_OK) {                                                  \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, accel_status_name(st_), \
+              accel_last_error_message());                                  \
+      exit(1);                                                              \
+    }                                                                       \
   } while (0)
 
 static void print_tensor(accel_accelerator* acc, const char* label, const accel_tensor* t) {
@@ -77,9 +77,12 @@ int main(void) {
   fflush(stdout);
   CHECK(accel_wait_for_everyone(acc));
   snprintf(banner, sizeof banner, "distributed type %s, mixed precision %s, libaccel %s",
-           dist == ACCEL_DISTRIBUTED_NO ? "NO" : dist == ACCEL_DISTRIBUTED_MULTI_CPU ? "MULTI_CPU"
-                                                                                   : "MULTI_GPU",
-           mp == ACCEL_PRECISION_NO ? "no" : mp == ACCEL_PRECISION_BF16 ? "bf16" : "fp16",
+           dist == ACCEL_DISTRIBUTED_NO          ? "NO"
+           : dist == ACCEL_DISTRIBUTED_MULTI_CPU ? "MULTI_CPU"
+                                                 : "MULTI_GPU",
+           mp == ACCEL_PRECISION_NO     ? "no"
+           : mp == ACCEL_PRECISION_BF16 ? "bf16"
+                                        : "fp16",
            accel_version());
   CHECK(accel_print(acc, banner));
 
@@ -130,7 +133,8 @@ int main(void) {
     float v[3] = {3.5f, 4.5f, 5.5f};
     int64_t shape[1] = {3};
     accel_tensor *t = NULL, *got = NULL;
-    if (rank == world - 1) CHECK(accel_tensor_from_data(v, sizeof v, ACCEL_DTYPE_F32, shape, 1, &t));
+    if (rank == world - 1)
+      CHECK(accel_tensor_from_data(v, sizeof v, ACCEL_DTYPE_F32, shape, 1, &t));
     CHECK(accel_broadcast(acc, t, world - 1, &got));
     print_tensor(acc, "broadcast from last rank", got);
     accel_tensor_free(got);

@@ -1,32 +1,34 @@
 /*
  * accel.h - the C interface of libaccel.
  *
- * libaccel runs one training program unchanged on one CPU, many processes and many machines, with the
- * semantics of Hugging Face Accelerate. This header is the whole public interface: plain C99, no other
- * header needed beyond <stdint.h>, <stddef.h> and <stdbool.h>.
+ * libaccel runs one training program unchanged on one CPU, many processes and many machines, with
+ * the semantics of Hugging Face Accelerate. This header is the whole public interface: plain C99,
+ * no other header needed beyond <stdint.h>, <stddef.h> and <stdbool.h>.
  *
  * Conventions (they hold for every function below unless its comment says otherwise):
  *
- *  - Every fallible function returns an accel_status. ACCEL_OK (0) is success; every other value names
- *    one class of error, and accel_last_error_message() gives the text right after the failing call.
+ *  - Every fallible function returns an accel_status. ACCEL_OK (0) is success; every other value
+ * names one class of error, and accel_last_error_message() gives the text right after the failing
+ * call.
  *  - Handles are opaque pointers. Passing NULL where a handle is required returns
  *    ACCEL_ERR_INVALID_ARGUMENT; passing a handle of another kind (an accel_config* cast to an
  *    accel_tensor*, say) returns ACCEL_ERR_WRONG_HANDLE. Neither is undefined behaviour.
- *  - Output parameters come last. The caller owns what a constructor or an `out` parameter returns and
- *    releases it with the matching *_free. On failure, output parameters are left untouched and nothing
- *    is leaked.
- *  - Every *_free accepts NULL, returns nothing, never blocks on other ranks, and may be called from any
- *    thread (finalizers of garbage-collected languages run on arbitrary threads).
- *  - Strings are UTF-8 and NUL-terminated. Text results are written into a caller buffer: `capacity` is
- *    its size in bytes, `out_size` receives the size needed including the terminating NUL. When the
- *    buffer is NULL or too small, the function returns ACCEL_ERR_BUFFER_TOO_SMALL and still sets
- *    `out_size` (the one exception to "outputs untouched on failure"), so a caller can ask twice.
+ *  - Output parameters come last. The caller owns what a constructor or an `out` parameter returns
+ * and releases it with the matching *_free. On failure, output parameters are left untouched and
+ * nothing is leaked.
+ *  - Every *_free accepts NULL, returns nothing, never blocks on other ranks, and may be called
+ * from any thread (finalizers of garbage-collected languages run on arbitrary threads).
+ *  - Strings are UTF-8 and NUL-terminated. Text results are written into a caller buffer:
+ * `capacity` is its size in bytes, `out_size` receives the size needed including the terminating
+ * NUL. When the buffer is NULL or too small, the function returns ACCEL_ERR_BUFFER_TOO_SMALL and
+ * still sets `out_size` (the one exception to "outputs untouched on failure"), so a caller can ask
+ * twice.
  *  - No C++ exception, abort or exit ever crosses this interface.
  *
- * Thread safety: functions on distinct handles may run concurrently. An accel_config may be read from
- * several threads but written by one at a time. An accel_accelerator's collectives must be called from
- * one thread at a time, and in the same order on every rank (they are collective operations); its
- * queries may be called from any thread.
+ * Thread safety: functions on distinct handles may run concurrently. An accel_config may be read
+ * from several threads but written by one at a time. An accel_accelerator's collectives must be
+ * called from one thread at a time, and in the same order on every rank (they are collective
+ * operations); its queries may be called from any thread.
  */
 #ifndef ACCEL_ACCEL_H
 #define ACCEL_ACCEL_H
@@ -51,9 +53,11 @@ extern "C" {
 
 /* ----------------------------------------------------------------------------------------------------
  * Versions
- * ------------------------------------------------------------------------------------------------- */
+ * -------------------------------------------------------------------------------------------------
+ */
 
-/** Version of this header. The shared library's SONAME carries the major version (libaccel.so.0). */
+/** Version of this header. The shared library's SONAME carries the major version (libaccel.so.0).
+ */
 #define ACCEL_VERSION_MAJOR 0
 #define ACCEL_VERSION_MINOR 1
 #define ACCEL_VERSION_PATCH 0
@@ -62,7 +66,7 @@ extern "C" {
   (ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH)
 /** True when this header is at least version major.minor.patch. */
 #define ACCEL_VERSION_CHECK(major, minor, patch) \
-  (ACCEL_VERSION_NUMBER >= ((major) * 10000 + (minor) * 100 + (patch)))
+  (ACCEL_VERSION_NUMBER >= ((major)*10000 + (minor)*100 + (patch)))
 
 /**
  * The version of the library actually loaded, as "major.minor.patch" (static storage, never freed).
@@ -72,7 +76,8 @@ ACCEL_API const char* accel_version(void);
 
 /* ----------------------------------------------------------------------------------------------------
  * Status codes and errors
- * ------------------------------------------------------------------------------------------------- */
+ * -------------------------------------------------------------------------------------------------
+ */
 
 /**
  * Result of every fallible call. Values are stable: new classes are only ever appended.
@@ -83,9 +88,11 @@ typedef enum accel_status {
   ACCEL_ERR_INVALID_ARGUMENT = 1,
   /** A handle of another kind was passed (or a handle already freed, when that can be detected). */
   ACCEL_ERR_WRONG_HANDLE = 2,
-  /** A configuration key is unknown or its value is invalid (file, environment variable or setter). */
+  /** A configuration key is unknown or its value is invalid (file, environment variable or setter).
+   */
   ACCEL_ERR_CONFIG = 3,
-  /** The request is understood but not supported by this build (DeepSpeed, FSDP, TPU, fp16 on CPU...). */
+  /** The request is understood but not supported by this build (DeepSpeed, FSDP, TPU, fp16 on
+     CPU...). */
   ACCEL_ERR_UNSUPPORTED = 4,
   /** A file could not be read or written. */
   ACCEL_ERR_IO = 5,
@@ -93,13 +100,15 @@ typedef enum accel_status {
   ACCEL_ERR_SHAPE = 6,
   /** A tensor's dtype is not acceptable for the call, or dtypes disagree across ranks. */
   ACCEL_ERR_DTYPE = 7,
-  /** The processes could not meet: a rank never arrived, the store is unreachable, a port is in use. */
+  /** The processes could not meet: a rank never arrived, the store is unreachable, a port is in
+     use. */
   ACCEL_ERR_RENDEZVOUS = 8,
   /** A collective did not complete within the collective timeout (a peer hung). */
   ACCEL_ERR_TIMEOUT = 9,
   /** A peer process died or closed its connection during a collective. */
   ACCEL_ERR_PEER_FAILED = 10,
-  /** The call is not valid in the current state (e.g. a collective after the process group failed). */
+  /** The call is not valid in the current state (e.g. a collective after the process group failed).
+   */
   ACCEL_ERR_STATE = 11,
   /** An output buffer was NULL or too small; the needed size was written to `out_size`. */
   ACCEL_ERR_BUFFER_TOO_SMALL = 12,
@@ -114,9 +123,9 @@ typedef enum accel_status {
 } accel_status;
 
 /**
- * The message of the last failed call on the calling thread (UTF-8, never NULL; "" if no call on this
- * thread has failed yet). Borrowed: valid until the next failing accel call on the same thread. A
- * successful call does not clear it, so read it only after a failure.
+ * The message of the last failed call on the calling thread (UTF-8, never NULL; "" if no call on
+ * this thread has failed yet). Borrowed: valid until the next failing accel call on the same
+ * thread. A successful call does not clear it, so read it only after a failure.
  */
 ACCEL_API const char* accel_last_error_message(void);
 
@@ -129,10 +138,10 @@ ACCEL_API const char* accel_status_name(accel_status status);
 /* ----------------------------------------------------------------------------------------------------
  * Configuration
  *
- * An accel_config holds settings by key. Keys and values are those of Accelerate's YAML configuration
- * (compute_environment, distributed_type, mixed_precision, num_processes, num_machines, machine_rank,
- * main_process_ip, main_process_port, use_cpu, gpu_ids, ...) plus libaccel's own:
- *   gradient_accumulation_steps  integer >= 1                    (default 1)
+ * An accel_config holds settings by key. Keys and values are those of Accelerate's YAML
+ * configuration (compute_environment, distributed_type, mixed_precision, num_processes,
+ * num_machines, machine_rank, main_process_ip, main_process_port, use_cpu, gpu_ids, ...) plus
+ * libaccel's own: gradient_accumulation_steps  integer >= 1                    (default 1)
  *   rendezvous_timeout           seconds > 0: how long init waits for every rank (default 120)
  *   collective_timeout           seconds > 0: how long one collective may take (default 300)
  *   num_threads                  intra-op threads per rank; 0 = cores / local ranks (default 0)
@@ -147,13 +156,16 @@ ACCEL_API const char* accel_status_name(accel_status status);
  *                                   which `accel launch` sets for its ranks)
  *   4. built-in defaults
  *
- * All three sources go through one validation: an unknown key or a bad value is ACCEL_ERR_CONFIG with a
- * message naming the key, where it came from (file:line, variable name, or setter) and the allowed
- * values. Accelerate keys libaccel knows but does not support (deepspeed_config, fsdp_config, tpu_*,
+ * All three sources go through one validation: an unknown key or a bad value is ACCEL_ERR_CONFIG
+ * with a message naming the key, where it came from (file:line, variable name, or setter) and the
+ * allowed values. Accelerate keys libaccel knows but does not support (deepspeed_config,
+ * fsdp_config, tpu_*,
  * ...) are accepted when empty or neutral (as Accelerate writes them) and otherwise rejected with
- * ACCEL_ERR_UNSUPPORTED, never silently dropped. Environment variables are read when the configuration
- * is resolved: by accel_init, accel_config_get and accel_config_dump.
- * ------------------------------------------------------------------------------------------------- */
+ * ACCEL_ERR_UNSUPPORTED, never silently dropped. An ACCEL_* variable that is one or two letters
+ * away from one listed above is taken for a typo and reported. Environment variables are read when
+ * the configuration is resolved: by accel_init, accel_config_get and accel_config_dump.
+ * -------------------------------------------------------------------------------------------------
+ */
 
 /** A set of settings. Not shared with the accelerator: accel_init copies what it needs. */
 typedef struct accel_config accel_config;
@@ -171,12 +183,13 @@ ACCEL_API void accel_config_free(accel_config* config);
 ACCEL_API accel_status accel_config_set(accel_config* config, const char* key, const char* value);
 
 /**
- * Loads an Accelerate YAML (or JSON) configuration file into the file layer, replacing any file loaded
- * before. `path` NULL means Accelerate's default location: $HF_HOME/accelerate/default_config.yaml,
- * else $XDG_CACHE_HOME/huggingface/accelerate/default_config.yaml, else
- * ~/.cache/huggingface/accelerate/default_config.yaml; when none of them exists, nothing is loaded and
- * the call succeeds. An unreadable file is ACCEL_ERR_IO; bad YAML, an unknown key or a bad value is
- * ACCEL_ERR_CONFIG naming file:line; on any failure the configuration is unchanged.
+ * Loads an Accelerate YAML (or JSON) configuration file into the file layer, replacing any file
+ * loaded before. `path` NULL means Accelerate's default location:
+ * $HF_HOME/accelerate/default_config.yaml, else
+ * $XDG_CACHE_HOME/huggingface/accelerate/default_config.yaml, else
+ * ~/.cache/huggingface/accelerate/default_config.yaml; when none of them exists, nothing is loaded
+ * and the call succeeds. An unreadable file is ACCEL_ERR_IO; bad YAML, an unknown key or a bad
+ * value is ACCEL_ERR_CONFIG naming file:line; on any failure the configuration is unchanged.
  */
 ACCEL_API accel_status accel_config_load_file(accel_config* config, const char* path);
 
@@ -188,8 +201,8 @@ ACCEL_API accel_status accel_config_get(const accel_config* config, const char* 
                                         size_t capacity, size_t* out_size);
 
 /**
- * Writes the effective configuration as YAML into `buf`: every key with its resolved value and, as a
- * comment on the same line, the source it came from ("default", "env ACCELERATE_MIXED_PRECISION",
+ * Writes the effective configuration as YAML into `buf`: every key with its resolved value and, as
+ * a comment on the same line, the source it came from ("default", "env ACCELERATE_MIXED_PRECISION",
  * "file /path/config.yaml:7", "setter"). See the buffer convention at the top of this header.
  */
 ACCEL_API accel_status accel_config_dump(const accel_config* config, char* buf, size_t capacity,
@@ -199,7 +212,8 @@ ACCEL_API accel_status accel_config_dump(const accel_config* config, char* buf, 
  * Tensors
  *
  * Tensors cross the interface by copy. Shapes are arrays of int64_t, row-major (C order).
- * ------------------------------------------------------------------------------------------------- */
+ * -------------------------------------------------------------------------------------------------
+ */
 
 /** Element types. Values are stable. */
 typedef enum accel_dtype {
@@ -218,7 +232,8 @@ typedef enum accel_dtype {
 /** Maximum number of dimensions a tensor may have across this interface. */
 #define ACCEL_MAX_DIMS 16
 
-/** A tensor (a LibTorch tensor underneath). Thread-compatible: do not write one from two threads. */
+/** A tensor (a LibTorch tensor underneath). Thread-compatible: do not write one from two threads.
+ */
 typedef struct accel_tensor accel_tensor;
 
 /** Size in bytes of one element of `dtype`, or 0 when `dtype` is not a valid accel_dtype. */
@@ -226,8 +241,8 @@ ACCEL_API size_t accel_dtype_size(accel_dtype dtype);
 
 /**
  * Creates a CPU tensor of `dtype` and shape `shape[0..ndim)` by copying `data`, which must hold
- * product(shape) * accel_dtype_size(dtype) bytes (exactly `nbytes`, checked). `ndim` 0 makes a scalar;
- * `shape` may be NULL only then. `data` is not retained.
+ * product(shape) * accel_dtype_size(dtype) bytes (exactly `nbytes`, checked). `ndim` 0 makes a
+ * scalar; `shape` may be NULL only then. `data` is not retained.
  */
 ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t nbytes, accel_dtype dtype,
                                               const int64_t* shape, size_t ndim,
@@ -235,8 +250,8 @@ ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t nbytes, a
 
 /**
  * Copies the tensor's elements (row-major, converted to contiguous, from any device) into `buf` of
- * `capacity` bytes. Fails with ACCEL_ERR_BUFFER_TOO_SMALL (writing nothing) when `capacity` is smaller
- * than the tensor's byte size (accel_tensor_nbytes).
+ * `capacity` bytes. Fails with ACCEL_ERR_BUFFER_TOO_SMALL (writing nothing) when `capacity` is
+ * smaller than the tensor's byte size (accel_tensor_nbytes).
  */
 ACCEL_API accel_status accel_tensor_to_data(const accel_tensor* tensor, void* buf, size_t capacity);
 
@@ -247,8 +262,8 @@ ACCEL_API void accel_tensor_free(accel_tensor* tensor);
 ACCEL_API accel_status accel_tensor_ndim(const accel_tensor* tensor, size_t* out);
 
 /**
- * Copies the shape into `shape[0..capacity)`. Fails with ACCEL_ERR_BUFFER_TOO_SMALL, writing nothing,
- * when `capacity` is less than the number of dimensions.
+ * Copies the shape into `shape[0..capacity)`. Fails with ACCEL_ERR_BUFFER_TOO_SMALL, writing
+ * nothing, when `capacity` is less than the number of dimensions.
  */
 ACCEL_API accel_status accel_tensor_shape(const accel_tensor* tensor, int64_t* shape,
                                           size_t capacity);
@@ -265,15 +280,16 @@ ACCEL_API accel_status accel_tensor_nbytes(const accel_tensor* tensor, size_t* o
 /** The value of a one-element tensor as a double. More than one element is ACCEL_ERR_SHAPE. */
 ACCEL_API accel_status accel_tensor_item_f64(const accel_tensor* tensor, double* out);
 
-/** The value of a one-element integer or bool tensor as int64. Floating point is ACCEL_ERR_DTYPE. */
+/** The value of a one-element integer or bool tensor as int64. Floating point is ACCEL_ERR_DTYPE.
+ */
 ACCEL_API accel_status accel_tensor_item_i64(const accel_tensor* tensor, int64_t* out);
 
 /**
  * Interop, no copy: wraps an existing LibTorch tensor, given as a pointer to an `at::Tensor` (a
- * `torch::Tensor*`, as tch-rs and gotch hold them) from the very same LibTorch build libaccel links.
- * The new handle shares the tensor's storage (a reference is taken; the caller's at::Tensor may be
- * destroyed afterwards). Passing anything else is undefined behaviour: this is the one call that
- * trusts its argument.
+ * `torch::Tensor*`, as tch-rs and gotch hold them) from the very same LibTorch build libaccel
+ * links. The new handle shares the tensor's storage (a reference is taken; the caller's at::Tensor
+ * may be destroyed afterwards). Passing anything else is undefined behaviour: this is the one call
+ * that trusts its argument.
  */
 ACCEL_API accel_status accel_tensor_wrap_torch(void* torch_tensor, accel_tensor** out);
 
@@ -284,7 +300,8 @@ ACCEL_API accel_status accel_tensor_borrow_torch(const accel_tensor* tensor, voi
 
 /* ----------------------------------------------------------------------------------------------------
  * The accelerator
- * ------------------------------------------------------------------------------------------------- */
+ * -------------------------------------------------------------------------------------------------
+ */
 
 /** The runtime of one process: its place among the ranks, its device, its process group. */
 typedef struct accel_accelerator accel_accelerator;
@@ -304,25 +321,25 @@ typedef enum accel_mixed_precision {
 } accel_mixed_precision;
 
 /**
- * Creates the accelerator of this process. `config` may be NULL (defaults, environment variables and
- * ACCEL_CONFIG_FILE still apply); it is only read during the call.
+ * Creates the accelerator of this process. `config` may be NULL (defaults, environment variables
+ * and ACCEL_CONFIG_FILE still apply); it is only read during the call.
  *
- * The process learns its place from the torchrun-compatible environment: RANK, WORLD_SIZE, LOCAL_RANK,
- * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (as set by `accel launch`, torchrun or a cluster
- * wrapper). Without WORLD_SIZE (or with WORLD_SIZE=1) it is a world of one and opens no socket.
- * Otherwise it meets the other ranks through c10d's TCPStore and forms a Gloo process group. Before
- * that, a census waits up to `rendezvous_timeout` for every rank: if some never arrive, every rank that
- * did fails with ACCEL_ERR_RENDEZVOUS naming the missing ranks.
+ * The process learns its place from the torchrun-compatible environment: RANK, WORLD_SIZE,
+ * LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (as set by `accel launch`, torchrun or a
+ * cluster wrapper). Without WORLD_SIZE (or with WORLD_SIZE=1) it is a world of one and opens no
+ * socket. Otherwise it meets the other ranks through c10d's TCPStore and forms a Gloo process
+ * group. Before that, a census waits up to `rendezvous_timeout` for every rank: if some never
+ * arrive, every rank that did fails with ACCEL_ERR_RENDEZVOUS naming the missing ranks.
  *
- * Intra-op threads (LibTorch and OpenBLAS) default to cores / LOCAL_WORLD_SIZE unless OMP_NUM_THREADS
- * or `num_threads` say otherwise. Only one accelerator may exist in a process at a time
- * (ACCEL_ERR_STATE otherwise).
+ * Intra-op threads (LibTorch and OpenBLAS) default to cores / LOCAL_WORLD_SIZE unless
+ * OMP_NUM_THREADS or `num_threads` say otherwise. Only one accelerator may exist in a process at a
+ * time (ACCEL_ERR_STATE otherwise).
  */
 ACCEL_API accel_status accel_init(const accel_config* config, accel_accelerator** out);
 
 /**
- * Frees the accelerator and leaves the process group. NULL is a no-op. Does not wait for other ranks;
- * call accel_wait_for_everyone first when they must all be done.
+ * Frees the accelerator and leaves the process group. NULL is a no-op. Does not wait for other
+ * ranks; call accel_wait_for_everyone first when they must all be done.
  */
 ACCEL_API void accel_free(accel_accelerator* accelerator);
 
@@ -354,8 +371,8 @@ ACCEL_API accel_status accel_mixed_precision_get(const accel_accelerator* accele
                                                  accel_mixed_precision* out);
 
 /**
- * Writes the configuration this accelerator was created with, as accel_config_dump does (each setting
- * with its source), into `buf`. See the buffer convention.
+ * Writes the configuration this accelerator was created with, as accel_config_dump does (each
+ * setting with its source), into `buf`. See the buffer convention.
  */
 ACCEL_API accel_status accel_config_dump_effective(const accel_accelerator* accelerator, char* buf,
                                                    size_t capacity, size_t* out_size);
@@ -370,17 +387,19 @@ ACCEL_API accel_status accel_wait_for_everyone(accel_accelerator* accelerator);
 ACCEL_API accel_status accel_print(const accel_accelerator* accelerator, const char* message);
 
 /**
- * Main process first, as a begin/end pair around a block (Accelerate's main_process_first): on every
- * rank but the main one, begin waits until the main process has reached end; the main process passes
- * begin at once and waits in end for the others. Both are collectives: every rank calls both.
+ * Main process first, as a begin/end pair around a block (Accelerate's main_process_first): on
+ * every rank but the main one, begin waits until the main process has reached end; the main process
+ * passes begin at once and waits in end for the others. Both are collectives: every rank calls
+ * both.
  */
 ACCEL_API accel_status accel_main_process_first_begin(accel_accelerator* accelerator);
 ACCEL_API accel_status accel_main_process_first_end(accel_accelerator* accelerator);
 
 /**
- * Seeds LibTorch's default CPU generator, every CUDA generator when CUDA is present, and libaccel's own
- * generators (data shuffling, ...). With `device_specific`, the process index is added to the seed so
- * that ranks draw different streams (do not use it for data shuffling, which must agree across ranks).
+ * Seeds LibTorch's default CPU generator, every CUDA generator when CUDA is present, and libaccel's
+ * own generators (data shuffling, ...). With `device_specific`, the process index is added to the
+ * seed so that ranks draw different streams (do not use it for data shuffling, which must agree
+ * across ranks).
  */
 ACCEL_API accel_status accel_set_seed(accel_accelerator* accelerator, uint64_t seed,
                                       bool device_specific);
@@ -389,9 +408,10 @@ ACCEL_API accel_status accel_set_seed(accel_accelerator* accelerator, uint64_t s
  * Collectives
  *
  * Every rank must make the same collective calls in the same order. With one process each is the
- * identity (a copy). A failure in one (a peer that died, a timeout) leaves the process group unusable:
- * later collectives fail at once with ACCEL_ERR_STATE and the original message.
- * ------------------------------------------------------------------------------------------------- */
+ * identity (a copy). A failure in one (a peer that died, a timeout) leaves the process group
+ * unusable: later collectives fail at once with ACCEL_ERR_STATE and the original message.
+ * -------------------------------------------------------------------------------------------------
+ */
 
 /** Reductions for accel_reduce. Values are stable. */
 typedef enum accel_reduction {
@@ -402,18 +422,18 @@ typedef enum accel_reduction {
 } accel_reduction;
 
 /**
- * Accelerate's gather: every rank's tensor concatenated along dimension 0, in rank order, returned on
- * every rank. A scalar counts as a one-element vector. Shapes and dtypes must agree on every rank: if
- * they do not, every rank fails with ACCEL_ERR_SHAPE (or ACCEL_ERR_DTYPE) listing each rank's shape,
- * and the suggestion to use accel_pad_across_processes first.
+ * Accelerate's gather: every rank's tensor concatenated along dimension 0, in rank order, returned
+ * on every rank. A scalar counts as a one-element vector. Shapes and dtypes must agree on every
+ * rank: if they do not, every rank fails with ACCEL_ERR_SHAPE (or ACCEL_ERR_DTYPE) listing each
+ * rank's shape, and the suggestion to use accel_pad_across_processes first.
  */
 ACCEL_API accel_status accel_gather(accel_accelerator* accelerator, const accel_tensor* tensor,
                                     accel_tensor** out);
 
 /**
- * Accelerate's pad_across_processes: pads `tensor` along `dim` (negative counts from the end) to the
- * largest size any rank has there, filling with `pad_value`, at the end or, with `pad_first`, at the
- * start. Ranks must agree on the number of dimensions and the dtype.
+ * Accelerate's pad_across_processes: pads `tensor` along `dim` (negative counts from the end) to
+ * the largest size any rank has there, filling with `pad_value`, at the end or, with `pad_first`,
+ * at the start. Ranks must agree on the number of dimensions and the dtype.
  */
 ACCEL_API accel_status accel_pad_across_processes(accel_accelerator* accelerator,
                                                   const accel_tensor* tensor, int64_t dim,
@@ -428,9 +448,9 @@ ACCEL_API accel_status accel_reduce(accel_accelerator* accelerator, const accel_
                                     accel_reduction reduction, accel_tensor** out);
 
 /**
- * Broadcast from rank `from_process`: every rank receives a copy of that rank's tensor (shape and dtype
- * included, so the receivers need not know them). `tensor` is read on `from_process` only and may be
- * NULL on the others.
+ * Broadcast from rank `from_process`: every rank receives a copy of that rank's tensor (shape and
+ * dtype included, so the receivers need not know them). `tensor` is read on `from_process` only and
+ * may be NULL on the others.
  */
 ACCEL_API accel_status accel_broadcast(accel_accelerator* accelerator, const accel_tensor* tensor,
                                        int from_process, accel_tensor** out);
@@ -440,7 +460,8 @@ typedef struct accel_bytes_list accel_bytes_list;
 
 /**
  * Accelerate's gather_object, for bytes: every rank contributes `size` bytes at `data` (any length,
- * may differ across ranks, 0 allowed with `data` NULL) and receives every rank's bytes in rank order.
+ * may differ across ranks, 0 allowed with `data` NULL) and receives every rank's bytes in rank
+ * order.
  */
 ACCEL_API accel_status accel_gather_object(accel_accelerator* accelerator, const void* data,
                                            size_t size, accel_bytes_list** out);

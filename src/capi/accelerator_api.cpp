@@ -109,8 +109,8 @@ ACCEL_API accel_status accel_mixed_precision_get(const accel_accelerator* accele
   });
 }
 
-ACCEL_API accel_status accel_config_dump_effective(const accel_accelerator* accelerator,
-                                                   char* buf, size_t capacity, size_t* out_size) {
+ACCEL_API accel_status accel_config_dump_effective(const accel_accelerator* accelerator, char* buf,
+                                                   size_t capacity, size_t* out_size) {
   return guarded([&] {
     accel::capi::write_text(impl_of(accelerator).settings().dump_yaml(), buf, capacity, out_size);
   });
@@ -181,10 +181,18 @@ ACCEL_API accel_status accel_reduce(accel_accelerator* accelerator, const accel_
     require(out, "out");
     accel::ops::Reduction r;
     switch (reduction) {
-      case ACCEL_REDUCE_SUM: r = accel::ops::Reduction::kSum; break;
-      case ACCEL_REDUCE_MEAN: r = accel::ops::Reduction::kMean; break;
-      case ACCEL_REDUCE_MAX: r = accel::ops::Reduction::kMax; break;
-      case ACCEL_REDUCE_MIN: r = accel::ops::Reduction::kMin; break;
+      case ACCEL_REDUCE_SUM:
+        r = accel::ops::Reduction::kSum;
+        break;
+      case ACCEL_REDUCE_MEAN:
+        r = accel::ops::Reduction::kMean;
+        break;
+      case ACCEL_REDUCE_MAX:
+        r = accel::ops::Reduction::kMax;
+        break;
+      case ACCEL_REDUCE_MIN:
+        r = accel::ops::Reduction::kMin;
+        break;
       default:
         fail(Errc::invalid_argument, "reduction " + std::to_string(static_cast<int>(reduction)) +
                                          " is not an accel_reduction value");
@@ -211,7 +219,8 @@ ACCEL_API accel_status accel_gather_object(accel_accelerator* accelerator, const
     auto& a = impl_of(accelerator);
     if (size > 0) require(data, "data");
     require(out, "out");
-    const std::string bytes = size ? std::string(static_cast<const char*>(data), size) : std::string();
+    const std::string bytes =
+        size ? std::string(static_cast<const char*>(data), size) : std::string();
     auto list = std::make_unique<accel_bytes_list>();
     list->items = accel::ops::gather_object(a.communicator(), bytes);
     *out = list.release();

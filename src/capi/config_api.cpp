@@ -48,7 +48,8 @@ ACCEL_API accel_status accel_config_get(const accel_config* config, const char* 
     require(key, "key");
     require(out_size, "out_size");
     if (!accel::config::find_key(key))
-      fail(Errc::config, accel::config::unknown_key_message(key, {accel::config::Source::kSetter, "accel_config_get"}));
+      fail(Errc::config, accel::config::unknown_key_message(
+                             key, {accel::config::Source::kSetter, "accel_config_get"}));
     const auto resolved = config->config.resolve(accel::config::process_environment());
     accel::capi::write_text(resolved.text(key), buf, capacity, out_size);
   });

@@ -85,29 +85,50 @@ ACCEL_API const char* accel_version(void) {
       ACCEL_VERSION_MINOR) "." ACCEL_STRINGIFY(ACCEL_VERSION_PATCH);
 }
 
-ACCEL_API const char* accel_last_error_message(void) { return last_error().message.c_str(); }
+ACCEL_API const char* accel_last_error_message(void) {
+  return last_error().message.c_str();
+}
 
-ACCEL_API accel_status accel_last_error_status(void) { return last_error().status; }
+ACCEL_API accel_status accel_last_error_status(void) {
+  return last_error().status;
+}
 
 ACCEL_API const char* accel_status_name(accel_status status) {
   switch (status) {
-    case ACCEL_OK: return "ACCEL_OK";
-    case ACCEL_ERR_INVALID_ARGUMENT: return "ACCEL_ERR_INVALID_ARGUMENT";
-    case ACCEL_ERR_WRONG_HANDLE: return "ACCEL_ERR_WRONG_HANDLE";
-    case ACCEL_ERR_CONFIG: return "ACCEL_ERR_CONFIG";
-    case ACCEL_ERR_UNSUPPORTED: return "ACCEL_ERR_UNSUPPORTED";
-    case ACCEL_ERR_IO: return "ACCEL_ERR_IO";
-    case ACCEL_ERR_SHAPE: return "ACCEL_ERR_SHAPE";
-    case ACCEL_ERR_DTYPE: return "ACCEL_ERR_DTYPE";
-    case ACCEL_ERR_RENDEZVOUS: return "ACCEL_ERR_RENDEZVOUS";
-    case ACCEL_ERR_TIMEOUT: return "ACCEL_ERR_TIMEOUT";
-    case ACCEL_ERR_PEER_FAILED: return "ACCEL_ERR_PEER_FAILED";
-    case ACCEL_ERR_STATE: return "ACCEL_ERR_STATE";
-    case ACCEL_ERR_BUFFER_TOO_SMALL: return "ACCEL_ERR_BUFFER_TOO_SMALL";
-    case ACCEL_ERR_CALLBACK: return "ACCEL_ERR_CALLBACK";
-    case ACCEL_ERR_OUT_OF_MEMORY: return "ACCEL_ERR_OUT_OF_MEMORY";
-    case ACCEL_ERR_TORCH: return "ACCEL_ERR_TORCH";
-    case ACCEL_ERR_INTERNAL: return "ACCEL_ERR_INTERNAL";
+    case ACCEL_OK:
+      return "ACCEL_OK";
+    case ACCEL_ERR_INVALID_ARGUMENT:
+      return "ACCEL_ERR_INVALID_ARGUMENT";
+    case ACCEL_ERR_WRONG_HANDLE:
+      return "ACCEL_ERR_WRONG_HANDLE";
+    case ACCEL_ERR_CONFIG:
+      return "ACCEL_ERR_CONFIG";
+    case ACCEL_ERR_UNSUPPORTED:
+      return "ACCEL_ERR_UNSUPPORTED";
+    case ACCEL_ERR_IO:
+      return "ACCEL_ERR_IO";
+    case ACCEL_ERR_SHAPE:
+      return "ACCEL_ERR_SHAPE";
+    case ACCEL_ERR_DTYPE:
+      return "ACCEL_ERR_DTYPE";
+    case ACCEL_ERR_RENDEZVOUS:
+      return "ACCEL_ERR_RENDEZVOUS";
+    case ACCEL_ERR_TIMEOUT:
+      return "ACCEL_ERR_TIMEOUT";
+    case ACCEL_ERR_PEER_FAILED:
+      return "ACCEL_ERR_PEER_FAILED";
+    case ACCEL_ERR_STATE:
+      return "ACCEL_ERR_STATE";
+    case ACCEL_ERR_BUFFER_TOO_SMALL:
+      return "ACCEL_ERR_BUFFER_TOO_SMALL";
+    case ACCEL_ERR_CALLBACK:
+      return "ACCEL_ERR_CALLBACK";
+    case ACCEL_ERR_OUT_OF_MEMORY:
+      return "ACCEL_ERR_OUT_OF_MEMORY";
+    case ACCEL_ERR_TORCH:
+      return "ACCEL_ERR_TORCH";
+    case ACCEL_ERR_INTERNAL:
+      return "ACCEL_ERR_INTERNAL";
   }
   return "ACCEL_ERR_UNKNOWN_STATUS";
 }

@@ -33,13 +33,21 @@ struct accel_bytes_list {
 
 namespace accel::capi {
 template <>
-inline Tag tag_of<accel_config>() { return Tag::kConfig; }
+inline Tag tag_of<accel_config>() {
+  return Tag::kConfig;
+}
 template <>
-inline Tag tag_of<accel_tensor>() { return Tag::kTensor; }
+inline Tag tag_of<accel_tensor>() {
+  return Tag::kTensor;
+}
 template <>
-inline Tag tag_of<accel_accelerator>() { return Tag::kAccelerator; }
+inline Tag tag_of<accel_accelerator>() {
+  return Tag::kAccelerator;
+}
 template <>
-inline Tag tag_of<accel_bytes_list>() { return Tag::kBytesList; }
+inline Tag tag_of<accel_bytes_list>() {
+  return Tag::kBytesList;
+}
 
 // A new tensor handle owning `t`.
 accel_tensor* new_tensor(at::Tensor t);

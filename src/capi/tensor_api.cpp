@@ -15,32 +15,62 @@ namespace {
 
 bool to_scalar_type(accel_dtype d, at::ScalarType* out) {
   switch (d) {
-    case ACCEL_DTYPE_F32: *out = at::kFloat; return true;
-    case ACCEL_DTYPE_F64: *out = at::kDouble; return true;
-    case ACCEL_DTYPE_F16: *out = at::kHalf; return true;
-    case ACCEL_DTYPE_BF16: *out = at::kBFloat16; return true;
-    case ACCEL_DTYPE_I64: *out = at::kLong; return true;
-    case ACCEL_DTYPE_I32: *out = at::kInt; return true;
-    case ACCEL_DTYPE_I16: *out = at::kShort; return true;
-    case ACCEL_DTYPE_I8: *out = at::kChar; return true;
-    case ACCEL_DTYPE_U8: *out = at::kByte; return true;
-    case ACCEL_DTYPE_BOOL: *out = at::kBool; return true;
+    case ACCEL_DTYPE_F32:
+      *out = at::kFloat;
+      return true;
+    case ACCEL_DTYPE_F64:
+      *out = at::kDouble;
+      return true;
+    case ACCEL_DTYPE_F16:
+      *out = at::kHalf;
+      return true;
+    case ACCEL_DTYPE_BF16:
+      *out = at::kBFloat16;
+      return true;
+    case ACCEL_DTYPE_I64:
+      *out = at::kLong;
+      return true;
+    case ACCEL_DTYPE_I32:
+      *out = at::kInt;
+      return true;
+    case ACCEL_DTYPE_I16:
+      *out = at::kShort;
+      return true;
+    case ACCEL_DTYPE_I8:
+      *out = at::kChar;
+      return true;
+    case ACCEL_DTYPE_U8:
+      *out = at::kByte;
+      return true;
+    case ACCEL_DTYPE_BOOL:
+      *out = at::kBool;
+      return true;
   }
   return false;
 }
 
 accel_dtype from_scalar_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return ACCEL_DTYPE_F32;
-    case at::kDouble: return ACCEL_DTYPE_F64;
-    case at::kHalf: return ACCEL_DTYPE_F16;
-    case at::kBFloat16: return ACCEL_DTYPE_BF16;
-    case at::kLong: return ACCEL_DTYPE_I64;
-    case at::kInt: return ACCEL_DTYPE_I32;
-    case at::kShort: return ACCEL_DTYPE_I16;
-    case at::kChar: return ACCEL_DTYPE_I8;
-    case at::kByte: return ACCEL_DTYPE_U8;
-    case at::kBool: return ACCEL_DTYPE_BOOL;
+    case at::kFloat:
+      return ACCEL_DTYPE_F32;
+    case at::kDouble:
+      return ACCEL_DTYPE_F64;
+    case at::kHalf:
+      return ACCEL_DTYPE_F16;
+    case at::kBFloat16:
+      return ACCEL_DTYPE_BF16;
+    case at::kLong:
+      return ACCEL_DTYPE_I64;
+    case at::kInt:
+      return ACCEL_DTYPE_I32;
+    case at::kShort:
+      return ACCEL_DTYPE_I16;
+    case at::kChar:
+      return ACCEL_DTYPE_I8;
+    case at::kByte:
+      return ACCEL_DTYPE_U8;
+    case at::kBool:
+      return ACCEL_DTYPE_BOOL;
     default:
       fail(Errc::dtype, std::string("the tensor's dtype ") + c10::toString(t) +
                             " has no accel_dtype equivalent");
@@ -75,8 +105,8 @@ ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t nbytes, a
     require(out, "out");
     at::ScalarType type;
     if (!to_scalar_type(dtype, &type))
-      fail(Errc::dtype, "dtype " + std::to_string(static_cast<int>(dtype)) +
-                            " is not an accel_dtype value");
+      fail(Errc::dtype,
+           "dtype " + std::to_string(static_cast<int>(dtype)) + " is not an accel_dtype value");
     if (ndim > ACCEL_MAX_DIMS)
       fail(Errc::shape, "ndim " + std::to_string(ndim) + " exceeds ACCEL_MAX_DIMS (16)");
     if (ndim > 0) require(shape, "shape");
@@ -84,16 +114,17 @@ ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t nbytes, a
     size_t numel = 1;
     for (size_t i = 0; i < ndim; ++i) {
       if (sizes[i] < 0)
-        fail(Errc::shape, "shape[" + std::to_string(i) + "] is negative (" +
-                              std::to_string(sizes[i]) + ")");
+        fail(Errc::shape,
+             "shape[" + std::to_string(i) + "] is negative (" + std::to_string(sizes[i]) + ")");
       if (sizes[i] != 0 && numel > (SIZE_MAX / 16) / static_cast<size_t>(sizes[i]))
         fail(Errc::shape, "shape is too large");
       numel *= static_cast<size_t>(sizes[i]);
     }
     const size_t expected = numel * c10::elementSize(type);
     if (nbytes != expected)
-      fail(Errc::invalid_argument, "nbytes is " + std::to_string(nbytes) + " but the shape and dtype need " +
-                                       std::to_string(expected) + " bytes");
+      fail(Errc::invalid_argument, "nbytes is " + std::to_string(nbytes) +
+                                       " but the shape and dtype need " + std::to_string(expected) +
+                                       " bytes");
     if (expected > 0) require(data, "data");
     at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(type));
     if (expected > 0) std::memcpy(t.data_ptr(), data, expected);

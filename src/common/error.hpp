@@ -35,6 +35,8 @@ class Error : public std::runtime_error {
   Errc code_;
 };
 
-[[noreturn]] inline void fail(Errc code, const std::string& message) { throw Error(code, message); }
+[[noreturn]] inline void fail(Errc code, const std::string& message) {
+  throw Error(code, message);
+}
 
 }  // namespace accel

@@ -70,11 +70,11 @@ EnvMap process_environment() {
 
 bool is_reserved_accel_variable(const std::string& name) {
   static const char* reserved[] = {
-      "ACCEL_CONFIG_FILE",  // the file `accel launch` resolved, for its ranks
-      "ACCEL_RUN_ID",       // the job's id: prefixes every rendezvous key
-      "ACCEL_STORE_HOSTED", // 1: the launcher hosts the TCPStore, every rank is a client
-      "ACCEL_LIB_DIR",      // where the bindings' build scripts look for libaccel
-      "ACCEL_BIN",          // the accel command, for tests and bindings
+      "ACCEL_CONFIG_FILE",   // the file `accel launch` resolved, for its ranks
+      "ACCEL_RUN_ID",        // the job's id: prefixes every rendezvous key
+      "ACCEL_STORE_HOSTED",  // 1: the launcher hosts the TCPStore, every rank is a client
+      "ACCEL_LIB_DIR",       // where the bindings' build scripts look for libaccel
+      "ACCEL_BIN",           // the accel command, for tests and bindings
   };
   for (const char* r : reserved)
     if (name == r) return true;
@@ -83,13 +83,18 @@ bool is_reserved_accel_variable(const std::string& name) {
 
 const Setting& Resolved::at(const std::string& key) const {
   auto it = settings_.find(key);
-  if (it == settings_.end()) fail(Errc::config, unknown_key_message(key, Origin{Source::kSetter, ""}));
+  if (it == settings_.end())
+    fail(Errc::config, unknown_key_message(key, Origin{Source::kSetter, ""}));
   return it->second;
 }
 
-long long Resolved::integer(const std::string& key) const { return std::stoll(text(key)); }
+long long Resolved::integer(const std::string& key) const {
+  return std::stoll(text(key));
+}
 
-double Resolved::seconds(const std::string& key) const { return std::stod(text(key)); }
+double Resolved::seconds(const std::string& key) const {
+  return std::stod(text(key));
+}
 
 std::string Resolved::dump_yaml() const {
   std::ostringstream out;
@@ -166,21 +171,17 @@ std::string Config::load_default_file(const EnvMap& env) {
 }
 
 Resolved Config::resolve(const EnvMap& env) const {
-  // libaccel owns the ACCEL_ prefix: an unknown variable there is most likely a typo.
+  // A variable one or two letters away from one libaccel reads is almost surely a typo that would
+  // otherwise be ignored in silence. Other ACCEL_ names may belong to anything and are left alone.
   for (const auto& [name, value] : env) {
     if (name.rfind("ACCEL_", 0) != 0 || is_reserved_accel_variable(name)) continue;
-    bool known = false;
     for (const auto& spec : key_table())
-      for (const char* var : spec.env) known = known || name == var;
-    if (!known) {
-      std::string list;
-      for (const auto& spec : key_table())
-        for (const char* var : spec.env)
-          if (std::string(var).rfind("ACCEL_", 0) == 0) list += (list.empty() ? "" : ", ") + std::string(var);
-      fail(Errc::config, "unknown environment variable " + name +
-                             " (libaccel reads these ACCEL_ variables: " + list +
-                             ", and ACCEL_CONFIG_FILE)");
-    }
+      for (const char* var : spec.env) {
+        const size_t d = edit_distance(name, var);
+        if (d > 0 && d <= 2)
+          fail(Errc::config, "unknown environment variable " + name + " (did you mean " + var +
+                                 "? It sets configuration key '" + spec.name + "')");
+      }
   }
   std::map<std::string, Setting> out;
   for (const auto& spec : key_table()) {

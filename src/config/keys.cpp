@@ -42,7 +42,11 @@ std::vector<KeySpec> build_table() {
   std::vector<KeySpec> t;
   auto add = [&t](KeySpec k) { t.push_back(std::move(k)); };
   // Accelerate's ClusterConfig keys, in the order `accelerate config` writes them.
-  add({"compute_environment", Kind::kEnum, "LOCAL_MACHINE", {"LOCAL_MACHINE"}, {"AMAZON_SAGEMAKER"}});
+  add({"compute_environment",
+       Kind::kEnum,
+       "LOCAL_MACHINE",
+       {"LOCAL_MACHINE"},
+       {"AMAZON_SAGEMAKER"}});
   add({"debug", Kind::kBool, "false", {}, {}, {"ACCELERATE_DEBUG_MODE"}});
   add({"distributed_type",
        Kind::kEnum,
@@ -50,8 +54,18 @@ std::vector<KeySpec> build_table() {
        {"NO", "MULTI_CPU", "MULTI_GPU"},
        {"DEEPSPEED", "FSDP", "XLA", "TPU", "MEGATRON_LM", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
         "MULTI_MUSA", "MULTI_XPU", "MULTI_HPU", "MULTI_NEURON"}});
-  add({"downcast_bf16", Kind::kString, "no", {}, {}, {}, 0, 0, true, "no", kNoTpu});
-  add({"enable_cpu_affinity", Kind::kBool, "false", {}, {}, {}, 0, 0, true, "false",
+  // Accelerate writes 'no' (interactive) or false (`config default`); both mean off.
+  add({"downcast_bf16", Kind::kBool, "false", {}, {}, {}, 0, 0, true, "false", kNoTpu});
+  add({"enable_cpu_affinity",
+       Kind::kBool,
+       "false",
+       {},
+       {},
+       {},
+       0,
+       0,
+       true,
+       "false",
        "NUMA affinity pinning is not supported by libaccel"});
   add({"gpu_ids", Kind::kString, "all"});
   add({"machine_rank", Kind::kInt, "0", {}, {}, {}, 0, 1 << 20});
@@ -72,12 +86,49 @@ std::vector<KeySpec> build_table() {
   // Known keys of features libaccel does not have: accepted only when empty or neutral.
   add({"deepspeed_config", Kind::kMap, "{}", {}, {}, {}, 0, 0, true, "{}", kNoDeepSpeed});
   add({"fsdp_config", Kind::kMap, "{}", {}, {}, {}, 0, 0, true, "{}", kNoFsdp});
-  add({"fp8_config", Kind::kMap, "{}", {}, {}, {}, 0, 0, true, "{}", "fp8 is not supported by libaccel"});
-  add({"megatron_lm_config", Kind::kMap, "{}", {}, {}, {}, 0, 0, true, "{}",
+  add({"fp8_config",
+       Kind::kMap,
+       "{}",
+       {},
+       {},
+       {},
+       0,
+       0,
+       true,
+       "{}",
+       "fp8 is not supported by libaccel"});
+  add({"megatron_lm_config",
+       Kind::kMap,
+       "{}",
+       {},
+       {},
+       {},
+       0,
+       0,
+       true,
+       "{}",
        "Megatron-LM is not supported by libaccel"});
-  add({"mpirun_config", Kind::kMap, "{}", {}, {}, {}, 0, 0, true, "{}",
+  add({"mpirun_config",
+       Kind::kMap,
+       "{}",
+       {},
+       {},
+       {},
+       0,
+       0,
+       true,
+       "{}",
        "mpirun launching is not supported by libaccel; use accel launch"});
-  add({"parallelism_config", Kind::kMap, "{}", {}, {}, {}, 0, 0, true, "{}",
+  add({"parallelism_config",
+       Kind::kMap,
+       "{}",
+       {},
+       {},
+       {},
+       0,
+       0,
+       true,
+       "{}",
        "N-D parallelism is not supported by libaccel"});
   add({"dynamo_config", Kind::kMap, "{}", {}, {}, {}, 0, 0, true, "{}", kNoDynamo});
   add({"tpu_name", Kind::kString, "", {}, {}, {}, 0, 0, true, "", kNoTpu});
@@ -89,22 +140,70 @@ std::vector<KeySpec> build_table() {
   add({"command_file", Kind::kString, "", {}, {}, {}, 0, 0, true, "", kNoTpu});
   add({"commands", Kind::kList, "[]", {}, {}, {}, 0, 0, true, "[]", kNoTpu});
   // Accelerate's environment-only switches for unsupported paradigms.
-  add({"use_deepspeed", Kind::kBool, "false", {}, {}, {"ACCELERATE_USE_DEEPSPEED"}, 0, 0, false,
-       "false", kNoDeepSpeed});
-  add({"use_fsdp", Kind::kBool, "false", {}, {}, {"ACCELERATE_USE_FSDP"}, 0, 0, false, "false",
+  add({"use_deepspeed",
+       Kind::kBool,
+       "false",
+       {},
+       {},
+       {"ACCELERATE_USE_DEEPSPEED"},
+       0,
+       0,
+       false,
+       "false",
+       kNoDeepSpeed});
+  add({"use_fsdp",
+       Kind::kBool,
+       "false",
+       {},
+       {},
+       {"ACCELERATE_USE_FSDP"},
+       0,
+       0,
+       false,
+       "false",
        kNoFsdp});
-  add({"use_megatron_lm", Kind::kBool, "false", {}, {}, {"ACCELERATE_USE_MEGATRON_LM"}, 0, 0, false,
-       "false", "Megatron-LM is not supported by libaccel"});
-  add({"dynamo_backend", Kind::kString, "no", {}, {}, {"ACCELERATE_DYNAMO_BACKEND"}, 0, 0, false,
-       "no", kNoDynamo});
+  add({"use_megatron_lm",
+       Kind::kBool,
+       "false",
+       {},
+       {},
+       {"ACCELERATE_USE_MEGATRON_LM"},
+       0,
+       0,
+       false,
+       "false",
+       "Megatron-LM is not supported by libaccel"});
+  add({"dynamo_backend",
+       Kind::kString,
+       "no",
+       {},
+       {},
+       {"ACCELERATE_DYNAMO_BACKEND"},
+       0,
+       0,
+       false,
+       "no",
+       kNoDynamo});
   // libaccel's own settings.
-  add({"gradient_accumulation_steps", Kind::kInt, "1", {}, {},
-       {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS"}, 1, 1 << 30});
+  add({"gradient_accumulation_steps",
+       Kind::kInt,
+       "1",
+       {},
+       {},
+       {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS"},
+       1,
+       1 << 30});
   add({"rendezvous_timeout", Kind::kSeconds, "120", {}, {}, {"ACCEL_RENDEZVOUS_TIMEOUT"}});
   add({"collective_timeout", Kind::kSeconds, "300", {}, {}, {"ACCEL_COLLECTIVE_TIMEOUT"}});
   add({"num_threads", Kind::kInt, "0", {}, {}, {"ACCEL_NUM_THREADS"}, 0, 4096});
   return t;
 }
+
+bool is_neutral(const std::string& canonical, const char* neutral) {
+  return lower(canonical) == lower(neutral);
+}
+
+}  // namespace
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -119,12 +218,6 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   }
   return prev[b.size()];
 }
-
-bool is_neutral(const std::string& canonical, const char* neutral) {
-  return lower(canonical) == lower(neutral);
-}
-
-}  // namespace
 
 std::string Origin::describe() const {
   switch (source) {
@@ -184,8 +277,8 @@ std::string unknown_key_message(const std::string& unknown, const Origin& origin
 
 std::string normalize(const KeySpec& spec, const std::string& raw, const Origin& origin) {
   const std::string value = trim(raw);
-  const std::string where = "configuration key '" + std::string(spec.name) + "' (" +
-                            origin.describe() + "): ";
+  const std::string where =
+      "configuration key '" + std::string(spec.name) + "' (" + origin.describe() + "): ";
   auto bad = [&](const std::string& allowed) -> std::string {
     fail(Errc::config, where + "invalid value '" + raw + "'; allowed: " + allowed);
   };
@@ -225,8 +318,9 @@ std::string normalize(const KeySpec& spec, const std::string& raw, const Origin&
       if (canonical.empty()) {
         for (const char* u : spec.unsupported)
           if (lower(value) == lower(u))
-            fail(Errc::unsupported, where + "'" + value + "' is not supported by libaccel; supported: " +
-                                        join(spec.allowed));
+            fail(Errc::unsupported,
+                 where + "'" + value +
+                     "' is not supported by libaccel; supported: " + join(spec.allowed));
         std::string allowed = join(spec.allowed);
         if (!spec.unsupported.empty())
           allowed += " (known but unsupported: " + join(spec.unsupported) + ")";
@@ -252,7 +346,8 @@ std::string normalize(const KeySpec& spec, const std::string& raw, const Origin&
   if (spec.neutral_only && !is_neutral(canonical, spec.neutral_only)) {
     std::string neutral = spec.neutral_only;
     if (neutral.empty()) neutral = "empty";
-    fail(Errc::unsupported, where + "value '" + raw + "' is not supported: " + spec.unsupported_why +
+    fail(Errc::unsupported, where + "value '" + raw +
+                                "' is not supported: " + spec.unsupported_why +
                                 ". Remove the key or set it to " + neutral + ".");
   }
   return canonical;

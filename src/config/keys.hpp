@@ -22,11 +22,12 @@ struct KeySpec {
   const char* name;
   Kind kind;
   const char* default_value;
-  std::vector<const char*> allowed{};     // kEnum: the supported values, canonical spelling
-  std::vector<const char*> unsupported{}; // kEnum: Accelerate values this build rejects as unsupported
-  std::vector<const char*> env{};        // environment variables that set the key
-  long long min = 0, max = 0;            // kInt bounds (inclusive)
-  bool in_file = true;                   // false: set by environment or setter only
+  std::vector<const char*> allowed{};  // kEnum: the supported values, canonical spelling
+  std::vector<const char*>
+      unsupported{};               // kEnum: Accelerate values this build rejects as unsupported
+  std::vector<const char*> env{};  // environment variables that set the key
+  long long min = 0, max = 0;      // kInt bounds (inclusive)
+  bool in_file = true;             // false: set by environment or setter only
   // Known Accelerate keys without support: only this neutral value is accepted ("false", "", "no").
   const char* neutral_only = nullptr;
   const char* unsupported_why = nullptr;
@@ -41,6 +42,9 @@ std::string normalize(const KeySpec& spec, const std::string& raw, const Origin&
 
 // Accelerate's boolean spellings (y/yes/t/true/on/1, n/no/f/false/off/0), any case.
 bool parse_bool(const std::string& text, bool* out);
+
+// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
 
 // Names of all keys, comma separated, plus the closest one to `unknown` when it is a likely typo.
 std::string unknown_key_message(const std::string& unknown, const Origin& origin);

@@ -18,13 +18,14 @@ void put_int(std::map<std::string, std::string>& env, const char* name, long lon
 LaunchPlan make_plan(const LaunchOptions& o, const config::EnvMap& env, int cpus) {
   if (o.command.empty()) fail(Errc::invalid_argument, "no program to launch");
 
-  // As Accelerate: --config_file, else the default file when it exists (unless --cpu without a file).
+  // As Accelerate: --config_file, else the default file when it exists (unless --cpu without a
+  // file).
   config::Config file;
   std::string path;
   if (o.config_file) {
     file.load_file(*o.config_file);
     path = *o.config_file;
-  } else if (!o.no_config && !o.cpu) {
+  } else if (!o.cpu) {
     path = file.load_default_file(env);
   }
   const config::Resolved from_file = file.resolve({});  // the file over defaults, no environment
@@ -60,9 +61,8 @@ LaunchPlan make_plan(const LaunchOptions& o, const config::EnvMap& env, int cpus
   plan.world_size = total;
   plan.local_processes = total / plan.num_machines;
 
-  const std::string ip =
-      o.main_process_ip.value_or(file_sets("main_process_ip") ? from_file.text("main_process_ip")
-                                                              : std::string());
+  const std::string ip = o.main_process_ip.value_or(
+      file_sets("main_process_ip") ? from_file.text("main_process_ip") : std::string());
   const int port = o.main_process_port.value_or(file_int("main_process_port"));
   if (port < 0 || port > 65535)
     fail(Errc::invalid_argument, "--main_process_port must be in 0..65535");
@@ -71,8 +71,9 @@ LaunchPlan make_plan(const LaunchOptions& o, const config::EnvMap& env, int cpus
       fail(Errc::invalid_argument,
            "--main_process_ip is needed with --num_machines > 1 (the address of machine 0)");
     if (port == 0)
-      fail(Errc::invalid_argument, "--main_process_port is needed with --num_machines > 1: every "
-                                   "machine must know the port before machine 0 opens it");
+      fail(Errc::invalid_argument,
+           "--main_process_port is needed with --num_machines > 1: every "
+           "machine must know the port before machine 0 opens it");
   }
   plan.master_addr = ip.empty() ? "127.0.0.1" : ip;
   plan.master_port = port;
@@ -116,7 +117,8 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int local_rank
                                           const std::string& run_id, const config::EnvMap& base) {
   config::EnvMap env = base;
   for (const auto& [k, v] : plan.common_env) env[k] = v;
-  put_int(env, "RANK", static_cast<long long>(plan.machine_rank) * plan.local_processes + local_rank);
+  put_int(env, "RANK",
+          static_cast<long long>(plan.machine_rank) * plan.local_processes + local_rank);
   put_int(env, "LOCAL_RANK", local_rank);
   put_int(env, "WORLD_SIZE", plan.world_size);
   put_int(env, "LOCAL_WORLD_SIZE", plan.local_processes);

@@ -22,7 +22,6 @@ struct LaunchOptions {
   std::optional<int> gradient_accumulation_steps;
   std::optional<int> num_cpu_threads_per_process;
   bool cpu = false;
-  bool no_config = false;  // ignore Accelerate's default config file
   std::vector<std::string> command;  // program and its arguments
 };
 

@@ -48,8 +48,8 @@ void write_all(int fd, const std::string& data) {
 }
 
 // Moves whole lines from `partial` + `chunk` to `fd`, each prefixed; keeps the unfinished tail.
-void emit_lines(std::string& partial, const char* chunk, size_t n, int fd, const std::string& prefix,
-                bool flush_tail) {
+void emit_lines(std::string& partial, const char* chunk, size_t n, int fd,
+                const std::string& prefix, bool flush_tail) {
   partial.append(chunk, n);
   std::string out;
   size_t start = 0;
@@ -196,7 +196,8 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
   while (running_count() > 0 || open_pipes() > 0) {
     if (running_count() == 0) {
       // Every rank has exited; a grandchild may still hold a pipe. Drain briefly, then stop.
-      if (drain_until == Clock::time_point::max()) drain_until = Clock::now() + std::chrono::seconds(2);
+      if (drain_until == Clock::time_point::max())
+        drain_until = Clock::now() + std::chrono::seconds(2);
       if (Clock::now() >= drain_until) break;
     }
     std::vector<pollfd> fds{{sfd, POLLIN, 0}};

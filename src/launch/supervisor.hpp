@@ -16,19 +16,19 @@ struct RankProcess {
 };
 
 struct SupervisorOptions {
-  std::vector<std::string> command;  // program (searched in PATH) and arguments
-  bool prefix_output = false;        // "[rank N] " before every line of stdout and stderr
+  std::vector<std::string> command;       // program (searched in PATH) and arguments
+  bool prefix_output = false;             // "[rank N] " before every line of stdout and stderr
   std::chrono::milliseconds grace{5000};  // between SIGTERM and SIGKILL when stopping ranks
 };
 
-// Runs the ranks to completion. Returns 0 when all exit 0; otherwise the exit code of the first rank
-// that failed (128 + signal for a rank killed by a signal), after stopping the others, or 128 + the
-// signal that interrupted the launcher. Messages go to stderr, prefixed "accel launch: ".
+// Runs the ranks to completion. Returns 0 when all exit 0; otherwise the exit code of the first
+// rank that failed (128 + signal for a rank killed by a signal), after stopping the others, or 128
+// + the signal that interrupted the launcher. Messages go to stderr, prefixed "accel launch: ".
 int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& options);
 
-// Blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP in the calling thread, so that supervise() receives them
-// through its signalfd. Call it before starting any thread (the store's), which inherit the mask:
-// a thread that does not block them would swallow SIGCHLD or die of SIGINT. Returns the set.
+// Blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP in the calling thread, so that supervise() receives
+// them through its signalfd. Call it before starting any thread (the store's), which inherit the
+// mask: a thread that does not block them would swallow SIGCHLD or die of SIGINT. Returns the set.
 sigset_t block_supervised_signals();
 
 // The program's path as execve needs it: `name` itself when it contains a '/', else the first

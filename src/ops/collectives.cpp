@@ -60,7 +60,9 @@ std::string ranks_text(const std::vector<at::Tensor>& headers) {
 }
 
 // Gloo moves CPU tensors; results go back to the caller's device.
-at::Tensor to_cpu_contiguous(const at::Tensor& t) { return t.to(at::kCPU).contiguous(); }
+at::Tensor to_cpu_contiguous(const at::Tensor& t) {
+  return t.to(at::kCPU).contiguous();
+}
 
 // Every rank's header; fails on every rank alike when the ranks disagree on `what` must match.
 enum class Agree { kShapeAndDtype, kNdimAndDtype };
@@ -74,9 +76,8 @@ std::vector<at::Tensor> exchange_headers(runtime::Communicator* comm, const at::
     if (dtype_in(h) != dtype_in(first))
       fail(Errc::dtype, std::string(op) + ": ranks hold tensors of different dtypes (" +
                             ranks_text(headers) + ")");
-    const bool same = agree == Agree::kShapeAndDtype
-                          ? shape_in(h) == shape_in(first)
-                          : shape_in(h).size() == shape_in(first).size();
+    const bool same = agree == Agree::kShapeAndDtype ? shape_in(h) == shape_in(first)
+                                                     : shape_in(h).size() == shape_in(first).size();
     if (!same)
       fail(Errc::shape, std::string(op) + ": ranks hold tensors of different shapes (" +
                             ranks_text(headers) + ")" + hint);
@@ -165,8 +166,8 @@ at::Tensor broadcast(runtime::Communicator* comm, const at::Tensor& tensor, int 
   at::Tensor header = rank == root ? header_of(tensor) : at::zeros({kHeaderLen}, at::kLong);
   comm->broadcast(header, root);
   if (header.data_ptr<int64_t>()[0] != 0)
-    fail(Errc::invalid_argument, "broadcast: rank " + std::to_string(root) +
-                                     " (the source) passed no tensor");
+    fail(Errc::invalid_argument,
+         "broadcast: rank " + std::to_string(root) + " (the source) passed no tensor");
   const auto shape = shape_in(header);
   const auto dtype = dtype_in(header);
   at::Tensor data = rank == root ? to_cpu_contiguous(tensor).clone()

@@ -53,8 +53,9 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
 
   bool expected = false;
   if (!g_live.compare_exchange_strong(expected, true))
-    fail(Errc::state, "an accelerator already exists in this process; free it before creating "
-                      "another");
+    fail(Errc::state,
+         "an accelerator already exists in this process; free it before creating "
+         "another");
   try {
     num_threads_ = default_thread_count(static_cast<int>(settings_.integer("num_threads")), env,
                                         available_cpus(), place_.local_world_size);

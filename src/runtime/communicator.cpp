@@ -59,8 +59,7 @@ Communicator::Communicator(const ProcessPlace& place, const CommTimeouts& timeou
     : impl_(std::make_unique<Impl>()), rank_(place.rank), size_(place.world_size) {
   const bool host_store = !place.store_hosted && place.rank == 0;
   const std::string endpoint = place.master_addr + ":" + std::to_string(place.master_port);
-  const std::string who_hosts =
-      place.store_hosted ? "the launcher (accel launch)" : "rank 0";
+  const std::string who_hosts = place.store_hosted ? "the launcher (accel launch)" : "rank 0";
 
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(place.master_port);
@@ -80,44 +79,16 @@ Communicator::Communicator(const ProcessPlace& place, const CommTimeouts& timeou
     fail(Errc::rendezvous, "rank " + std::to_string(place.rank) +
                                " could not reach the rendezvous store at " + endpoint +
                                ", hosted by " + who_hosts + ", within " +
-                               std::to_string(timeouts.rendezvous.count() / 1000.0) +
-                               " s: " + msg);
+                               std::to_string(timeouts.rendezvous.count() / 1000.0) + " s: " + msg);
   }
   // Every rendezvous key lives under the job's id, so a stray process of another job that reaches
-  // this store by mistake finds nothing of ours, and under a per-process generation, so that a second
-  // accelerator in the same job does not see the first one's census.
+  // this store by mistake finds nothing of ours, and under a per-process generation, so that a
+  // second accelerator in the same job does not see the first one's census.
   const std::string prefix =
       "accel/" + place.run_id + "/g" + std::to_string(g_generation.fetch_add(1));
   impl_->job_store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
 
-  // Census: each rank announces itself, then waits until every rank has, or names who is missing.
-  try {
-    const std::string mine = "census/" + std::to_string(place.rank);
-    impl_->job_store->set(mine, std::vector<uint8_t>{1});
-    std::vector<std::string> keys;
-    for (int r = 0; r < size_; ++r) keys.push_back("census/" + std::to_string(r));
-    const auto deadline = std::chrono::steady_clock::now() + timeouts.rendezvous;
-    while (!impl_->job_store->check(keys)) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        std::vector<int> missing;
-        for (int r = 0; r < size_; ++r)
-          if (!impl_->job_store->check({keys[r]})) missing.push_back(r);
-        fail(Errc::rendezvous,
-             "rendezvous failed: " + std::to_string(missing.size()) + " of " +
-                 std::to_string(size_) + " ranks did not arrive within " +
-                 std::to_string(timeouts.rendezvous.count() / 1000.0) +
-                 " s (rendezvous_timeout); missing rank" + (missing.size() > 1 ? "s " : " ") +
-                 join_ranks(missing) + ". Check that every rank was started with WORLD_SIZE=" +
-                 std::to_string(size_) + " and the same MASTER_ADDR:MASTER_PORT (" + endpoint +
-                 ")");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  } catch (const accel::Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(Errc::rendezvous, "rendezvous with the store at " + endpoint + " failed: " + what_of(e));
-  }
+  census(place, timeouts, host_store, endpoint);
 
   try {
     auto options = c10d::ProcessGroupGloo::Options::create(timeouts.collective);
@@ -130,10 +101,65 @@ Communicator::Communicator(const ProcessPlace& place, const CommTimeouts& timeou
     }
     options->threads = 2;
     auto pg_store = c10::make_intrusive<c10d::PrefixStore>("gloo", impl_->job_store);
-    impl_->group =
-        c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rank_, size_, options);
+    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rank_, size_, options);
   } catch (const std::exception& e) {
     fail(Errc::rendezvous, "could not form the Gloo process group: " + what_of(e));
+  }
+}
+
+// Each rank announces itself, then waits until every rank has, or names who is missing. When rank 0
+// hosts the store, its verdict is final: it publishes the verdict and waits for the arrived ranks
+// to read it before its exit takes the store away (they would otherwise see only a broken pipe).
+void Communicator::census(const ProcessPlace& place, const CommTimeouts& timeouts, bool host_store,
+                          const std::string& endpoint) {
+  const bool rank0_hosts = !place.store_hosted;
+  const std::string verdict_key = "census/verdict";
+  auto& store = impl_->job_store;
+  try {
+    store->set("census/" + std::to_string(place.rank), std::vector<uint8_t>{1});
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) keys.push_back("census/" + std::to_string(r));
+    const auto start = std::chrono::steady_clock::now();
+    // A client of rank 0's store gives rank 0 time to decide first.
+    const auto deadline =
+        start + timeouts.rendezvous +
+        (rank0_hosts && !host_store ? std::chrono::seconds(2) : std::chrono::seconds(0));
+    while (!store->check(keys)) {
+      if (rank0_hosts && !host_store && store->check({verdict_key})) {
+        const auto bytes = store->get(verdict_key);
+        store->add("census/acks", 1);
+        fail(Errc::rendezvous, std::string(bytes.begin(), bytes.end()));
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::vector<int> missing;
+        for (int r = 0; r < size_; ++r)
+          if (!store->check({keys[r]})) missing.push_back(r);
+        const std::string verdict =
+            "rendezvous failed: " + std::to_string(missing.size()) + " of " +
+            std::to_string(size_) + " ranks did not arrive within " +
+            std::to_string(timeouts.rendezvous.count() / 1000.0) +
+            " s (rendezvous_timeout); missing rank" + (missing.size() > 1 ? "s " : " ") +
+            join_ranks(missing) +
+            ". Check that every rank was started with WORLD_SIZE=" + std::to_string(size_) +
+            " and the same MASTER_ADDR:MASTER_PORT (" + endpoint + ")";
+        if (host_store) {
+          store->set(verdict_key, std::vector<uint8_t>(verdict.begin(), verdict.end()));
+          const int64_t waiting = size_ - static_cast<int64_t>(missing.size()) - 1;
+          const auto linger = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+          while (store->add("census/acks", 0) < waiting &&
+                 std::chrono::steady_clock::now() < linger)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        fail(Errc::rendezvous, verdict);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } catch (const accel::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(Errc::rendezvous, "rank " + std::to_string(place.rank) + " lost the rendezvous store at " +
+                               endpoint + " during the census (" + what_of(e) + ")" +
+                               (rank0_hosts ? "; rank 0, which hosts it, may have exited" : ""));
   }
 }
 
@@ -154,10 +180,12 @@ void Communicator::guarded(const char* what, F&& body) {
     broken_ = msg;
     std::string advice;
     if (code == Errc::timeout)
-      advice = " (collective_timeout: a peer did not take part in time; it may be hung or calling "
-               "collectives in a different order)";
+      advice =
+          " (collective_timeout: a peer did not take part in time; it may be hung or calling "
+          "collectives in a different order)";
     if (code == Errc::peer_failed) advice = " (a peer process exited or its connection broke)";
-    fail(code, std::string(what) + " failed on rank " + std::to_string(rank_) + ": " + msg + advice);
+    fail(code,
+         std::string(what) + " failed on rank " + std::to_string(rank_) + ": " + msg + advice);
   }
 }
 

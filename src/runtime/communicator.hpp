@@ -32,8 +32,8 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  // Every rank's tensor, in rank order. Tensors must be contiguous CPU tensors of the same shape and
-  // dtype on every rank (the ops layer checks that first).
+  // Every rank's tensor, in rank order. Tensors must be contiguous CPU tensors of the same shape
+  // and dtype on every rank (the ops layer checks that first).
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
   // In place, on a contiguous CPU tensor.
   void all_reduce(at::Tensor& tensor, ReduceOp op);
@@ -43,6 +43,8 @@ class Communicator {
 
  private:
   struct Impl;
+  void census(const ProcessPlace& place, const CommTimeouts& timeouts, bool host_store,
+              const std::string& endpoint);
   template <class F>
   void guarded(const char* what, F&& body);
 

@@ -35,25 +35,26 @@ ProcessPlace read_process_place(const config::EnvMap& env) {
   const bool has_world = env.count("WORLD_SIZE") > 0;
   p.world_size = static_cast<int>(env_int(env, "WORLD_SIZE", 1, 1, 1 << 20));
   if (!has_world && env.count("RANK"))
-    fail(Errc::config, "environment variable RANK is set but WORLD_SIZE is not; set both (as "
-                       "accel launch and torchrun do) or neither");
+    fail(Errc::config,
+         "environment variable RANK is set but WORLD_SIZE is not; set both (as "
+         "accel launch and torchrun do) or neither");
   p.rank = static_cast<int>(env_int(env, "RANK", 0, 0, p.world_size - 1));
   if (p.world_size > 1 && !env.count("RANK"))
     fail(Errc::config, "environment variable WORLD_SIZE=" + std::to_string(p.world_size) +
                            " but RANK is not set");
   p.local_world_size =
       static_cast<int>(env_int(env, "LOCAL_WORLD_SIZE", p.world_size, 1, p.world_size));
-  p.local_rank = static_cast<int>(
-      env_int(env, "LOCAL_RANK", p.world_size == p.local_world_size ? p.rank : 0, 0,
-              p.local_world_size - 1));
+  p.local_rank =
+      static_cast<int>(env_int(env, "LOCAL_RANK", p.world_size == p.local_world_size ? p.rank : 0,
+                               0, p.local_world_size - 1));
   if (auto it = env.find("MASTER_ADDR"); it != env.end() && !it->second.empty())
     p.master_addr = it->second;
   p.master_port = static_cast<int>(env_int(env, "MASTER_PORT", 29500, 1, 65535));
   if (auto it = env.find("ACCEL_STORE_HOSTED"); it != env.end()) {
     bool hosted = false;
     if (!config::parse_bool(it->second, &hosted))
-      fail(Errc::config, "environment variable ACCEL_STORE_HOSTED='" + it->second +
-                             "' is not a boolean");
+      fail(Errc::config,
+           "environment variable ACCEL_STORE_HOSTED='" + it->second + "' is not a boolean");
     p.store_hosted = hosted;
   }
   if (auto it = env.find("ACCEL_RUN_ID"); it != env.end()) {

@@ -1,5 +1,5 @@
-// Seeds of every random generator libaccel knows: LibTorch's default CPU and CUDA generators and the
-// library's own generator (data shuffling and other library-side randomness draw from it).
+// Seeds of every random generator libaccel knows: LibTorch's default CPU and CUDA generators and
+// the library's own generator (data shuffling and other library-side randomness draw from it).
 #pragma once
 
 #include <ATen/core/Generator.h>

@@ -1,9 +1,9 @@
 // `accel`: the command line. `launch` runs N ranks of any program with the torchrun-compatible
 // environment; `env` describes this machine; `config` shows or writes Accelerate's configuration.
 #include <ATen/Parallel.h>
-#include <CLI/CLI.hpp>
 #include <sys/utsname.h>
 #include <torch/csrc/api/include/torch/version.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -22,8 +22,8 @@ namespace {
 
 #define ACCEL_STR2(x) #x
 #define ACCEL_STR(x) ACCEL_STR2(x)
-const char* const kVersion =
-    ACCEL_STR(ACCEL_VERSION_MAJOR) "." ACCEL_STR(ACCEL_VERSION_MINOR) "." ACCEL_STR(ACCEL_VERSION_PATCH);
+const char* const kVersion = ACCEL_STR(ACCEL_VERSION_MAJOR) "." ACCEL_STR(
+    ACCEL_VERSION_MINOR) "." ACCEL_STR(ACCEL_VERSION_PATCH);
 
 int run_launch(const accel::launch::LaunchOptions& options, bool prefix_output, double grace_s) {
   const auto env = accel::config::process_environment();
@@ -36,8 +36,8 @@ int run_launch(const accel::launch::LaunchOptions& options, bool prefix_output, 
     store = std::make_unique<accel::launch::StoreHost>(plan.master_port);
     port = store->port();
   }
-  const std::string run_id = plan.num_machines > 1 ? "multinode-" + std::to_string(port)
-                                                   : accel::launch::new_run_id();
+  const std::string run_id =
+      plan.num_machines > 1 ? "multinode-" + std::to_string(port) : accel::launch::new_run_id();
   std::vector<accel::launch::RankProcess> ranks;
   for (int local = 0; local < plan.local_processes; ++local) {
     accel::launch::RankProcess rp;
@@ -112,9 +112,8 @@ int run_config_default(std::string path, const std::string& mixed_precision, int
   if (std::ifstream(path))
     accel::fail(accel::Errc::io, "'" + path + "' exists already; not overwriting it");
   const auto* spec = accel::config::find_key("mixed_precision");
-  const std::string mp =
-      accel::config::normalize(*spec, mixed_precision, {accel::config::Source::kSetter,
-                                                        "--mixed_precision"});
+  const std::string mp = accel::config::normalize(
+      *spec, mixed_precision, {accel::config::Source::kSetter, "--mixed_precision"});
   std::ostringstream y;
   y << "compute_environment: LOCAL_MACHINE\n"
     << "debug: false\n"
@@ -154,7 +153,8 @@ int main(int argc, char** argv) {
   accel::launch::LaunchOptions lo;
   bool prefix_output = false;
   double grace_s = 5.0;
-  auto* launch = app.add_subcommand("launch", "Run PROGRAM on N local ranks (torchrun environment)");
+  auto* launch =
+      app.add_subcommand("launch", "Run PROGRAM on N local ranks (torchrun environment)");
   launch->add_option("--num_processes,--num-processes,-n", lo.num_processes,
                      "Total number of processes (over all machines)");
   launch->add_option("--num_machines,--num-machines", lo.num_machines, "Number of machines");

@@ -1,0 +1,384 @@
+/*
+ * mp_program.c - one rank of the multi-process tests, started by `accel launch` (or by hand).
+ * argv[1] picks the scenario; the program checks its own results exactly and exits 0 when they are
+ * right, non-zero (with a message on stderr) when not.
+ *
+ *   check     every collective, every dtype, results compared exactly
+ *   die       rank 1 exits with code 3 in the middle of a series of all-reduces
+ *   mismatch  gather with rank-dependent shapes must fail on every rank with ACCEL_ERR_SHAPE
+ *   census    the last rank never starts: the others must fail naming it
+ *   timeout   rank 1 stays away from a collective: rank 0 must get ACCEL_ERR_TIMEOUT
+ *   config    rank 0 prints the effective configuration
+ *   sleep     every rank sleeps (for signal tests)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+
+static int g_rank = -1;
+
+#define CHECK(call)                                                                          \
+  do {                                                                                       \
+    accel_status st_ = (call);                                                               \
+    if (st_ != ACCEL_OK) {                                                                   \
+      fprintf(stderr, "rank %d: %s failed: %s: %s\n", g_rank, #call, accel_status_name(st_), \
+              accel_last_error_message());                                                   \
+      exit(1);                                                                               \
+    }                                                                                        \
+  } while (0)
+
+#define EXPECT(cond, ...)                                            \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      fprintf(stderr, "rank %d: check failed: %s: ", g_rank, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                  \
+      fprintf(stderr, "\n");                                         \
+      exit(2);                                                       \
+    }                                                                \
+  } while (0)
+
+static accel_tensor* make(const void* data, accel_dtype dt, const int64_t* shape, size_t ndim) {
+  size_t n = accel_dtype_size(dt), i;
+  accel_tensor* t = NULL;
+  for (i = 0; i < ndim; ++i) n *= (size_t)shape[i];
+  CHECK(accel_tensor_from_data(data, n, dt, shape, ndim, &t));
+  return t;
+}
+
+static void expect_shape(const accel_tensor* t, const int64_t* shape, size_t ndim) {
+  int64_t got[ACCEL_MAX_DIMS];
+  size_t nd = 0, i;
+  CHECK(accel_tensor_ndim(t, &nd));
+  EXPECT(nd == ndim, "ndim %zu, expected %zu", nd, ndim);
+  CHECK(accel_tensor_shape(t, got, ACCEL_MAX_DIMS));
+  for (i = 0; i < ndim; ++i) EXPECT(got[i] == shape[i], "dim %zu is %lld", i, (long long)got[i]);
+}
+
+static void check_gather(accel_accelerator* acc, int world) {
+  /* f32 [2, 3]: rank r holds r*100 + i. Gathered: [2*world, 3] in rank order. */
+  float mine[6], *all;
+  int64_t shape[2] = {2, 3}, want[2];
+  accel_tensor *t, *out;
+  int i, r;
+  for (i = 0; i < 6; ++i) mine[i] = (float)(g_rank * 100 + i);
+  t = make(mine, ACCEL_DTYPE_F32, shape, 2);
+  CHECK(accel_gather(acc, t, &out));
+  want[0] = 2 * world;
+  want[1] = 3;
+  expect_shape(out, want, 2);
+  all = malloc(sizeof(float) * 6 * (size_t)world);
+  CHECK(accel_tensor_to_data(out, all, sizeof(float) * 6 * (size_t)world));
+  for (r = 0; r < world; ++r)
+    for (i = 0; i < 6; ++i)
+      EXPECT(all[r * 6 + i] == (float)(r * 100 + i), "gather f32 [%d] = %g", r * 6 + i,
+             all[r * 6 + i]);
+  free(all);
+  accel_tensor_free(out);
+  accel_tensor_free(t);
+
+  {
+    /* int64 scalars gather to a vector; bf16 and bool move bit-exactly. */
+    int64_t v = 1000000000000LL + g_rank, got[16];
+    uint16_t bf[2];
+    uint16_t bf_all[32];
+    uint8_t flag = (uint8_t)(g_rank % 2), flags[16];
+    int64_t two[1] = {2}, one[1] = {1};
+    t = make(&v, ACCEL_DTYPE_I64, NULL, 0);
+    CHECK(accel_gather(acc, t, &out));
+    want[0] = world;
+    expect_shape(out, want, 1);
+    CHECK(accel_tensor_to_data(out, got, sizeof got));
+    for (r = 0; r < world; ++r) EXPECT(got[r] == 1000000000000LL + r, "gather i64 [%d]", r);
+    accel_tensor_free(out);
+    accel_tensor_free(t);
+
+    bf[0] = (uint16_t)(0x3f80 + g_rank); /* distinct bf16 bit patterns */
+    bf[1] = 0xc000;
+    t = make(bf, ACCEL_DTYPE_BF16, two, 1);
+    CHECK(accel_gather(acc, t, &out));
+    CHECK(accel_tensor_to_data(out, bf_all, sizeof bf_all));
+    for (r = 0; r < world; ++r)
+      EXPECT(bf_all[2 * r] == 0x3f80 + r && bf_all[2 * r + 1] == 0xc000, "gather bf16 [%d]", r);
+    accel_tensor_free(out);
+    accel_tensor_free(t);
+
+    t = make(&flag, ACCEL_DTYPE_BOOL, one, 1);
+    CHECK(accel_gather(acc, t, &out));
+    CHECK(accel_tensor_to_data(out, flags, sizeof flags));
+    for (r = 0; r < world; ++r) EXPECT(flags[r] == r % 2, "gather bool [%d]", r);
+    accel_tensor_free(out);
+    accel_tensor_free(t);
+  }
+}
+
+static void check_pad(accel_accelerator* acc, int world) {
+  /* rank r holds a [r+1, 2] int32 block of (r+1); padded along dim 0 to [world, 2]. */
+  int32_t block[64], got[64];
+  int64_t shape[2], want[2];
+  accel_tensor *t, *out;
+  int i, pad_first;
+  shape[0] = g_rank + 1;
+  shape[1] = 2;
+  for (i = 0; i < (g_rank + 1) * 2; ++i) block[i] = g_rank + 1;
+  t = make(block, ACCEL_DTYPE_I32, shape, 2);
+  for (pad_first = 0; pad_first <= 1; ++pad_first) {
+    CHECK(accel_pad_across_processes(acc, t, 0, -7.0, pad_first != 0, &out));
+    want[0] = world;
+    want[1] = 2;
+    expect_shape(out, want, 2);
+    CHECK(accel_tensor_to_data(out, got, sizeof got));
+    for (i = 0; i < world * 2; ++i) {
+      int row = i / 2, filled;
+      filled = pad_first ? row >= world - (g_rank + 1) : row < g_rank + 1;
+      EXPECT(got[i] == (filled ? g_rank + 1 : -7), "pad_first=%d [%d] = %d", pad_first, i, got[i]);
+    }
+    accel_tensor_free(out);
+  }
+  /* Padding the other dimension: [r+1, 2] along dim 1 leaves it at 2 everywhere. */
+  CHECK(accel_pad_across_processes(acc, t, -1, 0.0, false, &out));
+  expect_shape(out, shape, 2);
+  accel_tensor_free(out);
+  accel_tensor_free(t);
+}
+
+static void check_reduce(accel_accelerator* acc, int world) {
+  float v[2];
+  int64_t shape[1] = {2};
+  int64_t iv[2], igot[2];
+  float got[2];
+  accel_tensor *t, *ti, *out;
+  float sum = 0;
+  int r;
+  v[0] = (float)(g_rank + 1);
+  v[1] = (float)(-g_rank);
+  for (r = 0; r < world; ++r) sum += (float)(r + 1);
+  t = make(v, ACCEL_DTYPE_F32, shape, 1);
+  CHECK(accel_reduce(acc, t, ACCEL_REDUCE_SUM, &out));
+  CHECK(accel_tensor_to_data(out, got, sizeof got));
+  EXPECT(got[0] == sum, "sum %g, expected %g", got[0], sum);
+  accel_tensor_free(out);
+  CHECK(accel_reduce(acc, t, ACCEL_REDUCE_MEAN, &out));
+  CHECK(accel_tensor_to_data(out, got, sizeof got));
+  EXPECT(got[0] == sum / (float)world, "mean %g", got[0]);
+  accel_tensor_free(out);
+  CHECK(accel_reduce(acc, t, ACCEL_REDUCE_MAX, &out));
+  CHECK(accel_tensor_to_data(out, got, sizeof got));
+  EXPECT(got[0] == (float)world && got[1] == 0.0f, "max %g %g", got[0], got[1]);
+  accel_tensor_free(out);
+  CHECK(accel_reduce(acc, t, ACCEL_REDUCE_MIN, &out));
+  CHECK(accel_tensor_to_data(out, got, sizeof got));
+  EXPECT(got[0] == 1.0f && got[1] == (float)(1 - world), "min %g %g", got[0], got[1]);
+  accel_tensor_free(out);
+  accel_tensor_free(t);
+
+  iv[0] = 1LL << 40;
+  iv[1] = g_rank;
+  ti = make(iv, ACCEL_DTYPE_I64, shape, 1);
+  CHECK(accel_reduce(acc, ti, ACCEL_REDUCE_SUM, &out));
+  CHECK(accel_tensor_to_data(out, igot, sizeof igot));
+  EXPECT(igot[0] == (int64_t)world << 40, "int64 sum exact");
+  EXPECT(igot[1] == (int64_t)world * (world - 1) / 2, "int64 sum of ranks %lld",
+         (long long)igot[1]);
+  accel_tensor_free(out);
+  accel_tensor_free(ti);
+}
+
+static void check_broadcast(accel_accelerator* acc, int world) {
+  int root;
+  for (root = 0; root < world; ++root) {
+    /* The root's tensor has a root-dependent shape; receivers pass nothing and learn it. */
+    double data[8], got[8];
+    int64_t shape[1];
+    accel_tensor *t = NULL, *out;
+    accel_dtype dt;
+    int i;
+    shape[0] = root + 1;
+    for (i = 0; i <= root; ++i) data[i] = root * 10.0 + i + 0.25;
+    if (g_rank == root) t = make(data, ACCEL_DTYPE_F64, shape, 1);
+    CHECK(accel_broadcast(acc, t, root, &out));
+    expect_shape(out, shape, 1);
+    CHECK(accel_tensor_dtype(out, &dt));
+    EXPECT(dt == ACCEL_DTYPE_F64, "dtype %d", (int)dt);
+    CHECK(accel_tensor_to_data(out, got, sizeof got));
+    for (i = 0; i <= root; ++i) EXPECT(got[i] == root * 10.0 + i + 0.25, "broadcast[%d]", i);
+    accel_tensor_free(out);
+    accel_tensor_free(t);
+  }
+}
+
+static void check_gather_object(accel_accelerator* acc, int world) {
+  /* Rank r sends r copies of the letter 'a'+r: rank 0 sends nothing at all. */
+  char mine[32];
+  accel_bytes_list* list;
+  size_t count = 0, i;
+  int r;
+  memset(mine, 'a' + g_rank, sizeof mine);
+  CHECK(accel_gather_object(acc, g_rank ? mine : NULL, (size_t)g_rank, &list));
+  CHECK(accel_bytes_list_count(list, &count));
+  EXPECT(count == (size_t)world, "count %zu", count);
+  for (r = 0; r < world; ++r) {
+    const void* data;
+    size_t size;
+    CHECK(accel_bytes_list_get(list, (size_t)r, &data, &size));
+    EXPECT(size == (size_t)r, "object %d has %zu bytes", r, size);
+    for (i = 0; i < size; ++i) EXPECT(((const char*)data)[i] == 'a' + r, "object %d byte", r);
+  }
+  accel_bytes_list_free(list);
+}
+
+static void check_main_process_first(accel_accelerator* acc, int world) {
+  /* The main process writes a file inside the block; the others must find it when they enter. */
+  char path[256];
+  FILE* f;
+  const char* dir = getenv("MP_TEST_DIR");
+  snprintf(path, sizeof path, "%s/main_first.%s", dir ? dir : "/tmp", getenv("ACCEL_RUN_ID"));
+  CHECK(accel_main_process_first_begin(acc));
+  if (g_rank == 0) {
+    usleep(300000);
+    f = fopen(path, "w");
+    EXPECT(f != NULL, "cannot write %s", path);
+    fputs("done", f);
+    fclose(f);
+  } else {
+    f = fopen(path, "r");
+    EXPECT(f != NULL, "rank %d entered before the main process finished", g_rank);
+    fclose(f);
+  }
+  CHECK(accel_main_process_first_end(acc));
+  CHECK(accel_wait_for_everyone(acc));
+  if (g_rank == 0) remove(path);
+  (void)world;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "check";
+  accel_accelerator* acc = NULL;
+  accel_config* cfg = NULL;
+  int world = 1;
+  const char* rank_env = getenv("RANK");
+  const char* world_env = getenv("WORLD_SIZE");
+  g_rank = rank_env ? atoi(rank_env) : 0;
+
+  if (strcmp(mode, "census") == 0) {
+    accel_status st;
+    int last = world_env ? atoi(world_env) - 1 : 0;
+    char expect_text[64];
+    if (g_rank == last) return 0; /* this rank "never starts" */
+    st = accel_init(NULL, &acc);
+    snprintf(expect_text, sizeof expect_text, "missing rank %d", last);
+    EXPECT(st == ACCEL_ERR_RENDEZVOUS, "status %s: %s", accel_status_name(st),
+           accel_last_error_message());
+    EXPECT(strstr(accel_last_error_message(), expect_text) != NULL, "message: %s",
+           accel_last_error_message());
+    printf("rank %d: %s\n", g_rank, accel_last_error_message());
+    return 0;
+  }
+  if (strcmp(mode, "sleep") == 0) {
+    CHECK(accel_init(NULL, &acc));
+    printf("rank %d sleeping\n", g_rank);
+    fflush(stdout);
+    sleep(60);
+    accel_free(acc);
+    return 0;
+  }
+
+  CHECK(accel_config_new(&cfg));
+  if (strcmp(mode, "timeout") == 0) CHECK(accel_config_set(cfg, "collective_timeout", "2"));
+  CHECK(accel_init(cfg, &acc));
+  accel_config_free(cfg);
+  CHECK(accel_num_processes(acc, &world));
+  {
+    int idx = -1;
+    CHECK(accel_process_index(acc, &idx));
+    EXPECT(idx == g_rank, "process index %d, RANK %d", idx, g_rank);
+  }
+
+  if (strcmp(mode, "check") == 0) {
+    accel_distributed_type dist;
+    CHECK(accel_distributed_type_get(acc, &dist));
+    EXPECT(dist == (world > 1 ? ACCEL_DISTRIBUTED_MULTI_CPU : ACCEL_DISTRIBUTED_NO), "dist %d",
+           (int)dist);
+    check_gather(acc, world);
+    check_pad(acc, world);
+    check_reduce(acc, world);
+    check_broadcast(acc, world);
+    check_gather_object(acc, world);
+    check_main_process_first(acc, world);
+    printf("rank %d of %d: all collectives OK\n", g_rank, world);
+  } else if (strcmp(mode, "die") == 0) {
+    float v = 1;
+    accel_tensor* t = make(&v, ACCEL_DTYPE_F32, NULL, 0);
+    int step;
+    for (step = 0; step < 1000; ++step) {
+      accel_tensor* out = NULL;
+      accel_status st;
+      if (g_rank == 1 && step == 3) {
+        fprintf(stderr, "rank 1: exiting on purpose at step 3\n");
+        exit(3);
+      }
+      st = accel_reduce(acc, t, ACCEL_REDUCE_SUM, &out);
+      if (st != ACCEL_OK) {
+        fprintf(stderr, "rank %d: step %d: %s: %s\n", g_rank, step, accel_status_name(st),
+                accel_last_error_message());
+        exit(st == ACCEL_ERR_PEER_FAILED || st == ACCEL_ERR_TIMEOUT ? 4 : 5);
+      }
+      accel_tensor_free(out);
+    }
+    fprintf(stderr, "rank %d: the peer's death went unnoticed\n", g_rank);
+    return 6;
+  } else if (strcmp(mode, "mismatch") == 0) {
+    float v[4] = {0, 1, 2, 3};
+    int64_t shape[1];
+    accel_tensor *t, *out = NULL;
+    accel_status st;
+    shape[0] = g_rank + 1;
+    t = make(v, ACCEL_DTYPE_F32, shape, 1);
+    st = accel_gather(acc, t, &out);
+    EXPECT(st == ACCEL_ERR_SHAPE, "status %s", accel_status_name(st));
+    EXPECT(out == NULL, "output set on failure");
+    EXPECT(strstr(accel_last_error_message(), "pad_across_processes") != NULL, "message: %s",
+           accel_last_error_message());
+    EXPECT(strstr(accel_last_error_message(), "rank 1 [2]") != NULL, "message: %s",
+           accel_last_error_message());
+    printf("rank %d: %s\n", g_rank, accel_last_error_message());
+    /* The group is still usable: pad, then gather. */
+    {
+      accel_tensor* padded;
+      CHECK(accel_pad_across_processes(acc, t, 0, 0.0, false, &padded));
+      CHECK(accel_gather(acc, padded, &out));
+      accel_tensor_free(out);
+      accel_tensor_free(padded);
+    }
+    accel_tensor_free(t);
+  } else if (strcmp(mode, "timeout") == 0) {
+    if (g_rank == 1) {
+      sleep(6); /* stays away from the collective */
+    } else {
+      accel_status st = accel_wait_for_everyone(acc);
+      EXPECT(st == ACCEL_ERR_TIMEOUT, "status %s: %s", accel_status_name(st),
+             accel_last_error_message());
+      printf("rank %d: %s\n", g_rank, accel_last_error_message());
+      st = accel_wait_for_everyone(acc);
+      EXPECT(st == ACCEL_ERR_STATE, "after a failure: %s", accel_status_name(st));
+    }
+    accel_free(acc);
+    return 0;
+  } else if (strcmp(mode, "config") == 0) {
+    size_t n = 0;
+    char* text;
+    accel_config_dump_effective(acc, NULL, 0, &n);
+    text = malloc(n);
+    CHECK(accel_config_dump_effective(acc, text, n, &n));
+    if (g_rank == 0) fputs(text, stdout);
+    free(text);
+  } else {
+    fprintf(stderr, "unknown mode %s\n", mode);
+    return 64;
+  }
+  CHECK(accel_wait_for_everyone(acc));
+  accel_free(acc);
+  return 0;
+}

@@ -1,0 +1,214 @@
+// Real processes over real Gloo: `accel launch` starts mp_program ranks, which check their own
+// results; this test checks exit codes, messages and timing.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <string>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+// Runs a bash command line, stdout and stderr together. HF_HOME points nowhere, so no user
+// configuration leaks in.
+Result run(const std::string& command) {
+  static std::atomic<int> counter{0};
+  const auto start = std::chrono::steady_clock::now();
+  const std::string script = ::testing::TempDir() + "mp_cmd_" + std::to_string(getpid()) + "_" +
+                             std::to_string(counter++) + ".sh";
+  {
+    std::ofstream out(script);
+    out << "export HF_HOME=/nonexistent-hf-home MP_TEST_DIR='" << ::testing::TempDir() << "'\n"
+        << command << "\n";
+  }
+  Result r;
+  FILE* p = popen(("bash " + script + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+const std::string kAccel = ACCEL_CLI;
+const std::string kProgram = MP_PROGRAM;
+
+std::string launch(int n, const std::string& mode, const std::string& flags = "") {
+  return kAccel + " launch -n " + std::to_string(n) + " " + flags + " " + kProgram + " " + mode;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A port nobody listens on right now (for tests that must name one).
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+TEST(MultiProcess, CollectivesOnTwoRanks) {
+  const auto r = run(launch(2, "check"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0 of 2: all collectives OK")) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1 of 2: all collectives OK")) << r.output;
+}
+
+TEST(MultiProcess, CollectivesOnThreeRanks) {
+  const auto r = run(launch(3, "check", "--prefix_output"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_TRUE(contains(r.output, "[rank " + std::to_string(rank) + "] rank " +
+                                       std::to_string(rank) + " of 3: all collectives OK"))
+        << r.output;
+}
+
+TEST(MultiProcess, OneRankIsAWorldOfOne) {
+  const auto r = run(launch(1, "check"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0 of 1: all collectives OK")) << r.output;
+}
+
+TEST(MultiProcess, RankExitingMidCollectiveStopsTheJobNamingIt) {
+  const auto r = run(launch(3, "die", "--grace_period 2"));
+  EXPECT_EQ(r.code, 3) << "the launcher exits with the failed rank's code\n" << r.output;
+  EXPECT_TRUE(contains(r.output, "accel launch: rank 1 (pid")) << r.output;
+  EXPECT_TRUE(contains(r.output, "exited with code 3")) << r.output;
+  EXPECT_LT(r.seconds, 10.0) << r.output;
+}
+
+TEST(MultiProcess, RankThatNeverStartsIsNamedByTheCensus) {
+  const auto r = run("ACCEL_RENDEZVOUS_TIMEOUT=3 " + launch(3, "census"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0: rendezvous failed: 1 of 3 ranks did not arrive"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1: rendezvous failed")) << r.output;
+  EXPECT_LT(r.seconds, 10.0);
+}
+
+TEST(MultiProcess, CensusWithoutTheLauncherRankZeroHostsTheStore) {
+  // torchrun's contract: rank 0 opens the store on MASTER_PORT, the others connect to it.
+  const std::string common =
+      "WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+      " ACCEL_RENDEZVOUS_TIMEOUT=3 ";
+  const auto r =
+      run("(" + common + "RANK=0 " + kProgram + " census & " + common + "RANK=1 " + kProgram +
+          " census & " + common + "RANK=2 " + kProgram + " census; wait %1 && wait %2)");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "missing rank 2")) << r.output;
+}
+
+TEST(MultiProcess, TwoJobsAtOnceBothSucceed) {
+  auto a = std::async(std::launch::async, [] { return run(launch(2, "check")); });
+  auto b = std::async(std::launch::async, [] { return run(launch(2, "check")); });
+  const auto ra = a.get(), rb = b.get();
+  EXPECT_EQ(ra.code, 0) << ra.output;
+  EXPECT_EQ(rb.code, 0) << rb.output;
+}
+
+TEST(MultiProcess, ShapeMismatchFailsOnEveryRankAndSuggestsPadding) {
+  const auto r = run(launch(2, "mismatch"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0: gather: ranks hold tensors of different shapes"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1: gather: ranks hold tensors of different shapes"))
+      << r.output;
+}
+
+TEST(MultiProcess, CollectiveTimeoutIsReported) {
+  const auto r = run(launch(2, "timeout"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0: barrier failed on rank 0")) << r.output;
+}
+
+TEST(MultiProcess, LauncherPassesConfigurationWithSources) {
+  const std::string path = ::testing::TempDir() + "mp_config.yaml";
+  FILE* f = fopen(path.c_str(), "w");
+  fputs("num_processes: 2\ngradient_accumulation_steps: 2\nmixed_precision: 'no'\n", f);
+  fclose(f);
+  const auto r = run(kAccel + " launch --config_file " + path + " --mixed_precision bf16 " +
+                     kProgram + " config");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "mixed_precision: bf16")) << r.output;
+  EXPECT_TRUE(contains(r.output, "# env ACCELERATE_MIXED_PRECISION")) << r.output;
+  EXPECT_TRUE(contains(r.output, "# file " + path + ":2")) << r.output;
+}
+
+TEST(MultiProcess, TwoMachinesOnOneHost) {
+  const std::string port = std::to_string(free_port());
+  const std::string flags =
+      "--num_machines 2 --main_process_ip 127.0.0.1 --main_process_port " + port;
+  auto m0 = std::async(std::launch::async,
+                       [&] { return run(launch(4, "check", flags + " --machine_rank 0")); });
+  auto m1 = std::async(std::launch::async,
+                       [&] { return run(launch(4, "check", flags + " --machine_rank 1")); });
+  const auto r0 = m0.get(), r1 = m1.get();
+  EXPECT_EQ(r0.code, 0) << r0.output;
+  EXPECT_EQ(r1.code, 0) << r1.output;
+  EXPECT_TRUE(contains(r1.output, "rank 3 of 4: all collectives OK")) << r1.output;
+}
+
+TEST(MultiProcess, PortInUseIsAClearError) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const auto r =
+      run(launch(2, "check", "--main_process_port " + std::to_string(ntohs(a.sin_port))));
+  close(fd);
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "could not open the rendezvous store on port")) << r.output;
+}
+
+TEST(MultiProcess, MissingProgramIsAClearError) {
+  const auto r = run(kAccel + " launch -n 2 /nonexistent/program");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(contains(r.output, "/nonexistent/program")) << r.output;
+}
+
+TEST(MultiProcess, SigtermIsForwardedAndTheLauncherExits) {
+  const std::string log = ::testing::TempDir() + "sigterm.log";
+  const auto r = run("(" + launch(2, "sleep") + " > " + log + " 2>&1 & pid=$!; " +
+                     "for i in $(seq 100); do grep -q 'rank 1 sleeping' " + log +
+                     " 2>/dev/null && grep -q 'rank 0 sleeping' " + log +
+                     " && break; sleep 0.1; done; kill -TERM $pid; wait $pid; echo launcher=$?; " +
+                     "cat " + log + ")");
+  EXPECT_TRUE(contains(r.output, "launcher=143")) << r.output;
+  EXPECT_TRUE(contains(r.output, "received Terminated; forwarding it to the ranks")) << r.output;
+  EXPECT_LT(r.seconds, 20.0);
+  // The bracket keeps pgrep from matching the shell that runs it.
+  const std::string name = kProgram.substr(kProgram.rfind('/') + 1);
+  const auto left =
+      run("pgrep -f '[" + name.substr(0, 1) + "]" + name.substr(1) + " sleep' || echo none");
+  EXPECT_TRUE(contains(left.output, "none")) << "ranks left behind: " << left.output;
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what libaccel needs on Debian 12 (from Debian's archive only), then configures and builds
+# it into build/. Safe to run again: both steps are incremental.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+packages=(
+  build-essential cmake ninja-build pkg-config ccache
+  libtorch-dev libgloo-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev libcli11-dev
+  libgtest-dev libgmock-dev
+  # LibTorch's BLAS. The OpenMP build shares LibTorch's thread pool; the reference BLAS runs fp32
+  # matmul ~40x slower and the pthread build's threads fight LibTorch's.
+  libopenblas0-openmp
+  dataset-fashion-mnist
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  as_root apt-get update
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+# Another BLAS installed earlier may still own the libblas.so.3 alternative: point it at OpenBLAS's
+# OpenMP build explicitly.
+arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+for lib in libblas.so.3 liblapack.so.3; do
+  target=/usr/lib/$arch/openblas-openmp/$lib
+  [ -e "$target" ] && as_root update-alternatives --set "$lib-$arch" "$target" >/dev/null
+done
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build
