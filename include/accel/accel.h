@@ -408,8 +408,10 @@ ACCEL_API accel_status accel_set_seed(accel_accelerator* accelerator, uint64_t s
  * Collectives
  *
  * Every rank must make the same collective calls in the same order. With one process each is the
- * identity (a copy). A failure in one (a peer that died, a timeout) leaves the process group
- * unusable: later collectives fail at once with ACCEL_ERR_STATE and the original message.
+ * identity (a copy). A call rejected on one rank for a local reason (a NULL argument, say) does not
+ * take part, so the other ranks fail with ACCEL_ERR_TIMEOUT after collective_timeout. A failure in
+ * one (a peer that died, a timeout) leaves the process group unusable: later collectives fail at
+ * once with ACCEL_ERR_STATE and the original message.
  * -------------------------------------------------------------------------------------------------
  */
 

@@ -179,6 +179,8 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
 
   int result = 0;
   bool stopping = false;
+  std::string
+      exited_early;  // ranks that exited 0 while others ran: the usual cause of a peer error
   int interrupted_by = 0;
   Clock::time_point kill_at = Clock::time_point::max();
   auto running_count = [&] {
@@ -273,6 +275,8 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
         if (c.pid != pid || !c.running) continue;
         c.running = false;
         const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (!failed && !stopping && running_count() > 0)
+          exited_early += (exited_early.empty() ? "" : ", ") + std::to_string(c.rank);
         if (failed && !stopping) {
           result = exit_code_of(status);
           stopping = true;
@@ -281,7 +285,10 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
               describe_exit(status) +
               (others ? "; stopping the other " + std::to_string(others) + " rank" +
                             (others > 1 ? "s" : "")
-                      : ""));
+                      : "") +
+              (exited_early.empty() ? ""
+                                    : " (before that, rank " + exited_early +
+                                          " exited with code 0 while the others still ran)"));
           signal_all(children, SIGTERM);
           kill_at = Clock::now() + options.grace;
         }

@@ -1,7 +1,11 @@
 // The C ABI as a binding sees it: every function against NULL and wrong-kind handles, the free
 // functions from any thread, the buffer convention, tensors by copy, and a world of one.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <sched.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -20,7 +24,8 @@ accel_accelerator* g_acc = nullptr;
 class Env : public ::testing::Environment {
  public:
   void SetUp() override {
-    for (const char* v : {"WORLD_SIZE", "RANK", "ACCEL_CONFIG_FILE", "ACCELERATE_MIXED_PRECISION"})
+    for (const char* v : {"WORLD_SIZE", "RANK", "ACCEL_CONFIG_FILE", "ACCELERATE_MIXED_PRECISION",
+                          "OMP_NUM_THREADS", "ACCEL_NUM_THREADS"})
       unsetenv(v);
     ASSERT_EQ(accel_init(nullptr, &g_acc), ACCEL_OK) << accel_last_error_message();
   }
@@ -335,6 +340,27 @@ TEST(CApi, FreeFromAnotherThread) {
     ASSERT_EQ(accel_init(nullptr, &g_acc), ACCEL_OK) << accel_last_error_message();
   }).join();
   ASSERT_NE(g_acc, nullptr);
+}
+
+TEST(CApi, ThreadSettingsReachLibTorchAndOpenBlas) {
+  using BlasGetter = int (*)();
+  auto blas_threads = reinterpret_cast<BlasGetter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  cpu_set_t set;
+  sched_getaffinity(0, sizeof set, &set);
+  EXPECT_EQ(at::get_num_threads(), CPU_COUNT(&set)) << "a world of one uses every CPU";
+  accel_free(g_acc);
+  g_acc = nullptr;
+  accel_config* c = nullptr;
+  ASSERT_EQ(accel_config_new(&c), ACCEL_OK);
+  ASSERT_EQ(accel_config_set(c, "num_threads", "1"), ACCEL_OK);
+  ASSERT_EQ(accel_init(c, &g_acc), ACCEL_OK) << accel_last_error_message();
+  accel_config_free(c);
+  EXPECT_EQ(at::get_num_threads(), 1);
+  ASSERT_NE(blas_threads, nullptr) << "libblas.so.3 is not OpenBLAS: run tools/setup.sh";
+  EXPECT_EQ(blas_threads(), 1) << "at::set_num_threads alone does not limit OpenBLAS";
+  accel_free(g_acc);
+  g_acc = nullptr;
+  ASSERT_EQ(accel_init(nullptr, &g_acc), ACCEL_OK);
 }
 
 TEST(CApi, ErrorMessageIsPerThread) {

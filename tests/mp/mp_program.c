@@ -5,6 +5,7 @@
  *
  *   check     every collective, every dtype, results compared exactly
  *   die       rank 1 exits with code 3 in the middle of a series of all-reduces
+ *   quit      the same, but rank 1 exits with code 0 (the others must still fail, not hang)
  *   mismatch  gather with rank-dependent shapes must fail on every rank with ACCEL_ERR_SHAPE
  *   census    the last rank never starts: the others must fail naming it
  *   timeout   rank 1 stays away from a collective: rank 0 must get ACCEL_ERR_TIMEOUT
@@ -308,7 +309,8 @@ int main(int argc, char** argv) {
     check_gather_object(acc, world);
     check_main_process_first(acc, world);
     printf("rank %d of %d: all collectives OK\n", g_rank, world);
-  } else if (strcmp(mode, "die") == 0) {
+  } else if (strcmp(mode, "die") == 0 || strcmp(mode, "quit") == 0) {
+    const int code = strcmp(mode, "die") == 0 ? 3 : 0;
     float v = 1;
     accel_tensor* t = make(&v, ACCEL_DTYPE_F32, NULL, 0);
     int step;
@@ -317,7 +319,7 @@ int main(int argc, char** argv) {
       accel_status st;
       if (g_rank == 1 && step == 3) {
         fprintf(stderr, "rank 1: exiting on purpose at step 3\n");
-        exit(3);
+        exit(code);
       }
       st = accel_reduce(acc, t, ACCEL_REDUCE_SUM, &out);
       if (st != ACCEL_OK) {

@@ -103,6 +103,15 @@ TEST(MultiProcess, RankExitingMidCollectiveStopsTheJobNamingIt) {
   EXPECT_LT(r.seconds, 10.0) << r.output;
 }
 
+TEST(MultiProcess, RankQuittingCleanlyMidCollectiveFailsThePeersAndIsNamed) {
+  const auto r = run(launch(2, "quit"));
+  EXPECT_EQ(r.code, 4) << "rank 0 saw ACCEL_ERR_PEER_FAILED\n" << r.output;
+  EXPECT_TRUE(contains(r.output, "ACCEL_ERR_PEER_FAILED")) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1 exited with code 0 while the others still ran"))
+      << r.output;
+  EXPECT_LT(r.seconds, 10.0) << r.output;
+}
+
 TEST(MultiProcess, RankThatNeverStartsIsNamedByTheCensus) {
   const auto r = run("ACCEL_RENDEZVOUS_TIMEOUT=3 " + launch(3, "census"));
   EXPECT_EQ(r.code, 0) << r.output;

@@ -1,6 +1,5 @@
 // `accel`: the command line. `launch` runs N ranks of any program with the torchrun-compatible
 // environment; `env` describes this machine; `config` shows or writes Accelerate's configuration.
-#include <ATen/Parallel.h>
 #include <sys/utsname.h>
 #include <torch/csrc/api/include/torch/version.h>
 #include <CLI/CLI.hpp>
@@ -74,9 +73,11 @@ int run_env(const std::string& config_file) {
   std::printf("- LibTorch version: %d.%d.%d\n", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR,
               TORCH_VERSION_PATCH);
   std::printf("- CPUs available: %d\n", accel::runtime::available_cpus());
-  std::printf("- Intra-op threads (default): %d\n", at::get_num_threads());
   std::printf("- BLAS: %s\n", mapped_blas().c_str());
   const auto env = accel::config::process_environment();
+  std::printf("- Intra-op threads per rank: %d alone, %d each with 2 local ranks\n",
+              accel::runtime::default_thread_count(0, env, accel::runtime::available_cpus(), 1),
+              accel::runtime::default_thread_count(0, env, accel::runtime::available_cpus(), 2));
   accel::config::Config cfg;
   std::string path = config_file;
   if (!path.empty())
