@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <utility>
 
 #include "capi/handles.hpp"
 
@@ -13,68 +14,27 @@ using accel::capi::require;
 
 namespace {
 
+// The one mapping between the ABI's dtypes and LibTorch's, read in both directions.
+constexpr std::pair<accel_dtype, at::ScalarType> kDtypes[] = {
+    {ACCEL_DTYPE_F32, at::kFloat},     {ACCEL_DTYPE_F64, at::kDouble}, {ACCEL_DTYPE_F16, at::kHalf},
+    {ACCEL_DTYPE_BF16, at::kBFloat16}, {ACCEL_DTYPE_I64, at::kLong},   {ACCEL_DTYPE_I32, at::kInt},
+    {ACCEL_DTYPE_I16, at::kShort},     {ACCEL_DTYPE_I8, at::kChar},    {ACCEL_DTYPE_U8, at::kByte},
+    {ACCEL_DTYPE_BOOL, at::kBool}};
+
 bool to_scalar_type(accel_dtype d, at::ScalarType* out) {
-  switch (d) {
-    case ACCEL_DTYPE_F32:
-      *out = at::kFloat;
+  for (const auto& [ours, theirs] : kDtypes)
+    if (ours == d) {
+      *out = theirs;
       return true;
-    case ACCEL_DTYPE_F64:
-      *out = at::kDouble;
-      return true;
-    case ACCEL_DTYPE_F16:
-      *out = at::kHalf;
-      return true;
-    case ACCEL_DTYPE_BF16:
-      *out = at::kBFloat16;
-      return true;
-    case ACCEL_DTYPE_I64:
-      *out = at::kLong;
-      return true;
-    case ACCEL_DTYPE_I32:
-      *out = at::kInt;
-      return true;
-    case ACCEL_DTYPE_I16:
-      *out = at::kShort;
-      return true;
-    case ACCEL_DTYPE_I8:
-      *out = at::kChar;
-      return true;
-    case ACCEL_DTYPE_U8:
-      *out = at::kByte;
-      return true;
-    case ACCEL_DTYPE_BOOL:
-      *out = at::kBool;
-      return true;
-  }
+    }
   return false;
 }
 
 accel_dtype from_scalar_type(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return ACCEL_DTYPE_F32;
-    case at::kDouble:
-      return ACCEL_DTYPE_F64;
-    case at::kHalf:
-      return ACCEL_DTYPE_F16;
-    case at::kBFloat16:
-      return ACCEL_DTYPE_BF16;
-    case at::kLong:
-      return ACCEL_DTYPE_I64;
-    case at::kInt:
-      return ACCEL_DTYPE_I32;
-    case at::kShort:
-      return ACCEL_DTYPE_I16;
-    case at::kChar:
-      return ACCEL_DTYPE_I8;
-    case at::kByte:
-      return ACCEL_DTYPE_U8;
-    case at::kBool:
-      return ACCEL_DTYPE_BOOL;
-    default:
-      fail(Errc::dtype, std::string("the tensor's dtype ") + c10::toString(t) +
-                            " has no accel_dtype equivalent");
-  }
+  for (const auto& [ours, theirs] : kDtypes)
+    if (theirs == t) return ours;
+  fail(Errc::dtype,
+       std::string("the tensor's dtype ") + c10::toString(t) + " has no accel_dtype equivalent");
 }
 
 size_t nbytes_of(const at::Tensor& t) {

@@ -329,19 +329,13 @@ std::string normalize(const KeySpec& spec, const std::string& raw, const Origin&
       break;
     }
     case Kind::kMap:
-      if (value.empty() || value == "{}" || value == "null" || value == "~") {
-        canonical = "{}";
-      } else {
-        canonical = value;
-      }
+    case Kind::kList: {
+      // YAML's ways of writing "nothing" all mean the empty collection.
+      const char* empty = spec.kind == Kind::kMap ? "{}" : "[]";
+      const bool nothing = value.empty() || value == empty || value == "null" || value == "~";
+      canonical = nothing ? empty : value;
       break;
-    case Kind::kList:
-      if (value.empty() || value == "[]" || value == "null" || value == "~") {
-        canonical = "[]";
-      } else {
-        canonical = value;
-      }
-      break;
+    }
   }
   if (spec.neutral_only && !is_neutral(canonical, spec.neutral_only)) {
     std::string neutral = spec.neutral_only;

@@ -58,17 +58,27 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// A TCP socket bound to a port the OS picked; with `listening`, it also accepts connections.
+struct Socket {
+  int fd = -1;
+  int port = 0;
+  explicit Socket(bool listening) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    if (listening) listen(fd, 1);
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~Socket() { close(fd); }
+};
+
 // A port nobody listens on right now (for tests that must name one).
 int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
+  return Socket(false).port;
 }
 
 }  // namespace
@@ -184,17 +194,9 @@ TEST(MultiProcess, TwoMachinesOnOneHost) {
 }
 
 TEST(MultiProcess, PortInUseIsAClearError) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(fd, 1), 0);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const auto r =
-      run(launch(2, "check", "--main_process_port " + std::to_string(ntohs(a.sin_port))));
-  close(fd);
+  Socket taken(true);
+  ASSERT_GT(taken.port, 0);
+  const auto r = run(launch(2, "check", "--main_process_port " + std::to_string(taken.port)));
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "could not open the rendezvous store on port")) << r.output;
 }
