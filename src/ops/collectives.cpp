@@ -90,9 +90,22 @@ at::Tensor as_bytes(const at::Tensor& contiguous) {
   return contiguous.reshape({-1}).view(at::kByte);
 }
 
+// Failures deep inside (the shape exchange is itself an all_gather) are reported under the name of
+// the collective the caller asked for.
+template <class F>
+auto as_op(const char* op, F&& body) {
+  try {
+    return body();
+  } catch (const accel::Error& e) {
+    const std::string msg = e.what();
+    if (msg.rfind(op, 0) == 0) throw;
+    throw accel::Error(e.code(), std::string(op) + ": " + msg);
+  }
+}
+
 }  // namespace
 
-at::Tensor gather(runtime::Communicator* comm, const at::Tensor& tensor) {
+static at::Tensor gather_impl(runtime::Communicator* comm, const at::Tensor& tensor) {
   at::Tensor t = tensor.dim() == 0 ? tensor.reshape({1}) : tensor;
   if (!comm) return t.clone();
   exchange_headers(comm, t, Agree::kShapeAndDtype, "gather",
@@ -109,8 +122,8 @@ at::Tensor gather(runtime::Communicator* comm, const at::Tensor& tensor) {
   return at::cat(parts, 0).to(tensor.device());
 }
 
-at::Tensor pad_across_processes(runtime::Communicator* comm, const at::Tensor& tensor, int64_t dim,
-                                double pad_value, bool pad_first) {
+static at::Tensor pad_impl(runtime::Communicator* comm, const at::Tensor& tensor, int64_t dim,
+                           double pad_value, bool pad_first) {
   const int64_t ndim = tensor.dim();
   if (ndim == 0) fail(Errc::shape, "pad_across_processes: cannot pad a scalar (0-d tensor)");
   if (dim < -ndim || dim >= ndim)
@@ -131,7 +144,8 @@ at::Tensor pad_across_processes(runtime::Communicator* comm, const at::Tensor& t
   return out;
 }
 
-at::Tensor reduce(runtime::Communicator* comm, const at::Tensor& tensor, Reduction reduction) {
+static at::Tensor reduce_impl(runtime::Communicator* comm, const at::Tensor& tensor,
+                              Reduction reduction) {
   if (tensor.scalar_type() == at::kBool)
     fail(Errc::dtype, "reduce: bool tensors cannot be reduced; convert to an integer dtype");
   if (reduction == Reduction::kMean && !at::isFloatingType(tensor.scalar_type()))
@@ -153,7 +167,7 @@ at::Tensor reduce(runtime::Communicator* comm, const at::Tensor& tensor, Reducti
   return work.to(tensor.device(), tensor.scalar_type());
 }
 
-at::Tensor broadcast(runtime::Communicator* comm, const at::Tensor& tensor, int root) {
+static at::Tensor broadcast_impl(runtime::Communicator* comm, const at::Tensor& tensor, int root) {
   const int size = comm ? comm->size() : 1;
   if (root < 0 || root >= size)
     fail(Errc::invalid_argument, "broadcast: from_process " + std::to_string(root) +
@@ -179,7 +193,8 @@ at::Tensor broadcast(runtime::Communicator* comm, const at::Tensor& tensor, int 
   return tensor.defined() && rank == root ? data.to(tensor.device()) : data;
 }
 
-std::vector<std::string> gather_object(runtime::Communicator* comm, const std::string& bytes) {
+static std::vector<std::string> gather_object_impl(runtime::Communicator* comm,
+                                                   const std::string& bytes) {
   if (!comm) return {bytes};
   auto size = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
   std::vector<int64_t> sizes;
@@ -198,6 +213,28 @@ std::vector<std::string> gather_object(runtime::Communicator* comm, const std::s
     out[r].assign(reinterpret_cast<const char*>(p), static_cast<size_t>(sizes[r]));
   }
   return out;
+}
+
+at::Tensor gather(runtime::Communicator* comm, const at::Tensor& tensor) {
+  return as_op("gather", [&] { return gather_impl(comm, tensor); });
+}
+
+at::Tensor pad_across_processes(runtime::Communicator* comm, const at::Tensor& tensor, int64_t dim,
+                                double pad_value, bool pad_first) {
+  return as_op("pad_across_processes",
+               [&] { return pad_impl(comm, tensor, dim, pad_value, pad_first); });
+}
+
+at::Tensor reduce(runtime::Communicator* comm, const at::Tensor& tensor, Reduction reduction) {
+  return as_op("reduce", [&] { return reduce_impl(comm, tensor, reduction); });
+}
+
+at::Tensor broadcast(runtime::Communicator* comm, const at::Tensor& tensor, int root) {
+  return as_op("broadcast", [&] { return broadcast_impl(comm, tensor, root); });
+}
+
+std::vector<std::string> gather_object(runtime::Communicator* comm, const std::string& bytes) {
+  return as_op("gather_object", [&] { return gather_object_impl(comm, bytes); });
 }
 
 }  // namespace accel::ops

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <atomic>
+#include <sstream>
 #include <thread>
 
 #include "common/error.hpp"
@@ -47,6 +48,12 @@ bool is_loopback(const std::string& addr) {
 
 std::atomic<int> g_generation{0};
 
+std::string seconds_text(std::chrono::milliseconds ms) {
+  std::ostringstream out;
+  out << ms.count() / 1000.0;
+  return out.str();
+}
+
 }  // namespace
 
 struct Communicator::Impl {
@@ -79,7 +86,7 @@ Communicator::Communicator(const ProcessPlace& place, const CommTimeouts& timeou
     fail(Errc::rendezvous, "rank " + std::to_string(place.rank) +
                                " could not reach the rendezvous store at " + endpoint +
                                ", hosted by " + who_hosts + ", within " +
-                               std::to_string(timeouts.rendezvous.count() / 1000.0) + " s: " + msg);
+                               seconds_text(timeouts.rendezvous) + " s: " + msg);
   }
   // Every rendezvous key lives under the job's id, so a stray process of another job that reaches
   // this store by mistake finds nothing of ours, and under a per-process generation, so that a
@@ -137,9 +144,8 @@ void Communicator::census(const ProcessPlace& place, const CommTimeouts& timeout
         const std::string verdict =
             "rendezvous failed: " + std::to_string(missing.size()) + " of " +
             std::to_string(size_) + " ranks did not arrive within " +
-            std::to_string(timeouts.rendezvous.count() / 1000.0) +
-            " s (rendezvous_timeout); missing rank" + (missing.size() > 1 ? "s " : " ") +
-            join_ranks(missing) +
+            seconds_text(timeouts.rendezvous) + " s (rendezvous_timeout); missing rank" +
+            (missing.size() > 1 ? "s " : " ") + join_ranks(missing) +
             ". Check that every rank was started with WORLD_SIZE=" + std::to_string(size_) +
             " and the same MASTER_ADDR:MASTER_PORT (" + endpoint + ")";
         if (host_store) {
