@@ -481,6 +481,164 @@ ACCEL_API accel_status accel_bytes_list_get(const accel_bytes_list* list, size_t
 /** Frees a list. NULL is a no-op. */
 ACCEL_API void accel_bytes_list_free(accel_bytes_list* list);
 
+/* ----------------------------------------------------------------------------------------------------
+ * Datasets
+ *
+ * A dataset has a length and one or more fields (images, labels, ...); a sample is one row of every
+ * field. The data loader stacks samples into batch tensors, one per field.
+ * -------------------------------------------------------------------------------------------------
+ */
+
+typedef struct accel_dataset accel_dataset;
+
+/**
+ * A dataset over tensors already in memory: field i is tensors[i], samples along dimension 0 (every
+ * tensor's first dimension must agree, else ACCEL_ERR_SHAPE). The dataset takes its own reference
+ * to each tensor; the handles may be freed afterwards.
+ */
+ACCEL_API accel_status accel_dataset_from_tensors(const accel_tensor* const* tensors, size_t count,
+                                                  accel_dataset** out);
+
+/**
+ * Fills the buffers of sample `index`: `buffers[f]` has room for exactly `sizes[f]` bytes of field
+ * f (its dtype and shape as declared, row-major). Returns 0 on success; anything else stops the
+ * epoch and the dataloader call that needed the sample fails with ACCEL_ERR_CALLBACK.
+ *
+ * Threads: with num_workers 0 the callback runs in the thread that calls accel_dataloader_next;
+ * otherwise on the dataloader's worker threads, several at once for different indices. It must be
+ * safe to call concurrently and must not call back into the same dataloader. It is never called
+ * after accel_dataloader_close or accel_dataloader_free has returned.
+ */
+typedef int (*accel_sample_fn)(int64_t index, void* const* buffers, const size_t* sizes,
+                               size_t count, void* user_data);
+
+/**
+ * A dataset whose samples a callback produces. `count` fields, field f of dtype `dtypes[f]` and
+ * per-sample shape `shapes[f][0..ndims[f])` (ndims[f] may be 0 for a scalar per sample, and
+ * shapes[f] NULL then). `user_data` is passed to every call and must stay valid while any
+ * dataloader uses the dataset.
+ */
+ACCEL_API accel_status accel_dataset_from_callback(int64_t length, size_t count,
+                                                   const accel_dtype* dtypes,
+                                                   const int64_t* const* shapes,
+                                                   const size_t* ndims, accel_sample_fn fn,
+                                                   void* user_data, accel_dataset** out);
+
+/**
+ * A dataset from IDX files (the MNIST family: Debian's dataset-fashion-mnist installs them under
+ * /usr/share/datasets/fashion-mnist/), plain or gzip-compressed, one field per file, each in the
+ * file's own dtype and shape (Fashion-MNIST: images uint8 [N, 28, 28], labels uint8 [N]). A missing
+ * file is ACCEL_ERR_IO; a wrong magic number or a truncated file is ACCEL_ERR_IO naming the file;
+ * files with different sample counts are ACCEL_ERR_SHAPE naming both.
+ */
+ACCEL_API accel_status accel_dataset_from_idx(const char* const* paths, size_t count,
+                                              accel_dataset** out);
+
+/** Number of samples. */
+ACCEL_API accel_status accel_dataset_length(const accel_dataset* dataset, int64_t* out);
+
+/** Frees a dataset. NULL is a no-op. Dataloaders using it keep it alive. */
+ACCEL_API void accel_dataset_free(accel_dataset* dataset);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Data loaders
+ *
+ * A dataloader gives this process its shard of every global batch, exactly as Accelerate's prepared
+ * DataLoader: without split_batches, global batch i goes to rank i mod P (each rank's batch_size
+ * samples); with split_batches each batch of batch_size is cut into P slices. With even_batches
+ * (the default) the last round is completed with samples from the start of the epoch so every rank
+ * gets the same number of full batches; with drop_last an incomplete round is dropped; with
+ * even_batches false ranks may get fewer or shorter batches (then collectives inside the loop must
+ * not assume every rank has a batch). With one process nothing is padded. The shuffle is a function
+ * of (seed, epoch) alone: every rank draws the same permutation without communicating, and 1
+ * process x 64 sees the same samples at every step as 2 x 32. Batches are prefetched by
+ * `num_workers` threads and are already on the accelerator's device.
+ *
+ * Options (accel_dataloader_set, between epochs):
+ *   batch_size (1), shuffle (false), seed (0), drop_last (false), num_workers (0),
+ *   prefetch_factor (2, batches in flight per worker), split_batches (false), even_batches (true),
+ *   device_placement (true).
+ * -------------------------------------------------------------------------------------------------
+ */
+
+typedef struct accel_dataloader accel_dataloader;
+
+/** A dataloader over `dataset` for this accelerator's process. Keeps the dataset alive. */
+ACCEL_API accel_status accel_dataloader_new(const accel_accelerator* accelerator,
+                                            accel_dataset* dataset, accel_dataloader** out);
+
+/**
+ * Sets an option by key (see above); an iteration in progress is ended. An unknown key or bad value
+ * is ACCEL_ERR_INVALID_ARGUMENT naming the key and the allowed values; batch_size 0, or
+ * split_batches with a batch size that does not divide by the number of processes, is rejected
+ * here.
+ */
+ACCEL_API accel_status accel_dataloader_set(accel_dataloader* loader, const char* key,
+                                            const char* value);
+
+/**
+ * The next batch: `fields[0..count)` receive new tensors (one per dataset field; the caller frees
+ * them) and `*out_has_batch` true. At the end of an epoch `*out_has_batch` is false and nothing is
+ * written; the following call starts the next epoch. `capacity` must be at least the number of
+ * fields. A failing sample callback ends the epoch with ACCEL_ERR_CALLBACK; the next call starts
+ * that epoch again.
+ */
+ACCEL_API accel_status accel_dataloader_next(accel_dataloader* loader, accel_tensor** fields,
+                                             size_t capacity, bool* out_has_batch);
+
+/** Number of fields per batch (the dataset's). */
+ACCEL_API accel_status accel_dataloader_num_fields(const accel_dataloader* loader, size_t* out);
+
+/** Batches this process gets in a whole epoch. */
+ACCEL_API accel_status accel_dataloader_length(const accel_dataloader* loader, int64_t* out);
+
+/** Sets the epoch the next iteration uses (its shuffle); ends an iteration in progress. */
+ACCEL_API accel_status accel_dataloader_set_epoch(accel_dataloader* loader, int64_t epoch);
+
+/** The current epoch (it advances after each complete pass). */
+ACCEL_API accel_status accel_dataloader_epoch(const accel_dataloader* loader, int64_t* out);
+
+/** True while the last batch of the epoch is in use (Accelerate's end_of_dataloader). */
+ACCEL_API accel_status accel_dataloader_end_of_epoch(const accel_dataloader* loader, bool* out);
+
+/**
+ * Accelerate's remainder: how many samples of the last global step are real rather than padding
+ * (dataset length mod global batch size); -1 with drop_last.
+ */
+ACCEL_API accel_status accel_dataloader_remainder(const accel_dataloader* loader, int64_t* out);
+
+/** The next iteration skips this process's first `n` batches (n global steps): a mid-epoch resume.
+ */
+ACCEL_API accel_status accel_dataloader_skip_first_batches(accel_dataloader* loader, int64_t n);
+
+/**
+ * The global sample cursor: the epoch, and how many samples of it all processes together have
+ * consumed. Save it to resume exactly, even with another number of processes.
+ */
+ACCEL_API accel_status accel_dataloader_position(const accel_dataloader* loader, int64_t* out_epoch,
+                                                 int64_t* out_samples);
+
+/** Continues at a saved cursor: the next iteration starts `samples` into `epoch`. */
+ACCEL_API accel_status accel_dataloader_set_position(accel_dataloader* loader, int64_t epoch,
+                                                     int64_t samples);
+
+/**
+ * Stops the worker threads and releases the dataset; every later call on the dataloader but
+ * accel_dataloader_free fails with ACCEL_ERR_STATE. Idempotent.
+ */
+ACCEL_API accel_status accel_dataloader_close(accel_dataloader* loader);
+
+/** Closes and frees a dataloader. NULL is a no-op. */
+ACCEL_API void accel_dataloader_free(accel_dataloader* loader);
+
+/**
+ * Accelerate's gather_for_metrics: gathers like accel_gather (ranks may hold different numbers of
+ * rows) and, while a dataloader is on its last batch, drops the samples that were duplicated to
+ * even it out, so a metric over the results counts every sample of the dataset exactly once.
+ */
+ACCEL_API accel_status accel_gather_for_metrics(accel_accelerator* accelerator,
+                                                const accel_tensor* tensor, accel_tensor** out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -60,6 +60,10 @@ const char* tag_name(uint32_t tag) noexcept {
       return "accel_accelerator";
     case Tag::kBytesList:
       return "accel_bytes_list";
+    case Tag::kDataset:
+      return "accel_dataset";
+    case Tag::kDataloader:
+      return "accel_dataloader";
     case Tag::kFreed:
       return "a handle that was already freed";
   }

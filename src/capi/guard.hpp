@@ -41,6 +41,8 @@ enum class Tag : uint32_t {
   kTensor = 0xACC10002u,
   kAccelerator = 0xACC10003u,
   kBytesList = 0xACC10004u,
+  kDataset = 0xACC10005u,
+  kDataloader = 0xACC10006u,
   kFreed = 0xACC1DEADu,
 };
 

@@ -9,6 +9,8 @@
 
 #include "capi/guard.hpp"
 #include "config/config.hpp"
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
 #include "runtime/accelerator.hpp"
 
 struct accel_config {
@@ -31,6 +33,16 @@ struct accel_bytes_list {
   std::vector<std::string> items;
 };
 
+struct accel_dataset {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kDataset);
+  std::shared_ptr<accel::data::Dataset> dataset;
+};
+
+struct accel_dataloader {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kDataloader);
+  std::unique_ptr<accel::data::DataLoader> loader;
+};
+
 namespace accel::capi {
 template <>
 inline Tag tag_of<accel_config>() {
@@ -48,6 +60,19 @@ template <>
 inline Tag tag_of<accel_bytes_list>() {
   return Tag::kBytesList;
 }
+template <>
+inline Tag tag_of<accel_dataset>() {
+  return Tag::kDataset;
+}
+template <>
+inline Tag tag_of<accel_dataloader>() {
+  return Tag::kDataloader;
+}
+
+// The ABI's dtypes and LibTorch's. to_scalar_type is false for a value that is not an accel_dtype;
+// from_scalar_type throws accel::Error(dtype) for a LibTorch type with no accel_dtype.
+bool to_scalar_type(accel_dtype d, at::ScalarType* out);
+accel_dtype from_scalar_type(at::ScalarType t);
 
 // A new tensor handle owning `t`.
 accel_tensor* new_tensor(at::Tensor t);

@@ -9,10 +9,20 @@
 using accel::Errc;
 using accel::fail;
 using accel::capi::checked;
+using accel::capi::from_scalar_type;
 using accel::capi::guarded;
 using accel::capi::require;
+using accel::capi::to_scalar_type;
 
 namespace {
+
+size_t nbytes_of(const at::Tensor& t) {
+  return static_cast<size_t>(t.numel()) * t.element_size();
+}
+
+}  // namespace
+
+namespace accel::capi {
 
 // The one mapping between the ABI's dtypes and LibTorch's, read in both directions.
 constexpr std::pair<accel_dtype, at::ScalarType> kDtypes[] = {
@@ -37,13 +47,6 @@ accel_dtype from_scalar_type(at::ScalarType t) {
        std::string("the tensor's dtype ") + c10::toString(t) + " has no accel_dtype equivalent");
 }
 
-size_t nbytes_of(const at::Tensor& t) {
-  return static_cast<size_t>(t.numel()) * t.element_size();
-}
-
-}  // namespace
-
-namespace accel::capi {
 accel_tensor* new_tensor(at::Tensor t) {
   auto* h = new accel_tensor();
   h->tensor = std::move(t);

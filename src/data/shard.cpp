@@ -99,6 +99,17 @@ std::vector<std::vector<int64_t>> shard_batches(const ShardSpec& spec,
   return out;
 }
 
+int64_t shard_length(const ShardSpec& spec, int64_t start) {
+  validate(spec);
+  const int64_t left = spec.dataset_size - std::clamp<int64_t>(start, 0, spec.dataset_size);
+  const int64_t global = global_batch_size(spec);
+  const int64_t partial = left % global;
+  const int64_t share = spec.split_batches ? spec.batch_size / spec.num_processes : spec.batch_size;
+  const bool gets_tail =
+      partial > 0 && !spec.drop_last && (spec.even_batches || share * spec.process_index < partial);
+  return left / global + (gets_tail ? 1 : 0);
+}
+
 int64_t remainder(const ShardSpec& spec, int64_t start) {
   if (spec.drop_last) return -1;
   const int64_t left = spec.dataset_size - std::clamp<int64_t>(start, 0, spec.dataset_size);

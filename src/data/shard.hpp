@@ -38,6 +38,9 @@ std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t
 std::vector<std::vector<int64_t>> shard_batches(const ShardSpec& spec,
                                                 const std::vector<int64_t>& order, int64_t start);
 
+// The number of batches shard_batches() returns, without building them.
+int64_t shard_length(const ShardSpec& spec, int64_t start);
+
 // How many samples of the last global step are real (not padding), or -1 when drop_last is set
 // (Accelerate's `remainder`: dataset length mod global batch size). 0 means the last step is full.
 int64_t remainder(const ShardSpec& spec, int64_t start);

@@ -193,6 +193,52 @@ static at::Tensor broadcast_impl(runtime::Communicator* comm, const at::Tensor& 
   return tensor.defined() && rank == root ? data.to(tensor.device()) : data;
 }
 
+static at::Tensor gather_for_metrics_impl(runtime::Communicator* comm, const at::Tensor& tensor,
+                                          const runtime::GradientState& state) {
+  at::Tensor t = tensor.dim() == 0 ? tensor.reshape({1}) : tensor;
+  at::Tensor all;
+  if (!comm) {
+    all = t;
+  } else {
+    // Rows may differ across ranks (even_batches off); everything else must agree.
+    auto headers = exchange_headers(comm, t, Agree::kNdimAndDtype, "gather_for_metrics",
+                                    "; every rank needs the same number of dimensions");
+    const auto mine = shape_in(headers[static_cast<size_t>(comm->rank())]);
+    int64_t longest = 0;
+    for (const auto& h : headers) {
+      const auto shape = shape_in(h);
+      if (!std::equal(shape.begin() + 1, shape.end(), mine.begin() + 1))
+        fail(Errc::shape, "gather_for_metrics: ranks disagree beyond the first dimension (" +
+                              ranks_text(headers) + ")");
+      longest = std::max(longest, shape[0]);
+    }
+    at::Tensor local = to_cpu_contiguous(t);
+    std::vector<int64_t> padded_shape = mine;
+    padded_shape[0] = longest;
+    at::Tensor padded = at::zeros(padded_shape, local.options());
+    padded.narrow(0, 0, mine[0]).copy_(local);
+    std::vector<at::Tensor> parts;
+    if (padded.numel() > 0) {
+      auto gathered = comm->all_gather(as_bytes(padded));
+      for (size_t r = 0; r < gathered.size(); ++r)
+        parts.push_back(gathered[r]
+                            .view(local.scalar_type())
+                            .view(padded_shape)
+                            .narrow(0, 0, shape_in(headers[r])[0]));
+    } else {
+      for (const auto& h : headers) {
+        auto shape = shape_in(h);
+        parts.push_back(at::empty(shape, local.options()));
+      }
+    }
+    all = at::cat(parts, 0).to(tensor.device());
+  }
+  if (auto active = state.active(); active && active->end_of_dataloader && active->remainder > 0 &&
+                                    all.size(0) > active->remainder)
+    all = all.narrow(0, 0, active->remainder);
+  return all.clone();
+}
+
 static std::vector<std::string> gather_object_impl(runtime::Communicator* comm,
                                                    const std::string& bytes) {
   if (!comm) return {bytes};
@@ -231,6 +277,11 @@ at::Tensor reduce(runtime::Communicator* comm, const at::Tensor& tensor, Reducti
 
 at::Tensor broadcast(runtime::Communicator* comm, const at::Tensor& tensor, int root) {
   return as_op("broadcast", [&] { return broadcast_impl(comm, tensor, root); });
+}
+
+at::Tensor gather_for_metrics(runtime::Communicator* comm, const at::Tensor& tensor,
+                              const runtime::GradientState& state) {
+  return as_op("gather_for_metrics", [&] { return gather_for_metrics_impl(comm, tensor, state); });
 }
 
 std::vector<std::string> gather_object(runtime::Communicator* comm, const std::string& bytes) {

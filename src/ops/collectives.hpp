@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/communicator.hpp"
+#include "runtime/gradient_state.hpp"
 
 namespace accel::ops {
 
@@ -21,6 +22,11 @@ at::Tensor pad_across_processes(runtime::Communicator* comm, const at::Tensor& t
 at::Tensor reduce(runtime::Communicator* comm, const at::Tensor& tensor, Reduction reduction);
 // `tensor` is read on `root` only; it may be undefined elsewhere.
 at::Tensor broadcast(runtime::Communicator* comm, const at::Tensor& tensor, int root);
+// gather for evaluation: ranks may hold different numbers of rows (uneven last batches), and when
+// the active data loader is on its last batch, the samples duplicated to even it out are dropped,
+// so every sample of the dataset is counted exactly once.
+at::Tensor gather_for_metrics(runtime::Communicator* comm, const at::Tensor& tensor,
+                              const runtime::GradientState& state);
 std::vector<std::string> gather_object(runtime::Communicator* comm, const std::string& bytes);
 
 }  // namespace accel::ops

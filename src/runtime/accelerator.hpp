@@ -7,6 +7,7 @@
 
 #include "config/config.hpp"
 #include "runtime/communicator.hpp"
+#include "runtime/gradient_state.hpp"
 #include "runtime/process_place.hpp"
 
 namespace accel::runtime {
@@ -34,6 +35,8 @@ class Accelerator {
 
   // Null in a world of one.
   Communicator* communicator() { return comm_.get(); }
+  // Shared with this process's data loaders (they may outlive the accelerator).
+  const std::shared_ptr<GradientState>& gradient_state() const { return gradient_state_; }
 
   void wait_for_everyone();
   void set_seed(uint64_t seed, bool device_specific);
@@ -46,6 +49,7 @@ class Accelerator {
   MixedPrecision mixed_precision_ = MixedPrecision::kNo;
   int num_threads_ = 1;
   std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<GradientState> gradient_state_ = std::make_shared<GradientState>();
 };
 
 }  // namespace accel::runtime

@@ -67,15 +67,21 @@ struct Objects {
   accel_config* config = nullptr;
   accel_tensor* tensor = nullptr;
   accel_bytes_list* list = nullptr;
+  accel_dataset* dataset = nullptr;
+  accel_dataloader* loader = nullptr;
   Objects() {
     EXPECT_EQ(accel_config_new(&config), ACCEL_OK);
     tensor = make_f32({1, 2, 3}, {3});
     EXPECT_EQ(accel_gather_object(g_acc, "ab", 2, &list), ACCEL_OK);
+    EXPECT_EQ(accel_dataset_from_tensors(&tensor, 1, &dataset), ACCEL_OK);
+    EXPECT_EQ(accel_dataloader_new(g_acc, dataset, &loader), ACCEL_OK);
   }
   ~Objects() {
     accel_config_free(config);
     accel_tensor_free(tensor);
     accel_bytes_list_free(list);
+    accel_dataloader_free(loader);
+    accel_dataset_free(dataset);
   }
   // A live handle of some other kind, cast as the wrong type.
   template <class T>
@@ -119,6 +125,16 @@ std::vector<Case> cases() {
   auto T = [](O o) { return o.wrong<accel_tensor>(); };
   auto C = [](O o) { return o.wrong<accel_config>(); };
   auto L = [](O o) { return o.wrong<accel_bytes_list>(); };
+  auto D = [](O o) { return o.wrong<accel_dataset>(); };
+  auto DL = [](O o) { return o.wrong<accel_dataloader>(); };
+  static accel_dataset* d_out;
+  static accel_dataloader* dl_out;
+  static const char* idx_path = "/nonexistent.idx";
+  static accel_sample_fn noop = [](int64_t, void* const*, const size_t*, size_t, void*) {
+    return 0;
+  };
+  static const accel_dtype f32 = ACCEL_DTYPE_F32;
+  static const size_t zero_dims = 0;
   return {
       {"accel_config_new", nullptr, nullptr, [](O) { return accel_config_new(nullptr); }},
       {"accel_config_set", [](O) { return accel_config_set(nullptr, "use_cpu", "1"); },
@@ -265,6 +281,76 @@ std::vector<Case> cases() {
       {"accel_bytes_list_count", [](O) { return accel_bytes_list_count(nullptr, &st); },
        [L](O o) { return accel_bytes_list_count(L(o), &st); },
        [](O o) { return accel_bytes_list_count(o.list, nullptr); }},
+      {"accel_dataset_from_tensors",
+       [](O) { return accel_dataset_from_tensors(nullptr, 1, &d_out); },
+       [T](O o) {
+         const accel_tensor* wrong = T(o);
+         return accel_dataset_from_tensors(&wrong, 1, &d_out);
+       },
+       [](O o) { return accel_dataset_from_tensors(&o.tensor, 1, nullptr); }},
+      {"accel_dataset_from_callback", nullptr, nullptr,
+       [](O) {
+         return accel_dataset_from_callback(4, 1, &f32, nullptr, &zero_dims, noop, nullptr,
+                                            nullptr);
+       }},
+      {"accel_dataset_from_idx", [](O) { return accel_dataset_from_idx(nullptr, 1, &d_out); },
+       nullptr, [](O) { return accel_dataset_from_idx(&idx_path, 1, nullptr); }},
+      {"accel_dataset_length", [](O) { return accel_dataset_length(nullptr, &i64); },
+       [D](O o) { return accel_dataset_length(D(o), &i64); },
+       [](O o) { return accel_dataset_length(o.dataset, nullptr); }},
+      {"accel_dataloader_new", [](O o) { return accel_dataloader_new(g_acc, nullptr, &dl_out); },
+       [D](O o) { return accel_dataloader_new(g_acc, D(o), &dl_out); },
+       [](O o) { return accel_dataloader_new(g_acc, o.dataset, nullptr); }},
+      {"accel_dataloader_set", [](O) { return accel_dataloader_set(nullptr, "shuffle", "1"); },
+       [DL](O o) { return accel_dataloader_set(DL(o), "shuffle", "1"); },
+       [](O o) { return accel_dataloader_set(o.loader, nullptr, "1"); }},
+      {"accel_dataloader_next",
+       [](O) {
+         accel_tensor* f[1];
+         return accel_dataloader_next(nullptr, f, 1, &b_out);
+       },
+       [DL](O o) {
+         accel_tensor* f[1];
+         return accel_dataloader_next(DL(o), f, 1, &b_out);
+       },
+       [](O o) {
+         accel_tensor* f[1];
+         return accel_dataloader_next(o.loader, f, 1, nullptr);
+       }},
+      {"accel_dataloader_num_fields", [](O) { return accel_dataloader_num_fields(nullptr, &st); },
+       [DL](O o) { return accel_dataloader_num_fields(DL(o), &st); },
+       [](O o) { return accel_dataloader_num_fields(o.loader, nullptr); }},
+      {"accel_dataloader_length", [](O) { return accel_dataloader_length(nullptr, &i64); },
+       [DL](O o) { return accel_dataloader_length(DL(o), &i64); },
+       [](O o) { return accel_dataloader_length(o.loader, nullptr); }},
+      {"accel_dataloader_set_epoch", [](O) { return accel_dataloader_set_epoch(nullptr, 1); },
+       [DL](O o) { return accel_dataloader_set_epoch(DL(o), 1); }, nullptr},
+      {"accel_dataloader_epoch", [](O) { return accel_dataloader_epoch(nullptr, &i64); },
+       [DL](O o) { return accel_dataloader_epoch(DL(o), &i64); },
+       [](O o) { return accel_dataloader_epoch(o.loader, nullptr); }},
+      {"accel_dataloader_end_of_epoch",
+       [](O) { return accel_dataloader_end_of_epoch(nullptr, &b_out); },
+       [DL](O o) { return accel_dataloader_end_of_epoch(DL(o), &b_out); },
+       [](O o) { return accel_dataloader_end_of_epoch(o.loader, nullptr); }},
+      {"accel_dataloader_remainder", [](O) { return accel_dataloader_remainder(nullptr, &i64); },
+       [DL](O o) { return accel_dataloader_remainder(DL(o), &i64); },
+       [](O o) { return accel_dataloader_remainder(o.loader, nullptr); }},
+      {"accel_dataloader_skip_first_batches",
+       [](O) { return accel_dataloader_skip_first_batches(nullptr, 1); },
+       [DL](O o) { return accel_dataloader_skip_first_batches(DL(o), 1); }, nullptr},
+      {"accel_dataloader_position",
+       [](O) { return accel_dataloader_position(nullptr, &i64, &i64); },
+       [DL](O o) { return accel_dataloader_position(DL(o), &i64, &i64); },
+       [](O o) { return accel_dataloader_position(o.loader, nullptr, &i64); }},
+      {"accel_dataloader_set_position",
+       [](O) { return accel_dataloader_set_position(nullptr, 0, 0); },
+       [DL](O o) { return accel_dataloader_set_position(DL(o), 0, 0); }, nullptr},
+      {"accel_dataloader_close", [](O) { return accel_dataloader_close(nullptr); },
+       [DL](O o) { return accel_dataloader_close(DL(o)); }, nullptr},
+      {"accel_gather_for_metrics",
+       [](O o) { return accel_gather_for_metrics(nullptr, o.tensor, &t_out); },
+       [A](O o) { return accel_gather_for_metrics(A(o), o.tensor, &t_out); },
+       [](O o) { return accel_gather_for_metrics(g_acc, o.tensor, nullptr); }},
       {"accel_bytes_list_get", [](O) { return accel_bytes_list_get(nullptr, 0, &cvp, &st); },
        [L](O o) { return accel_bytes_list_get(L(o), 0, &cvp, &st); },
        [](O o) { return accel_bytes_list_get(o.list, 0, nullptr, &st); }},
@@ -277,7 +363,8 @@ const std::set<std::string> kNoHandleFunctions = {
     "accel_last_error_status", "accel_status_name",
     "accel_dtype_size",        "accel_config_free",
     "accel_tensor_free",       "accel_free",
-    "accel_bytes_list_free"};
+    "accel_bytes_list_free",   "accel_dataset_free",
+    "accel_dataloader_free"};
 
 }  // namespace
 
@@ -314,6 +401,8 @@ TEST(CApi, FreeAcceptsNullAndIgnoresWrongKinds) {
   accel_tensor_free(nullptr);
   accel_free(nullptr);
   accel_bytes_list_free(nullptr);
+  accel_dataset_free(nullptr);
+  accel_dataloader_free(nullptr);
   accel_tensor* t = make_f32({5}, {1});
   accel_config_free(reinterpret_cast<accel_config*>(t));  // refused, recorded, nothing freed
   EXPECT_EQ(accel_last_error_status(), ACCEL_ERR_WRONG_HANDLE);
@@ -328,10 +417,22 @@ TEST(CApi, FreeFromAnotherThread) {
   accel_tensor* t = make_f32({1, 2}, {2});
   accel_bytes_list* l = nullptr;
   ASSERT_EQ(accel_gather_object(g_acc, "xyz", 3, &l), ACCEL_OK);
+  accel_dataset* d = nullptr;
+  ASSERT_EQ(accel_dataset_from_tensors(&t, 1, &d), ACCEL_OK);
+  accel_dataloader* dl = nullptr;
+  ASSERT_EQ(accel_dataloader_new(g_acc, d, &dl), ACCEL_OK);
+  ASSERT_EQ(accel_dataloader_set(dl, "num_workers", "2"), ACCEL_OK);
+  accel_tensor* batch[1];
+  bool has = false;
+  ASSERT_EQ(accel_dataloader_next(dl, batch, 1, &has), ACCEL_OK);  // workers are running
+  ASSERT_TRUE(has);
+  accel_tensor_free(batch[0]);
   std::thread([&] {
     accel_config_free(c);
     accel_tensor_free(t);
     accel_bytes_list_free(l);
+    accel_dataset_free(d);
+    accel_dataloader_free(dl);
   }).join();
   // An accelerator, too: create it on a worker thread, free it on this one.
   accel_free(g_acc);

@@ -150,6 +150,8 @@ TEST(Shard, EveryCombinationMatchesTheDocumentedProcedure) {
               continue;
             }
             const auto order = epoch_order(n, false, 0, 0);
+            EXPECT_EQ(accel::data::shard_length(s, 0),
+                      static_cast<int64_t>(simulate(s, order).size()));
             ASSERT_EQ(ours(s), simulate(s, order))
                 << "n=" << n << " bs=" << bs << " P=" << P << " rank=" << rank << " split=" << split
                 << " even=" << even << " drop_last=" << drop;

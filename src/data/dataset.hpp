@@ -1,0 +1,48 @@
+// Datasets: a length and a way to produce a collated batch for a list of indices. One tensor per
+// field (images, labels, ...), samples along dimension 0.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace accel::data {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual size_t num_fields() const = 0;
+  // The samples `indices`, stacked per field along a new dimension 0. May be called from several
+  // threads at once. Throws accel::Error on failure.
+  virtual std::vector<at::Tensor> get_batch(const std::vector<int64_t>& indices) const = 0;
+};
+
+// Fields held in memory; every field's first dimension is the number of samples.
+std::shared_ptr<Dataset> tensor_dataset(std::vector<at::Tensor> fields);
+
+// Per-sample layout of a field filled by a callback.
+struct FieldSpec {
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+// Fills the buffers of one sample (one per field, sizes in bytes); returns 0 on success.
+using SampleFn = int (*)(int64_t index, void* const* buffers, const size_t* sizes, size_t count,
+                         void* user_data);
+
+std::shared_ptr<Dataset> callback_dataset(int64_t length, std::vector<FieldSpec> fields,
+                                          SampleFn fn, void* user_data);
+
+// IDX files (the MNIST family), plain or gzip-compressed; one field per file, in the file's own
+// dtype and shape. Throws accel::Error naming the file for a bad magic number, a truncated file, or
+// files that disagree on the number of samples.
+std::shared_ptr<Dataset> idx_dataset(const std::vector<std::string>& paths);
+
+// One IDX file as a tensor (exposed for tests).
+at::Tensor read_idx(const std::string& path);
+
+}  // namespace accel::data

@@ -1,0 +1,255 @@
+#include "data/loader.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+#include "common/error.hpp"
+#include "config/keys.hpp"
+
+namespace accel::data {
+
+namespace {
+
+long long parse_int(const std::string& key, const std::string& value, long long min,
+                    long long max) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno == ERANGE || v < min || v > max)
+    fail(Errc::invalid_argument, "dataloader option '" + key + "': invalid value '" + value +
+                                     "'; allowed: an integer from " + std::to_string(min) + " to " +
+                                     std::to_string(max));
+  return v;
+}
+
+bool parse_flag(const std::string& key, const std::string& value) {
+  bool b = false;
+  if (!config::parse_bool(value, &b))
+    fail(Errc::invalid_argument,
+         "dataloader option '" + key + "': invalid value '" + value + "'; allowed: true/false");
+  return b;
+}
+
+}  // namespace
+
+DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderPlace place)
+    : dataset_(std::move(dataset)), place_(std::move(place)) {}
+
+DataLoader::~DataLoader() {
+  stop_workers();
+  if (place_.state) place_.state->end(this);
+}
+
+void DataLoader::check_open() const {
+  if (closed_) fail(Errc::state, "the dataloader is closed");
+}
+
+void DataLoader::set_option(const std::string& key, const std::string& value) {
+  check_open();
+  LoaderOptions o = options_;
+  if (key == "batch_size") {
+    o.batch_size = parse_int(key, value, 1, int64_t{1} << 40);
+  } else if (key == "shuffle") {
+    o.shuffle = parse_flag(key, value);
+  } else if (key == "seed") {
+    o.seed = static_cast<uint64_t>(parse_int(key, value, 0, INT64_MAX));
+  } else if (key == "drop_last") {
+    o.drop_last = parse_flag(key, value);
+  } else if (key == "num_workers") {
+    o.num_workers = static_cast<int>(parse_int(key, value, 0, 256));
+  } else if (key == "prefetch_factor") {
+    o.prefetch_factor = static_cast<int>(parse_int(key, value, 1, 1024));
+  } else if (key == "split_batches") {
+    o.split_batches = parse_flag(key, value);
+  } else if (key == "even_batches") {
+    o.even_batches = parse_flag(key, value);
+  } else if (key == "device_placement") {
+    o.device_placement = parse_flag(key, value);
+  } else {
+    fail(Errc::invalid_argument,
+         "unknown dataloader option '" + key +
+             "'; known: batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, "
+             "split_batches, even_batches, device_placement");
+  }
+  ShardSpec s = spec();
+  s.batch_size = o.batch_size;
+  s.split_batches = o.split_batches;
+  validate(s);  // e.g. split_batches with a batch size that does not divide
+  end_iteration();
+  options_ = o;
+}
+
+ShardSpec DataLoader::spec() const {
+  ShardSpec s;
+  s.dataset_size = dataset_ ? dataset_->size() : 0;
+  s.batch_size = options_.batch_size;
+  s.num_processes = place_.world_size;
+  s.process_index = place_.rank;
+  s.split_batches = options_.split_batches;
+  // With one process Accelerate does not shard at all: the last batch stays short, unpadded.
+  s.even_batches = options_.even_batches && place_.world_size > 1;
+  s.drop_last = options_.drop_last;
+  return s;
+}
+
+size_t DataLoader::num_fields() const {
+  check_open();
+  return dataset_->num_fields();
+}
+
+int64_t DataLoader::length() const {
+  check_open();
+  return shard_length(spec(), 0);
+}
+
+int64_t DataLoader::remainder() const {
+  check_open();
+  return data::remainder(spec(), iterating_ ? start_ : 0);
+}
+
+void DataLoader::set_epoch(int64_t epoch) {
+  check_open();
+  end_iteration();
+  epoch_ = epoch;
+}
+
+void DataLoader::skip_first_batches(int64_t n) {
+  check_open();
+  if (n < 0) fail(Errc::invalid_argument, "skip_first_batches: n is negative");
+  end_iteration();
+  start_ = std::min(dataset_->size(), n * global_batch_size(spec()));
+}
+
+std::pair<int64_t, int64_t> DataLoader::position() const {
+  check_open();
+  if (!iterating_) return {epoch_, start_};
+  const int64_t consumed = start_ + static_cast<int64_t>(next_) * global_batch_size(spec());
+  return {epoch_, std::min(consumed, dataset_->size())};
+}
+
+void DataLoader::set_position(int64_t epoch, int64_t samples) {
+  check_open();
+  if (epoch < 0 || samples < 0 || samples > dataset_->size())
+    fail(Errc::invalid_argument,
+         "set_position: epoch " + std::to_string(epoch) + ", samples " + std::to_string(samples) +
+             " is not a position in a dataset of " + std::to_string(dataset_->size()) + " samples");
+  end_iteration();
+  epoch_ = epoch;
+  start_ = samples;
+}
+
+void DataLoader::close() {
+  if (closed_) return;
+  end_iteration();
+  closed_ = true;
+  dataset_.reset();
+}
+
+void DataLoader::begin_iteration() {
+  const ShardSpec s = spec();
+  plan_ = shard_batches(s, epoch_order(s.dataset_size, options_.shuffle, options_.seed, epoch_),
+                        start_);
+  next_ = 0;
+  iterating_ = true;
+  if (place_.state) place_.state->begin(this, data::remainder(s, start_));
+  if (options_.num_workers > 0 && !plan_.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready_.clear();
+    issued_ = 0;
+    stop_ = false;
+    for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+}
+
+void DataLoader::end_iteration() {
+  stop_workers();
+  if (iterating_ && place_.state) place_.state->end(this);
+  iterating_ = false;
+  plan_.clear();
+  next_ = 0;
+}
+
+void DataLoader::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  ready_.clear();
+}
+
+std::vector<at::Tensor> DataLoader::produce(size_t k) const {
+  auto batch = dataset_->get_batch(plan_[k]);
+  if (options_.device_placement && place_.device != "cpu")
+    for (auto& t : batch) t = t.to(at::Device(place_.device), /*non_blocking=*/false);
+  return batch;
+}
+
+void DataLoader::worker_loop() {
+  const size_t depth = static_cast<size_t>(options_.num_workers * options_.prefetch_factor);
+  for (;;) {
+    size_t k;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || (issued_ < plan_.size() && issued_ < next_ + depth); });
+      if (stop_) return;
+      k = issued_++;
+    }
+    Slot slot;
+    try {
+      slot.batch = produce(k);
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ready_[k] = std::move(slot);
+    }
+    cv_.notify_all();
+  }
+}
+
+bool DataLoader::next(std::vector<at::Tensor>& out) {
+  check_open();
+  if (!iterating_) begin_iteration();
+  if (next_ >= plan_.size()) {
+    // A whole pass: the epoch advances (Accelerate increments only after a complete pass).
+    end_iteration();
+    ++epoch_;
+    start_ = 0;
+    return false;
+  }
+  Slot slot;
+  if (workers_.empty()) {
+    try {
+      slot.batch = produce(next_);
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+  } else {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return ready_.count(next_) > 0; });
+    slot = std::move(ready_[next_]);
+    ready_.erase(next_);
+  }
+  if (slot.error) {
+    end_iteration();  // the epoch stops here; the next call starts it again from its beginning
+    std::rethrow_exception(slot.error);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++next_;
+  }
+  cv_.notify_all();
+  if (next_ == plan_.size() && place_.state) place_.state->set_end_of_dataloader(this, true);
+  out = std::move(slot.batch);
+  return true;
+}
+
+}  // namespace accel::data

@@ -1,0 +1,108 @@
+// The data loader: this rank's shard of each global batch, collated, prefetched on worker threads
+// and already on the rank's device when asked for; Accelerate's epoch, end_of_dataloader and
+// remainder semantics; a global sample cursor for exact resume.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/dataset.hpp"
+#include "data/shard.hpp"
+#include "runtime/gradient_state.hpp"
+
+namespace accel::data {
+
+struct LoaderOptions {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  bool drop_last = false;
+  int num_workers = 0;      // 0: batches are made in the caller's thread, on demand
+  int prefetch_factor = 2;  // batches in flight per worker
+  bool split_batches = false;
+  bool even_batches = true;
+  bool device_placement = true;
+};
+
+struct LoaderPlace {
+  int rank = 0;
+  int world_size = 1;
+  std::string device = "cpu";
+  std::shared_ptr<runtime::GradientState> state;
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<Dataset> dataset, LoaderPlace place);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Options by key (batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor,
+  // split_batches, even_batches, device_placement). Ends an iteration in progress.
+  void set_option(const std::string& key, const std::string& value);
+
+  // The next batch of the current epoch, starting one when none is in progress. Returns false once
+  // at the end of each epoch; the call after that starts the next epoch.
+  bool next(std::vector<at::Tensor>& out);
+
+  size_t num_fields() const;
+  // Batches this rank gets in a whole epoch.
+  int64_t length() const;
+  int64_t epoch() const { return epoch_; }
+  // The epoch the next iteration uses (its shuffle); ends an iteration in progress.
+  void set_epoch(int64_t epoch);
+  // True while the last batch of the epoch is in use.
+  bool end_of_dataloader() const { return iterating_ && next_ == plan_.size(); }
+  // Real samples in the last global step (-1 with drop_last), as Accelerate's `remainder`.
+  int64_t remainder() const;
+  // The next iteration skips this rank's first n batches (n global steps).
+  void skip_first_batches(int64_t n);
+  // (epoch, samples of that epoch consumed over all ranks): where a resumed run continues.
+  std::pair<int64_t, int64_t> position() const;
+  // Continue at `samples` into `epoch`, even on another number of processes.
+  void set_position(int64_t epoch, int64_t samples);
+  // Stops the workers and releases the dataset; later calls fail with accel::Error(state).
+  void close();
+
+ private:
+  ShardSpec spec() const;
+  void begin_iteration();
+  void end_iteration();
+  void stop_workers();
+  void worker_loop();
+  std::vector<at::Tensor> produce(size_t k) const;
+  void check_open() const;
+
+  std::shared_ptr<Dataset> dataset_;
+  LoaderPlace place_;
+  LoaderOptions options_;
+  bool closed_ = false;
+
+  int64_t epoch_ = 0;
+  int64_t start_ = 0;  // samples of the epoch already consumed when the iteration began
+  bool iterating_ = false;
+  std::vector<std::vector<int64_t>> plan_;
+  size_t next_ = 0;
+
+  struct Slot {
+    std::vector<at::Tensor> batch;
+    std::exception_ptr error;
+  };
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<size_t, Slot> ready_;
+  size_t issued_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace accel::data
