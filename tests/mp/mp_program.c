@@ -10,6 +10,8 @@
  *   census    the last rank never starts: the others must fail naming it
  *   timeout   rank 1 stays away from a collective: rank 0 must get ACCEL_ERR_TIMEOUT
  *   config    rank 0 prints the effective configuration
+ *   metrics N B [split]  gather_for_metrics over a dataset of N: every sample exactly once
+ *   order B   rank 0 prints the samples of every global step of two shuffled epochs
  *   sleep     every rank sleeps (for signal tests)
  */
 #include <stdio.h>
@@ -368,6 +370,61 @@ int main(int argc, char** argv) {
     }
     accel_free(acc);
     return 0;
+  } else if (strcmp(mode, "metrics") == 0 || strcmp(mode, "order") == 0) {
+    const int metrics = strcmp(mode, "metrics") == 0;
+    const int64_t n = metrics ? atoll(argv[2]) : 200;
+    const char* batch = metrics ? argv[3] : argv[2];
+    const int split = metrics && argc > 4 && strcmp(argv[4], "split") == 0;
+    int64_t* values = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    int64_t* counts = calloc((size_t)(n + 1), sizeof(int64_t));
+    int64_t i, total = 0;
+    accel_tensor* t;
+    accel_dataset* ds;
+    accel_dataloader* dl;
+    int epoch;
+    for (i = 0; i < n; ++i) values[i] = i;
+    t = make(values, ACCEL_DTYPE_I64, &n, 1);
+    CHECK(accel_dataset_from_tensors((const accel_tensor* const*)&t, 1, &ds));
+    CHECK(accel_dataloader_new(acc, ds, &dl));
+    CHECK(accel_dataloader_set(dl, "batch_size", batch));
+    CHECK(accel_dataloader_set(dl, "shuffle", "true"));
+    CHECK(accel_dataloader_set(dl, "seed", "11"));
+    CHECK(accel_dataloader_set(dl, "num_workers", "1"));
+    if (split) CHECK(accel_dataloader_set(dl, "split_batches", "true"));
+    for (epoch = 0; epoch < (metrics ? 1 : 2); ++epoch) {
+      int step = 0;
+      for (;;) {
+        accel_tensor *f[1], *g;
+        bool has = false;
+        int64_t got[4096], m = 0;
+        CHECK(accel_dataloader_next(dl, f, 1, &has));
+        if (!has) break;
+        CHECK(accel_gather_for_metrics(acc, f[0], &g));
+        CHECK(accel_tensor_numel(g, &m));
+        CHECK(accel_tensor_to_data(g, got, sizeof got));
+        if (g_rank == 0 && !metrics) {
+          printf("epoch %d step %d:", epoch, step);
+          for (i = 0; i < m; ++i) printf(" %lld", (long long)got[i]);
+          printf("\n");
+        }
+        for (i = 0; i < m; ++i) ++counts[got[i]];
+        total += m;
+        accel_tensor_free(f[0]);
+        accel_tensor_free(g);
+        ++step;
+      }
+    }
+    for (i = 0; i < n; ++i)
+      EXPECT(counts[i] == (metrics ? 1 : 2), "sample %lld counted %lld times", (long long)i,
+             (long long)counts[i]);
+    if (g_rank == 0 && metrics)
+      printf("metrics n=%lld batch=%s%s: %lld samples, each once\n", (long long)n, batch,
+             split ? " split" : "", (long long)total);
+    accel_dataloader_free(dl);
+    accel_dataset_free(ds);
+    accel_tensor_free(t);
+    free(values);
+    free(counts);
   } else if (strcmp(mode, "config") == 0) {
     size_t n = 0;
     char* text;

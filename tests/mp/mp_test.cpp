@@ -179,6 +179,33 @@ TEST(MultiProcess, LauncherPassesConfigurationWithSources) {
   EXPECT_TRUE(contains(r.output, "# file " + path + ":2")) << r.output;
 }
 
+TEST(MultiProcess, GatherForMetricsCountsEverySampleOnce) {
+  // Lengths that divide evenly and lengths that do not, on 2 and 3 processes, split or not.
+  for (const char* args : {"2 metrics 64 8", "2 metrics 67 8", "3 metrics 10 3", "3 metrics 100 7",
+                           "3 metrics 2 4", "2 metrics 10 4 split", "3 metrics 31 6 split"}) {
+    const std::string a = args;
+    const auto r =
+        run(kAccel + " launch -n " + a.substr(0, 1) + " " + kProgram + " " + a.substr(2));
+    EXPECT_EQ(r.code, 0) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "each once")) << args << "\n" << r.output;
+  }
+}
+
+TEST(MultiProcess, SampleOrderIsTheSameForAnyProcessCount) {
+  const auto one = run(launch(1, "order 64"));
+  const auto two = run(launch(2, "order 32"));
+  const auto four = run(launch(4, "order 16"));
+  ASSERT_EQ(one.code, 0) << one.output;
+  ASSERT_EQ(two.code, 0) << two.output;
+  ASSERT_EQ(four.code, 0) << four.output;
+  EXPECT_TRUE(contains(one.output, "epoch 1 step 3:")) << one.output;
+  EXPECT_EQ(one.output, two.output);
+  EXPECT_EQ(one.output, four.output);
+  const auto e0 = one.output.substr(0, one.output.find("epoch 1"));
+  const auto e1 = one.output.substr(one.output.find("epoch 1"));
+  EXPECT_NE(e0.substr(e0.find(':')), e1.substr(e1.find(':'))) << "a new shuffle each epoch";
+}
+
 TEST(MultiProcess, TwoMachinesOnOneHost) {
   const std::string port = std::to_string(free_port());
   const std::string flags =
