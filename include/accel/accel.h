@@ -145,13 +145,16 @@ ACCEL_API const char* accel_status_name(accel_status status);
  *   rendezvous_timeout           seconds > 0: how long init waits for every rank (default 120)
  *   collective_timeout           seconds > 0: how long one collective may take (default 300)
  *   num_threads                  intra-op threads per rank; 0 = cores / local ranks (default 0)
+ *   split_batches, even_batches  defaults for this accelerator's dataloaders (false, true), as
+ *                                Accelerate's DataLoaderConfiguration
  *
  * Precedence, highest first:
  *   1. accel_config_set            (an explicit setter in the program)
  *   2. environment variables       (ACCELERATE_MIXED_PRECISION, ACCELERATE_USE_CPU,
  *                                   ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_DEBUG_MODE,
  *                                   ACCEL_RENDEZVOUS_TIMEOUT, ACCEL_COLLECTIVE_TIMEOUT,
- *                                   ACCEL_NUM_THREADS, ...)
+ *                                   ACCEL_NUM_THREADS, ACCEL_SPLIT_BATCHES, ACCEL_EVEN_BATCHES,
+ *                                   ...)
  *   3. the YAML file               (accel_config_load_file, or the file named by ACCEL_CONFIG_FILE,
  *                                   which `accel launch` sets for its ranks)
  *   4. built-in defaults
@@ -556,8 +559,8 @@ ACCEL_API void accel_dataset_free(accel_dataset* dataset);
  *
  * Options (accel_dataloader_set, between epochs):
  *   batch_size (1), shuffle (false), seed (0), drop_last (false), num_workers (0),
- *   prefetch_factor (2, batches in flight per worker), split_batches (false), even_batches (true),
- *   device_placement (true).
+ *   prefetch_factor (2, batches in flight per worker), split_batches and even_batches (the
+ *   accelerator's configuration: false, true), device_placement (true).
  * -------------------------------------------------------------------------------------------------
  */
 

@@ -105,8 +105,11 @@ ACCEL_API accel_status accel_dataloader_new(const accel_accelerator* accelerator
     place.world_size = acc.place().world_size;
     place.device = acc.device();
     place.state = acc.gradient_state();
+    accel::data::LoaderOptions defaults;
+    defaults.split_batches = acc.settings().flag("split_batches");
+    defaults.even_batches = acc.settings().flag("even_batches");
     auto h = std::make_unique<accel_dataloader>();
-    h->loader = std::make_unique<accel::data::DataLoader>(dataset->dataset, place);
+    h->loader = std::make_unique<accel::data::DataLoader>(dataset->dataset, place, defaults);
     *out = h.release();
   });
 }

@@ -41,7 +41,7 @@ struct LoaderPlace {
 
 class DataLoader {
  public:
-  DataLoader(std::shared_ptr<Dataset> dataset, LoaderPlace place);
+  DataLoader(std::shared_ptr<Dataset> dataset, LoaderPlace place, LoaderOptions defaults = {});
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
