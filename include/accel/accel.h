@@ -147,6 +147,9 @@ ACCEL_API const char* accel_status_name(accel_status status);
  *   num_threads                  intra-op threads per rank; 0 = cores / local ranks (default 0)
  *   split_batches, even_batches  defaults for this accelerator's dataloaders (false, true), as
  *                                Accelerate's DataLoaderConfiguration
+ *   device_placement             accel_prepare moves models to the device (default true)
+ *   step_scheduler_with_optimizer  schedulers step only with real optimizer steps, N times on N
+ *                                processes (default true); false: once per accel_scheduler_step
  *
  * Precedence, highest first:
  *   1. accel_config_set            (an explicit setter in the program)
@@ -641,6 +644,216 @@ ACCEL_API void accel_dataloader_free(accel_dataloader* loader);
  */
 ACCEL_API accel_status accel_gather_for_metrics(accel_accelerator* accelerator,
                                                 const accel_tensor* tensor, accel_tensor** out);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Models
+ *
+ * A model is a TorchScript module: loaded from an archive (torch.jit.save in Python, tch-rs, or
+ * accel_model_save), or built here from a catalogue of layers, each initialised exactly as the
+ * matching torch.nn layer, plus methods written in TorchScript source. TorchScript compiled here
+ * has no Python helpers: use aten ops (torch.relu, torch.linear, torch.conv2d, torch.max_pool2d,
+ * torch.dropout(x, p, self.training), torch.cross_entropy_loss, ...) and call a layer as
+ * self.fc1.forward(x).
+ * -------------------------------------------------------------------------------------------------
+ */
+
+typedef struct accel_model accel_model;
+
+/** An empty model (train mode) to add layers and methods to. */
+ACCEL_API accel_status accel_model_new(accel_model** out);
+
+/** Loads a TorchScript archive. An unreadable or invalid file is ACCEL_ERR_IO naming it. */
+ACCEL_API accel_status accel_model_load(const char* path, accel_model** out);
+
+/**
+ * Adds layer `name` of kind `kind` with options `spec` ("key=value" pairs separated by spaces or
+ * commas). Kinds and options:
+ *   linear        in_features, out_features, bias (true)
+ *   conv2d        in_channels, out_channels, kernel_size, stride (1), padding (0), dilation (1),
+ *                 groups (1), bias (true)
+ *   batch_norm2d  num_features, eps (1e-5), momentum (0.1)   (running statistics are buffers)
+ *   layer_norm    normalized_shape (the last dimension), eps (1e-5)
+ *   embedding     num_embeddings, embedding_dim
+ * Add layers before defining methods that use them. An unknown kind or option is
+ * ACCEL_ERR_INVALID_ARGUMENT naming it.
+ */
+ACCEL_API accel_status accel_model_add_layer(accel_model* model, const char* name, const char* kind,
+                                             const char* spec);
+
+/**
+ * Compiles TorchScript source defining methods of the model (forward, a training_step returning the
+ * loss, ...). Source that does not compile is ACCEL_ERR_INVALID_ARGUMENT with TorchScript's
+ * message.
+ */
+ACCEL_API accel_status accel_model_define(accel_model* model, const char* source);
+
+/**
+ * Calls `method` with `inputs[0..count)`; its results (a tensor, or a tuple of tensors) are written
+ * to `outputs[0..capacity)` as new tensors the caller frees, their number to `*out_count`. Results
+ * keep their autograd history, so a loss can go to accel_backward. For a prepared model the call
+ * runs under the accelerator's mixed precision (floating results come back as fp32) and, with
+ * several processes, first copies rank 0's buffers (batch-norm statistics) to every rank (so every
+ * call of a prepared model is a collective then). Wrong shapes or dtypes for the method are ACCEL_ERR_SHAPE with TorchScript's message.
+ */
+ACCEL_API accel_status accel_model_call(accel_model* model, const char* method,
+                                        const accel_tensor* const* inputs, size_t count,
+                                        accel_tensor** outputs, size_t capacity, size_t* out_count);
+
+/** Train mode (dropout active, batch-norm statistics updated) or eval mode. */
+ACCEL_API accel_status accel_model_train(accel_model* model, bool training);
+
+/** Total number of parameter elements. */
+ACCEL_API accel_status accel_model_num_parameters(const accel_model* model, int64_t* out);
+
+/** Number of named parameters and buffers (accel_model_tensor_name indexes them). */
+ACCEL_API accel_status accel_model_tensor_count(const accel_model* model, size_t* out);
+
+/**
+ * Name of parameter or buffer `index` ("conv1.weight", "bn.running_mean"), parameters first, in
+ * registration order. See the buffer convention.
+ */
+ACCEL_API accel_status accel_model_tensor_name(const accel_model* model, size_t index, char* buf,
+                                               size_t capacity, size_t* out_size);
+
+/**
+ * A copy of parameter or buffer `name` (detached from autograd; later training does not change the
+ * copy). An unknown name is ACCEL_ERR_INVALID_ARGUMENT.
+ */
+ACCEL_API accel_status accel_model_tensor(const accel_model* model, const char* name,
+                                          accel_tensor** out);
+
+/** Saves the model as a TorchScript archive (loadable by torch.jit.load and accel_model_load). */
+ACCEL_API accel_status accel_model_save(const accel_model* model, const char* path);
+
+/** Frees a model. NULL is a no-op. Optimizers over it keep it alive. */
+ACCEL_API void accel_model_free(accel_model* model);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Optimizers and learning-rate schedulers
+ * -------------------------------------------------------------------------------------------------
+ */
+
+typedef struct accel_optimizer accel_optimizer;
+
+/**
+ * An optimizer over `model`'s parameters: "sgd", "adam", "adamw", "rmsprop" or "adagrad", with
+ * PyTorch's defaults. Options (accel_optimizer_set): lr; sgd: momentum, dampening, weight_decay,
+ * nesterov; adam/adamw: beta1, beta2, eps, weight_decay, amsgrad; rmsprop: alpha, eps,
+ * weight_decay, momentum, centered; adagrad: lr_decay, weight_decay, initial_accumulator_value,
+ * eps.
+ */
+ACCEL_API accel_status accel_optimizer_new(accel_model* model, const char* kind,
+                                           accel_optimizer** out);
+
+/** Sets an option by key; takes effect at the next step. */
+ACCEL_API accel_status accel_optimizer_set(accel_optimizer* optimizer, const char* key,
+                                           const char* value);
+
+/**
+ * One optimizer step. Once prepared, it does nothing on accumulation micro-steps (when
+ * accel_sync_gradients is false), and under fp16 it unscales the gradients and skips the step when
+ * any is inf/nan (see accel_optimizer_step_was_skipped).
+ */
+ACCEL_API accel_status accel_optimizer_step(accel_optimizer* optimizer);
+
+/** Sets the gradients to none (Accelerate's default); once prepared, only on sync steps. */
+ACCEL_API accel_status accel_optimizer_zero_grad(accel_optimizer* optimizer);
+
+/** The current learning rate. */
+ACCEL_API accel_status accel_optimizer_lr(const accel_optimizer* optimizer, double* out);
+
+/** Sets the learning rate. */
+ACCEL_API accel_status accel_optimizer_set_lr(accel_optimizer* optimizer, double lr);
+
+/** Whether the last prepared step was skipped because an fp16 gradient was inf/nan. */
+ACCEL_API accel_status accel_optimizer_step_was_skipped(const accel_optimizer* optimizer,
+                                                        bool* out);
+
+/** Frees an optimizer. NULL is a no-op. */
+ACCEL_API void accel_optimizer_free(accel_optimizer* optimizer);
+
+typedef struct accel_scheduler accel_scheduler;
+
+/**
+ * A learning-rate schedule driving `optimizer`, with PyTorch's and Hugging Face's formulas:
+ *   constant; constant_with_warmup (warmup_steps); linear (warmup_steps, total_steps);
+ *   cosine (warmup_steps, total_steps, num_cycles 0.5); cosine_with_restarts (warmup_steps,
+ *   total_steps, num_cycles 1); polynomial (warmup_steps, total_steps, lr_end 1e-7, power 1);
+ *   step (step_size, gamma 0.1); exponential (gamma); one_cycle (max_lr, total_steps, pct_start
+ * 0.3, anneal_strategy cos|linear, div_factor 25, final_div_factor 1e4, base_momentum 0.85,
+ *   max_momentum 0.95, cycle_momentum true).
+ * The optimizer's rate is set to the schedule's value at step 0 as soon as the options are
+ * complete.
+ *
+ * How a prepared scheduler steps, as Accelerate (its most surprising rule): accel_scheduler_step
+ * does nothing on accumulation micro-steps and after an fp16-skipped optimizer step, and otherwise
+ * advances the schedule num_processes times, because a schedule is written in single-process steps
+ * and N processes take N times fewer steps over the same data ("the learning rate will be stepped
+ * twice as often on 2 GPUs"). With split_batches every process sees the global batch, so it
+ * advances once. With step_scheduler_with_optimizer false it advances once per call, always.
+ */
+ACCEL_API accel_status accel_scheduler_new(accel_optimizer* optimizer, const char* kind,
+                                           accel_scheduler** out);
+
+/** Sets an option by key (before the first step). */
+ACCEL_API accel_status accel_scheduler_set(accel_scheduler* scheduler, const char* key,
+                                           const char* value);
+
+/** Steps the schedule (see the rules above). */
+ACCEL_API accel_status accel_scheduler_step(accel_scheduler* scheduler);
+
+/** The learning rate the schedule has set. */
+ACCEL_API accel_status accel_scheduler_lr(const accel_scheduler* scheduler, double* out);
+
+/** Frees a scheduler. NULL is a no-op. */
+ACCEL_API void accel_scheduler_free(accel_scheduler* scheduler);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Training: prepare, accumulate, backward, clip
+ * -------------------------------------------------------------------------------------------------
+ */
+
+/**
+ * Accelerate's prepare(*objects): `objects[0..count)` are handles of any kind among accel_model,
+ * accel_optimizer, accel_scheduler and accel_dataloader, in any order. Models go to the device
+ * (unless device_placement is off) and, with several processes, get rank 0's parameters and buffers
+ * and data-parallel gradient synchronisation; optimizers are bound to the placed parameters (their
+ * model must be prepared in the same call or before); schedulers get Accelerate's stepping rules;
+ * dataloaders are sharded already. Preparing an object twice is a no-op.
+ */
+ACCEL_API accel_status accel_prepare(accel_accelerator* accelerator, void* const* objects,
+                                     size_t count);
+
+/**
+ * Opens a micro-step (Accelerate's accumulate()): with gradient_accumulation_steps K, gradients are
+ * synchronised and optimizers/schedulers step on every K-th call and on the last batch of the
+ * dataloader in use (which also restarts the count). Call it once per batch, before the forward.
+ */
+ACCEL_API accel_status accel_accumulate(accel_accelerator* accelerator);
+
+/** Whether the current micro-step synchronises gradients (true without accumulation). */
+ACCEL_API accel_status accel_sync_gradients(const accel_accelerator* accelerator, bool* out);
+
+/**
+ * Backward of a one-element loss: divided by gradient_accumulation_steps (always, as Accelerate),
+ * multiplied by the loss scale under fp16; with several processes the gradients of prepared models
+ * are averaged across processes in buckets while backward runs (skipped on micro-steps that do not
+ * sync). A parameter that gets no gradient on a rank counts as zero there; one no rank used keeps
+ * its gradient.
+ */
+ACCEL_API accel_status accel_backward(accel_accelerator* accelerator, const accel_tensor* loss);
+
+/**
+ * Clips the gradient norm of `model`'s parameters to `max_norm` (norm_type 2 for the Euclidean
+ * norm), unscaling them first under fp16; the total norm before clipping goes to `*out_norm`
+ * (may be NULL).
+ */
+ACCEL_API accel_status accel_clip_grad_norm(accel_accelerator* accelerator, accel_model* model,
+                                            double max_norm, double norm_type, double* out_norm);
+
+/** Clamps every gradient element of `model` to [-clip_value, clip_value] (unscaled first). */
+ACCEL_API accel_status accel_clip_grad_value(accel_accelerator* accelerator, accel_model* model,
+                                             double clip_value);
 
 #ifdef __cplusplus
 } /* extern "C" */

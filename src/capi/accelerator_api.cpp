@@ -36,6 +36,7 @@ ACCEL_API accel_status accel_init(const accel_config* config, accel_accelerator*
     }
     auto handle = std::make_unique<accel_accelerator>();
     handle->impl = std::make_unique<accel::runtime::Accelerator>(cfg, env);
+    handle->session = std::make_shared<accel::prepare::Session>(*handle->impl);
     *out = handle.release();
   });
 }

@@ -64,6 +64,12 @@ const char* tag_name(uint32_t tag) noexcept {
       return "accel_dataset";
     case Tag::kDataloader:
       return "accel_dataloader";
+    case Tag::kModel:
+      return "accel_model";
+    case Tag::kOptimizer:
+      return "accel_optimizer";
+    case Tag::kScheduler:
+      return "accel_scheduler";
     case Tag::kFreed:
       return "a handle that was already freed";
   }

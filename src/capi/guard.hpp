@@ -43,6 +43,9 @@ enum class Tag : uint32_t {
   kBytesList = 0xACC10004u,
   kDataset = 0xACC10005u,
   kDataloader = 0xACC10006u,
+  kModel = 0xACC10007u,
+  kOptimizer = 0xACC10008u,
+  kScheduler = 0xACC10009u,
   kFreed = 0xACC1DEADu,
 };
 

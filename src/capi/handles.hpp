@@ -11,6 +11,7 @@
 #include "config/config.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
+#include "prepare/session.hpp"
 #include "runtime/accelerator.hpp"
 
 struct accel_config {
@@ -26,6 +27,31 @@ struct accel_tensor {
 struct accel_accelerator {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kAccelerator);
   std::unique_ptr<accel::runtime::Accelerator> impl;
+  // Prepared objects hold it weakly: once the accelerator is freed they report it.
+  std::shared_ptr<accel::prepare::Session> session;
+  ~accel_accelerator() { session.reset(); }  // before impl, which the session refers to
+};
+
+struct accel_model {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kModel);
+  std::shared_ptr<accel::model::Model> model;
+  std::weak_ptr<accel::prepare::Session> session;
+  bool prepared = false;
+};
+
+struct accel_optimizer {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kOptimizer);
+  std::shared_ptr<accel::optim::Optimizer> optimizer;
+  std::shared_ptr<accel::model::Model> model;
+  std::weak_ptr<accel::prepare::Session> session;
+  bool prepared = false;
+};
+
+struct accel_scheduler {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kScheduler);
+  std::shared_ptr<accel::optim::LrScheduler> scheduler;
+  std::weak_ptr<accel::prepare::Session> session;
+  bool prepared = false;
 };
 
 struct accel_bytes_list {
@@ -67,6 +93,18 @@ inline Tag tag_of<accel_dataset>() {
 template <>
 inline Tag tag_of<accel_dataloader>() {
   return Tag::kDataloader;
+}
+template <>
+inline Tag tag_of<accel_model>() {
+  return Tag::kModel;
+}
+template <>
+inline Tag tag_of<accel_optimizer>() {
+  return Tag::kOptimizer;
+}
+template <>
+inline Tag tag_of<accel_scheduler>() {
+  return Tag::kScheduler;
 }
 
 // The ABI's dtypes and LibTorch's. to_scalar_type is false for a value that is not an accel_dtype;

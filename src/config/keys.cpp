@@ -199,6 +199,14 @@ std::vector<KeySpec> build_table() {
   // Accelerate's DataLoaderConfiguration: defaults for every dataloader of the accelerator.
   add({"split_batches", Kind::kBool, "false", {}, {}, {"ACCEL_SPLIT_BATCHES"}});
   add({"even_batches", Kind::kBool, "true", {}, {}, {"ACCEL_EVEN_BATCHES"}});
+  // Accelerator(device_placement=..., step_scheduler_with_optimizer=...).
+  add({"device_placement", Kind::kBool, "true", {}, {}, {"ACCEL_DEVICE_PLACEMENT"}});
+  add({"step_scheduler_with_optimizer",
+       Kind::kBool,
+       "true",
+       {},
+       {},
+       {"ACCEL_STEP_SCHEDULER_WITH_OPTIMIZER"}});
   return t;
 }
 

@@ -35,8 +35,7 @@ bool parse_flag(const std::string& key, const std::string& value) {
 
 }  // namespace
 
-DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderPlace place,
-                       LoaderOptions defaults)
+DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderPlace place, LoaderOptions defaults)
     : dataset_(std::move(dataset)), place_(std::move(place)), options_(defaults) {}
 
 DataLoader::~DataLoader() {

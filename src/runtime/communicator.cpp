@@ -219,6 +219,21 @@ void Communicator::broadcast(at::Tensor& tensor, int root) {
   guarded("broadcast", [&] { impl_->group->broadcast(tensors, options)->wait(); });
 }
 
+struct PendingReduce {
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+std::shared_ptr<PendingReduce> Communicator::all_reduce_start(at::Tensor& tensor) {
+  auto pending = std::make_shared<PendingReduce>();
+  std::vector<at::Tensor> tensors{tensor};
+  guarded("all_reduce", [&] { pending->work = impl_->group->allreduce(tensors); });
+  return pending;
+}
+
+void Communicator::all_reduce_finish(const std::shared_ptr<PendingReduce>& pending) {
+  guarded("all_reduce", [&] { pending->work->wait(); });
+}
+
 void Communicator::barrier() {
   guarded("barrier", [&] { impl_->group->barrier()->wait(); });
 }

@@ -20,6 +20,9 @@ struct CommTimeouts {
   std::chrono::milliseconds collective{300000};
 };
 
+// An all-reduce in flight (see Communicator::all_reduce_start).
+struct PendingReduce;
+
 class Communicator {
  public:
   // Meets the other ranks: opens (or hosts) the store, runs the census, forms the Gloo group.
@@ -40,6 +43,10 @@ class Communicator {
   // In place, on a contiguous CPU tensor allocated with the same shape on every rank.
   void broadcast(at::Tensor& tensor, int root);
   void barrier();
+  // Starts an in-place sum all-reduce and returns at once; finish() waits for it. Every rank must
+  // start the same all-reduces in the same order.
+  std::shared_ptr<PendingReduce> all_reduce_start(at::Tensor& tensor);
+  void all_reduce_finish(const std::shared_ptr<PendingReduce>& pending);
 
  private:
   struct Impl;

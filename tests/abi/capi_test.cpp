@@ -69,7 +69,15 @@ struct Objects {
   accel_bytes_list* list = nullptr;
   accel_dataset* dataset = nullptr;
   accel_dataloader* loader = nullptr;
+  accel_model* model = nullptr;
+  accel_optimizer* optimizer = nullptr;
+  accel_scheduler* scheduler = nullptr;
   Objects() {
+    EXPECT_EQ(accel_model_new(&model), ACCEL_OK);
+    EXPECT_EQ(accel_model_add_layer(model, "fc", "linear", "in_features=3 out_features=1"),
+              ACCEL_OK);
+    EXPECT_EQ(accel_optimizer_new(model, "sgd", &optimizer), ACCEL_OK);
+    EXPECT_EQ(accel_scheduler_new(optimizer, "constant", &scheduler), ACCEL_OK);
     EXPECT_EQ(accel_config_new(&config), ACCEL_OK);
     tensor = make_f32({1, 2, 3}, {3});
     EXPECT_EQ(accel_gather_object(g_acc, "ab", 2, &list), ACCEL_OK);
@@ -82,6 +90,9 @@ struct Objects {
     accel_bytes_list_free(list);
     accel_dataloader_free(loader);
     accel_dataset_free(dataset);
+    accel_scheduler_free(scheduler);
+    accel_optimizer_free(optimizer);
+    accel_model_free(model);
   }
   // A live handle of some other kind, cast as the wrong type.
   template <class T>
@@ -135,6 +146,12 @@ std::vector<Case> cases() {
   };
   static const accel_dtype f32 = ACCEL_DTYPE_F32;
   static const size_t zero_dims = 0;
+  auto M = [](O o) { return o.wrong<accel_model>(); };
+  auto OP = [](O o) { return o.wrong<accel_optimizer>(); };
+  auto S = [](O o) { return o.wrong<accel_scheduler>(); };
+  static accel_model* m_out;
+  static accel_optimizer* op_out;
+  static accel_scheduler* s_out;
   return {
       {"accel_config_new", nullptr, nullptr, [](O) { return accel_config_new(nullptr); }},
       {"accel_config_set", [](O) { return accel_config_set(nullptr, "use_cpu", "1"); },
@@ -351,6 +368,96 @@ std::vector<Case> cases() {
        [](O o) { return accel_gather_for_metrics(nullptr, o.tensor, &t_out); },
        [A](O o) { return accel_gather_for_metrics(A(o), o.tensor, &t_out); },
        [](O o) { return accel_gather_for_metrics(g_acc, o.tensor, nullptr); }},
+      {"accel_model_new", nullptr, nullptr, [](O) { return accel_model_new(nullptr); }},
+      {"accel_model_load", [](O) { return accel_model_load(nullptr, &m_out); }, nullptr,
+       [](O) { return accel_model_load("/nonexistent.pt", nullptr); }},
+      {"accel_model_add_layer", [](O) { return accel_model_add_layer(nullptr, "a", "linear", ""); },
+       [M](O o) { return accel_model_add_layer(M(o), "a", "linear", ""); },
+       [](O o) { return accel_model_add_layer(o.model, nullptr, "linear", ""); }},
+      {"accel_model_define",
+       [](O) { return accel_model_define(nullptr, "def f(self):\n  pass\n"); },
+       [M](O o) { return accel_model_define(M(o), ""); },
+       [](O o) { return accel_model_define(o.model, nullptr); }},
+      {"accel_model_call",
+       [](O o) {
+         size_t n;
+         return accel_model_call(nullptr, "forward", nullptr, 0, nullptr, 0, &n);
+       },
+       [M](O o) {
+         size_t n;
+         return accel_model_call(M(o), "forward", nullptr, 0, nullptr, 0, &n);
+       },
+       [](O o) { return accel_model_call(o.model, "forward", nullptr, 0, nullptr, 0, nullptr); }},
+      {"accel_model_train", [](O) { return accel_model_train(nullptr, true); },
+       [M](O o) { return accel_model_train(M(o), true); }, nullptr},
+      {"accel_model_num_parameters", [](O) { return accel_model_num_parameters(nullptr, &i64); },
+       [M](O o) { return accel_model_num_parameters(M(o), &i64); },
+       [](O o) { return accel_model_num_parameters(o.model, nullptr); }},
+      {"accel_model_tensor_count", [](O) { return accel_model_tensor_count(nullptr, &st); },
+       [M](O o) { return accel_model_tensor_count(M(o), &st); },
+       [](O o) { return accel_model_tensor_count(o.model, nullptr); }},
+      {"accel_model_tensor_name",
+       [](O) {
+         size_t n;
+         return accel_model_tensor_name(nullptr, 0, nullptr, 0, &n);
+       },
+       [M](O o) {
+         size_t n;
+         return accel_model_tensor_name(M(o), 0, nullptr, 0, &n);
+       },
+       [](O o) { return accel_model_tensor_name(o.model, 0, nullptr, 0, nullptr); }},
+      {"accel_model_tensor", [](O) { return accel_model_tensor(nullptr, "fc.weight", &t_out); },
+       [M](O o) { return accel_model_tensor(M(o), "fc.weight", &t_out); },
+       [](O o) { return accel_model_tensor(o.model, "fc.weight", nullptr); }},
+      {"accel_model_save", [](O) { return accel_model_save(nullptr, "/tmp/x.pt"); },
+       [M](O o) { return accel_model_save(M(o), "/tmp/x.pt"); },
+       [](O o) { return accel_model_save(o.model, nullptr); }},
+      {"accel_optimizer_new", [](O) { return accel_optimizer_new(nullptr, "sgd", &op_out); },
+       [M](O o) { return accel_optimizer_new(M(o), "sgd", &op_out); },
+       [](O o) { return accel_optimizer_new(o.model, "sgd", nullptr); }},
+      {"accel_optimizer_set", [](O) { return accel_optimizer_set(nullptr, "lr", "1"); },
+       [OP](O o) { return accel_optimizer_set(OP(o), "lr", "1"); },
+       [](O o) { return accel_optimizer_set(o.optimizer, nullptr, "1"); }},
+      {"accel_optimizer_step", [](O) { return accel_optimizer_step(nullptr); },
+       [OP](O o) { return accel_optimizer_step(OP(o)); }, nullptr},
+      {"accel_optimizer_zero_grad", [](O) { return accel_optimizer_zero_grad(nullptr); },
+       [OP](O o) { return accel_optimizer_zero_grad(OP(o)); }, nullptr},
+      {"accel_optimizer_lr", [](O) { return accel_optimizer_lr(nullptr, &d); },
+       [OP](O o) { return accel_optimizer_lr(OP(o), &d); },
+       [](O o) { return accel_optimizer_lr(o.optimizer, nullptr); }},
+      {"accel_optimizer_set_lr", [](O) { return accel_optimizer_set_lr(nullptr, 0.1); },
+       [OP](O o) { return accel_optimizer_set_lr(OP(o), 0.1); }, nullptr},
+      {"accel_optimizer_step_was_skipped",
+       [](O) { return accel_optimizer_step_was_skipped(nullptr, &b_out); },
+       [OP](O o) { return accel_optimizer_step_was_skipped(OP(o), &b_out); },
+       [](O o) { return accel_optimizer_step_was_skipped(o.optimizer, nullptr); }},
+      {"accel_scheduler_new", [](O) { return accel_scheduler_new(nullptr, "constant", &s_out); },
+       [OP](O o) { return accel_scheduler_new(OP(o), "constant", &s_out); },
+       [](O o) { return accel_scheduler_new(o.optimizer, "constant", nullptr); }},
+      {"accel_scheduler_set", [](O) { return accel_scheduler_set(nullptr, "gamma", "1"); },
+       [S](O o) { return accel_scheduler_set(S(o), "gamma", "1"); },
+       [](O o) { return accel_scheduler_set(o.scheduler, nullptr, "1"); }},
+      {"accel_scheduler_step", [](O) { return accel_scheduler_step(nullptr); },
+       [S](O o) { return accel_scheduler_step(S(o)); }, nullptr},
+      {"accel_scheduler_lr", [](O) { return accel_scheduler_lr(nullptr, &d); },
+       [S](O o) { return accel_scheduler_lr(S(o), &d); },
+       [](O o) { return accel_scheduler_lr(o.scheduler, nullptr); }},
+      {"accel_prepare", [](O) { return accel_prepare(nullptr, nullptr, 0); },
+       [A](O o) { return accel_prepare(A(o), nullptr, 0); },
+       [](O) { return accel_prepare(g_acc, nullptr, 1); }},
+      {"accel_accumulate", [](O) { return accel_accumulate(nullptr); },
+       [A](O o) { return accel_accumulate(A(o)); }, nullptr},
+      {"accel_sync_gradients", [](O) { return accel_sync_gradients(nullptr, &b_out); },
+       [A](O o) { return accel_sync_gradients(A(o), &b_out); },
+       [](O) { return accel_sync_gradients(g_acc, nullptr); }},
+      {"accel_backward", [](O o) { return accel_backward(nullptr, o.tensor); },
+       [T](O o) { return accel_backward(g_acc, T(o)); },
+       [](O) { return accel_backward(g_acc, nullptr); }},
+      {"accel_clip_grad_norm", [](O o) { return accel_clip_grad_norm(nullptr, o.model, 1, 2, &d); },
+       [M](O o) { return accel_clip_grad_norm(g_acc, M(o), 1, 2, &d); },
+       [](O) { return accel_clip_grad_norm(g_acc, nullptr, 1, 2, &d); }},
+      {"accel_clip_grad_value", [](O o) { return accel_clip_grad_value(nullptr, o.model, 1); },
+       [M](O o) { return accel_clip_grad_value(g_acc, M(o), 1); }, nullptr},
       {"accel_bytes_list_get", [](O) { return accel_bytes_list_get(nullptr, 0, &cvp, &st); },
        [L](O o) { return accel_bytes_list_get(L(o), 0, &cvp, &st); },
        [](O o) { return accel_bytes_list_get(o.list, 0, nullptr, &st); }},
@@ -358,13 +465,20 @@ std::vector<Case> cases() {
 }
 
 // Functions with nothing to pass NULL to, and the free functions (tested on their own below).
-const std::set<std::string> kNoHandleFunctions = {
-    "accel_version",           "accel_last_error_message",
-    "accel_last_error_status", "accel_status_name",
-    "accel_dtype_size",        "accel_config_free",
-    "accel_tensor_free",       "accel_free",
-    "accel_bytes_list_free",   "accel_dataset_free",
-    "accel_dataloader_free"};
+const std::set<std::string> kNoHandleFunctions = {"accel_model_free",
+                                                  "accel_optimizer_free",
+                                                  "accel_scheduler_free",
+                                                  "accel_version",
+                                                  "accel_last_error_message",
+                                                  "accel_last_error_status",
+                                                  "accel_status_name",
+                                                  "accel_dtype_size",
+                                                  "accel_config_free",
+                                                  "accel_tensor_free",
+                                                  "accel_free",
+                                                  "accel_bytes_list_free",
+                                                  "accel_dataset_free",
+                                                  "accel_dataloader_free"};
 
 }  // namespace
 
@@ -403,6 +517,9 @@ TEST(CApi, FreeAcceptsNullAndIgnoresWrongKinds) {
   accel_bytes_list_free(nullptr);
   accel_dataset_free(nullptr);
   accel_dataloader_free(nullptr);
+  accel_model_free(nullptr);
+  accel_optimizer_free(nullptr);
+  accel_scheduler_free(nullptr);
   accel_tensor* t = make_f32({5}, {1});
   accel_config_free(reinterpret_cast<accel_config*>(t));  // refused, recorded, nothing freed
   EXPECT_EQ(accel_last_error_status(), ACCEL_ERR_WRONG_HANDLE);

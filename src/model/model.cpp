@@ -1,0 +1,334 @@
+#include "model/model.hpp"
+
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/nn/init.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <optional>
+#include <sstream>
+
+#include "common/error.hpp"
+
+namespace accel::model {
+
+namespace {
+
+// From the second call on, the profiling executor fuses a method's whole backward into one node, so
+// every gradient would arrive at the end of backward and none of the all-reduce could overlap it.
+// Keeping per-op autograd nodes cost nothing measurable on this machine.
+void configure_jit_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { torch::jit::setGraphExecutorOptimize(false); });
+}
+
+std::string errors_of(const std::exception& e) {
+  if (auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+class Spec {
+ public:
+  Spec(const std::string& kind, const std::string& text) : kind_(kind), map_(parse_spec(text)) {}
+  int64_t integer(const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
+    auto it = map_.find(key);
+    if (it == map_.end()) {
+      if (fallback) return *fallback;
+      fail(Errc::invalid_argument, kind_ + " layer: '" + key + "' is required");
+    }
+    used_.push_back(key);
+    try {
+      size_t end = 0;
+      const long long v = std::stoll(it->second, &end);
+      if (end == it->second.size()) return v;
+    } catch (...) {
+    }
+    fail(Errc::invalid_argument,
+         kind_ + " layer: '" + key + "=" + it->second + "' is not an integer");
+  }
+  double real(const std::string& key, double fallback) {
+    auto it = map_.find(key);
+    if (it == map_.end()) return fallback;
+    used_.push_back(key);
+    try {
+      size_t end = 0;
+      const double v = std::stod(it->second, &end);
+      if (end == it->second.size()) return v;
+    } catch (...) {
+    }
+    fail(Errc::invalid_argument,
+         kind_ + " layer: '" + key + "=" + it->second + "' is not a number");
+  }
+  bool flag(const std::string& key, bool fallback) {
+    auto it = map_.find(key);
+    if (it == map_.end()) return fallback;
+    used_.push_back(key);
+    if (it->second == "true" || it->second == "1") return true;
+    if (it->second == "false" || it->second == "0") return false;
+    fail(Errc::invalid_argument,
+         kind_ + " layer: '" + key + "=" + it->second + "' is not true/false");
+  }
+  // Every key given must have been read: a typo is an error, not a default in silence.
+  void finish(const std::string& known) {
+    for (const auto& [k, v] : map_)
+      if (std::find(used_.begin(), used_.end(), k) == used_.end())
+        fail(Errc::invalid_argument, kind_ + " layer: unknown option '" + k + "'; known: " + known);
+  }
+
+ private:
+  std::string kind_;
+  std::map<std::string, std::string> map_;
+  std::vector<std::string> used_;
+};
+
+torch::jit::Module new_module(const std::string& cls) {
+  torch::jit::Module m(c10::QualifiedName("__torch__.accel." + cls));
+  // eval()/train() silently do nothing on a module without this attribute.
+  m.register_attribute("training", c10::BoolType::get(), true);
+  return m;
+}
+
+void add_parameter(torch::jit::Module& m, const std::string& name, at::Tensor t) {
+  m.register_parameter(name, t.requires_grad_(true), /*is_buffer=*/false);
+}
+
+// torch.nn.Linear's and ConvNd's reset_parameters: kaiming_uniform_(a=sqrt(5)) for the weight and
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias.
+void init_like_torch(at::Tensor& weight, at::Tensor* bias, int64_t fan_in) {
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias) {
+    const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+    torch::nn::init::uniform_(*bias, -bound, bound);
+  }
+}
+
+std::string fmt(double v) {
+  std::ostringstream o;
+  o.precision(17);
+  o << v;
+  std::string s = o.str();
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+torch::jit::Module make_layer(const std::string& kind, const std::string& text) {
+  Spec s(kind, text);
+  if (kind == "linear") {
+    const int64_t in = s.integer("in_features"), out = s.integer("out_features");
+    const bool bias = s.flag("bias", true);
+    s.finish("in_features, out_features, bias");
+    auto m = new_module("Linear");
+    at::Tensor w = at::empty({out, in});
+    at::Tensor b = at::empty({out});
+    init_like_torch(w, bias ? &b : nullptr, in);
+    add_parameter(m, "weight", w);
+    if (bias) add_parameter(m, "bias", b);
+    m.define(bias ? "def forward(self, x):\n    return torch.linear(x, self.weight, self.bias)\n"
+                  : "def forward(self, x):\n    return torch.linear(x, self.weight)\n");
+    return m;
+  }
+  if (kind == "conv2d") {
+    const int64_t in = s.integer("in_channels"), out = s.integer("out_channels");
+    const int64_t k = s.integer("kernel_size"), stride = s.integer("stride", 1);
+    const int64_t pad = s.integer("padding", 0), dil = s.integer("dilation", 1);
+    const int64_t groups = s.integer("groups", 1);
+    const bool bias = s.flag("bias", true);
+    s.finish("in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias");
+    if (groups < 1 || in % groups || out % groups)
+      fail(Errc::invalid_argument, "conv2d layer: channels must divide by groups");
+    auto m = new_module("Conv2d");
+    at::Tensor w = at::empty({out, in / groups, k, k});
+    at::Tensor b = at::empty({out});
+    init_like_torch(w, bias ? &b : nullptr, in / groups * k * k);
+    add_parameter(m, "weight", w);
+    if (bias) add_parameter(m, "bias", b);
+    const std::string geo = "[" + std::to_string(stride) + ", " + std::to_string(stride) + "], [" +
+                            std::to_string(pad) + ", " + std::to_string(pad) + "], [" +
+                            std::to_string(dil) + ", " + std::to_string(dil) + "], " +
+                            std::to_string(groups);
+    m.define("def forward(self, x):\n    return torch.conv2d(x, self.weight, " +
+             std::string(bias ? "self.bias" : "None") + ", " + geo + ")\n");
+    return m;
+  }
+  if (kind == "batch_norm2d") {
+    const int64_t n = s.integer("num_features");
+    const double eps = s.real("eps", 1e-5), momentum = s.real("momentum", 0.1);
+    s.finish("num_features, eps, momentum");
+    auto m = new_module("BatchNorm2d");
+    add_parameter(m, "weight", at::ones({n}));
+    add_parameter(m, "bias", at::zeros({n}));
+    m.register_buffer("running_mean", at::zeros({n}));
+    m.register_buffer("running_var", at::ones({n}));
+    m.register_buffer("num_batches_tracked", at::zeros({}, at::kLong));
+    m.define(
+        "def forward(self, x):\n"
+        "    if self.training:\n"
+        "        self.num_batches_tracked.add_(1)\n"
+        "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, "
+        "self.running_var, self.training, " +
+        fmt(momentum) + ", " + fmt(eps) + ", False)\n");
+    return m;
+  }
+  if (kind == "layer_norm") {
+    const int64_t n = s.integer("normalized_shape");
+    const double eps = s.real("eps", 1e-5);
+    s.finish("normalized_shape, eps");
+    auto m = new_module("LayerNorm");
+    add_parameter(m, "weight", at::ones({n}));
+    add_parameter(m, "bias", at::zeros({n}));
+    m.define("def forward(self, x):\n    return torch.layer_norm(x, [" + std::to_string(n) +
+             "], self.weight, self.bias, " + fmt(eps) + ")\n");
+    return m;
+  }
+  if (kind == "embedding") {
+    const int64_t num = s.integer("num_embeddings"), dim = s.integer("embedding_dim");
+    s.finish("num_embeddings, embedding_dim");
+    auto m = new_module("Embedding");
+    at::Tensor w = at::empty({num, dim});
+    {
+      torch::NoGradGuard no_grad;
+      torch::nn::init::normal_(w);  // torch.nn.Embedding: N(0, 1)
+    }
+    add_parameter(m, "weight", w);
+    m.define("def forward(self, x):\n    return torch.embedding(self.weight, x)\n");
+    return m;
+  }
+  fail(Errc::invalid_argument, "unknown layer kind '" + kind +
+                                   "'; the catalogue has linear, conv2d, batch_norm2d, layer_norm, "
+                                   "embedding");
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parse_spec(const std::string& spec) {
+  std::map<std::string, std::string> out;
+  std::string item;
+  std::istringstream in(spec);
+  auto take = [&](const std::string& entry) {
+    if (entry.empty()) return;
+    const auto eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == entry.size())
+      fail(Errc::invalid_argument, "layer option '" + entry + "' is not key=value");
+    out[entry.substr(0, eq)] = entry.substr(eq + 1);
+  };
+  for (char c : spec) {
+    if (c == ' ' || c == ',' || c == '\t' || c == '\n') {
+      take(item);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  take(item);
+  return out;
+}
+
+Model::Model() : module_(std::make_unique<torch::jit::Module>(new_module("Model"))) {
+  configure_jit_once();
+}
+
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  configure_jit_once();
+  auto m = std::make_unique<Model>();
+  try {
+    *m->module_ = torch::jit::load(path);
+  } catch (const std::exception& e) {
+    fail(Errc::io, "cannot load the TorchScript archive '" + path + "': " + errors_of(e));
+  }
+  return m;
+}
+
+void Model::add_layer(const std::string& name, const std::string& kind, const std::string& spec) {
+  if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_'))
+    fail(Errc::invalid_argument, "layer name '" + name + "' is not an identifier");
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
+      fail(Errc::invalid_argument, "layer name '" + name + "' is not an identifier");
+  if (module_->hasattr(name)) fail(Errc::invalid_argument, "the model already has '" + name + "'");
+  torch::jit::Module layer = make_layer(kind, spec);
+  layer.train(module_->is_training());
+  module_->register_module(name, layer);
+}
+
+void Model::define(const std::string& source) {
+  try {
+    module_->define(source);
+  } catch (const std::exception& e) {
+    fail(Errc::invalid_argument, "TorchScript source does not compile: " + errors_of(e));
+  }
+}
+
+std::vector<at::Tensor> Model::call(const std::string& method,
+                                    const std::vector<at::Tensor>& inputs) {
+  auto m = module_->find_method(method);
+  if (!m) fail(Errc::invalid_argument, "the model has no method '" + method + "'");
+  std::vector<c10::IValue> stack(inputs.begin(), inputs.end());
+  c10::IValue result;
+  try {
+    result = (*m)(std::move(stack));
+  } catch (const std::exception& e) {
+    fail(Errc::shape, "the model's '" + method + "' failed: " + errors_of(e));
+  }
+  std::vector<at::Tensor> out;
+  if (result.isTensor()) {
+    out.push_back(result.toTensor());
+  } else if (result.isTuple()) {
+    for (const auto& v : result.toTupleRef().elements()) {
+      if (!v.isTensor())
+        fail(Errc::invalid_argument, "'" + method + "' returned a tuple with a non-tensor element");
+      out.push_back(v.toTensor());
+    }
+  } else if (result.isTensorList()) {
+    for (const auto& t : result.toTensorVector()) out.push_back(t);
+  } else if (!result.isNone()) {
+    fail(Errc::invalid_argument, "'" + method + "' returned " + result.tagKind() +
+                                     "; methods called through libaccel return tensors");
+  }
+  return out;
+}
+
+void Model::train(bool on) {
+  module_->train(on);
+}
+
+bool Model::is_training() const {
+  return module_->is_training();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : module_->named_parameters(/*recurse=*/true))
+    out.emplace_back(p.name, p.value);
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::named_buffers() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& b : module_->named_buffers(/*recurse=*/true)) out.emplace_back(b.name, b.value);
+  return out;
+}
+
+int64_t Model::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : module_->parameters(true)) n += p.numel();
+  return n;
+}
+
+void Model::save(const std::string& path) const {
+  try {
+    module_->save(path);
+  } catch (const std::exception& e) {
+    fail(Errc::io, "cannot save the model to '" + path + "': " + errors_of(e));
+  }
+}
+
+void Model::to(const std::string& device) {
+  module_->to(at::Device(device));
+}
+
+}  // namespace accel::model

@@ -1,0 +1,34 @@
+// Dynamic loss scaling for fp16 (PyTorch's GradScaler): multiply the loss before backward, unscale
+// and check the gradients before the step, skip the step and back off when any is inf/nan, grow the
+// scale after `growth_interval` good steps. LibTorch 1.13's fused AMP kernels run on CUDA only, so
+// this is written in plain ATen and works on any device.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace accel::optim {
+
+class GradScaler {
+ public:
+  double scale() const { return scale_; }
+  at::Tensor scale_loss(const at::Tensor& loss) const;
+  // Divides every gradient by the scale once per step; returns whether any is inf or nan.
+  bool unscale(const std::vector<at::Tensor>& params);
+  bool unscaled() const { return unscaled_; }
+  // After a step (taken or skipped): back off on inf/nan, else count towards growth.
+  void update();
+  bool found_inf() const { return found_inf_; }
+
+  double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
+  int growth_interval = 2000;
+
+ private:
+  double scale_ = 65536.0;
+  int tracker_ = 0;
+  bool unscaled_ = false;
+  bool found_inf_ = false;
+};
+
+}  // namespace accel::optim

@@ -1,0 +1,189 @@
+#include "optim/optimizer.hpp"
+
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include "common/error.hpp"
+#include "config/keys.hpp"
+
+namespace accel::optim {
+
+namespace {
+
+// Each kind's options with PyTorch's defaults; booleans are stored as 0/1.
+std::map<std::string, double> defaults_for(const std::string& kind) {
+  if (kind == "sgd")
+    return {{"lr", 1e-3}, {"momentum", 0}, {"dampening", 0}, {"weight_decay", 0}, {"nesterov", 0}};
+  if (kind == "adam")
+    return {{"lr", 1e-3},  {"beta1", 0.9},      {"beta2", 0.999},
+            {"eps", 1e-8}, {"weight_decay", 0}, {"amsgrad", 0}};
+  if (kind == "adamw")
+    return {{"lr", 1e-3},  {"beta1", 0.9},         {"beta2", 0.999},
+            {"eps", 1e-8}, {"weight_decay", 1e-2}, {"amsgrad", 0}};
+  if (kind == "rmsprop")
+    return {{"lr", 1e-2},        {"alpha", 0.99}, {"eps", 1e-8},
+            {"weight_decay", 0}, {"momentum", 0}, {"centered", 0}};
+  if (kind == "adagrad")
+    return {{"lr", 1e-2},
+            {"lr_decay", 0},
+            {"weight_decay", 0},
+            {"initial_accumulator_value", 0},
+            {"eps", 1e-10}};
+  fail(Errc::invalid_argument,
+       "unknown optimizer '" + kind + "'; known: sgd, adam, adamw, rmsprop, adagrad");
+}
+
+bool is_flag(const std::string& key) {
+  return key == "nesterov" || key == "amsgrad" || key == "centered";
+}
+
+}  // namespace
+
+Optimizer::Optimizer(const std::string& kind) : kind_(kind), options_(defaults_for(kind)) {}
+
+Optimizer::~Optimizer() = default;
+
+double Optimizer::option(const std::string& key) const {
+  auto it = options_.find(key);
+  if (it == options_.end()) fail(Errc::invalid_argument, kind_ + " has no option '" + key + "'");
+  return it->second;
+}
+
+void Optimizer::set(const std::string& key, const std::string& value) {
+  auto it = options_.find(key);
+  if (it == options_.end()) {
+    std::string known;
+    for (const auto& [k, v] : options_) known += (known.empty() ? "" : ", ") + k;
+    fail(Errc::invalid_argument,
+         "optimizer " + kind_ + ": unknown option '" + key + "'; known: " + known);
+  }
+  double v = 0;
+  if (is_flag(key)) {
+    bool b = false;
+    if (!config::parse_bool(value, &b))
+      fail(Errc::invalid_argument,
+           "optimizer " + kind_ + ": '" + key + "=" + value + "' is not true/false");
+    v = b ? 1 : 0;
+  } else {
+    try {
+      size_t end = 0;
+      v = std::stod(value, &end);
+      if (end != value.size()) throw std::invalid_argument(value);
+    } catch (...) {
+      fail(Errc::invalid_argument,
+           "optimizer " + kind_ + ": '" + key + "=" + value + "' is not a number");
+    }
+    if (v < 0)
+      fail(Errc::invalid_argument, "optimizer " + kind_ + ": '" + key + "' must not be negative");
+    if ((key == "beta1" || key == "beta2" || key == "alpha") && v >= 1)
+      fail(Errc::invalid_argument, "optimizer " + kind_ + ": '" + key + "' must be below 1");
+  }
+  if (kind_ == "sgd" && key == "nesterov" && v != 0 &&
+      (options_["momentum"] <= 0 || options_["dampening"] != 0))
+    fail(Errc::invalid_argument, "sgd: nesterov needs momentum > 0 and dampening 0");
+  it->second = v;
+  apply_options();
+}
+
+void Optimizer::bind(std::vector<at::Tensor> params) {
+  if (params.empty()) fail(Errc::invalid_argument, "the optimizer has no parameters to optimise");
+  params_ = std::move(params);
+  const auto& o = options_;
+  if (kind_ == "sgd") {
+    impl_ = std::make_unique<torch::optim::SGD>(params_, torch::optim::SGDOptions(o.at("lr"))
+                                                             .momentum(o.at("momentum"))
+                                                             .dampening(o.at("dampening"))
+                                                             .weight_decay(o.at("weight_decay"))
+                                                             .nesterov(o.at("nesterov") != 0));
+  } else if (kind_ == "adam") {
+    impl_ = std::make_unique<torch::optim::Adam>(params_, torch::optim::AdamOptions(o.at("lr"))
+                                                              .betas({o.at("beta1"), o.at("beta2")})
+                                                              .eps(o.at("eps"))
+                                                              .weight_decay(o.at("weight_decay"))
+                                                              .amsgrad(o.at("amsgrad") != 0));
+  } else if (kind_ == "adamw") {
+    impl_ =
+        std::make_unique<torch::optim::AdamW>(params_, torch::optim::AdamWOptions(o.at("lr"))
+                                                           .betas({o.at("beta1"), o.at("beta2")})
+                                                           .eps(o.at("eps"))
+                                                           .weight_decay(o.at("weight_decay"))
+                                                           .amsgrad(o.at("amsgrad") != 0));
+  } else if (kind_ == "rmsprop") {
+    impl_ =
+        std::make_unique<torch::optim::RMSprop>(params_, torch::optim::RMSpropOptions(o.at("lr"))
+                                                             .alpha(o.at("alpha"))
+                                                             .eps(o.at("eps"))
+                                                             .weight_decay(o.at("weight_decay"))
+                                                             .momentum(o.at("momentum"))
+                                                             .centered(o.at("centered") != 0));
+  } else {
+    impl_ = std::make_unique<torch::optim::Adagrad>(
+        params_, torch::optim::AdagradOptions(o.at("lr"))
+                     .lr_decay(o.at("lr_decay"))
+                     .weight_decay(o.at("weight_decay"))
+                     .initial_accumulator_value(o.at("initial_accumulator_value"))
+                     .eps(o.at("eps")));
+  }
+}
+
+// Writes the options into the live param group (LibTorch reads them at every step).
+void Optimizer::apply_options() {
+  if (!impl_) return;
+  const auto& o = options_;
+  auto& group = impl_->param_groups().at(0);
+  if (kind_ == "sgd") {
+    auto& g = static_cast<torch::optim::SGDOptions&>(group.options());
+    g.lr(o.at("lr")).momentum(o.at("momentum")).dampening(o.at("dampening"));
+    g.weight_decay(o.at("weight_decay")).nesterov(o.at("nesterov") != 0);
+  } else if (kind_ == "adam") {
+    auto& g = static_cast<torch::optim::AdamOptions&>(group.options());
+    g.lr(o.at("lr")).betas({o.at("beta1"), o.at("beta2")}).eps(o.at("eps"));
+    g.weight_decay(o.at("weight_decay")).amsgrad(o.at("amsgrad") != 0);
+  } else if (kind_ == "adamw") {
+    auto& g = static_cast<torch::optim::AdamWOptions&>(group.options());
+    g.lr(o.at("lr")).betas({o.at("beta1"), o.at("beta2")}).eps(o.at("eps"));
+    g.weight_decay(o.at("weight_decay")).amsgrad(o.at("amsgrad") != 0);
+  } else if (kind_ == "rmsprop") {
+    auto& g = static_cast<torch::optim::RMSpropOptions&>(group.options());
+    g.lr(o.at("lr")).alpha(o.at("alpha")).eps(o.at("eps")).weight_decay(o.at("weight_decay"));
+    g.momentum(o.at("momentum")).centered(o.at("centered") != 0);
+  } else {
+    auto& g = static_cast<torch::optim::AdagradOptions&>(group.options());
+    g.lr(o.at("lr")).lr_decay(o.at("lr_decay")).weight_decay(o.at("weight_decay"));
+    g.initial_accumulator_value(o.at("initial_accumulator_value")).eps(o.at("eps"));
+  }
+}
+
+torch::optim::Optimizer& Optimizer::torch_optimizer() {
+  if (!impl_) fail(Errc::state, "the optimizer is not bound to parameters yet");
+  return *impl_;
+}
+
+void Optimizer::step() {
+  torch_optimizer().step();
+}
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_)
+    if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+}
+
+void Optimizer::set_lr(double lr) {
+  if (lr < 0) fail(Errc::invalid_argument, "the learning rate must not be negative");
+  options_["lr"] = lr;
+  apply_options();
+}
+
+bool Optimizer::has_momentum() const {
+  return options_.count("momentum") || options_.count("beta1");
+}
+
+void Optimizer::set_momentum(double m) {
+  options_[options_.count("beta1") ? "beta1" : "momentum"] = m;
+  apply_options();
+}
+
+}  // namespace accel::optim

@@ -1,0 +1,54 @@
+// Optimizers over a model's parameters (LibTorch's SGD, Adam, AdamW, RMSprop, Adagrad) with options
+// by key. Built lazily, so that prepare() can bind them to the parameters after device placement.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace accel::optim {
+
+class Optimizer {
+ public:
+  // kind: sgd, adam, adamw, rmsprop, adagrad. Throws accel::Error(invalid_argument) otherwise.
+  explicit Optimizer(const std::string& kind);
+  ~Optimizer();
+
+  // Options by key (lr, momentum, dampening, weight_decay, nesterov, beta1, beta2, eps, amsgrad,
+  // alpha, centered, lr_decay, initial_accumulator_value; each kind takes its own subset). Applied
+  // at once when the optimizer exists already.
+  void set(const std::string& key, const std::string& value);
+  double option(const std::string& key) const;
+
+  // (Re)binds to `params` (keeps no state: call before the first step).
+  void bind(std::vector<at::Tensor> params);
+  bool bound() const { return static_cast<bool>(impl_); }
+  const std::vector<at::Tensor>& params() const { return params_; }
+
+  void step();
+  // Accelerate's default: gradients set to None rather than to zero.
+  void zero_grad();
+  double lr() const { return option("lr"); }
+  void set_lr(double lr);
+  // For schedules that cycle momentum (one_cycle): momentum (SGD, RMSprop) or beta1 (Adam, AdamW).
+  bool has_momentum() const;
+  void set_momentum(double m);
+  const std::string& kind() const { return kind_; }
+  torch::optim::Optimizer& torch_optimizer();
+
+ private:
+  void apply_options();
+  std::string kind_;
+  std::map<std::string, double> options_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<torch::optim::Optimizer> impl_;
+};
+
+}  // namespace accel::optim

@@ -1,0 +1,234 @@
+#include "prepare/session.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+
+#include "common/error.hpp"
+
+namespace accel::prepare {
+
+namespace {
+
+// Python's `torch.autocast(device)` as a scope: CPU autocast runs bf16 only in LibTorch 1.13.
+class AutocastScope {
+ public:
+  AutocastScope(bool cuda, at::ScalarType dtype) : cuda_(cuda) {
+    cache_ = at::autocast::is_autocast_cache_enabled();
+    if (cuda_) {
+      enabled_ = at::autocast::is_enabled();
+      dtype_ = at::autocast::get_autocast_gpu_dtype();
+      at::autocast::set_enabled(true);
+      at::autocast::set_autocast_gpu_dtype(dtype);
+    } else {
+      enabled_ = at::autocast::is_cpu_enabled();
+      dtype_ = at::autocast::get_autocast_cpu_dtype();
+      at::autocast::set_cpu_enabled(true);
+      at::autocast::set_autocast_cpu_dtype(dtype);
+    }
+    at::autocast::increment_nesting();
+    at::autocast::set_autocast_cache_enabled(true);
+  }
+  ~AutocastScope() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    if (cuda_) {
+      at::autocast::set_enabled(enabled_);
+      at::autocast::set_autocast_gpu_dtype(dtype_);
+    } else {
+      at::autocast::set_cpu_enabled(enabled_);
+      at::autocast::set_autocast_cpu_dtype(dtype_);
+    }
+    at::autocast::set_autocast_cache_enabled(cache_);
+  }
+
+ private:
+  bool cuda_, enabled_, cache_;
+  at::ScalarType dtype_;
+};
+
+}  // namespace
+
+Session::Session(runtime::Accelerator& accelerator) : acc_(accelerator) {
+  if (acc_.mixed_precision() == runtime::MixedPrecision::kFp16)
+    scaler_ = std::make_unique<optim::GradScaler>();
+}
+
+Session::~Session() = default;
+
+std::vector<at::Tensor> Session::trainable(const model::Model& m) const {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, p] : m.named_parameters())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_placement) {
+  if (models_.count(m.get())) return;
+  if (device_placement) m->to(acc_.device());
+  if (auto* comm = acc_.communicator()) {
+    std::vector<at::Tensor> state;
+    for (const auto& [n, p] : m->named_parameters()) state.push_back(p);
+    for (const auto& [n, b] : m->named_buffers()) state.push_back(b);
+    ddp::broadcast_from_main(*comm, state, "the model's parameters and buffers");
+    auto params = trainable(*m);
+    if (!params.empty()) syncs_[m.get()] = std::make_unique<ddp::GradSync>(*comm, params);
+  }
+  models_[m.get()] = m;
+}
+
+void Session::prepare_optimizer(const std::shared_ptr<optim::Optimizer>& o,
+                                const std::shared_ptr<model::Model>& m) {
+  if (!models_.count(m.get()))
+    fail(Errc::state,
+         "prepare the optimizer's model with it (or before it): its parameters must "
+         "be placed first");
+  if (!optimizers_.count(o.get())) {
+    o->bind(trainable(*m));  // the placed parameters
+    optimizers_[o.get()] = o;
+  }
+}
+
+void Session::prepare_scheduler(const std::shared_ptr<optim::LrScheduler>& s) {
+  if (!optimizers_.count(s->optimizer().get()))
+    fail(Errc::state, "prepare the scheduler's optimizer with it (or before it)");
+  s->schedule().validate();
+  schedulers_[s.get()] = s;
+}
+
+std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method,
+                                      const std::vector<at::Tensor>& inputs) {
+  // Every forward starts from rank 0's buffers (DDP's broadcast_buffers), in eval mode too, so that
+  // every rank evaluates with the same batch-norm statistics.
+  auto* comm = acc_.communicator();
+  if (comm) {
+    std::vector<at::Tensor> buffers;
+    for (const auto& [n, b] : m.named_buffers()) buffers.push_back(b);
+    if (!buffers.empty()) ddp::broadcast_from_main(*comm, buffers, "the model's buffers");
+  }
+  const auto mp = acc_.mixed_precision();
+  if (mp == runtime::MixedPrecision::kNo) return m.call(method, inputs);
+  std::vector<at::Tensor> out;
+  {
+    const bool cuda = acc_.device() != "cpu";
+    AutocastScope scope(cuda, mp == runtime::MixedPrecision::kBf16 ? at::kBFloat16 : at::kHalf);
+    out = m.call(method, inputs);
+  }
+  for (auto& t : out)
+    if (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf) t = t.to(at::kFloat);
+  return out;
+}
+
+void Session::accumulate() {
+  const int64_t steps = acc_.settings().integer("gradient_accumulation_steps");
+  const auto active = acc_.gradient_state()->active();
+  if (active && active->end_of_dataloader) {
+    micro_step_ = 0;
+    sync_gradients_ = true;
+  } else {
+    ++micro_step_;
+    sync_gradients_ = micro_step_ % steps == 0;
+  }
+}
+
+void Session::backward(const at::Tensor& loss) {
+  if (!loss.defined()) fail(Errc::invalid_argument, "the loss is an undefined tensor");
+  if (loss.numel() != 1)
+    fail(Errc::shape, "backward needs a one-element loss; this one has " +
+                          std::to_string(loss.numel()) + " elements");
+  if (!loss.requires_grad())
+    fail(Errc::invalid_argument,
+         "the loss does not require grad: it was not computed from the "
+         "model's parameters (or was computed in eval mode under no_grad)");
+  const int64_t steps = acc_.settings().integer("gradient_accumulation_steps");
+  at::Tensor scaled = steps > 1 ? loss / static_cast<double>(steps) : loss;
+  if (scaler_) scaled = scaler_->scale_loss(scaled);
+  for (auto& [m, sync] : syncs_) sync->begin_backward(sync_gradients_);
+  try {
+    scaled.backward();
+  } catch (const accel::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    auto* ce = dynamic_cast<const c10::Error*>(&e);
+    fail(Errc::torch,
+         std::string("backward failed: ") + (ce ? ce->what_without_backtrace() : e.what()));
+  }
+  for (auto& [m, sync] : syncs_) sync->end_backward();
+}
+
+void Session::unscale_for(const std::vector<at::Tensor>& params) {
+  if (scaler_) scaler_->unscale(params);
+}
+
+void Session::optimizer_step(optim::Optimizer& o) {
+  if (!sync_gradients_) return;  // an accumulation micro-step
+  if (scaler_) {
+    const bool inf = scaler_->unscale(o.params());
+    if (inf)
+      skipped_.insert(&o);
+    else
+      skipped_.erase(&o);
+    if (!inf) o.step();
+    scaler_->update();
+    return;
+  }
+  o.step();
+}
+
+void Session::optimizer_zero_grad(optim::Optimizer& o) {
+  if (sync_gradients_) o.zero_grad();
+}
+
+bool Session::step_was_skipped(const optim::Optimizer& o) const {
+  return skipped_.count(&o) > 0;
+}
+
+void Session::scheduler_step(optim::LrScheduler& s) {
+  if (!acc_.settings().flag("step_scheduler_with_optimizer")) {
+    s.step();  // the program decides when: one call, one step
+    return;
+  }
+  if (!sync_gradients_) return;
+  for (const auto& [o, ptr] : optimizers_)
+    if (skipped_.count(o)) return;  // an fp16 step skipped for inf/nan does not count
+  // Accelerate steps the scheduler once per process unless batches are split: the schedule was
+  // written for the single-process number of steps, and N processes take N times fewer.
+  const int times = acc_.settings().flag("split_batches") ? 1 : acc_.place().world_size;
+  for (int i = 0; i < times; ++i) {
+    const int64_t limit = s.schedule().max_steps();
+    if (limit >= 0 && s.steps() + 1 > limit) break;  // as Accelerate, never past one_cycle's end
+    s.step();
+  }
+}
+
+double Session::clip_grad_norm(model::Model& m, double max_norm, double norm_type) {
+  if (!(max_norm > 0)) fail(Errc::invalid_argument, "max_norm must be positive");
+  const auto params = trainable(m);
+  unscale_for(params);
+  // PyTorch's clip_grad_norm_: the norm of the per-parameter norms, then every gradient times
+  // min(1, max_norm / (total + 1e-6)).
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> norms;
+  for (const auto& p : params)
+    if (p.grad().defined())
+      norms.push_back(std::isinf(norm_type) ? p.grad().abs().max() : p.grad().norm(norm_type));
+  if (norms.empty()) return 0.0;
+  const at::Tensor stacked = at::stack(norms);
+  const at::Tensor total = std::isinf(norm_type) ? stacked.max() : stacked.norm(norm_type);
+  const at::Tensor coef = at::clamp_max(max_norm / (total + 1e-6), 1.0);
+  for (const auto& p : params)
+    if (p.grad().defined()) p.grad().mul_(coef);
+  return total.item<double>();
+}
+
+void Session::clip_grad_value(model::Model& m, double clip_value) {
+  if (!(clip_value > 0)) fail(Errc::invalid_argument, "clip_value must be positive");
+  const auto params = trainable(m);
+  unscale_for(params);
+  at::NoGradGuard no_grad;
+  for (const auto& p : params)
+    if (p.grad().defined()) p.grad().clamp_(-clip_value, clip_value);
+}
+
+}  // namespace accel::prepare

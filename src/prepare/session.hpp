@@ -1,0 +1,78 @@
+// What accel_prepare sets up and what every training step goes through: placed models with their
+// gradient synchronisation, mixed precision, gradient accumulation, optimizer and scheduler gating,
+// loss scaling and clipping. One per accelerator; Accelerate's Accelerator object does the same.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ddp/grad_sync.hpp"
+#include "model/model.hpp"
+#include "optim/grad_scaler.hpp"
+#include "optim/lr_scheduler.hpp"
+#include "optim/optimizer.hpp"
+#include "runtime/accelerator.hpp"
+
+namespace accel::prepare {
+
+class Session {
+ public:
+  explicit Session(runtime::Accelerator& accelerator);
+  ~Session();
+
+  // Places the model on the device, broadcasts rank 0's parameters and buffers, and (with several
+  // processes) attaches gradient synchronisation. Preparing twice is a no-op.
+  void prepare_model(const std::shared_ptr<model::Model>& model, bool device_placement);
+  // Binds the optimizer to its model's (placed) parameters. The model must be prepared in the same
+  // or an earlier call.
+  void prepare_optimizer(const std::shared_ptr<optim::Optimizer>& optimizer,
+                         const std::shared_ptr<model::Model>& model);
+  void prepare_scheduler(const std::shared_ptr<optim::LrScheduler>& scheduler);
+
+  bool is_prepared(const model::Model* m) const { return models_.count(m) > 0; }
+  bool is_prepared(const optim::Optimizer* o) const { return optimizers_.count(o) > 0; }
+  bool is_prepared(const optim::LrScheduler* s) const { return schedulers_.count(s) > 0; }
+
+  // Calls a method of a prepared model: rank 0's buffers first (DDP's broadcast_buffers), autocast
+  // under mixed precision, floating outputs returned in fp32.
+  std::vector<at::Tensor> call(model::Model& m, const std::string& method,
+                               const std::vector<at::Tensor>& inputs);
+
+  // Opens a micro-step (Accelerate's accumulate()): decides sync_gradients.
+  void accumulate();
+  bool sync_gradients() const { return sync_gradients_; }
+  // loss / accumulation steps (x the loss scale under fp16), backward, gradient synchronisation.
+  void backward(const at::Tensor& loss);
+
+  // Optimizer and scheduler steps with Accelerate's gating.
+  void optimizer_step(optim::Optimizer& o);
+  void optimizer_zero_grad(optim::Optimizer& o);
+  bool step_was_skipped(const optim::Optimizer& o) const;
+  void scheduler_step(optim::LrScheduler& s);
+
+  double clip_grad_norm(model::Model& m, double max_norm, double norm_type);
+  void clip_grad_value(model::Model& m, double clip_value);
+
+  const optim::GradScaler* scaler() const { return scaler_.get(); }
+
+ private:
+  std::vector<at::Tensor> trainable(const model::Model& m) const;
+  void unscale_for(const std::vector<at::Tensor>& params);
+
+  runtime::Accelerator& acc_;
+  std::map<const model::Model*, std::shared_ptr<model::Model>> models_;
+  std::map<const model::Model*, std::unique_ptr<ddp::GradSync>> syncs_;
+  std::map<const optim::Optimizer*, std::shared_ptr<optim::Optimizer>> optimizers_;
+  std::set<const optim::Optimizer*> skipped_;
+  std::map<const optim::LrScheduler*, std::shared_ptr<optim::LrScheduler>> schedulers_;
+  std::unique_ptr<optim::GradScaler> scaler_;
+  bool sync_gradients_ = true;
+  int64_t micro_step_ = 0;
+};
+
+}  // namespace accel::prepare
