@@ -12,6 +12,9 @@
  *   config    rank 0 prints the effective configuration
  *   metrics N B [split]  gather_for_metrics over a dataset of N: every sample exactly once
  *   order B   rank 0 prints the samples of every global step of two shuffled epochs
+ *   equiv B K train an MLP 20 optimizer steps (batch B per process, K accumulation steps) on
+ *             fixed data; check parameters are bitwise equal on every rank; rank 0 prints them
+ *   unused    a parameter used on one rank only, another used by none: no hang, right gradients
  *   sleep     every rank sleeps (for signal tests)
  */
 #include <stdio.h>
@@ -256,6 +259,164 @@ static void check_main_process_first(accel_accelerator* acc, int world) {
   (void)world;
 }
 
+/* Every rank's copy of every parameter must be bitwise equal; rank 0 prints them. */
+static void check_params_agree(accel_accelerator* acc, accel_model* model, int print) {
+  size_t count = 0, i;
+  CHECK(accel_model_tensor_count(model, &count));
+  for (i = 0; i < count; ++i) {
+    char name[128];
+    size_t len = 0;
+    accel_tensor *t, *all;
+    int64_t n = 0, total = 0, k, r, world = 0;
+    float* v;
+    CHECK(accel_model_tensor_name(model, i, name, sizeof name, &len));
+    CHECK(accel_model_tensor(model, name, &t));
+    CHECK(accel_tensor_numel(t, &n));
+    CHECK(accel_gather(acc, t, &all));
+    CHECK(accel_tensor_numel(all, &total));
+    world = total / n;
+    v = malloc((size_t)total * sizeof(float));
+    CHECK(accel_tensor_to_data(all, v, (size_t)total * sizeof(float)));
+    for (r = 1; r < world; ++r)
+      EXPECT(memcmp(v, v + r * n, (size_t)n * sizeof(float)) == 0, "%s differs on rank %lld", name,
+             (long long)r);
+    if (print && g_rank == 0) {
+      printf("param %s", name);
+      for (k = 0; k < n; ++k) printf(" %.9g", v[k]);
+      printf("\n");
+    }
+    free(v);
+    accel_tensor_free(all);
+    accel_tensor_free(t);
+  }
+}
+
+static void run_training_check(accel_accelerator* acc, const char* mode, int batch, int accum,
+                               int world) {
+  const int unused = strcmp(mode, "unused") == 0;
+  const int64_t n = unused ? 64 : 1280;
+  int64_t shape[2], i, j;
+  float* x = malloc((size_t)n * 20 * sizeof(float));
+  int64_t* y = malloc((size_t)n * sizeof(int64_t));
+  accel_tensor *tx, *ty;
+  const accel_tensor* fields[2];
+  accel_dataset* ds;
+  accel_dataloader* dl;
+  accel_model* model;
+  accel_optimizer* opt;
+  char text[32];
+  void* objects[3];
+  for (i = 0; i < n; ++i) {
+    for (j = 0; j < 20; ++j) x[i * 20 + j] = (float)((i * 7 + j * 13) % 17) / 17.0f - 0.5f;
+    y[i] = (i * 3) % 4;
+  }
+  shape[0] = n;
+  shape[1] = 20;
+  tx = make(x, ACCEL_DTYPE_F32, shape, 2);
+  ty = make(y, ACCEL_DTYPE_I64, shape, 1);
+  fields[0] = tx;
+  fields[1] = ty;
+  CHECK(accel_dataset_from_tensors(fields, 2, &ds));
+  CHECK(accel_dataloader_new(acc, ds, &dl));
+  snprintf(text, sizeof text, "%d", batch);
+  CHECK(accel_dataloader_set(dl, "batch_size", text));
+  CHECK(accel_set_seed(acc, 7, false));
+  CHECK(accel_model_new(&model));
+  CHECK(accel_model_add_layer(model, "fc1", "linear", "in_features=20 out_features=32"));
+  CHECK(accel_model_add_layer(model, "fc2", "linear", "in_features=32 out_features=4"));
+  if (unused) {
+    /* "side" is used by rank 1 only; "never" by no rank. */
+    CHECK(accel_model_add_layer(model, "side", "linear", "in_features=20 out_features=4"));
+    CHECK(accel_model_add_layer(model, "never", "linear", "in_features=20 out_features=4"));
+    CHECK(accel_model_define(model,
+                             "def training_step(self, x, y, use_side):\n"
+                             "    out = self.fc2.forward(torch.relu(self.fc1.forward(x)))\n"
+                             "    if bool(use_side):\n"
+                             "        out = out + self.side.forward(x)\n"
+                             "    return torch.cross_entropy_loss(out, y)\n"));
+  } else {
+    CHECK(accel_model_define(model,
+                             "def training_step(self, x, y):\n"
+                             "    out = self.fc2.forward(torch.relu(self.fc1.forward(x)))\n"
+                             "    return torch.cross_entropy_loss(out, y)\n"));
+  }
+  CHECK(accel_optimizer_new(model, "sgd", &opt));
+  CHECK(accel_optimizer_set(opt, "lr", "0.05"));
+  objects[0] = model;
+  objects[1] = opt;
+  objects[2] = dl;
+  CHECK(accel_prepare(acc, objects, 3));
+  (void)accum;
+  float never_before[80], side_before[80];
+  if (unused) {
+    accel_tensor* w;
+    CHECK(accel_model_tensor(model, "never.weight", &w));
+    CHECK(accel_tensor_to_data(w, never_before, sizeof never_before));
+    accel_tensor_free(w);
+    CHECK(accel_model_tensor(model, "side.weight", &w));
+    CHECK(accel_tensor_to_data(w, side_before, sizeof side_before));
+    accel_tensor_free(w);
+  }
+  {
+    int steps = 0;
+    for (;;) {
+      accel_tensor *f[2], *loss;
+      bool has = false, sync = false;
+      size_t outs = 0;
+      CHECK(accel_dataloader_next(dl, f, 2, &has));
+      if (!has) break;
+      CHECK(accel_accumulate(acc));
+      if (unused) {
+        /* The flag travels as a one-element tensor; the source turns it into a bool. */
+        uint8_t flag = (uint8_t)(g_rank == 1);
+        accel_tensor* use_side = make(&flag, ACCEL_DTYPE_BOOL, NULL, 0);
+        const accel_tensor* in[3];
+        in[0] = f[0];
+        in[1] = f[1];
+        in[2] = use_side;
+        CHECK(accel_model_call(model, "training_step", in, 3, &loss, 1, &outs));
+        accel_tensor_free(use_side);
+      } else {
+        CHECK(accel_model_call(model, "training_step", (const accel_tensor* const*)f, 2, &loss, 1,
+                               &outs));
+      }
+      CHECK(accel_backward(acc, loss));
+      CHECK(accel_sync_gradients(acc, &sync));
+      CHECK(accel_optimizer_step(opt));
+      CHECK(accel_optimizer_zero_grad(opt));
+      steps += sync;
+      accel_tensor_free(loss);
+      accel_tensor_free(f[0]);
+      accel_tensor_free(f[1]);
+    }
+    EXPECT(unused || steps == 20, "%d optimizer steps, expected 20", steps);
+  }
+  check_params_agree(acc, model, !unused);
+  if (unused) {
+    /* "never" kept its initial weights on every rank; "side" moved everywhere (rank 1 used it,
+     * and the averaged gradient reached rank 0 too). */
+    accel_tensor* w;
+    float now[80];
+    CHECK(accel_model_tensor(model, "never.weight", &w));
+    CHECK(accel_tensor_to_data(w, now, sizeof now));
+    accel_tensor_free(w);
+    EXPECT(memcmp(now, never_before, sizeof now) == 0, "a parameter no rank used changed");
+    CHECK(accel_model_tensor(model, "side.weight", &w));
+    CHECK(accel_tensor_to_data(w, now, sizeof now));
+    accel_tensor_free(w);
+    EXPECT(memcmp(now, side_before, sizeof now) != 0, "a parameter rank 1 used did not change");
+    printf("rank %d: unused parameters handled\n", g_rank);
+  }
+  accel_optimizer_free(opt);
+  accel_model_free(model);
+  accel_dataloader_free(dl);
+  accel_dataset_free(ds);
+  accel_tensor_free(tx);
+  accel_tensor_free(ty);
+  free(x);
+  free(y);
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "check";
   accel_accelerator* acc = NULL;
@@ -425,6 +586,9 @@ int main(int argc, char** argv) {
     accel_tensor_free(t);
     free(values);
     free(counts);
+  } else if (strcmp(mode, "equiv") == 0 || strcmp(mode, "unused") == 0) {
+    run_training_check(acc, mode, argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 1,
+                       world);
   } else if (strcmp(mode, "config") == 0) {
     size_t n = 0;
     char* text;

@@ -10,9 +10,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <future>
+#include <map>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -204,6 +207,55 @@ TEST(MultiProcess, SampleOrderIsTheSameForAnyProcessCount) {
   const auto e0 = one.output.substr(0, one.output.find("epoch 1"));
   const auto e1 = one.output.substr(one.output.find("epoch 1"));
   EXPECT_NE(e0.substr(e0.find(':')), e1.substr(e1.find(':'))) << "a new shuffle each epoch";
+}
+
+namespace {
+// "param NAME v1 v2 ..." lines of an equiv run.
+std::map<std::string, std::vector<double>> params_of(const std::string& output) {
+  std::map<std::string, std::vector<double>> out;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("param ", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    std::string name;
+    fields >> name;
+    for (double v; fields >> v;) out[name].push_back(v);
+  }
+  return out;
+}
+}  // namespace
+
+TEST(MultiProcess, DataParallelEqualsOneProcessWithTheSameGlobalBatch) {
+  // fp32, SGD, no dropout, fixed data: 1 x 64, 2 x 32, 1 x 32 x 2 accumulation, 2 x 16 x 2.
+  const auto ref = run(launch(1, "equiv 64"));
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  const auto base = params_of(ref.output);
+  ASSERT_EQ(base.size(), 4u) << ref.output;
+  for (const char* cfg : {"2|32|1", "1|32|2", "2|16|2"}) {
+    int n = 0, b = 0, k = 0;
+    std::sscanf(cfg, "%d|%d|%d", &n, &b, &k);
+    const auto r =
+        run(kAccel + " launch -n " + std::to_string(n) + " --gradient_accumulation_steps " +
+            std::to_string(k) + " " + kProgram + " equiv " + std::to_string(b));
+    ASSERT_EQ(r.code, 0) << cfg << "\n" << r.output;
+    const auto got = params_of(r.output);
+    ASSERT_EQ(got.size(), base.size()) << cfg;
+    for (const auto& [name, values] : base) {
+      double scale = 0, worst = 0;
+      for (size_t i = 0; i < values.size(); ++i) {
+        scale = std::max(scale, std::abs(values[i]));
+        worst = std::max(worst, std::abs(values[i] - got.at(name)[i]));
+      }
+      EXPECT_LE(worst, 1e-5 * scale) << cfg << " " << name;
+    }
+  }
+}
+
+TEST(MultiProcess, UnusedParametersNeitherHangNorLoseGradients) {
+  const auto r = run(launch(2, "unused 8"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0: unused parameters handled")) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1: unused parameters handled")) << r.output;
 }
 
 TEST(MultiProcess, TwoMachinesOnOneHost) {
