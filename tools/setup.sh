@@ -14,6 +14,8 @@ packages=(
   # matmul ~40x slower and the pthread build's threads fight LibTorch's.
   libopenblas0-openmp
   dataset-fashion-mnist
+  # The reference for the scheduler, initialisation and clipping tests (the same torch 1.13).
+  python3-torch
 )
 missing=()
 for p in "${packages[@]}"; do

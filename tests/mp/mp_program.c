@@ -15,6 +15,7 @@
  *   equiv B K train an MLP 20 optimizer steps (batch B per process, K accumulation steps) on
  *             fixed data; check parameters are bitwise equal on every rank; rank 0 prints them
  *   unused    a parameter used on one rank only, another used by none: no hang, right gradients
+ *   schedcount  3 optimizer steps with a step schedule (gamma 0.5): rank 0 prints the rate
  *   sleep     every rank sleeps (for signal tests)
  */
 #include <stdio.h>
@@ -586,6 +587,44 @@ int main(int argc, char** argv) {
     accel_tensor_free(t);
     free(values);
     free(counts);
+  } else if (strcmp(mode, "schedcount") == 0) {
+    accel_model* model;
+    accel_optimizer* opt;
+    accel_scheduler* sched;
+    void* objects[3];
+    int i;
+    double lr = 0;
+    CHECK(accel_model_new(&model));
+    CHECK(accel_model_add_layer(model, "fc", "linear", "in_features=2 out_features=1"));
+    CHECK(accel_model_define(model, "def loss(self, x):\n    return self.fc.forward(x).sum()\n"));
+    CHECK(accel_optimizer_new(model, "sgd", &opt));
+    CHECK(accel_optimizer_set(opt, "lr", "1"));
+    CHECK(accel_scheduler_new(opt, "step", &sched));
+    CHECK(accel_scheduler_set(sched, "step_size", "1"));
+    CHECK(accel_scheduler_set(sched, "gamma", "0.5"));
+    objects[0] = model;
+    objects[1] = opt;
+    objects[2] = sched;
+    CHECK(accel_prepare(acc, objects, 3));
+    for (i = 0; i < 3; ++i) {
+      float x[2] = {1, 2};
+      int64_t shape[2] = {1, 2};
+      accel_tensor *t = make(x, ACCEL_DTYPE_F32, shape, 2), *loss;
+      size_t outs = 0;
+      CHECK(accel_accumulate(acc));
+      CHECK(accel_model_call(model, "loss", (const accel_tensor* const*)&t, 1, &loss, 1, &outs));
+      CHECK(accel_backward(acc, loss));
+      CHECK(accel_optimizer_step(opt));
+      CHECK(accel_scheduler_step(sched));
+      CHECK(accel_optimizer_zero_grad(opt));
+      accel_tensor_free(loss);
+      accel_tensor_free(t);
+    }
+    CHECK(accel_scheduler_lr(sched, &lr));
+    if (g_rank == 0) printf("lr after 3 steps: %g\n", lr);
+    accel_scheduler_free(sched);
+    accel_optimizer_free(opt);
+    accel_model_free(model);
   } else if (strcmp(mode, "equiv") == 0 || strcmp(mode, "unused") == 0) {
     run_training_check(acc, mode, argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 1,
                        world);

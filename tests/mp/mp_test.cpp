@@ -258,6 +258,20 @@ TEST(MultiProcess, UnusedParametersNeitherHangNorLoseGradients) {
   EXPECT_TRUE(contains(r.output, "rank 1: unused parameters handled")) << r.output;
 }
 
+TEST(MultiProcess, SchedulerStepsOncePerProcessUnlessBatchesAreSplit) {
+  // A step schedule halves the rate per scheduler step; 3 optimizer steps.
+  EXPECT_TRUE(contains(run(launch(1, "schedcount")).output, "lr after 3 steps: 0.125"));
+  EXPECT_TRUE(contains(run(launch(2, "schedcount")).output, "lr after 3 steps: 0.015625"))
+      << "2 processes: the schedule advances twice per optimizer step";
+  EXPECT_TRUE(contains(run("ACCEL_SPLIT_BATCHES=1 " + launch(2, "schedcount")).output,
+                       "lr after 3 steps: 0.125"))
+      << "split batches: once per step";
+  EXPECT_TRUE(
+      contains(run("ACCEL_STEP_SCHEDULER_WITH_OPTIMIZER=0 " + launch(2, "schedcount")).output,
+               "lr after 3 steps: 0.125"))
+      << "step_scheduler_with_optimizer off: once per call";
+}
+
 TEST(MultiProcess, TwoMachinesOnOneHost) {
   const std::string port = std::to_string(free_port());
   const std::string flags =

@@ -1,0 +1,370 @@
+// Models, optimizers, schedulers and the training step through the C interface, in one process;
+// PyTorch (Debian's python3-torch, the same 1.13) is the reference where values must match.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "accel/accel.h"
+
+namespace {
+
+#define OK(call) ASSERT_EQ((call), ACCEL_OK) << #call << ": " << accel_last_error_message()
+
+accel_accelerator* g_acc = nullptr;
+
+void init_with(std::initializer_list<std::pair<const char*, const char*>> settings) {
+  accel_free(g_acc);
+  g_acc = nullptr;
+  accel_config* c = nullptr;
+  ASSERT_EQ(accel_config_new(&c), ACCEL_OK);
+  for (const auto& [k, v] : settings) ASSERT_EQ(accel_config_set(c, k, v), ACCEL_OK);
+  ASSERT_EQ(accel_init(c, &g_acc), ACCEL_OK) << accel_last_error_message();
+  accel_config_free(c);
+}
+
+class Env : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    for (const char* v : {"WORLD_SIZE", "RANK", "ACCEL_CONFIG_FILE", "ACCELERATE_MIXED_PRECISION",
+                          "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"})
+      unsetenv(v);
+    init_with({});
+  }
+  void TearDown() override { accel_free(g_acc); }
+};
+const auto* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
+
+// Runs Python with torch and returns the numbers it prints.
+std::vector<double> python_numbers(const std::string& code) {
+  const std::string path = ::testing::TempDir() + "ref.py";
+  FILE* f = fopen(path.c_str(), "w");
+  fputs(("import torch\n" + code).c_str(), f);
+  fclose(f);
+  FILE* p = popen(("/usr/bin/python3 " + path + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_EQ(p ? pclose(p) : -1, 0) << "python3-torch is needed (tools/setup.sh installs it):\n"
+                                   << out;
+  std::vector<double> values;
+  std::istringstream in(out);
+  for (double v; in >> v;) values.push_back(v);
+  return values;
+}
+
+std::vector<float> tensor_values(const accel_model* m, const char* name) {
+  accel_tensor* t = nullptr;
+  EXPECT_EQ(accel_model_tensor(m, name, &t), ACCEL_OK) << accel_last_error_message();
+  int64_t n = 0;
+  accel_tensor_numel(t, &n);
+  std::vector<float> v(static_cast<size_t>(n));
+  accel_tensor_to_data(t, v.data(), v.size() * sizeof(float));
+  accel_tensor_free(t);
+  return v;
+}
+
+accel_tensor* f32(std::vector<float> v, std::vector<int64_t> shape) {
+  accel_tensor* t = nullptr;
+  EXPECT_EQ(accel_tensor_from_data(v.data(), v.size() * 4, ACCEL_DTYPE_F32, shape.data(),
+                                   shape.size(), &t),
+            ACCEL_OK);
+  return t;
+}
+
+}  // namespace
+
+TEST(Train, LayersAreInitialisedExactlyAsTorchNn) {
+  OK(accel_set_seed(g_acc, 0, false));
+  accel_model* m = nullptr;
+  OK(accel_model_new(&m));
+  OK(accel_model_add_layer(m, "fc", "linear", "in_features=5 out_features=3"));
+  OK(accel_model_add_layer(m, "conv", "conv2d", "in_channels=2 out_channels=4 kernel_size=3"));
+  OK(accel_model_add_layer(m, "emb", "embedding", "num_embeddings=6 embedding_dim=2"));
+  OK(accel_model_add_layer(m, "bn", "batch_norm2d", "num_features=4"));
+  OK(accel_model_add_layer(m, "ln", "layer_norm", "normalized_shape=3"));
+  const auto ref = python_numbers(
+      "torch.manual_seed(0)\n"
+      "ms = [torch.nn.Linear(5, 3), torch.nn.Conv2d(2, 4, 3), torch.nn.Embedding(6, 2)]\n"
+      "for m in ms:\n"
+      "    for p in m.parameters():\n"
+      "        print(' '.join(repr(x) for x in p.detach().flatten().tolist()))\n");
+  std::vector<float> ours;
+  for (const char* n : {"fc.weight", "fc.bias", "conv.weight", "conv.bias", "emb.weight"}) {
+    const auto v = tensor_values(m, n);
+    ours.insert(ours.end(), v.begin(), v.end());
+  }
+  ASSERT_EQ(ours.size(), ref.size());
+  for (size_t i = 0; i < ours.size(); ++i)
+    EXPECT_EQ(ours[i], static_cast<float>(ref[i])) << "element " << i << " (bitwise, same seed)";
+  EXPECT_EQ(tensor_values(m, "bn.running_var"), std::vector<float>(4, 1.0f));
+  EXPECT_EQ(tensor_values(m, "ln.weight"), std::vector<float>(3, 1.0f));
+  int64_t n = 0;
+  OK(accel_model_num_parameters(m, &n));
+  EXPECT_EQ(n, 5 * 3 + 3 + 2 * 4 * 9 + 4 + 6 * 2 + 4 + 4 + 3 + 3);
+  accel_model_free(m);
+}
+
+TEST(Train, ModelCallSaveLoadAndBadInput) {
+  accel_model* m = nullptr;
+  OK(accel_model_new(&m));
+  OK(accel_model_add_layer(m, "fc", "linear", "in_features=4 out_features=2"));
+  OK(accel_model_define(m, "def forward(self, x):\n    return self.fc.forward(x), x.sum()\n"));
+  accel_tensor* x = f32({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
+  accel_tensor* out[2];
+  size_t count = 0;
+  OK(accel_model_call(m, "forward", &x, 1, out, 2, &count));
+  ASSERT_EQ(count, 2u);
+  std::vector<float> y(4);
+  OK(accel_tensor_to_data(out[0], y.data(), 16));
+  const std::string path = ::testing::TempDir() + "model.pt";
+  OK(accel_model_save(m, path.c_str()));
+  accel_model* back = nullptr;
+  OK(accel_model_load(path.c_str(), &back));
+  accel_tensor* out2[2];
+  OK(accel_model_call(back, "forward", &x, 1, out2, 2, &count));
+  std::vector<float> y2(4);
+  OK(accel_tensor_to_data(out2[0], y2.data(), 16));
+  EXPECT_EQ(y, y2) << "a saved and reloaded model computes the same";
+  for (auto* t : {out[0], out[1], out2[0], out2[1]}) accel_tensor_free(t);
+
+  accel_tensor* wrong = f32({1, 2, 3}, {1, 3});
+  EXPECT_EQ(accel_model_call(m, "forward", &wrong, 1, out, 2, &count), ACCEL_ERR_SHAPE);
+  EXPECT_NE(std::string(accel_last_error_message()).find("forward"), std::string::npos);
+  EXPECT_EQ(accel_model_call(m, "forward", &x, 1, out, 1, &count), ACCEL_ERR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(accel_model_call(m, "missing", &x, 1, out, 2, &count), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_model_define(m, "def broken(self):\n    return nn.functional.relu(1)\n"),
+            ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_model_add_layer(m, "c", "conv3d", ""), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_model_add_layer(m, "c", "linear", "in_features=2 out_feature=3"),
+            ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accel_last_error_message()).find("out_feature"), std::string::npos);
+  EXPECT_EQ(accel_model_add_layer(m, "fc", "linear", "in_features=2 out_features=3"),
+            ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_model_load("/nonexistent/model.pt", &back), ACCEL_ERR_IO);
+  accel_tensor_free(wrong);
+  accel_tensor_free(x);
+  accel_model_free(back);
+  accel_model_free(m);
+}
+
+TEST(Train, TrainModeSwitchesDropout) {
+  accel_model* m = nullptr;
+  OK(accel_model_new(&m));
+  OK(accel_model_define(
+      m, "def forward(self, x):\n    return torch.dropout(x, 0.5, self.training)\n"));
+  accel_tensor* x = f32(std::vector<float>(1000, 1.0f), {1000});
+  accel_tensor* out = nullptr;
+  size_t count = 0;
+  std::vector<float> y(1000);
+  OK(accel_model_train(m, false));
+  OK(accel_model_call(m, "forward", &x, 1, &out, 1, &count));
+  OK(accel_tensor_to_data(out, y.data(), 4000));
+  EXPECT_EQ(y, std::vector<float>(1000, 1.0f));
+  accel_tensor_free(out);
+  OK(accel_model_train(m, true));
+  OK(accel_model_call(m, "forward", &x, 1, &out, 1, &count));
+  OK(accel_tensor_to_data(out, y.data(), 4000));
+  int zeros = 0;
+  for (float v : y) zeros += v == 0;
+  EXPECT_GT(zeros, 400);
+  EXPECT_LT(zeros, 600);
+  accel_tensor_free(out);
+  accel_tensor_free(x);
+  accel_model_free(m);
+}
+
+TEST(Train, ClipGradNormMatchesPyTorch) {
+  for (const char* norm_type : {"2.0", "1.0", "inf"}) {
+    accel_model* m = nullptr;
+    OK(accel_model_new(&m));
+    OK(accel_model_add_layer(m, "fc", "linear", "in_features=3 out_features=2"));
+    OK(accel_model_define(m, "def loss(self, x):\n    return self.fc.forward(x).pow(2).sum()\n"));
+    void* objs[] = {m};
+    OK(accel_prepare(g_acc, objs, 1));
+    const auto w = tensor_values(m, "fc.weight");
+    const auto b = tensor_values(m, "fc.bias");
+    accel_tensor* x = f32({1, -2, 3, 0.5, 4, -1}, {2, 3});
+    accel_tensor* loss = nullptr;
+    size_t count = 0;
+    OK(accel_model_call(m, "loss", &x, 1, &loss, 1, &count));
+    OK(accel_backward(g_acc, loss));
+    double total = 0;
+    const double type = std::string(norm_type) == "inf" ? INFINITY : std::stod(norm_type);
+    OK(accel_clip_grad_norm(g_acc, m, 0.5, type, &total));
+    std::ostringstream code;
+    code.precision(9);
+    code
+        << "fc = torch.nn.Linear(3, 2)\nwith torch.no_grad():\n"
+        << "    fc.weight.copy_(torch.tensor([" << w[0] << "," << w[1] << "," << w[2] << "," << w[3]
+        << "," << w[4] << "," << w[5] << "]).view(2, 3))\n"
+        << "    fc.bias.copy_(torch.tensor([" << b[0] << "," << b[1] << "]))\n"
+        << "x = torch.tensor([1., -2, 3, 0.5, 4, -1]).view(2, 3)\nfc(x).pow(2).sum().backward()\n"
+        << "print(repr(float(torch.nn.utils.clip_grad_norm_(fc.parameters(), 0.5, float('"
+        << norm_type << "')))))\n"
+        << "print(' '.join(repr(v) for p in fc.parameters() for v in p.grad.flatten().tolist()))\n";
+    const auto ref = python_numbers(code.str());
+    ASSERT_EQ(ref.size(), 9u);
+    EXPECT_NEAR(total, ref[0], 1e-5 * ref[0]) << "norm type " << norm_type;
+    accel_tensor_free(loss);
+    accel_tensor_free(x);
+    if (std::string(norm_type) == "inf") {
+      EXPECT_EQ(accel_clip_grad_norm(g_acc, m, -1, 2, nullptr), ACCEL_ERR_INVALID_ARGUMENT);
+      OK(accel_clip_grad_value(g_acc, m, 0.01));
+    }
+    accel_model_free(m);
+  }
+}
+
+TEST(Train, SchedulerStepsOnlyOnSyncStepsWithAccumulation) {
+  init_with({{"gradient_accumulation_steps", "2"}});
+  accel_model* m = nullptr;
+  OK(accel_model_new(&m));
+  OK(accel_model_add_layer(m, "fc", "linear", "in_features=2 out_features=1"));
+  OK(accel_model_define(m, "def loss(self, x):\n    return self.fc.forward(x).sum()\n"));
+  accel_optimizer* o = nullptr;
+  OK(accel_optimizer_new(m, "sgd", &o));
+  OK(accel_optimizer_set(o, "lr", "1.0"));
+  accel_scheduler* s = nullptr;
+  OK(accel_scheduler_new(o, "step", &s));
+  OK(accel_scheduler_set(s, "step_size", "1"));
+  OK(accel_scheduler_set(s, "gamma", "0.5"));
+  void* objs[] = {s, o, m};  // any order
+  OK(accel_prepare(g_acc, objs, 3));
+  const auto before = tensor_values(m, "fc.bias");
+  std::vector<double> lrs;
+  std::vector<bool> syncs;
+  for (int i = 0; i < 4; ++i) {
+    OK(accel_accumulate(g_acc));
+    bool sync = false;
+    OK(accel_sync_gradients(g_acc, &sync));
+    syncs.push_back(sync);
+    accel_tensor* x = f32({1, 1}, {1, 2});
+    accel_tensor* loss = nullptr;
+    size_t count = 0;
+    OK(accel_model_call(m, "loss", &x, 1, &loss, 1, &count));
+    OK(accel_backward(g_acc, loss));
+    OK(accel_optimizer_step(o));
+    OK(accel_scheduler_step(s));
+    OK(accel_optimizer_zero_grad(o));
+    double lr = 0;
+    OK(accel_scheduler_lr(s, &lr));
+    lrs.push_back(lr);
+    if (i == 1) {
+      // Two micro-steps of d(sum)/d(bias) = 1, each divided by 2: one step of lr 1.0 moves 1.0.
+      EXPECT_NEAR(tensor_values(m, "fc.bias")[0], before[0] - 1.0f, 1e-6);
+    }
+    accel_tensor_free(loss);
+    accel_tensor_free(x);
+  }
+  EXPECT_EQ(syncs, (std::vector<bool>{false, true, false, true}));
+  EXPECT_EQ(lrs, (std::vector<double>{1.0, 0.5, 0.5, 0.25}));
+  accel_scheduler_free(s);
+  accel_optimizer_free(o);
+  accel_model_free(m);
+  init_with({});
+}
+
+TEST(Train, Bf16AutocastReturnsFp32AndComputesInBf16) {
+  init_with({{"mixed_precision", "bf16"}});
+  accel_mixed_precision mp;
+  OK(accel_mixed_precision_get(g_acc, &mp));
+  EXPECT_EQ(mp, ACCEL_PRECISION_BF16);
+  accel_model* m = nullptr;
+  OK(accel_model_new(&m));
+  OK(accel_model_add_layer(m, "fc", "linear", "in_features=64 out_features=8"));
+  OK(accel_model_define(m,
+                        "def forward(self, x):\n    return self.fc.forward(x)\n"
+                        "def inner_element_size(self, x):\n"
+                        "    return torch.tensor(self.fc.forward(x).element_size())\n"));
+  std::vector<float> xv(64);
+  for (int i = 0; i < 64; ++i) xv[i] = std::sin(i * 0.37f);
+  accel_tensor* x = f32(xv, {1, 64});
+  accel_tensor* plain = nullptr;
+  size_t count = 0;
+  OK(accel_model_call(m, "forward", &x, 1, &plain, 1, &count));  // not prepared: fp32
+  void* objs[] = {m};
+  OK(accel_prepare(g_acc, objs, 1));
+  accel_tensor* mixed = nullptr;
+  OK(accel_model_call(m, "forward", &x, 1, &mixed, 1, &count));
+  accel_dtype dt;
+  OK(accel_tensor_dtype(mixed, &dt));
+  EXPECT_EQ(dt, ACCEL_DTYPE_F32) << "outputs come back in fp32";
+  accel_tensor* inner = nullptr;
+  OK(accel_model_call(m, "inner_element_size", &x, 1, &inner, 1, &count));
+  int64_t size = 0;
+  OK(accel_tensor_item_i64(inner, &size));
+  EXPECT_EQ(size, 2) << "the linear layer ran in bf16 under autocast";
+  std::vector<float> a(8), b(8);
+  OK(accel_tensor_to_data(plain, a.data(), 32));
+  OK(accel_tensor_to_data(mixed, b.data(), 32));
+  EXPECT_NE(a, b) << "bf16 rounding shows";
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(a[i], b[i], 0.05);
+  for (auto* t : {plain, mixed, inner, x}) accel_tensor_free(t);
+  accel_model_free(m);
+  init_with({});
+}
+
+TEST(Train, BadTrainingInputsAreStatuses) {
+  accel_model *m = nullptr, *other = nullptr;
+  OK(accel_model_new(&m));
+  OK(accel_model_new(&other));
+  OK(accel_model_add_layer(m, "fc", "linear", "in_features=2 out_features=1"));
+  OK(accel_model_add_layer(other, "fc", "linear", "in_features=2 out_features=1"));
+  accel_optimizer* o = nullptr;
+  OK(accel_optimizer_new(other, "adamw", &o));
+  EXPECT_EQ(accel_optimizer_set(o, "momentum", "0.9"), ACCEL_ERR_INVALID_ARGUMENT)
+      << "adamw has no momentum";
+  EXPECT_EQ(accel_optimizer_set(o, "lr", "fast"), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_optimizer_set(o, "beta1", "1.5"), ACCEL_ERR_INVALID_ARGUMENT);
+  accel_optimizer* bad = nullptr;
+  EXPECT_EQ(accel_optimizer_new(m, "lion", &bad), ACCEL_ERR_INVALID_ARGUMENT);
+  // An optimizer over another model's parameters, that model not prepared.
+  void* objs[] = {m, o};
+  EXPECT_EQ(accel_prepare(g_acc, objs, 2), ACCEL_ERR_STATE);
+  EXPECT_NE(std::string(accel_last_error_message()).find("optimizer's model"), std::string::npos);
+  accel_config* c = nullptr;
+  OK(accel_config_new(&c));
+  void* wrong[] = {c};
+  EXPECT_EQ(accel_prepare(g_acc, wrong, 1), ACCEL_ERR_WRONG_HANDLE);
+  accel_config_free(c);
+  // A loss that is not a scalar, and one with no autograd history.
+  accel_tensor* two = f32({1, 2}, {2});
+  EXPECT_EQ(accel_backward(g_acc, two), ACCEL_ERR_SHAPE);
+  accel_tensor* one = f32({1}, {1});
+  EXPECT_EQ(accel_backward(g_acc, one), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accel_last_error_message()).find("does not require grad"),
+            std::string::npos);
+  accel_scheduler* s = nullptr;
+  OK(accel_scheduler_new(o, "linear", &s));
+  EXPECT_EQ(accel_scheduler_step(s), ACCEL_ERR_INVALID_ARGUMENT) << "total_steps is missing";
+  EXPECT_EQ(accel_scheduler_new(o, "warmup", &s), ACCEL_ERR_INVALID_ARGUMENT);
+  accel_scheduler_free(s);
+  accel_tensor_free(two);
+  accel_tensor_free(one);
+  accel_optimizer_free(o);
+  accel_model_free(m);
+  accel_model_free(other);
+}
+
+TEST(Train, PreparedObjectsReportAFreedAccelerator) {
+  accel_model* m = nullptr;
+  OK(accel_model_new(&m));
+  OK(accel_model_add_layer(m, "fc", "linear", "in_features=2 out_features=1"));
+  accel_optimizer* o = nullptr;
+  OK(accel_optimizer_new(m, "sgd", &o));
+  void* objs[] = {m, o};
+  OK(accel_prepare(g_acc, objs, 2));
+  accel_free(g_acc);
+  g_acc = nullptr;
+  EXPECT_EQ(accel_optimizer_step(o), ACCEL_ERR_STATE);
+  EXPECT_NE(std::string(accel_last_error_message()).find("freed"), std::string::npos);
+  accel_optimizer_free(o);
+  accel_model_free(m);
+  init_with({});
+}
