@@ -16,6 +16,7 @@
  *             fixed data; check parameters are bitwise equal on every rank; rank 0 prints them
  *   unused    a parameter used on one rank only, another used by none: no hang, right gradients
  *   schedcount  3 optimizer steps with a step schedule (gamma 0.5): rank 0 prints the rate
+ *   batchnorm train a conv + batch-norm model on rank-dependent data; buffers agree on every rank
  *   sleep     every rank sleeps (for signal tests)
  */
 #include <stdio.h>
@@ -266,24 +267,27 @@ static void check_params_agree(accel_accelerator* acc, accel_model* model, int p
   CHECK(accel_model_tensor_count(model, &count));
   for (i = 0; i < count; ++i) {
     char name[128];
-    size_t len = 0;
+    size_t len = 0, bytes = 0, total = 0;
     accel_tensor *t, *all;
-    int64_t n = 0, total = 0, k, r, world = 0;
-    float* v;
+    int64_t n = 0, k, r, world;
+    accel_dtype dt;
+    unsigned char* v;
     CHECK(accel_model_tensor_name(model, i, name, sizeof name, &len));
     CHECK(accel_model_tensor(model, name, &t));
     CHECK(accel_tensor_numel(t, &n));
+    CHECK(accel_tensor_nbytes(t, &bytes));
+    CHECK(accel_tensor_dtype(t, &dt));
     CHECK(accel_gather(acc, t, &all));
-    CHECK(accel_tensor_numel(all, &total));
-    world = total / n;
-    v = malloc((size_t)total * sizeof(float));
-    CHECK(accel_tensor_to_data(all, v, (size_t)total * sizeof(float)));
+    CHECK(accel_tensor_nbytes(all, &total));
+    world = (int64_t)(total / bytes);
+    v = malloc(total);
+    CHECK(accel_tensor_to_data(all, v, total));
     for (r = 1; r < world; ++r)
-      EXPECT(memcmp(v, v + r * n, (size_t)n * sizeof(float)) == 0, "%s differs on rank %lld", name,
+      EXPECT(memcmp(v, v + r * (int64_t)bytes, bytes) == 0, "%s differs on rank %lld", name,
              (long long)r);
-    if (print && g_rank == 0) {
+    if (print && g_rank == 0 && dt == ACCEL_DTYPE_F32) {
       printf("param %s", name);
-      for (k = 0; k < n; ++k) printf(" %.9g", v[k]);
+      for (k = 0; k < n; ++k) printf(" %.9g", ((const float*)v)[k]);
       printf("\n");
     }
     free(v);
@@ -587,6 +591,51 @@ int main(int argc, char** argv) {
     accel_tensor_free(t);
     free(values);
     free(counts);
+  } else if (strcmp(mode, "batchnorm") == 0) {
+    accel_model* model;
+    accel_optimizer* opt;
+    void* objects[2];
+    float x[2 * 3 * 4 * 4];
+    int64_t shape[4] = {2, 3, 4, 4};
+    int i, k;
+    CHECK(accel_model_new(&model));
+    CHECK(accel_model_add_layer(model, "conv", "conv2d",
+                                "in_channels=3 out_channels=4 kernel_size=3"));
+    CHECK(accel_model_add_layer(model, "bn", "batch_norm2d", "num_features=4"));
+    CHECK(accel_model_define(
+        model,
+        "def forward(self, x):\n    return self.bn.forward(self.conv.forward(x))\n"
+        "def loss(self, x):\n    return self.forward(x).pow(2).mean()\n"));
+    CHECK(accel_optimizer_new(model, "sgd", &opt));
+    objects[0] = model;
+    objects[1] = opt;
+    CHECK(accel_prepare(acc, objects, 2));
+    for (i = 0; i < 3; ++i) {
+      accel_tensor *t, *loss;
+      size_t outs = 0;
+      for (k = 0; k < 96; ++k) x[k] = (float)((k * (g_rank + 3) + i) % 11) - 5.0f; /* per rank */
+      t = make(x, ACCEL_DTYPE_F32, shape, 4);
+      CHECK(accel_accumulate(acc));
+      CHECK(accel_model_call(model, "loss", (const accel_tensor* const*)&t, 1, &loss, 1, &outs));
+      CHECK(accel_backward(acc, loss));
+      CHECK(accel_optimizer_step(opt));
+      CHECK(accel_optimizer_zero_grad(opt));
+      accel_tensor_free(loss);
+      accel_tensor_free(t);
+    }
+    /* An eval forward starts from rank 0's buffers, as every forward of a prepared model. */
+    {
+      accel_tensor *t = make(x, ACCEL_DTYPE_F32, shape, 4), *out;
+      size_t outs = 0;
+      CHECK(accel_model_train(model, false));
+      CHECK(accel_model_call(model, "forward", (const accel_tensor* const*)&t, 1, &out, 1, &outs));
+      accel_tensor_free(out);
+      accel_tensor_free(t);
+    }
+    check_params_agree(acc, model, 0);
+    printf("rank %d: batch-norm buffers and parameters agree\n", g_rank);
+    accel_optimizer_free(opt);
+    accel_model_free(model);
   } else if (strcmp(mode, "schedcount") == 0) {
     accel_model* model;
     accel_optimizer* opt;

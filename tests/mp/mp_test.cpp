@@ -272,6 +272,12 @@ TEST(MultiProcess, SchedulerStepsOncePerProcessUnlessBatchesAreSplit) {
       << "step_scheduler_with_optimizer off: once per call";
 }
 
+TEST(MultiProcess, BatchNormBuffersAgreeAcrossRanks) {
+  const auto r = run(launch(2, "batchnorm"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1: batch-norm buffers and parameters agree")) << r.output;
+}
+
 TEST(MultiProcess, TwoMachinesOnOneHost) {
   const std::string port = std::to_string(free_port());
   const std::string flags =
