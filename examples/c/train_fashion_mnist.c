@@ -5,6 +5,7 @@
  *   accel launch -n 2 ./train_fashion_mnist        two processes, same code
  *   options: --epochs N (2) --batch-size B (64, per process) --lr X (1e-3) --accum K (1)
  *            --bf16 --max-steps S (0: whole epochs) --data DIR (/usr/share/datasets/fashion-mnist)
+ *            --workers W (1: batches prefetched on one thread; 0: made when asked for)
  *
  * The model is built from libaccel's layer catalogue and TorchScript source; AdamW with a linear
  * warmup/decay schedule; evaluation on the 10k test images with gather_for_metrics.
@@ -63,7 +64,7 @@ static accel_dataset* idx_pair(const char* dir, const char* images, const char* 
 }
 
 int main(int argc, char** argv) {
-  int epochs = 2, batch = 64, accum = 1, bf16 = 0, i;
+  int epochs = 2, batch = 64, accum = 1, bf16 = 0, workers = 1, i;
   long max_steps = 0;
   double lr = 1e-3;
   const char* data = "/usr/share/datasets/fashion-mnist";
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
   accel_dataloader *train = NULL, *test = NULL;
   int world = 1;
   int64_t steps_per_epoch = 0, total_steps, step = 0, params = 0;
-  double start, loss_avg = 0;
+  double start, loss_avg = 0, waited = 0;
 
   for (i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--epochs") && i + 1 < argc)
@@ -92,6 +93,8 @@ int main(int argc, char** argv) {
       max_steps = atol(argv[++i]);
     else if (!strcmp(argv[i], "--data") && i + 1 < argc)
       data = argv[++i];
+    else if (!strcmp(argv[i], "--workers") && i + 1 < argc)
+      workers = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--bf16"))
       bf16 = 1;
     else {
@@ -128,7 +131,8 @@ int main(int argc, char** argv) {
   CHECK(accel_dataloader_set(train, "batch_size", text));
   CHECK(accel_dataloader_set(train, "shuffle", "true"));
   CHECK(accel_dataloader_set(train, "seed", "42"));
-  CHECK(accel_dataloader_set(train, "num_workers", "1"));
+  snprintf(text, sizeof text, "%d", workers);
+  CHECK(accel_dataloader_set(train, "num_workers", text));
   CHECK(accel_dataloader_new(acc, test_set, &test));
   CHECK(accel_dataloader_set(test, "batch_size", "500"));
   CHECK(accel_dataloader_set(test, "num_workers", "1"));
@@ -168,8 +172,9 @@ int main(int argc, char** argv) {
       accel_tensor* loss = NULL;
       size_t n = 0;
       bool has = false;
-      double value = 0;
+      double value = 0, asked = now();
       CHECK(accel_dataloader_next(train, fields, 2, &has));
+      waited += now() - asked; /* the time this step waited for its batch */
       if (!has) break;
       CHECK(accel_accumulate(acc));
       CHECK(accel_model_call(model, "training_step", (const accel_tensor* const*)fields, 2, &loss,
@@ -187,9 +192,10 @@ int main(int argc, char** argv) {
       if (step % 100 == 0 || step == total_steps) {
         const double elapsed = now() - start;
         const double rate = (double)step * batch * world / elapsed;
-        snprintf(line, sizeof line, "epoch %d step %lld/%lld loss %.4f %.0f samples/s ETA %.0fs",
+        snprintf(line, sizeof line,
+                 "epoch %d step %lld/%lld loss %.4f %.0f samples/s ETA %.0fs data wait %.2f%%",
                  i + 1, (long long)step, (long long)total_steps, loss_avg, rate,
-                 (double)(total_steps - step) * batch * world / rate);
+                 (double)(total_steps - step) * batch * world / rate, 100.0 * waited / elapsed);
         CHECK(accel_print(acc, line));
       }
       if (step >= total_steps) break;
