@@ -272,7 +272,13 @@ std::vector<at::Tensor> Model::call(const std::string& method,
   try {
     result = (*m)(std::move(stack));
   } catch (const std::exception& e) {
-    fail(Errc::shape, "the model's '" + method + "' failed: " + errors_of(e));
+    // TorchScript reports both kinds of mismatch in prose; tell the program which it was.
+    const std::string text = errors_of(e);
+    const bool dtype = text.find("scalar type") != std::string::npos ||
+                       text.find("dtype") != std::string::npos ||
+                       text.find("expected type") != std::string::npos ||
+                       text.find("Expected a value of type") != std::string::npos;
+    fail(dtype ? Errc::dtype : Errc::shape, "the model's '" + method + "' failed: " + text);
   }
   std::vector<at::Tensor> out;
   if (result.isTensor()) {

@@ -19,6 +19,15 @@ class GradScaler {
   bool unscaled() const { return unscaled_; }
   // After a step (taken or skipped): back off on inf/nan, else count towards growth.
   void update();
+  // PyTorch's scaler.step(optimizer) + scaler.update(): unscale (unless done already this step),
+  // call `step` only when every gradient is finite, update the scale. Returns whether it stepped.
+  template <class Step>
+  bool step(const std::vector<at::Tensor>& params, Step&& optimizer_step) {
+    const bool inf = unscale(params);
+    if (!inf) optimizer_step();
+    update();
+    return !inf;
+  }
   bool found_inf() const { return found_inf_; }
 
   double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/error.hpp"
+#include "optim/step_rules.hpp"
 
 namespace accel::prepare {
 
@@ -141,6 +142,10 @@ void Session::backward(const at::Tensor& loss) {
     fail(Errc::invalid_argument,
          "the loss does not require grad: it was not computed from the "
          "model's parameters (or was computed in eval mode under no_grad)");
+  if (acc_.communicator() && syncs_.empty())
+    fail(Errc::state, "no model is prepared: gradients would not be averaged across the " +
+                          std::to_string(acc_.place().world_size) +
+                          " processes; pass the model to accel_prepare first");
   const int64_t steps = acc_.settings().integer("gradient_accumulation_steps");
   at::Tensor scaled = steps > 1 ? loss / static_cast<double>(steps) : loss;
   if (scaler_) scaled = scaler_->scale_loss(scaled);
@@ -164,13 +169,10 @@ void Session::unscale_for(const std::vector<at::Tensor>& params) {
 void Session::optimizer_step(optim::Optimizer& o) {
   if (!sync_gradients_) return;  // an accumulation micro-step
   if (scaler_) {
-    const bool inf = scaler_->unscale(o.params());
-    if (inf)
-      skipped_.insert(&o);
-    else
+    if (scaler_->step(o.params(), [&] { o.step(); }))
       skipped_.erase(&o);
-    if (!inf) o.step();
-    scaler_->update();
+    else
+      skipped_.insert(&o);
     return;
   }
   o.step();
@@ -185,16 +187,15 @@ bool Session::step_was_skipped(const optim::Optimizer& o) const {
 }
 
 void Session::scheduler_step(optim::LrScheduler& s) {
-  if (!acc_.settings().flag("step_scheduler_with_optimizer")) {
-    s.step();  // the program decides when: one call, one step
-    return;
-  }
-  if (!sync_gradients_) return;
-  for (const auto& [o, ptr] : optimizers_)
-    if (skipped_.count(o)) return;  // an fp16 step skipped for inf/nan does not count
-  // Accelerate steps the scheduler once per process unless batches are split: the schedule was
-  // written for the single-process number of steps, and N processes take N times fewer.
-  const int times = acc_.settings().flag("split_batches") ? 1 : acc_.place().world_size;
+  optim::SchedulerStepContext c;
+  c.step_with_optimizer = acc_.settings().flag("step_scheduler_with_optimizer");
+  c.sync_gradients = sync_gradients_;
+  c.optimizer_skipped = !skipped_.empty();
+  // A schedule is written in single-process steps; N processes take N times fewer steps over the
+  // same data, unless every process sees the whole (split) batch.
+  c.split_batches = acc_.settings().flag("split_batches");
+  c.num_processes = acc_.place().world_size;
+  const int times = optim::scheduler_advances(c);
   for (int i = 0; i < times; ++i) {
     const int64_t limit = s.schedule().max_steps();
     if (limit >= 0 && s.steps() + 1 > limit) break;  // as Accelerate, never past one_cycle's end

@@ -137,6 +137,13 @@ TEST(Train, ModelCallSaveLoadAndBadInput) {
   EXPECT_EQ(accel_model_call(m, "forward", &wrong, 1, out, 2, &count), ACCEL_ERR_SHAPE);
   EXPECT_NE(std::string(accel_last_error_message()).find("forward"), std::string::npos);
   EXPECT_EQ(accel_model_call(m, "forward", &x, 1, out, 1, &count), ACCEL_ERR_BUFFER_TOO_SMALL);
+  int64_t ints[4] = {1, 2, 3, 4};
+  const int64_t ishape[] = {1, 4};
+  accel_tensor* xi = nullptr;
+  OK(accel_tensor_from_data(ints, sizeof ints, ACCEL_DTYPE_I64, ishape, 2, &xi));
+  EXPECT_EQ(accel_model_call(m, "forward", &xi, 1, out, 2, &count), ACCEL_ERR_DTYPE)
+      << accel_last_error_message();
+  accel_tensor_free(xi);
   EXPECT_EQ(accel_model_call(m, "missing", &x, 1, out, 2, &count), ACCEL_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(accel_model_define(m, "def broken(self):\n    return nn.functional.relu(1)\n"),
             ACCEL_ERR_INVALID_ARGUMENT);

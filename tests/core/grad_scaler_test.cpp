@@ -55,3 +55,16 @@ TEST(GradScaler, GrowsAfterTheIntervalOfGoodSteps) {
   s.update();
   EXPECT_EQ(s.scale(), 65536.0) << "an inf resets the growth count";
 }
+
+TEST(GradScaler, StepSkipsTheOptimizerOnInfAndStepsOtherwise) {
+  GradScaler s;
+  int steps = 0;
+  at::Tensor good = param_with_grad({65536.0f});
+  EXPECT_TRUE(s.step({good}, [&] { ++steps; }));
+  EXPECT_EQ(steps, 1);
+  EXPECT_EQ(good.grad()[0].item<float>(), 1.0f) << "the optimizer saw unscaled gradients";
+  at::Tensor bad = param_with_grad({std::numeric_limits<float>::infinity()});
+  EXPECT_FALSE(s.step({bad}, [&] { ++steps; }));
+  EXPECT_EQ(steps, 1) << "skipped";
+  EXPECT_EQ(s.scale(), 32768.0);
+}

@@ -16,6 +16,7 @@
  *             fixed data; check parameters are bitwise equal on every rank; rank 0 prints them
  *   unused    a parameter used on one rank only, another used by none: no hang, right gradients
  *   schedcount  3 optimizer steps with a step schedule (gamma 0.5): rank 0 prints the rate
+ *   noprepare backward with no prepared model on 2 processes must be a clear error
  *   batchnorm train a conv + batch-norm model on rank-dependent data; buffers agree on every rank
  *   sleep     every rank sleeps (for signal tests)
  */
@@ -591,6 +592,24 @@ int main(int argc, char** argv) {
     accel_tensor_free(t);
     free(values);
     free(counts);
+  } else if (strcmp(mode, "noprepare") == 0) {
+    accel_model* model;
+    accel_tensor *t, *loss;
+    float x[2] = {1, 2};
+    int64_t shape[2] = {1, 2};
+    size_t outs = 0;
+    accel_status st;
+    CHECK(accel_model_new(&model));
+    CHECK(accel_model_add_layer(model, "fc", "linear", "in_features=2 out_features=1"));
+    CHECK(accel_model_define(model, "def loss(self, x):\n    return self.fc.forward(x).sum()\n"));
+    t = make(x, ACCEL_DTYPE_F32, shape, 2);
+    CHECK(accel_model_call(model, "loss", (const accel_tensor* const*)&t, 1, &loss, 1, &outs));
+    st = accel_backward(acc, loss);
+    EXPECT(st == ACCEL_ERR_STATE, "status %s", accel_status_name(st));
+    printf("rank %d: %s\n", g_rank, accel_last_error_message());
+    accel_tensor_free(loss);
+    accel_tensor_free(t);
+    accel_model_free(model);
   } else if (strcmp(mode, "batchnorm") == 0) {
     accel_model* model;
     accel_optimizer* opt;

@@ -272,6 +272,12 @@ TEST(MultiProcess, SchedulerStepsOncePerProcessUnlessBatchesAreSplit) {
       << "step_scheduler_with_optimizer off: once per call";
 }
 
+TEST(MultiProcess, BackwardWithoutAPreparedModelIsAnError) {
+  const auto r = run(launch(2, "noprepare"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "no model is prepared")) << r.output;
+}
+
 TEST(MultiProcess, BatchNormBuffersAgreeAcrossRanks) {
   const auto r = run(launch(2, "batchnorm"));
   EXPECT_EQ(r.code, 0) << r.output;
