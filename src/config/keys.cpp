@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "common/error.hpp"
+#include "common/parse.hpp"
 
 namespace accel::config {
 
@@ -305,21 +306,16 @@ std::string normalize(const KeySpec& spec, const std::string& raw, const Origin&
       break;
     }
     case Kind::kInt: {
-      errno = 0;
-      char* end = nullptr;
-      const long long n = std::strtoll(value.c_str(), &end, 10);
+      long long n = 0;
       const std::string range =
           "an integer from " + std::to_string(spec.min) + " to " + std::to_string(spec.max);
-      if (value.empty() || *end != '\0' || errno == ERANGE) bad(range);
-      if (n < spec.min || n > spec.max) bad(range);
+      if (!parse_int(value, &n) || n < spec.min || n > spec.max) bad(range);
       canonical = std::to_string(n);
       break;
     }
     case Kind::kSeconds: {
-      char* end = nullptr;
-      const double s = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || !std::isfinite(s) || s <= 0 || s > 1e7)
-        bad("a number of seconds greater than 0");
+      double s = 0;
+      if (!parse_real(value, &s) || s <= 0 || s > 1e7) bad("a number of seconds greater than 0");
       canonical = value;
       break;
     }

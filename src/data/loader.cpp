@@ -7,18 +7,17 @@
 #include <cstdlib>
 
 #include "common/error.hpp"
+#include "common/parse.hpp"
 #include "config/keys.hpp"
 
 namespace accel::data {
 
 namespace {
 
-long long parse_int(const std::string& key, const std::string& value, long long min,
-                    long long max) {
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || errno == ERANGE || v < min || v > max)
+long long int_option(const std::string& key, const std::string& value, long long min,
+                     long long max) {
+  long long v = 0;
+  if (!parse_int(value, &v) || v < min || v > max)
     fail(Errc::invalid_argument, "dataloader option '" + key + "': invalid value '" + value +
                                      "'; allowed: an integer from " + std::to_string(min) + " to " +
                                      std::to_string(max));
@@ -51,17 +50,17 @@ void DataLoader::set_option(const std::string& key, const std::string& value) {
   check_open();
   LoaderOptions o = options_;
   if (key == "batch_size") {
-    o.batch_size = parse_int(key, value, 1, int64_t{1} << 40);
+    o.batch_size = int_option(key, value, 1, int64_t{1} << 40);
   } else if (key == "shuffle") {
     o.shuffle = parse_flag(key, value);
   } else if (key == "seed") {
-    o.seed = static_cast<uint64_t>(parse_int(key, value, 0, INT64_MAX));
+    o.seed = static_cast<uint64_t>(int_option(key, value, 0, INT64_MAX));
   } else if (key == "drop_last") {
     o.drop_last = parse_flag(key, value);
   } else if (key == "num_workers") {
-    o.num_workers = static_cast<int>(parse_int(key, value, 0, 256));
+    o.num_workers = static_cast<int>(int_option(key, value, 0, 256));
   } else if (key == "prefetch_factor") {
-    o.prefetch_factor = static_cast<int>(parse_int(key, value, 1, 1024));
+    o.prefetch_factor = static_cast<int>(int_option(key, value, 1, 1024));
   } else if (key == "split_batches") {
     o.split_batches = parse_flag(key, value);
   } else if (key == "even_batches") {

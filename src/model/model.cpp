@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "common/parse.hpp"
 
 namespace accel::model {
 
@@ -39,12 +40,8 @@ class Spec {
       fail(Errc::invalid_argument, kind_ + " layer: '" + key + "' is required");
     }
     used_.push_back(key);
-    try {
-      size_t end = 0;
-      const long long v = std::stoll(it->second, &end);
-      if (end == it->second.size()) return v;
-    } catch (...) {
-    }
+    long long v = 0;
+    if (parse_int(it->second, &v)) return v;
     fail(Errc::invalid_argument,
          kind_ + " layer: '" + key + "=" + it->second + "' is not an integer");
   }
@@ -52,12 +49,8 @@ class Spec {
     auto it = map_.find(key);
     if (it == map_.end()) return fallback;
     used_.push_back(key);
-    try {
-      size_t end = 0;
-      const double v = std::stod(it->second, &end);
-      if (end == it->second.size()) return v;
-    } catch (...) {
-    }
+    double v = 0;
+    if (parse_real(it->second, &v)) return v;
     fail(Errc::invalid_argument,
          kind_ + " layer: '" + key + "=" + it->second + "' is not a number");
   }

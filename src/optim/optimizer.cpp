@@ -7,6 +7,7 @@
 #include <torch/optim/sgd.h>
 
 #include "common/error.hpp"
+#include "common/parse.hpp"
 #include "config/keys.hpp"
 
 namespace accel::optim {
@@ -68,14 +69,9 @@ void Optimizer::set(const std::string& key, const std::string& value) {
            "optimizer " + kind_ + ": '" + key + "=" + value + "' is not true/false");
     v = b ? 1 : 0;
   } else {
-    try {
-      size_t end = 0;
-      v = std::stod(value, &end);
-      if (end != value.size()) throw std::invalid_argument(value);
-    } catch (...) {
+    if (!parse_real(value, &v))
       fail(Errc::invalid_argument,
            "optimizer " + kind_ + ": '" + key + "=" + value + "' is not a number");
-    }
     if (v < 0)
       fail(Errc::invalid_argument, "optimizer " + kind_ + ": '" + key + "' must not be negative");
     if ((key == "beta1" || key == "beta2" || key == "alpha") && v >= 1)

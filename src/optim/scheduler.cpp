@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common/error.hpp"
+#include "common/parse.hpp"
 
 namespace accel::optim {
 
@@ -73,16 +74,10 @@ void Schedule::set(const std::string& key, const std::string& value) {
       fail(Errc::invalid_argument, "scheduler one_cycle: cycle_momentum is true or false");
     v = (value == "true" || value == "1") ? 1 : 0;
   } else {
-    try {
-      size_t end = 0;
-      v = std::stod(value, &end);
-      if (end != value.size()) throw std::invalid_argument(value);
-    } catch (...) {
+    if (!parse_real(value, &v))
       fail(Errc::invalid_argument,
            "scheduler " + kind_ + ": '" + key + "=" + value + "' is not a number");
-    }
-    if (v < 0 || !std::isfinite(v))
-      fail(Errc::invalid_argument, "scheduler " + kind_ + ": '" + key + "' must be >= 0");
+    if (v < 0) fail(Errc::invalid_argument, "scheduler " + kind_ + ": '" + key + "' must be >= 0");
   }
   it->second = v;
 }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/parse.hpp"
 
 namespace accel::runtime {
 
@@ -18,10 +19,8 @@ long long env_int(const config::EnvMap& env, const char* name, long long fallbac
                   long long max) {
   auto it = env.find(name);
   if (it == env.end()) return fallback;
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end != '\0' || errno == ERANGE || v < min || v > max)
+  long long v = 0;
+  if (!parse_int(it->second, &v) || v < min || v > max)
     fail(Errc::config, "environment variable " + std::string(name) + "='" + it->second +
                            "' is not an integer from " + std::to_string(min) + " to " +
                            std::to_string(max));
