@@ -16,6 +16,7 @@ GradSync::GradSync(runtime::Communicator& comm, std::vector<at::Tensor> params,
                    size_t first_bucket_bytes, size_t bucket_bytes)
     : comm_(comm), params_(std::move(params)) {
   bucket_of_.assign(params_.size(), 0);
+  slot_of_.assign(params_.size(), 0);
   ready_.assign(params_.size(), false);
   size_t cap = first_bucket_bytes, bytes = 0;
   for (size_t k = params_.size(); k-- > 0;) {
@@ -36,6 +37,7 @@ GradSync::GradSync(runtime::Communicator& comm, std::vector<at::Tensor> params,
     int64_t offset = 0;
     for (size_t k : bucket.params) {
       bucket_of_[k] = b;
+      slot_of_[k] = bucket.offsets.size();
       bucket.offsets.push_back(offset);
       offset += params_[k].numel();
     }
@@ -137,20 +139,22 @@ void GradSync::end_backward() {
 }
 
 void broadcast_from_main(runtime::Communicator& comm, const std::vector<at::Tensor>& tensors,
-                         const char* what) {
+                         const char* what, bool verify) {
   // A signature of shapes and dtypes first: a model that differs across ranks is an error on every
   // rank, not a garbled broadcast.
-  std::string signature;
-  for (const auto& t : tensors) {
-    signature += c10::toString(t.scalar_type());
-    for (int64_t d : t.sizes()) signature += "," + std::to_string(d);
-    signature += ";";
+  if (verify) {
+    std::string signature;
+    for (const auto& t : tensors) {
+      signature += c10::toString(t.scalar_type());
+      for (int64_t d : t.sizes()) signature += "," + std::to_string(d);
+      signature += ";";
+    }
+    const auto all = ops::gather_object(&comm, signature);
+    for (size_t r = 1; r < all.size(); ++r)
+      if (all[r] != all[0])
+        fail(Errc::shape, std::string(what) + " differ between rank 0 and rank " +
+                              std::to_string(r) + ": every rank must build the same model");
   }
-  const auto all = ops::gather_object(&comm, signature);
-  for (size_t r = 1; r < all.size(); ++r)
-    if (all[r] != all[0])
-      fail(Errc::shape, std::string(what) + " differ between rank 0 and rank " + std::to_string(r) +
-                            ": every rank must build the same model");
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
   at::NoGradGuard no_grad;

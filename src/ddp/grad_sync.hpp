@@ -55,6 +55,7 @@ class GradSync {
   std::vector<at::Tensor> params_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
+  std::vector<size_t> slot_of_;  // a parameter's position inside its bucket
   std::vector<bool> ready_;
   size_t next_launch_ = 0;
   bool active_ = false;
@@ -65,7 +66,9 @@ class GradSync {
 
 // Copies rank 0's values of `tensors` into every rank's (parameters and buffers at prepare, buffers
 // before each forward). Fails on every rank alike when the ranks' tensors differ in shape or dtype.
+// `verify` first compares every rank's shapes and dtypes (one extra collective): at prepare, not
+// before every forward.
 void broadcast_from_main(runtime::Communicator& comm, const std::vector<at::Tensor>& tensors,
-                         const char* what);
+                         const char* what, bool verify);
 
 }  // namespace accel::ddp

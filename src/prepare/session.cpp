@@ -72,7 +72,8 @@ void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_
     std::vector<at::Tensor> state;
     for (const auto& [n, p] : m->named_parameters()) state.push_back(p);
     for (const auto& [n, b] : m->named_buffers()) state.push_back(b);
-    ddp::broadcast_from_main(*comm, state, "the model's parameters and buffers");
+    ddp::broadcast_from_main(*comm, state, "the model's parameters and buffers",
+                             /*verify=*/true);
     auto params = trainable(*m);
     if (!params.empty()) syncs_[m.get()] = std::make_unique<ddp::GradSync>(*comm, params);
   }
@@ -106,7 +107,8 @@ std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method
   if (comm) {
     std::vector<at::Tensor> buffers;
     for (const auto& [n, b] : m.named_buffers()) buffers.push_back(b);
-    if (!buffers.empty()) ddp::broadcast_from_main(*comm, buffers, "the model's buffers");
+    if (!buffers.empty())
+      ddp::broadcast_from_main(*comm, buffers, "the model's buffers", /*verify=*/false);
   }
   const auto mp = acc_.mixed_precision();
   if (mp == runtime::MixedPrecision::kNo) return m.call(method, inputs);
