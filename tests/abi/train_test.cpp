@@ -160,6 +160,37 @@ TEST(Train, ModelCallSaveLoadAndBadInput) {
   accel_model_free(m);
 }
 
+TEST(Train, LoadsAnArchiveSavedByPythonTorchJit) {
+  const std::string path = ::testing::TempDir() + "from_python.pt";
+  const auto ref = python_numbers(
+      "torch.manual_seed(3)\n"
+      "class Net(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__()\n"
+      "        self.fc = torch.nn.Linear(4, 2)\n"
+      "    def forward(self, x):\n"
+      "        return torch.tanh(self.fc(x))\n"
+      "m = torch.jit.script(Net())\n"
+      "torch.jit.save(m, '" +
+      path +
+      "')\n"
+      "x = torch.arange(8, dtype=torch.float32).view(2, 4) / 8\n"
+      "print(' '.join(repr(v) for v in m(x).flatten().tolist()))\n");
+  ASSERT_EQ(ref.size(), 4u);
+  accel_model* m = nullptr;
+  OK(accel_model_load(path.c_str(), &m));
+  accel_tensor* x = f32({0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875}, {2, 4});
+  accel_tensor* y = nullptr;
+  size_t count = 0;
+  OK(accel_model_call(m, "forward", &x, 1, &y, 1, &count));
+  std::vector<float> got(4);
+  OK(accel_tensor_to_data(y, got.data(), 16));
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(got[i], static_cast<float>(ref[i]));
+  accel_tensor_free(y);
+  accel_tensor_free(x);
+  accel_model_free(m);
+}
+
 TEST(Train, TrainModeSwitchesDropout) {
   accel_model* m = nullptr;
   OK(accel_model_new(&m));
