@@ -856,6 +856,30 @@ ACCEL_API accel_status accel_clip_grad_norm(accel_accelerator* accelerator, acce
 ACCEL_API accel_status accel_clip_grad_value(accel_accelerator* accelerator, accel_model* model,
                                              double clip_value);
 
+/* ----------------------------------------------------------------------------------------------------
+ * Model checkpoints (safetensors)
+ * -------------------------------------------------------------------------------------------------
+ */
+
+/**
+ * Accelerate's save_model: writes `model`'s parameters and buffers (plain names, no wrapper
+ * prefixes) as safetensors into directory `dir` (created if missing): model.safetensors, or, above
+ * `max_shard_size` ("10GB" when NULL; decimal units as Accelerate, "500MB", and binary "1GiB"), the
+ * shards model-00001-of-0000N.safetensors filled greedily in parameter order plus
+ * model.safetensors.index.json. Each file is written aside and renamed into place. Only the main
+ * process writes; every process returns once it is written, with the main process's status.
+ */
+ACCEL_API accel_status accel_save_model(accel_accelerator* accelerator, const accel_model* model,
+                                        const char* dir, const char* max_shard_size);
+
+/**
+ * Loads weights into `model` from a safetensors file, a model.safetensors.index.json, or a
+ * directory holding either. Names, shapes and dtypes must match: otherwise ACCEL_ERR_SHAPE lists
+ * the missing, unexpected and mismatched tensors and the model is unchanged. A corrupt or truncated
+ * file is ACCEL_ERR_IO naming it and what is wrong.
+ */
+ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const char* path);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

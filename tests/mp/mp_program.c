@@ -16,9 +16,10 @@
  *             fixed data; check parameters are bitwise equal on every rank; rank 0 prints them
  *   unused    a parameter used on one rank only, another used by none: no hang, right gradients
  *   schedcount  3 optimizer steps with a step schedule (gamma 0.5): rank 0 prints the rate
- *   noprepare backward with no prepared model on 2 processes must be a clear error
- *   batchnorm train a conv + batch-norm model on rank-dependent data; buffers agree on every rank
- *   sleep     every rank sleeps (for signal tests)
+ *   savemodel DIR  every rank calls save_model; only rank 0 writes; all see the file after it
+ * returns noprepare backward with no prepared model on 2 processes must be a clear error batchnorm
+ * train a conv + batch-norm model on rank-dependent data; buffers agree on every rank sleep every
+ * rank sleeps (for signal tests)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -592,6 +593,19 @@ int main(int argc, char** argv) {
     accel_tensor_free(t);
     free(values);
     free(counts);
+  } else if (strcmp(mode, "savemodel") == 0) {
+    accel_model* model;
+    char path[512];
+    FILE* f;
+    CHECK(accel_model_new(&model));
+    CHECK(accel_model_add_layer(model, "fc", "linear", "in_features=8 out_features=8"));
+    CHECK(accel_save_model(acc, model, argv[2], "100")); /* 100 bytes: one shard per tensor */
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", argv[2]);
+    f = fopen(path, "r");
+    EXPECT(f != NULL, "rank %d does not see %s after save_model returned", g_rank, path);
+    fclose(f);
+    printf("rank %d: saved model visible\n", g_rank);
+    accel_model_free(model);
   } else if (strcmp(mode, "noprepare") == 0) {
     accel_model* model;
     accel_tensor *t, *loss;

@@ -278,6 +278,16 @@ TEST(MultiProcess, BackwardWithoutAPreparedModelIsAnError) {
   EXPECT_TRUE(contains(r.output, "no model is prepared")) << r.output;
 }
 
+TEST(MultiProcess, SaveModelWritesOnceAndEveryRankWaitsForIt) {
+  const std::string dir = ::testing::TempDir() + "mp_save_model";
+  const auto r = run("rm -rf " + dir + "; " + launch(3, "savemodel " + dir));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 2: saved model visible")) << r.output;
+  const auto files = run("ls " + dir);
+  EXPECT_TRUE(contains(files.output, "model-00002-of-00002.safetensors")) << files.output;
+  EXPECT_FALSE(contains(files.output, ".tmp")) << files.output;
+}
+
 TEST(MultiProcess, BatchNormBuffersAgreeAcrossRanks) {
   const auto r = run(launch(2, "batchnorm"));
   EXPECT_EQ(r.code, 0) << r.output;

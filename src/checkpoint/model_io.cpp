@@ -1,0 +1,230 @@
+#include "checkpoint/model_io.hpp"
+
+#include <ATen/ATen.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/safetensors.hpp"
+#include "common/error.hpp"
+
+namespace accel::checkpoint {
+
+namespace {
+
+const std::pair<at::ScalarType, const char*> kDtypes[] = {
+    {at::kFloat, "F32"}, {at::kDouble, "F64"}, {at::kHalf, "F16"},  {at::kBFloat16, "BF16"},
+    {at::kLong, "I64"},  {at::kInt, "I32"},    {at::kShort, "I16"}, {at::kChar, "I8"},
+    {at::kByte, "U8"},   {at::kBool, "BOOL"}};
+
+std::string dtype_name(at::ScalarType t) {
+  for (const auto& [ours, name] : kDtypes)
+    if (ours == t) return name;
+  fail(Errc::dtype, std::string("dtype ") + c10::toString(t) + " has no safetensors equivalent");
+}
+
+at::ScalarType scalar_type(const std::string& name, const std::string& file) {
+  for (const auto& [ours, n] : kDtypes)
+    if (name == n) return ours;
+  fail(Errc::io, "safetensors file '" + file + "': dtype " + name + " is not supported here");
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(Errc::io, "cannot read '" + path + "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) fail(Errc::io, "error while reading '" + path + "'");
+  return s.str();
+}
+
+// The checkpoint's view of a model: parameters then buffers, by name.
+NamedTensors state_of(const model::Model& m) {
+  NamedTensors all = m.named_parameters();
+  for (auto& b : m.named_buffers()) all.push_back(std::move(b));
+  return all;
+}
+
+std::string shard_name(size_t i, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i, n);
+  return buf;
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorEntry> entries;
+  std::vector<at::Tensor> data;
+  for (const auto& [name, t] : tensors) {
+    TensorEntry e;
+    e.name = name;
+    e.dtype = dtype_name(t.scalar_type());
+    e.shape.assign(t.sizes().begin(), t.sizes().end());
+    entries.push_back(std::move(e));
+    data.push_back(t.detach().to(at::kCPU).contiguous());
+  }
+  const std::string header = make_header(entries, metadata);
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail(Errc::io, "cannot write '" + tmp + "'");
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    for (const auto& t : data)
+      out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      fail(Errc::io, "error while writing '" + tmp + "' (disk full?)");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail(Errc::io, "cannot rename '" + tmp + "' to '" + path + "'");
+  }
+}
+
+NamedTensors read_safetensors(const std::string& path) {
+  const std::string bytes = read_file(path);
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  const Header h = parse_header(p, bytes.size(), bytes.size(), path);
+  NamedTensors out;
+  for (const auto& e : h.tensors) {
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(scalar_type(e.dtype, path)));
+    std::memcpy(t.data_ptr(), p + h.data_start + e.begin, e.end - e.begin);
+    out.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+std::vector<std::string> save_model(const model::Model& m, const std::string& dir,
+                                    uint64_t max_shard_bytes) {
+  if (!is_directory(dir) && mkdir(dir.c_str(), 0755) != 0)
+    fail(Errc::io, "cannot create the directory '" + dir + "'");
+  const NamedTensors state = state_of(m);
+  // Greedy in parameter order: a tensor that does not fit starts the next shard.
+  std::vector<NamedTensors> shards(1);
+  uint64_t current = 0, total = 0;
+  for (const auto& nt : state) {
+    const uint64_t bytes = nt.second.nbytes();
+    if (current > 0 && current + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      current = 0;
+    }
+    shards.back().push_back(nt);
+    current += bytes;
+    total += bytes;
+  }
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  std::vector<std::string> files;
+  if (shards.size() == 1) {
+    files.push_back(dir + "/model.safetensors");
+    write_safetensors(files.back(), shards[0], meta);
+    return files;
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total}};
+  index["weight_map"] = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string name = shard_name(i + 1, shards.size());
+    files.push_back(dir + "/" + name);
+    write_safetensors(files.back(), shards[i], meta);
+    for (const auto& [n, t] : shards[i]) index["weight_map"][n] = name;
+  }
+  const std::string path = dir + "/model.safetensors.index.json";
+  std::ofstream out(path + ".tmp");
+  out << index.dump(2) << "\n";
+  out.close();
+  if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0)
+    fail(Errc::io, "cannot write '" + path + "'");
+  files.push_back(path);
+  return files;
+}
+
+void load_checkpoint_in_model(model::Model& m, const std::string& path) {
+  std::vector<std::string> files;
+  std::string index_path;
+  if (is_directory(path)) {
+    if (exists(path + "/model.safetensors.index.json"))
+      index_path = path + "/model.safetensors.index.json";
+    else if (exists(path + "/model.safetensors"))
+      files.push_back(path + "/model.safetensors");
+    else
+      fail(Errc::io,
+           "'" + path + "' holds neither model.safetensors nor model.safetensors.index.json");
+  } else if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
+    index_path = path;
+  } else {
+    files.push_back(path);
+  }
+  if (!index_path.empty()) {
+    nlohmann::json index;
+    try {
+      index = nlohmann::json::parse(read_file(index_path));
+    } catch (const accel::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(Errc::io, "'" + index_path + "' is not valid JSON: " + e.what());
+    }
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+      fail(Errc::io, "'" + index_path + "' has no weight_map object");
+    const std::string dir = index_path.substr(0, index_path.rfind('/') + 1);
+    std::set<std::string> unique;
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+      if (!it.value().is_string())
+        fail(Errc::io, "'" + index_path + "': a weight_map value is not a file name");
+      const std::string file = it.value().get<std::string>();
+      if (file.find('/') != std::string::npos || file == "..")
+        fail(Errc::io, "'" + index_path + "' names a file outside its directory: " + file);
+      unique.insert(dir + file);
+    }
+    files.assign(unique.begin(), unique.end());
+  }
+  std::map<std::string, at::Tensor> loaded;
+  for (const auto& f : files)
+    for (auto& [n, t] : read_safetensors(f)) loaded[n] = std::move(t);
+
+  std::string missing, mismatched, unexpected;
+  const NamedTensors state = state_of(m);
+  std::set<std::string> known;
+  for (const auto& [n, t] : state) {
+    known.insert(n);
+    auto it = loaded.find(n);
+    if (it == loaded.end()) {
+      missing += (missing.empty() ? "" : ", ") + n;
+    } else if (it->second.sizes() != t.sizes() || it->second.scalar_type() != t.scalar_type()) {
+      std::ostringstream d;
+      d << n << " (checkpoint " << c10::toString(it->second.scalar_type()) << it->second.sizes()
+        << ", model " << c10::toString(t.scalar_type()) << t.sizes() << ")";
+      mismatched += (mismatched.empty() ? "" : ", ") + d.str();
+    }
+  }
+  for (const auto& [n, t] : loaded)
+    if (!known.count(n)) unexpected += (unexpected.empty() ? "" : ", ") + n;
+  if (!missing.empty() || !mismatched.empty() || !unexpected.empty())
+    fail(Errc::shape, "the checkpoint '" + path + "' does not match the model:" +
+                          (missing.empty() ? "" : " missing: " + missing + ";") +
+                          (unexpected.empty() ? "" : " unexpected: " + unexpected + ";") +
+                          (mismatched.empty() ? "" : " shape/dtype mismatch: " + mismatched + ";"));
+  at::NoGradGuard no_grad;
+  for (const auto& [n, t] : state) at::Tensor(t).copy_(loaded.at(n));
+}
+
+}  // namespace accel::checkpoint

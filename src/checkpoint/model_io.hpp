@@ -1,0 +1,38 @@
+// Model weights as safetensors: one file or greedy shards with the standard index JSON, readable by
+// the Hugging Face safetensors readers; and loading them back with name, shape and dtype checks.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/model.hpp"
+
+namespace accel::checkpoint {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Writes `tensors` (any device; stored as contiguous little-endian CPU data) to `path` through a
+// temporary file renamed into place. Throws accel::Error(io) naming the file.
+void write_safetensors(const std::string& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata);
+
+// Reads every tensor of a safetensors file, checked as parse_header() checks.
+NamedTensors read_safetensors(const std::string& path);
+
+// Accelerate's save_model: `dir`/model.safetensors, or above `max_shard_bytes` the shards
+// model-0000i-of-0000N.safetensors filled greedily in parameter order plus
+// model.safetensors.index.json. Returns the files written.
+std::vector<std::string> save_model(const model::Model& m, const std::string& dir,
+                                    uint64_t max_shard_bytes);
+
+// Loads a file, an index JSON or a directory holding either into `m`. Every name, shape and dtype
+// must match; otherwise accel::Error(shape) lists the missing, unexpected and mismatched tensors
+// and nothing is changed.
+void load_checkpoint_in_model(model::Model& m, const std::string& path);
+
+}  // namespace accel::checkpoint

@@ -1,0 +1,174 @@
+// save_model / load_checkpoint_in_model through the C interface: one file and shards, the index
+// JSON, an independent reader, mismatches and corrupt files.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "accel/accel.h"
+
+namespace {
+
+#define OK(call) ASSERT_EQ((call), ACCEL_OK) << #call << ": " << accel_last_error_message()
+
+accel_accelerator* g_acc = nullptr;
+
+class Env : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    for (const char* v : {"WORLD_SIZE", "RANK", "ACCEL_CONFIG_FILE"}) unsetenv(v);
+    ASSERT_EQ(accel_init(nullptr, &g_acc), ACCEL_OK) << accel_last_error_message();
+  }
+  void TearDown() override { accel_free(g_acc); }
+};
+const auto* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
+
+accel_model* make_model(int seed) {
+  EXPECT_EQ(accel_set_seed(g_acc, static_cast<uint64_t>(seed), false), ACCEL_OK);
+  accel_model* m = nullptr;
+  EXPECT_EQ(accel_model_new(&m), ACCEL_OK);
+  EXPECT_EQ(accel_model_add_layer(m, "fc1", "linear", "in_features=32 out_features=16"), ACCEL_OK);
+  EXPECT_EQ(accel_model_add_layer(m, "bn", "batch_norm2d", "num_features=4"), ACCEL_OK);
+  EXPECT_EQ(accel_model_add_layer(m, "fc2", "linear", "in_features=16 out_features=4"), ACCEL_OK);
+  return m;
+}
+
+std::vector<float> values(const accel_model* m, const char* name) {
+  accel_tensor* t = nullptr;
+  EXPECT_EQ(accel_model_tensor(m, name, &t), ACCEL_OK);
+  size_t bytes = 0;
+  accel_tensor_nbytes(t, &bytes);
+  std::vector<float> v(bytes / 4);
+  accel_tensor_to_data(t, v.data(), bytes);
+  accel_tensor_free(t);
+  return v;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string run(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  if (p) pclose(p);
+  return out;
+}
+
+}  // namespace
+
+TEST(Checkpoint, OneFileRoundTripAndIndependentReader) {
+  const std::string dir = ::testing::TempDir() + "ckpt_one";
+  accel_model* a = make_model(1);
+  OK(accel_save_model(g_acc, a, dir.c_str(), nullptr));
+  accel_model* b = make_model(2);
+  EXPECT_NE(values(a, "fc1.weight"), values(b, "fc1.weight"));
+  OK(accel_load_checkpoint_in_model(b, dir.c_str()));
+  for (const char* n : {"fc1.weight", "fc1.bias", "fc2.weight", "bn.running_var"})
+    EXPECT_EQ(values(a, n), values(b, n)) << n;
+  // Read by code that is not ours.
+  const std::string out =
+      run("PYTHONPATH=" + std::string(PYLIB_DIR) + " /usr/bin/python3 " +
+          std::string(READ_SAFETENSORS) + " " + dir + "/model.safetensors");
+  EXPECT_NE(out.find("reader "), std::string::npos) << out;
+  std::printf("independent reader: %s\n", out.substr(0, out.find('\n')).c_str());
+  std::map<std::string, double> sums;
+  std::istringstream in(out.substr(out.find('\n') + 1));
+  std::string name;
+  for (double s; in >> name >> s;) sums[name] = s;
+  double ours = 0;
+  for (float v : values(a, "fc1.weight")) ours += v;
+  ASSERT_TRUE(sums.count("fc1.weight")) << out;
+  EXPECT_NEAR(sums["fc1.weight"], ours, 1e-5);
+  EXPECT_TRUE(sums.count("bn.num_batches_tracked")) << out;
+  accel_model_free(a);
+  accel_model_free(b);
+}
+
+TEST(Checkpoint, ShardsAndIndexAsAccelerate) {
+  const std::string dir = ::testing::TempDir() + "ckpt_shards";
+  accel_model* a = make_model(3);
+  OK(accel_save_model(g_acc, a, dir.c_str(), "1kB"));  // fc1.weight alone is 2048 bytes
+  const std::string index = slurp(dir + "/model.safetensors.index.json");
+  EXPECT_NE(index.find("\"total_size\""), std::string::npos) << index;
+  EXPECT_NE(index.find("\"fc1.weight\": \"model-00001-of-0000"), std::string::npos) << index;
+  EXPECT_NE(index.find("\"fc2.weight\": \"model-0000"), std::string::npos) << index;
+  std::ifstream second(dir + "/model-00002-of-00002.safetensors");  // fc1.weight alone, then the rest
+  EXPECT_TRUE(second.good()) << index;
+  accel_model* b = make_model(4);
+  OK(accel_load_checkpoint_in_model(b, (dir + "/model.safetensors.index.json").c_str()));
+  EXPECT_EQ(values(a, "fc2.weight"), values(b, "fc2.weight"));
+  accel_model* c = make_model(5);
+  OK(accel_load_checkpoint_in_model(c, dir.c_str()));
+  EXPECT_EQ(values(a, "fc1.bias"), values(c, "fc1.bias"));
+  EXPECT_EQ(accel_save_model(g_acc, a, dir.c_str(), "lots"), ACCEL_ERR_INVALID_ARGUMENT);
+  for (auto* m : {a, b, c}) accel_model_free(m);
+}
+
+TEST(Checkpoint, MismatchesListTheTensorsAndChangeNothing) {
+  const std::string dir = ::testing::TempDir() + "ckpt_mismatch";
+  accel_model* a = make_model(6);
+  OK(accel_save_model(g_acc, a, dir.c_str(), nullptr));
+  accel_model* other = nullptr;
+  OK(accel_model_new(&other));
+  OK(accel_model_add_layer(other, "fc1", "linear", "in_features=32 out_features=8"));
+  OK(accel_model_add_layer(other, "extra", "linear", "in_features=2 out_features=2"));
+  const auto before = values(other, "fc1.bias");
+  EXPECT_EQ(accel_load_checkpoint_in_model(other, dir.c_str()), ACCEL_ERR_SHAPE);
+  const std::string msg = accel_last_error_message();
+  EXPECT_NE(msg.find("missing: extra.weight, extra.bias"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unexpected: "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fc2.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("shape/dtype mismatch: fc1.weight"), std::string::npos) << msg;
+  EXPECT_EQ(values(other, "fc1.bias"), before) << "nothing loaded";
+  accel_model_free(other);
+  accel_model_free(a);
+}
+
+TEST(Checkpoint, CorruptFilesAreClearStatuses) {
+  const std::string dir = ::testing::TempDir() + "ckpt_corrupt";
+  accel_model* a = make_model(7);
+  OK(accel_save_model(g_acc, a, dir.c_str(), nullptr));
+  const std::string good = slurp(dir + "/model.safetensors");
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+    return dir + "/" + name;
+  };
+  struct Case {
+    std::string name, bytes, message;
+  };
+  std::string flipped = good;
+  flipped[12] ^= 0x55;  // inside the JSON
+  std::string huge = good;
+  huge[6] = 0x7f;
+  const std::vector<Case> cases = {
+      {"truncated.safetensors", good.substr(0, good.size() - 10), "outside"},
+      {"header_only.safetensors", good.substr(0, 20), "runs past the end"},
+      {"flipped.safetensors", flipped, "safetensors file"},
+      {"huge.safetensors", huge, "exceeds 100 MB"},
+      {"empty.safetensors", "", "shorter than"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = write(c.name, c.bytes);
+    EXPECT_EQ(accel_load_checkpoint_in_model(a, path.c_str()), ACCEL_ERR_IO) << c.name;
+    EXPECT_NE(std::string(accel_last_error_message()).find(c.message), std::string::npos)
+        << c.name << ": " << accel_last_error_message();
+    EXPECT_NE(std::string(accel_last_error_message()).find(c.name), std::string::npos);
+  }
+  EXPECT_EQ(accel_load_checkpoint_in_model(a, "/nonexistent/ckpt"), ACCEL_ERR_IO);
+  write("bad.index.json", "{\"weight_map\": {\"fc1.weight\": \"../../etc/passwd\"}}");
+  EXPECT_EQ(accel_load_checkpoint_in_model(a, (dir + "/bad.index.json").c_str()), ACCEL_ERR_IO);
+  EXPECT_NE(std::string(accel_last_error_message()).find("outside its directory"),
+            std::string::npos);
+  accel_model_free(a);
+}
