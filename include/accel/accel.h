@@ -692,9 +692,10 @@ ACCEL_API accel_status accel_model_define(accel_model* model, const char* source
  * to `outputs[0..capacity)` as new tensors the caller frees, their number to `*out_count`. Results
  * keep their autograd history, so a loss can go to accel_backward. For a prepared model the call
  * runs under the accelerator's mixed precision (floating results come back as fp32) and, with
- * several processes, first copies rank 0's buffers (batch-norm statistics) to every rank (so every
- * call of a prepared model is a collective then). Inputs of the wrong shape are ACCEL_ERR_SHAPE, of
- * the wrong dtype ACCEL_ERR_DTYPE, both with TorchScript's message.
+ * several processes, first copies rank 0's buffers (batch-norm statistics) to every rank: for a
+ * model with buffers every call is then a collective, to be made on all ranks alike. Inputs of the
+ * wrong shape are ACCEL_ERR_SHAPE, of the wrong dtype ACCEL_ERR_DTYPE, both with TorchScript's
+ * message.
  */
 ACCEL_API accel_status accel_model_call(accel_model* model, const char* method,
                                         const accel_tensor* const* inputs, size_t count,

@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
-#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
 
