@@ -784,8 +784,8 @@ typedef struct accel_scheduler accel_scheduler;
  *   step (step_size, gamma 0.1); exponential (gamma); one_cycle (max_lr, total_steps, pct_start
  * 0.3, anneal_strategy cos|linear, div_factor 25, final_div_factor 1e4, base_momentum 0.85,
  *   max_momentum 0.95, cycle_momentum true).
- * The optimizer's rate is set to the schedule's value at step 0 as soon as the options are
- * complete.
+ * The schedule's base rate is the optimizer's rate when the scheduler is made (set lr first); the
+ * optimizer's rate is set to the schedule's value at step 0 as soon as the options are complete.
  *
  * How a prepared scheduler steps, as Accelerate (its most surprising rule): accel_scheduler_step
  * does nothing on accumulation micro-steps and after an fp16-skipped optimizer step, and otherwise
