@@ -1,0 +1,34 @@
+// A directory that appears complete or not at all: written under a temporary name beside its final
+// place, fsynced, and renamed into place by commit(). A crash at any point before the rename leaves
+// the previous checkpoint of that name untouched. POSIX only, no LibTorch.
+#pragma once
+
+#include <string>
+
+namespace accel::checkpoint {
+
+class AtomicDir {
+ public:
+  // Creates `final_path`.partial-<pid> (its parent must exist). Throws accel::Error(io).
+  explicit AtomicDir(std::string final_path);
+  // Removes the partial directory unless commit() succeeded.
+  ~AtomicDir();
+  AtomicDir(const AtomicDir&) = delete;
+  AtomicDir& operator=(const AtomicDir&) = delete;
+
+  // Where to write the files.
+  const std::string& path() const { return partial_; }
+  // fsyncs every file and the directory, then puts it in place of `final_path` (an existing one is
+  // moved aside first and removed after), and fsyncs the parent. Throws accel::Error(io).
+  void commit();
+
+ private:
+  std::string final_;
+  std::string partial_;
+  bool committed_ = false;
+};
+
+// Removes a directory tree; errors are ignored (best effort).
+void remove_tree(const std::string& path);
+
+}  // namespace accel::checkpoint
