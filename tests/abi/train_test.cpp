@@ -2,6 +2,7 @@
 // PyTorch (Debian's python3-torch, the same 1.13) is the reference where values must match.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -41,7 +42,10 @@ const auto* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
 
 // Runs Python with torch and returns the numbers it prints.
 std::vector<double> python_numbers(const std::string& code) {
-  const std::string path = ::testing::TempDir() + "ref.py";
+  // ctest runs each test as its own process, two at a time: the script name must be unique.
+  static int calls = 0;
+  const std::string path = ::testing::TempDir() + "ref_" + std::to_string(getpid()) + "_" +
+                           std::to_string(calls++) + ".py";
   FILE* f = fopen(path.c_str(), "w");
   fputs(("import torch\n" + code).c_str(), f);
   fclose(f);
