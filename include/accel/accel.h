@@ -881,6 +881,26 @@ ACCEL_API accel_status accel_save_model(accel_accelerator* accelerator, const ac
  */
 ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const char* path);
 
+/**
+ * Accelerate's save_state, language-neutral: writes into directory `dir` every prepared model
+ * (safetensors), each optimizer's state tensors (safetensors) and options (JSON), each scheduler's
+ * step count, the loss scaler, each prepared dataloader's cursor, the accumulation counter, the
+ * configuration, one random-state file per process, and manifest.json listing every file with its
+ * size and CRC-32. The directory is written as `dir`.partial and renamed into place only when
+ * complete, so an interrupted save never harms a previous checkpoint at `dir`. A collective: every
+ * process calls it.
+ */
+ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const char* dir);
+
+/**
+ * Restores a save_state directory into the prepared objects (the same numbers and kinds, prepared
+ * in the same order). The manifest's sizes and checksums are verified first: an incomplete or
+ * corrupt checkpoint is ACCEL_ERR_IO naming the file. May run with another number of processes than
+ * the save: the dataloaders continue from the saved global sample cursor, and a process that did
+ * not exist then derives its random states from process 0's. A collective: every process calls it.
+ */
+ACCEL_API accel_status accel_load_state(accel_accelerator* accelerator, const char* dir);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

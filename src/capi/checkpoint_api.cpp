@@ -2,6 +2,7 @@
 #include "capi/handles.hpp"
 #include "checkpoint/model_io.hpp"
 #include "checkpoint/safetensors.hpp"
+#include "checkpoint/state.hpp"
 #include "ops/collectives.hpp"
 
 using accel::Errc;
@@ -41,6 +42,22 @@ ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const 
     checked(model, "model");
     require(path, "path");
     accel::checkpoint::load_checkpoint_in_model(*model->model, path);
+  });
+}
+
+ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const char* dir) {
+  return guarded([&] {
+    checked(accelerator, "accelerator");
+    require(dir, "dir");
+    accel::checkpoint::save_state(*accelerator->session, dir);
+  });
+}
+
+ACCEL_API accel_status accel_load_state(accel_accelerator* accelerator, const char* dir) {
+  return guarded([&] {
+    checked(accelerator, "accelerator");
+    require(dir, "dir");
+    accel::checkpoint::load_state(*accelerator->session, dir);
   });
 }
 

@@ -109,7 +109,7 @@ ACCEL_API accel_status accel_dataloader_new(const accel_accelerator* accelerator
     defaults.split_batches = acc.settings().flag("split_batches");
     defaults.even_batches = acc.settings().flag("even_batches");
     auto h = std::make_unique<accel_dataloader>();
-    h->loader = std::make_unique<accel::data::DataLoader>(dataset->dataset, place, defaults);
+    h->loader = std::make_shared<accel::data::DataLoader>(dataset->dataset, place, defaults);
     *out = h.release();
   });
 }

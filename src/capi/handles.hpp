@@ -66,7 +66,7 @@ struct accel_dataset {
 
 struct accel_dataloader {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kDataloader);
-  std::unique_ptr<accel::data::DataLoader> loader;
+  std::shared_ptr<accel::data::DataLoader> loader;  // a prepared one is shared with the session
 };
 
 namespace accel::capi {

@@ -299,6 +299,7 @@ ACCEL_API accel_status accel_prepare(accel_accelerator* accelerator, void* const
     std::vector<accel_model*> models;
     std::vector<accel_optimizer*> optimizers;
     std::vector<accel_scheduler*> schedulers;
+    std::vector<accel_dataloader*> loaders;
     for (size_t i = 0; i < count; ++i) {
       const std::string param = "objects[" + std::to_string(i) + "]";
       if (!objects[i]) fail(Errc::invalid_argument, param + " is NULL");
@@ -314,8 +315,9 @@ ACCEL_API accel_status accel_prepare(accel_accelerator* accelerator, void* const
         case accel::capi::Tag::kScheduler:
           schedulers.push_back(static_cast<accel_scheduler*>(objects[i]));
           break;
-        case accel::capi::Tag::kDataloader:
-          break;  // sharded when it was made
+        case accel::capi::Tag::kDataloader:  // sharded when it was made; tracked for save_state
+          loaders.push_back(static_cast<accel_dataloader*>(objects[i]));
+          break;
         default:
           fail(Errc::wrong_handle, param + " is " + accel::capi::tag_name(tag) +
                                        "; accel_prepare takes models, optimizers, schedulers and "
@@ -344,6 +346,7 @@ ACCEL_API accel_status accel_prepare(accel_accelerator* accelerator, void* const
       o->session = acc->session;
       o->prepared = true;
     }
+    for (auto* l : loaders) session.prepare_dataloader(l->loader);
     for (auto* s : schedulers) {
       session.prepare_scheduler(s->scheduler);
       s->session = acc->session;

@@ -73,9 +73,9 @@ void remove_tree(const std::string& path) {
   }
 }
 
-AtomicDir::AtomicDir(std::string final_path) : final_(std::move(final_path)) {
+AtomicDir::AtomicDir(std::string final_path, std::string suffix) : final_(std::move(final_path)) {
   while (final_.size() > 1 && final_.back() == '/') final_.pop_back();
-  partial_ = final_ + ".partial-" + std::to_string(getpid());
+  partial_ = final_ + (suffix.empty() ? ".partial-" + std::to_string(getpid()) : suffix);
   remove_tree(partial_);  // left over by an earlier crash of this very process id
   if (mkdir(partial_.c_str(), 0755) != 0)
     fail(Errc::io, "cannot create '" + partial_ + "': " + std::strerror(errno));

@@ -9,8 +9,9 @@ namespace accel::checkpoint {
 
 class AtomicDir {
  public:
-  // Creates `final_path`.partial-<pid> (its parent must exist). Throws accel::Error(io).
-  explicit AtomicDir(std::string final_path);
+  // Creates `final_path` + `suffix` (".partial-<pid>" by default; its parent must exist). Throws
+  // accel::Error(io).
+  explicit AtomicDir(std::string final_path, std::string suffix = "");
   // Removes the partial directory unless commit() succeeded.
   ~AtomicDir();
   AtomicDir(const AtomicDir&) = delete;

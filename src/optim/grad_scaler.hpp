@@ -29,6 +29,11 @@ class GradScaler {
     return !inf;
   }
   bool found_inf() const { return found_inf_; }
+  int growth_tracker() const { return tracker_; }
+  void restore(double scale, int tracker) {
+    scale_ = scale;
+    tracker_ = tracker;
+  }
 
   double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
   int growth_interval = 2000;

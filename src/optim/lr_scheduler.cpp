@@ -33,6 +33,13 @@ void LrScheduler::apply() {
     optimizer_->set_momentum(*m);
 }
 
+void LrScheduler::restore(int64_t steps, double base_lr) {
+  if (steps < 0) fail(Errc::io, "a saved scheduler step count is negative");
+  steps_ = steps;
+  base_lr_ = base_lr;
+  apply();
+}
+
 void LrScheduler::step() {
   const int64_t limit = schedule_.max_steps();
   if (limit >= 0 && steps_ + 1 > limit)

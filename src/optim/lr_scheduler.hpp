@@ -18,6 +18,9 @@ class LrScheduler {
   // One scheduler step; past one_cycle's total_steps it is an error, as in PyTorch.
   void step();
   int64_t steps() const { return steps_; }
+  double base_lr() const { return base_lr_; }
+  // For load_state: the step count and base rate saved, and the rate they imply applied.
+  void restore(int64_t steps, double base_lr);
   double lr() const { return optimizer_->lr(); }
   const Schedule& schedule() const { return schedule_; }
   const std::shared_ptr<Optimizer>& optimizer() const { return optimizer_; }

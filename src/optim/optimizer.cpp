@@ -182,4 +182,120 @@ void Optimizer::set_momentum(double m) {
   apply_options();
 }
 
+void Optimizer::set_options(const std::map<std::string, double>& options) {
+  for (const auto& [k, v] : options) {
+    if (!options_.count(k))
+      fail(Errc::invalid_argument, "optimizer " + kind_ + ": saved option '" + k + "' is unknown");
+    options_[k] = v;
+  }
+  apply_options();
+}
+
+namespace {
+std::string key_of(const at::Tensor& p) {
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
+}
+at::Tensor step_tensor(int64_t step) {
+  return at::full({}, step, at::kLong);
+}
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (!impl_) return out;
+  auto& state = impl_->state();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto it = state.find(key_of(params_[i]));
+    if (it == state.end()) continue;
+    const std::string p = std::to_string(i) + ".";
+    auto put = [&](const char* field, const at::Tensor& t) {
+      if (t.defined()) out.emplace_back(p + field, t.detach().clone());
+    };
+    if (kind_ == "sgd") {
+      put("momentum_buffer",
+          static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
+    } else if (kind_ == "adam" || kind_ == "adamw") {
+      // Adam's and AdamW's states have the same fields.
+      auto fields = [&](auto& s) {
+        put("step", step_tensor(s.step()));
+        put("exp_avg", s.exp_avg());
+        put("exp_avg_sq", s.exp_avg_sq());
+        put("max_exp_avg_sq", s.max_exp_avg_sq());
+      };
+      if (kind_ == "adam")
+        fields(static_cast<torch::optim::AdamParamState&>(*it->second));
+      else
+        fields(static_cast<torch::optim::AdamWParamState&>(*it->second));
+    } else if (kind_ == "rmsprop") {
+      auto& s = static_cast<torch::optim::RMSpropParamState&>(*it->second);
+      put("step", step_tensor(s.step()));
+      put("square_avg", s.square_avg());
+      put("momentum_buffer", s.momentum_buffer());
+      put("grad_avg", s.grad_avg());
+    } else {
+      auto& s = static_cast<torch::optim::AdagradParamState&>(*it->second);
+      put("step", step_tensor(s.step()));
+      put("sum", s.sum());
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  if (!impl_) fail(Errc::state, "the optimizer is not bound to parameters yet: prepare it first");
+  std::map<size_t, std::map<std::string, at::Tensor>> by_param;
+  for (const auto& [name, t] : tensors) {
+    const auto dot = name.find('.');
+    long long index = -1;
+    if (dot == std::string::npos || !parse_int(name.substr(0, dot), &index) || index < 0 ||
+        static_cast<size_t>(index) >= params_.size())
+      fail(Errc::shape, "optimizer state '" + name + "' does not belong to one of the " +
+                            std::to_string(params_.size()) + " parameters");
+    by_param[static_cast<size_t>(index)][name.substr(dot + 1)] = t;
+  }
+  auto& state = impl_->state();
+  state.clear();
+  for (auto& [i, fields] : by_param) {
+    const at::Tensor& p = params_[i];
+    auto tensor = [&](const char* f) -> at::Tensor {
+      auto it = fields.find(f);
+      if (it == fields.end()) return {};
+      if (it->second.sizes() != p.sizes())
+        fail(Errc::shape, "optimizer state " + std::to_string(i) + "." + f +
+                              " does not have its parameter's shape");
+      return it->second.to(p.device(), p.scalar_type()).clone();
+    };
+    auto step = [&]() -> int64_t {
+      auto it = fields.find("step");
+      return it == fields.end() ? 0 : it->second.item<int64_t>();
+    };
+    std::unique_ptr<torch::optim::OptimizerParamState> s;
+    if (kind_ == "sgd") {
+      auto st = std::make_unique<torch::optim::SGDParamState>();
+      st->momentum_buffer(tensor("momentum_buffer"));
+      s = std::move(st);
+    } else if (kind_ == "adam") {
+      auto st = std::make_unique<torch::optim::AdamParamState>();
+      st->step(step()).exp_avg(tensor("exp_avg")).exp_avg_sq(tensor("exp_avg_sq"));
+      st->max_exp_avg_sq(tensor("max_exp_avg_sq"));
+      s = std::move(st);
+    } else if (kind_ == "adamw") {
+      auto st = std::make_unique<torch::optim::AdamWParamState>();
+      st->step(step()).exp_avg(tensor("exp_avg")).exp_avg_sq(tensor("exp_avg_sq"));
+      st->max_exp_avg_sq(tensor("max_exp_avg_sq"));
+      s = std::move(st);
+    } else if (kind_ == "rmsprop") {
+      auto st = std::make_unique<torch::optim::RMSpropParamState>();
+      st->step(step()).square_avg(tensor("square_avg"));
+      st->momentum_buffer(tensor("momentum_buffer")).grad_avg(tensor("grad_avg"));
+      s = std::move(st);
+    } else {
+      auto st = std::make_unique<torch::optim::AdagradParamState>();
+      st->step(step()).sum(tensor("sum"));
+      s = std::move(st);
+    }
+    state[key_of(p)] = std::move(s);
+  }
+}
+
 }  // namespace accel::optim

@@ -43,6 +43,14 @@ class Optimizer {
   const std::string& kind() const { return kind_; }
   torch::optim::Optimizer& torch_optimizer();
 
+  // For checkpoints: every option, and every per-parameter state tensor named "<index>.<field>"
+  // (index into params(); "step" as an int64 scalar). Loading re-applies the options (LibTorch
+  // 1.13's own Optimizer::load drops them) and replaces the state, checking shapes.
+  const std::map<std::string, double>& options() const { return options_; }
+  void set_options(const std::map<std::string, double>& options);
+  std::vector<std::pair<std::string, at::Tensor>> state_tensors() const;
+  void load_state_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+
  private:
   void apply_options();
   std::string kind_;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.hpp"
@@ -77,6 +78,7 @@ void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_
     if (!params.empty()) syncs_[m.get()] = std::make_unique<ddp::GradSync>(*comm, params);
   }
   models_[m.get()] = m;
+  model_order_.push_back(m);
 }
 
 void Session::prepare_optimizer(const std::shared_ptr<optim::Optimizer>& o,
@@ -88,6 +90,7 @@ void Session::prepare_optimizer(const std::shared_ptr<optim::Optimizer>& o,
   if (!optimizers_.count(o.get())) {
     o->bind(trainable(*m));  // the placed parameters
     optimizers_[o.get()] = o;
+    optimizer_order_.push_back(o);
   }
 }
 
@@ -95,7 +98,13 @@ void Session::prepare_scheduler(const std::shared_ptr<optim::LrScheduler>& s) {
   if (!optimizers_.count(s->optimizer().get()))
     fail(Errc::state, "prepare the scheduler's optimizer with it (or before it)");
   s->schedule().validate();
+  if (!schedulers_.count(s.get())) scheduler_order_.push_back(s);
   schedulers_[s.get()] = s;
+}
+
+void Session::prepare_dataloader(const std::shared_ptr<data::DataLoader>& l) {
+  if (std::find(loader_order_.begin(), loader_order_.end(), l) == loader_order_.end())
+    loader_order_.push_back(l);
 }
 
 std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method,

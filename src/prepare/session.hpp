@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "data/loader.hpp"
 #include "ddp/grad_sync.hpp"
 #include "model/model.hpp"
 #include "optim/grad_scaler.hpp"
@@ -33,6 +34,27 @@ class Session {
   void prepare_optimizer(const std::shared_ptr<optim::Optimizer>& optimizer,
                          const std::shared_ptr<model::Model>& model);
   void prepare_scheduler(const std::shared_ptr<optim::LrScheduler>& scheduler);
+  void prepare_dataloader(const std::shared_ptr<data::DataLoader>& loader);
+
+  // Prepared objects in the order they were prepared (what save_state/load_state walk).
+  const std::vector<std::shared_ptr<model::Model>>& models() const { return model_order_; }
+  const std::vector<std::shared_ptr<optim::Optimizer>>& optimizers() const {
+    return optimizer_order_;
+  }
+  const std::vector<std::shared_ptr<optim::LrScheduler>>& schedulers() const {
+    return scheduler_order_;
+  }
+  const std::vector<std::shared_ptr<data::DataLoader>>& dataloaders() const {
+    return loader_order_;
+  }
+  runtime::Accelerator& accelerator() { return acc_; }
+  // The accumulation counter and the loss scaler, for checkpoints.
+  int64_t micro_step() const { return micro_step_; }
+  void restore_micro_step(int64_t step, bool sync) {
+    micro_step_ = step;
+    sync_gradients_ = sync;
+  }
+  optim::GradScaler* mutable_scaler() { return scaler_.get(); }
 
   bool is_prepared(const model::Model* m) const { return models_.count(m) > 0; }
   bool is_prepared(const optim::Optimizer* o) const { return optimizers_.count(o) > 0; }
@@ -71,6 +93,10 @@ class Session {
   std::set<const optim::Optimizer*> skipped_;
   std::map<const optim::LrScheduler*, std::shared_ptr<optim::LrScheduler>> schedulers_;
   std::unique_ptr<optim::GradScaler> scaler_;
+  std::vector<std::shared_ptr<model::Model>> model_order_;
+  std::vector<std::shared_ptr<optim::Optimizer>> optimizer_order_;
+  std::vector<std::shared_ptr<optim::LrScheduler>> scheduler_order_;
+  std::vector<std::shared_ptr<data::DataLoader>> loader_order_;
   bool sync_gradients_ = true;
   int64_t micro_step_ = 0;
 };

@@ -77,9 +77,8 @@ TEST(Checkpoint, OneFileRoundTripAndIndependentReader) {
   for (const char* n : {"fc1.weight", "fc1.bias", "fc2.weight", "bn.running_var"})
     EXPECT_EQ(values(a, n), values(b, n)) << n;
   // Read by code that is not ours.
-  const std::string out =
-      run("PYTHONPATH=" + std::string(PYLIB_DIR) + " /usr/bin/python3 " +
-          std::string(READ_SAFETENSORS) + " " + dir + "/model.safetensors");
+  const std::string out = run("PYTHONPATH=" + std::string(PYLIB_DIR) + " /usr/bin/python3 " +
+                              std::string(READ_SAFETENSORS) + " " + dir + "/model.safetensors");
   EXPECT_NE(out.find("reader "), std::string::npos) << out;
   std::printf("independent reader: %s\n", out.substr(0, out.find('\n')).c_str());
   std::map<std::string, double> sums;
@@ -103,7 +102,8 @@ TEST(Checkpoint, ShardsAndIndexAsAccelerate) {
   EXPECT_NE(index.find("\"total_size\""), std::string::npos) << index;
   EXPECT_NE(index.find("\"fc1.weight\": \"model-00001-of-0000"), std::string::npos) << index;
   EXPECT_NE(index.find("\"fc2.weight\": \"model-0000"), std::string::npos) << index;
-  std::ifstream second(dir + "/model-00002-of-00002.safetensors");  // fc1.weight alone, then the rest
+  std::ifstream second(dir +
+                       "/model-00002-of-00002.safetensors");  // fc1.weight alone, then the rest
   EXPECT_TRUE(second.good()) << index;
   accel_model* b = make_model(4);
   OK(accel_load_checkpoint_in_model(b, (dir + "/model.safetensors.index.json").c_str()));
@@ -171,4 +171,39 @@ TEST(Checkpoint, CorruptFilesAreClearStatuses) {
   EXPECT_NE(std::string(accel_last_error_message()).find("outside its directory"),
             std::string::npos);
   accel_model_free(a);
+}
+
+TEST(Checkpoint, LoadStateRefusesIncompleteOrCorruptCheckpoints) {
+  const std::string dir = ::testing::TempDir() + "state_corrupt";
+  std::system(("rm -rf " + dir).c_str());
+  accel_model* m = make_model(8);
+  accel_optimizer* o = nullptr;
+  OK(accel_optimizer_new(m, "sgd", &o));
+  void* objs[] = {m, o};
+  OK(accel_prepare(g_acc, objs, 2));
+  OK(accel_save_state(g_acc, dir.c_str()));
+  OK(accel_load_state(g_acc, dir.c_str()));
+  std::ifstream partial(dir + ".partial");
+  EXPECT_FALSE(partial.good()) << "the partial directory is gone after the commit";
+  const std::string model_file = dir + "/model_0.safetensors";
+  const std::string good = slurp(model_file);
+  std::string flipped = good;
+  flipped[flipped.size() - 3] ^= 1;
+  std::ofstream(model_file, std::ios::binary) << flipped;
+  EXPECT_EQ(accel_load_state(g_acc, dir.c_str()), ACCEL_ERR_IO);
+  EXPECT_NE(std::string(accel_last_error_message()).find("model_0.safetensors' does not match"),
+            std::string::npos)
+      << accel_last_error_message();
+  std::ofstream(model_file, std::ios::binary) << good.substr(0, good.size() / 2);
+  EXPECT_EQ(accel_load_state(g_acc, dir.c_str()), ACCEL_ERR_IO);
+  EXPECT_NE(std::string(accel_last_error_message()).find("incomplete"), std::string::npos);
+  std::remove(model_file.c_str());
+  EXPECT_EQ(accel_load_state(g_acc, dir.c_str()), ACCEL_ERR_IO);
+  EXPECT_NE(std::string(accel_last_error_message()).find("missing"), std::string::npos);
+  std::ofstream(dir + "/manifest.json") << "{\"format\": \"libaccel-checkpoint\"";
+  EXPECT_EQ(accel_load_state(g_acc, dir.c_str()), ACCEL_ERR_IO);
+  EXPECT_NE(std::string(accel_last_error_message()).find("manifest"), std::string::npos);
+  EXPECT_EQ(accel_load_state(g_acc, "/nonexistent/state"), ACCEL_ERR_IO);
+  accel_optimizer_free(o);
+  accel_model_free(m);
 }

@@ -298,6 +298,143 @@ static void check_params_agree(accel_accelerator* acc, accel_model* model, int p
   }
 }
 
+static uint64_t fnv(const void* data, size_t n, uint64_t h) {
+  const unsigned char* p = data;
+  size_t i;
+  for (i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+
+static void run_resume(accel_accelerator* acc, int argc, char** argv) {
+  const int save = strcmp(argv[2], "save") == 0;
+  const char* dir = argv[3];
+  const int k = atoi(argv[4]), total = atoi(argv[5]);
+  const char* skip = argc > 6 ? argv[6] : "";
+  const int64_t n = 120;
+  float x[120 * 6];
+  int64_t y[120], ids[120], shape[2] = {120, 6}, i;
+  accel_tensor *tx, *ty, *tid;
+  const accel_tensor* fields[3];
+  accel_dataset* ds;
+  accel_dataloader* dl;
+  accel_model* model;
+  accel_optimizer *opt, *fresh_opt = NULL;
+  accel_scheduler *sched, *fresh_sched = NULL;
+  void* objects[4];
+  int step;
+  for (i = 0; i < n * 6; ++i) x[i] = (float)((i * 37) % 23) / 23.0f - 0.5f;
+  for (i = 0; i < n; ++i) {
+    y[i] = i % 3;
+    ids[i] = i;
+  }
+  tx = make(x, ACCEL_DTYPE_F32, shape, 2);
+  ty = make(y, ACCEL_DTYPE_I64, shape, 1);
+  tid = make(ids, ACCEL_DTYPE_I64, shape, 1);
+  fields[0] = tx;
+  fields[1] = ty;
+  fields[2] = tid;
+  CHECK(accel_dataset_from_tensors(fields, 3, &ds));
+  CHECK(accel_dataloader_new(acc, ds, &dl));
+  CHECK(accel_dataloader_set(dl, "batch_size", "4"));
+  CHECK(accel_dataloader_set(dl, "shuffle", "true"));
+  CHECK(accel_dataloader_set(dl, "seed", "3"));
+  CHECK(accel_set_seed(acc, 5, false));
+  CHECK(accel_model_new(&model));
+  CHECK(accel_model_add_layer(model, "fc1", "linear", "in_features=6 out_features=16"));
+  CHECK(accel_model_add_layer(model, "fc2", "linear", "in_features=16 out_features=3"));
+  CHECK(accel_model_define(
+      model,
+      "def training_step(self, x, y):\n"
+      "    h = torch.dropout(torch.relu(self.fc1.forward(x)), 0.3, self.training)\n"
+      "    return torch.cross_entropy_loss(self.fc2.forward(h), y)\n"));
+  CHECK(accel_optimizer_new(model, "adamw", &opt));
+  CHECK(accel_optimizer_set(opt, "lr", "0.01"));
+  CHECK(accel_scheduler_new(opt, "linear", &sched));
+  CHECK(accel_scheduler_set(sched, "warmup_steps", "3"));
+  CHECK(accel_scheduler_set(sched, "total_steps", "200"));
+  objects[0] = model;
+  objects[1] = opt;
+  objects[2] = sched;
+  objects[3] = dl;
+  CHECK(accel_prepare(acc, objects, 4));
+  if (!save) {
+    CHECK(accel_load_state(acc, dir));
+    if (!strcmp(skip, "rng")) CHECK(accel_set_seed(acc, 777, false));
+    if (!strcmp(skip, "data")) CHECK(accel_dataloader_set_position(dl, 0, 0));
+    if (!strcmp(skip, "optimizer")) {
+      void* o[1];
+      CHECK(accel_optimizer_new(model, "adamw", &fresh_opt));
+      CHECK(accel_optimizer_set(fresh_opt, "lr", "0.01"));
+      o[0] = fresh_opt;
+      CHECK(accel_prepare(acc, o, 1));
+    }
+    if (!strcmp(skip, "scheduler")) {
+      CHECK(accel_scheduler_new(opt, "linear", &fresh_sched));
+      CHECK(accel_scheduler_set(fresh_sched, "warmup_steps", "3"));
+      CHECK(accel_scheduler_set(fresh_sched, "total_steps", "200"));
+    }
+  }
+  for (step = save ? 0 : k; step < total; ++step) {
+    accel_tensor *f[3], *loss, *g;
+    bool has = false;
+    size_t outs = 0;
+    double value = 0;
+    int64_t used[64], m = 0, j;
+    if (save && step == k) CHECK(accel_save_state(acc, dir));
+    CHECK(accel_dataloader_next(dl, f, 3, &has));
+    if (!has) CHECK(accel_dataloader_next(dl, f, 3, &has)); /* the next epoch */
+    CHECK(accel_accumulate(acc));
+    CHECK(accel_model_call(model, "training_step", (const accel_tensor* const*)f, 2, &loss, 1,
+                           &outs));
+    CHECK(accel_backward(acc, loss));
+    CHECK(accel_optimizer_step(fresh_opt ? fresh_opt : opt));
+    CHECK(accel_scheduler_step(fresh_sched ? fresh_sched : sched));
+    CHECK(accel_optimizer_zero_grad(fresh_opt ? fresh_opt : opt));
+    CHECK(accel_gather_for_metrics(acc, f[2], &g));
+    CHECK(accel_tensor_numel(g, &m));
+    CHECK(accel_tensor_to_data(g, used, sizeof used));
+    CHECK(accel_tensor_item_f64(loss, &value));
+    if (g_rank == 0) {
+      printf("step %d loss %a ids", step, value);
+      for (j = 0; j < m; ++j) printf(" %lld", (long long)used[j]);
+      printf("\n");
+    }
+    accel_tensor_free(g);
+    accel_tensor_free(loss);
+    accel_tensor_free(f[0]);
+    accel_tensor_free(f[1]);
+    accel_tensor_free(f[2]);
+  }
+  {
+    size_t count = 0, t;
+    uint64_t h = 1469598103934665603ULL;
+    CHECK(accel_model_tensor_count(model, &count));
+    for (t = 0; t < count; ++t) {
+      char name[64];
+      size_t len = 0, bytes = 0;
+      accel_tensor* p;
+      unsigned char buf[4096];
+      CHECK(accel_model_tensor_name(model, t, name, sizeof name, &len));
+      CHECK(accel_model_tensor(model, name, &p));
+      CHECK(accel_tensor_nbytes(p, &bytes));
+      CHECK(accel_tensor_to_data(p, buf, sizeof buf));
+      h = fnv(buf, bytes, h);
+      accel_tensor_free(p);
+    }
+    if (g_rank == 0) printf("params %016llx\n", (unsigned long long)h);
+  }
+  accel_scheduler_free(fresh_sched);
+  accel_optimizer_free(fresh_opt);
+  accel_scheduler_free(sched);
+  accel_optimizer_free(opt);
+  accel_model_free(model);
+  accel_dataloader_free(dl);
+  accel_dataset_free(ds);
+  accel_tensor_free(tx);
+  accel_tensor_free(ty);
+  accel_tensor_free(tid);
+}
+
 static void run_training_check(accel_accelerator* acc, const char* mode, int batch, int accum,
                                int world) {
   const int unused = strcmp(mode, "unused") == 0;
@@ -606,6 +743,8 @@ int main(int argc, char** argv) {
     fclose(f);
     printf("rank %d: saved model visible\n", g_rank);
     accel_model_free(model);
+  } else if (strcmp(mode, "resume") == 0) {
+    run_resume(acc, argc, argv);
   } else if (strcmp(mode, "noprepare") == 0) {
     accel_model* model;
     accel_tensor *t, *loss;

@@ -1,0 +1,21 @@
+// save_state / load_state: everything an exact resume needs, in language-neutral files (safetensors
+// and JSON), listed with checksums in a manifest, written into a directory committed atomically.
+#pragma once
+
+#include <string>
+
+#include "prepare/session.hpp"
+
+namespace accel::checkpoint {
+
+// Collective: every rank calls it. The main process writes the models, optimizers (state tensors
+// and options), schedulers, loss scaler, dataloader cursors and configuration; every rank writes
+// its random generator states; the main process writes the manifest and commits the directory.
+void save_state(prepare::Session& session, const std::string& dir);
+
+// Collective. Verifies the manifest's sizes and checksums, then restores every piece into the
+// prepared objects (same number and kinds as at save). A rank that did not exist at save time
+// derives its generator states from rank 0's and its rank.
+void load_state(prepare::Session& session, const std::string& dir);
+
+}  // namespace accel::checkpoint
