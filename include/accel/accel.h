@@ -150,6 +150,8 @@ ACCEL_API const char* accel_status_name(accel_status status);
  *   device_placement             accel_prepare moves models to the device (default true)
  *   step_scheduler_with_optimizer  schedulers step only with real optimizer steps, N times on N
  *                                processes (default true); false: once per accel_scheduler_step
+ *   project_dir, automatic_checkpoint_naming, total_limit   where accel_save_state(acc, NULL) goes
+ *                                ("", false, 0 = keep all), as Accelerate's ProjectConfiguration
  *
  * Precedence, highest first:
  *   1. accel_config_set            (an explicit setter in the program)
@@ -892,6 +894,14 @@ ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const 
  */
 ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const char* dir);
 
+/*
+ * With `dir` NULL, the configuration's project settings decide (Accelerate's ProjectConfiguration):
+ * automatic_checkpoint_naming true saves to project_dir/checkpoints/checkpoint_<n>, n counting up
+ * from 0 (or from one past the newest checkpoint there), and total_limit > 0 keeps only the newest
+ * total_limit of them; accel_load_state(accel, NULL) loads the newest and continues the numbering
+ * after it.
+ */
+
 /**
  * Restores a save_state directory into the prepared objects (the same numbers and kinds, prepared
  * in the same order). The manifest's sizes and checksums are verified first: an incomplete or
@@ -900,6 +910,21 @@ ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const ch
  * not exist then derives its random states from process 0's. A collective: every process calls it.
  */
 ACCEL_API accel_status accel_load_state(accel_accelerator* accelerator, const char* dir);
+
+/**
+ * Saves the program's own state with every checkpoint (Accelerate's register_for_checkpointing):
+ * `save` is called on the main process during accel_save_state, first with `buf` NULL to learn the
+ * size (written to `*out_size`), then with a buffer of that size; `load` is called on every process
+ * during accel_load_state with the saved bytes. Both return 0 on success; anything else fails the
+ * save or load with ACCEL_ERR_CALLBACK. Both run on the thread that called save/load_state.
+ * Registration order is the checkpoint's order: register the same objects in the same order before
+ * loading. `user_data` must stay valid while the accelerator lives.
+ */
+typedef int (*accel_state_save_fn)(void* buf, size_t capacity, size_t* out_size, void* user_data);
+typedef int (*accel_state_load_fn)(const void* data, size_t size, void* user_data);
+ACCEL_API accel_status accel_register_for_checkpointing(accel_accelerator* accelerator,
+                                                        accel_state_save_fn save,
+                                                        accel_state_load_fn load, void* user_data);
 
 #ifdef __cplusplus
 } /* extern "C" */

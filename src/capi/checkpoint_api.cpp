@@ -48,16 +48,32 @@ ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const 
 ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const char* dir) {
   return guarded([&] {
     checked(accelerator, "accelerator");
-    require(dir, "dir");
-    accel::checkpoint::save_state(*accelerator->session, dir);
+    if (dir)
+      accel::checkpoint::save_state(*accelerator->session, dir);
+    else
+      accel::checkpoint::save_state_automatic(*accelerator->session);
   });
 }
 
 ACCEL_API accel_status accel_load_state(accel_accelerator* accelerator, const char* dir) {
   return guarded([&] {
     checked(accelerator, "accelerator");
-    require(dir, "dir");
-    accel::checkpoint::load_state(*accelerator->session, dir);
+    if (dir)
+      accel::checkpoint::load_state(*accelerator->session, dir);
+    else
+      accel::checkpoint::load_state_automatic(*accelerator->session);
+  });
+}
+
+ACCEL_API accel_status accel_register_for_checkpointing(accel_accelerator* accelerator,
+                                                        accel_state_save_fn save,
+                                                        accel_state_load_fn load, void* user_data) {
+  return guarded([&] {
+    checked(accelerator, "accelerator");
+    if (!save || !load)
+      fail(Errc::invalid_argument,
+           std::string(!save ? "save" : "load") + " is NULL: both callbacks are required");
+    accelerator->session->register_custom({save, load, user_data});
   });
 }
 

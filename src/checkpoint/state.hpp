@@ -12,10 +12,15 @@ namespace accel::checkpoint {
 // and options), schedulers, loss scaler, dataloader cursors and configuration; every rank writes
 // its random generator states; the main process writes the manifest and commits the directory.
 void save_state(prepare::Session& session, const std::string& dir);
+// Automatic naming (ProjectConfiguration): project_dir/checkpoints/checkpoint_<n>, then prunes to
+// total_limit. Throws accel::Error(invalid_argument) when automatic naming is not configured.
+void save_state_automatic(prepare::Session& session);
 
 // Collective. Verifies the manifest's sizes and checksums, then restores every piece into the
 // prepared objects (same number and kinds as at save). A rank that did not exist at save time
 // derives its generator states from rank 0's and its rank.
 void load_state(prepare::Session& session, const std::string& dir);
+// Loads the newest project_dir/checkpoints/checkpoint_<n> and numbers the next save n + 1.
+void load_state_automatic(prepare::Session& session);
 
 }  // namespace accel::checkpoint

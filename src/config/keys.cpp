@@ -201,6 +201,15 @@ std::vector<KeySpec> build_table() {
   add({"split_batches", Kind::kBool, "false", {}, {}, {"ACCEL_SPLIT_BATCHES"}});
   add({"even_batches", Kind::kBool, "true", {}, {}, {"ACCEL_EVEN_BATCHES"}});
   // Accelerator(device_placement=..., step_scheduler_with_optimizer=...).
+  // Accelerate's ProjectConfiguration.
+  add({"project_dir", Kind::kString, "", {}, {}, {"ACCEL_PROJECT_DIR"}});
+  add({"automatic_checkpoint_naming",
+       Kind::kBool,
+       "false",
+       {},
+       {},
+       {"ACCEL_AUTOMATIC_CHECKPOINT_NAMING"}});
+  add({"total_limit", Kind::kInt, "0", {}, {}, {"ACCEL_TOTAL_LIMIT"}, 0, 1 << 20});
   add({"device_placement", Kind::kBool, "true", {}, {}, {"ACCEL_DEVICE_PLACEMENT"}});
   add({"step_scheduler_with_optimizer",
        Kind::kBool,

@@ -56,6 +56,17 @@ class Session {
   }
   optim::GradScaler* mutable_scaler() { return scaler_.get(); }
 
+  // The program's own objects saved with every checkpoint (register_for_checkpointing).
+  struct CustomObject {
+    int (*save)(void*, size_t, size_t*, void*);
+    int (*load)(const void*, size_t, void*);
+    void* user_data;
+  };
+  void register_custom(const CustomObject& o) { custom_.push_back(o); }
+  const std::vector<CustomObject>& custom_objects() const { return custom_; }
+  // The next automatic checkpoint number (ProjectConfiguration's iteration).
+  int64_t iteration = -1;
+
   bool is_prepared(const model::Model* m) const { return models_.count(m) > 0; }
   bool is_prepared(const optim::Optimizer* o) const { return optimizers_.count(o) > 0; }
   bool is_prepared(const optim::LrScheduler* s) const { return schedulers_.count(s) > 0; }
@@ -97,6 +108,7 @@ class Session {
   std::vector<std::shared_ptr<optim::Optimizer>> optimizer_order_;
   std::vector<std::shared_ptr<optim::LrScheduler>> scheduler_order_;
   std::vector<std::shared_ptr<data::DataLoader>> loader_order_;
+  std::vector<CustomObject> custom_;
   bool sync_gradients_ = true;
   int64_t micro_step_ = 0;
 };

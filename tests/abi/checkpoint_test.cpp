@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -206,4 +207,63 @@ TEST(Checkpoint, LoadStateRefusesIncompleteOrCorruptCheckpoints) {
   EXPECT_EQ(accel_load_state(g_acc, "/nonexistent/state"), ACCEL_ERR_IO);
   accel_optimizer_free(o);
   accel_model_free(m);
+}
+
+namespace {
+struct Counter {
+  int64_t value = 0;
+};
+int save_counter(void* buf, size_t capacity, size_t* out_size, void* user) {
+  *out_size = sizeof(int64_t);
+  if (buf && capacity >= sizeof(int64_t))
+    std::memcpy(buf, &static_cast<Counter*>(user)->value, sizeof(int64_t));
+  return 0;
+}
+int load_counter(const void* data, size_t size, void* user) {
+  if (size != sizeof(int64_t)) return 1;
+  std::memcpy(&static_cast<Counter*>(user)->value, data, sizeof(int64_t));
+  return 0;
+}
+int failing_save(void*, size_t, size_t*, void*) {
+  return 3;
+}
+}  // namespace
+
+TEST(Checkpoint, AutomaticNamingTotalLimitAndCustomObjects) {
+  const std::string project = ::testing::TempDir() + "project";
+  std::system(("rm -rf " + project).c_str());
+  accel_free(g_acc);
+  g_acc = nullptr;
+  accel_config* c = nullptr;
+  OK(accel_config_new(&c));
+  OK(accel_config_set(c, "project_dir", project.c_str()));
+  OK(accel_config_set(c, "automatic_checkpoint_naming", "true"));
+  OK(accel_config_set(c, "total_limit", "2"));
+  OK(accel_init(c, &g_acc));
+  accel_config_free(c);
+  Counter counter;
+  OK(accel_register_for_checkpointing(g_acc, save_counter, load_counter, &counter));
+  for (int i = 0; i < 4; ++i) {
+    counter.value = 100 + i;
+    OK(accel_save_state(g_acc, nullptr));
+  }
+  const std::string ls = run("ls " + project + "/checkpoints");
+  EXPECT_EQ(ls, "checkpoint_2\ncheckpoint_3\n") << "total_limit 2 keeps the newest two";
+  counter.value = 0;
+  OK(accel_load_state(g_acc, nullptr));
+  EXPECT_EQ(counter.value, 103) << "the newest checkpoint's custom object";
+  OK(accel_save_state(g_acc, nullptr));
+  EXPECT_EQ(run("ls " + project + "/checkpoints"), "checkpoint_3\ncheckpoint_4\n")
+      << "numbering continues after the loaded checkpoint";
+  OK(accel_register_for_checkpointing(g_acc, failing_save, load_counter, &counter));
+  EXPECT_EQ(accel_save_state(g_acc, nullptr), ACCEL_ERR_CALLBACK);
+  EXPECT_NE(std::string(accel_last_error_message()).find("save callback failed"), std::string::npos)
+      << accel_last_error_message();
+  EXPECT_EQ(run("ls " + project + "/checkpoints"), "checkpoint_3\ncheckpoint_4\n")
+      << "a failed save leaves no partial directory and no new number";
+  accel_free(g_acc);
+  g_acc = nullptr;
+  OK(accel_init(nullptr, &g_acc));
+  EXPECT_EQ(accel_save_state(g_acc, nullptr), ACCEL_ERR_INVALID_ARGUMENT)
+      << "no project configured";
 }
