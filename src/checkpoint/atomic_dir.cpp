@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,18 +89,21 @@ AtomicDir::~AtomicDir() {
 void AtomicDir::commit() {
   fsync_tree(partial_);
   struct stat st;
-  const bool replacing = stat(final_.c_str(), &st) == 0;
-  const std::string old = final_ + ".old-" + std::to_string(getpid());
-  if (replacing && rename(final_.c_str(), old.c_str()) != 0)
-    fail(Errc::io, "cannot move the previous '" + final_ + "' aside: " + std::strerror(errno));
-  if (rename(partial_.c_str(), final_.c_str()) != 0) {
-    const int err = errno;
-    if (replacing) rename(old.c_str(), final_.c_str());
-    fail(Errc::io, "cannot rename '" + partial_ + "' to '" + final_ + "': " + std::strerror(err));
+  if (stat(final_.c_str(), &st) == 0) {
+    // Swap the new directory and the previous one in one step, so that at every instant `final_`
+    // names a complete checkpoint; the previous one then sits at partial_ and is removed.
+    if (renameat2(AT_FDCWD, partial_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) != 0)
+      fail(Errc::io, "cannot put '" + partial_ + "' in place of '" + final_ +
+                         "': " + std::strerror(errno));
+    committed_ = true;
+    fsync_path(parent_of(final_), true);
+    remove_tree(partial_);
+    return;
   }
+  if (rename(partial_.c_str(), final_.c_str()) != 0)
+    fail(Errc::io, "cannot rename '" + partial_ + "' to '" + final_ + "': " + std::strerror(errno));
   committed_ = true;
   fsync_path(parent_of(final_), true);
-  if (replacing) remove_tree(old);
 }
 
 }  // namespace accel::checkpoint

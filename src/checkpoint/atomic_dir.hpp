@@ -20,7 +20,8 @@ class AtomicDir {
   // Where to write the files.
   const std::string& path() const { return partial_; }
   // fsyncs every file and the directory, then puts it in place of `final_path` (an existing one is
-  // moved aside first and removed after), and fsyncs the parent. Throws accel::Error(io).
+  // swapped out atomically, renameat2 RENAME_EXCHANGE, and removed after), and fsyncs the parent.
+  // Throws accel::Error(io).
   void commit();
 
  private:

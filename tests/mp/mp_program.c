@@ -745,6 +745,33 @@ int main(int argc, char** argv) {
     accel_model_free(model);
   } else if (strcmp(mode, "resume") == 0) {
     run_resume(acc, argc, argv);
+  } else if (strcmp(mode, "crashloop") == 0 || strcmp(mode, "checkload") == 0) {
+    accel_model* model;
+    accel_optimizer* opt;
+    void* objects[2];
+    int i;
+    CHECK(accel_model_new(&model));
+    CHECK(accel_model_add_layer(model, "fc", "linear", "in_features=512 out_features=512"));
+    CHECK(accel_optimizer_new(model, "adamw", &opt));
+    objects[0] = model;
+    objects[1] = opt;
+    CHECK(accel_prepare(acc, objects, 2));
+    if (strcmp(mode, "checkload") == 0) {
+      accel_status st = accel_load_state(acc, argv[2]);
+      if (st != ACCEL_OK) {
+        printf("refused: %s: %s\n", accel_status_name(st), accel_last_error_message());
+        return 3;
+      }
+      printf("loaded\n");
+    } else {
+      for (i = 0; i < atoi(argv[3]); ++i) {
+        CHECK(accel_save_state(acc, argv[2]));
+        printf("saved %d\n", i);
+        fflush(stdout);
+      }
+    }
+    accel_optimizer_free(opt);
+    accel_model_free(model);
   } else if (strcmp(mode, "noprepare") == 0) {
     accel_model* model;
     accel_tensor *t, *loss;

@@ -358,6 +358,32 @@ TEST(MultiProcess, ResumeOnAnotherProcessCountContinuesTheSampleOrder) {
   }
 }
 
+TEST(MultiProcess, KillingASaveNeverHarmsThePreviousCheckpoint) {
+  const std::string dir = ::testing::TempDir() + "crash_ckpt";
+  const auto first = run("rm -rf " + dir + "*; " + kProgram + " crashloop " + dir + " 1");
+  ASSERT_EQ(first.code, 0) << first.output;
+  int refused_partials = 0;
+  for (int i = 0; i < 20; ++i) {
+    // Saves run back to back; SIGKILL lands at a random point of one of them.
+    const auto r =
+        run(kProgram + " crashloop " + dir + " 100000 > /dev/null & pid=$!; sleep 0." +
+            std::to_string(60 + (i * 37) % 40) + "; kill -9 $pid; wait $pid; " + kProgram +
+            " checkload " + dir + "; echo rc=$?; if [ -d " + dir + ".partial ]; then " + kProgram +
+            " checkload " + dir + ".partial; echo partial_rc=$?; fi");
+    EXPECT_TRUE(contains(r.output, "loaded\nrc=0")) << "run " << i << ":\n" << r.output;
+    // A directory left at .partial is either an unfinished save, refused with a clear error, or the
+    // previous checkpoint swapped out just before its removal, complete and verified.
+    if (contains(r.output, "partial_rc=3")) {
+      EXPECT_TRUE(contains(r.output, "refused: ACCEL_ERR_IO")) << r.output;
+      ++refused_partials;
+    } else if (contains(r.output, "partial_rc=")) {
+      EXPECT_TRUE(contains(r.output, "partial_rc=0")) << r.output;
+    }
+  }
+  std::printf("20 kills: previous checkpoint always loaded; %d partial directories refused\n",
+              refused_partials);
+}
+
 TEST(MultiProcess, BatchNormBuffersAgreeAcrossRanks) {
   const auto r = run(launch(2, "batchnorm"));
   EXPECT_EQ(r.code, 0) << r.output;
