@@ -122,6 +122,7 @@ void save_state(prepare::Session& session, const std::string& dir) {
     Manifest m;
     m.library_version = ACCEL_LIBRARY_VERSION;
     m.num_processes = acc.place().world_size;
+    m.step = session.total_steps();
     std::vector<std::string> files;
     for (int r = 0; r < acc.place().world_size; ++r) files.push_back(rng_file(r));
     const auto& models = session.models();
@@ -209,7 +210,7 @@ void load_state(prepare::Session& session, const std::string& dir) {
   }
   const auto training = read_json(dir + "/training_state.json");
   session.restore_micro_step(training.at("micro_step").get<int64_t>(),
-                             training.at("sync_gradients").get<bool>());
+                             training.at("sync_gradients").get<bool>(), m.step);
   if (auto* s = session.mutable_scaler(); s && training.contains("scaler"))
     s->restore(training["scaler"].at("scale").get<double>(),
                training["scaler"].at("growth_tracker").get<int>());

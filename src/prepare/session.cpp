@@ -132,6 +132,7 @@ std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method
 }
 
 void Session::accumulate() {
+  ++total_steps_;
   const int64_t steps = acc_.settings().integer("gradient_accumulation_steps");
   const auto active = acc_.gradient_state()->active();
   if (active && active->end_of_dataloader) {

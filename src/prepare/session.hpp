@@ -50,8 +50,11 @@ class Session {
   runtime::Accelerator& accelerator() { return acc_; }
   // The accumulation counter and the loss scaler, for checkpoints.
   int64_t micro_step() const { return micro_step_; }
-  void restore_micro_step(int64_t step, bool sync) {
+  // Micro-steps since the start (Accelerate's Accelerator.step): the manifest's step.
+  int64_t total_steps() const { return total_steps_; }
+  void restore_micro_step(int64_t step, bool sync, int64_t total) {
     micro_step_ = step;
+    total_steps_ = total;
     sync_gradients_ = sync;
   }
   optim::GradScaler* mutable_scaler() { return scaler_.get(); }
@@ -111,6 +114,7 @@ class Session {
   std::vector<CustomObject> custom_;
   bool sync_gradients_ = true;
   int64_t micro_step_ = 0;
+  int64_t total_steps_ = 0;
 };
 
 }  // namespace accel::prepare

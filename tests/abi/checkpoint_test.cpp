@@ -243,10 +243,14 @@ TEST(Checkpoint, AutomaticNamingTotalLimitAndCustomObjects) {
   accel_config_free(c);
   Counter counter;
   OK(accel_register_for_checkpointing(g_acc, save_counter, load_counter, &counter));
+  for (int i = 0; i < 3; ++i) OK(accel_accumulate(g_acc));
   for (int i = 0; i < 4; ++i) {
     counter.value = 100 + i;
     OK(accel_save_state(g_acc, nullptr));
   }
+  EXPECT_NE(slurp(project + "/checkpoints/checkpoint_3/manifest.json").find("\"step\": 3"),
+            std::string::npos)
+      << "the manifest records the step (micro-steps so far)";
   const std::string ls = run("ls " + project + "/checkpoints");
   EXPECT_EQ(ls, "checkpoint_2\ncheckpoint_3\n") << "total_limit 2 keeps the newest two";
   counter.value = 0;
