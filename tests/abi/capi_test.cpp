@@ -15,23 +15,9 @@
 #include <thread>
 
 #include "accel/accel.h"
+#include "accelerator_env.hpp"
 
 namespace {
-
-// One accelerator per process: shared by every test of this binary.
-accel_accelerator* g_acc = nullptr;
-
-class Env : public ::testing::Environment {
- public:
-  void SetUp() override {
-    for (const char* v : {"WORLD_SIZE", "RANK", "ACCEL_CONFIG_FILE", "ACCELERATE_MIXED_PRECISION",
-                          "OMP_NUM_THREADS", "ACCEL_NUM_THREADS"})
-      unsetenv(v);
-    ASSERT_EQ(accel_init(nullptr, &g_acc), ACCEL_OK) << accel_last_error_message();
-  }
-  void TearDown() override { accel_free(g_acc); }
-};
-const auto* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
 
 accel_tensor* make_f32(std::vector<float> values, std::vector<int64_t> shape) {
   accel_tensor* t = nullptr;

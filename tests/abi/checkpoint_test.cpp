@@ -11,22 +11,9 @@
 #include <string>
 
 #include "accel/accel.h"
+#include "accelerator_env.hpp"
 
 namespace {
-
-#define OK(call) ASSERT_EQ((call), ACCEL_OK) << #call << ": " << accel_last_error_message()
-
-accel_accelerator* g_acc = nullptr;
-
-class Env : public ::testing::Environment {
- public:
-  void SetUp() override {
-    for (const char* v : {"WORLD_SIZE", "RANK", "ACCEL_CONFIG_FILE"}) unsetenv(v);
-    ASSERT_EQ(accel_init(nullptr, &g_acc), ACCEL_OK) << accel_last_error_message();
-  }
-  void TearDown() override { accel_free(g_acc); }
-};
-const auto* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
 
 accel_model* make_model(int seed) {
   EXPECT_EQ(accel_set_seed(g_acc, static_cast<uint64_t>(seed), false), ACCEL_OK);
@@ -232,15 +219,9 @@ int failing_save(void*, size_t, size_t*, void*) {
 TEST(Checkpoint, AutomaticNamingTotalLimitAndCustomObjects) {
   const std::string project = ::testing::TempDir() + "project";
   std::system(("rm -rf " + project).c_str());
-  accel_free(g_acc);
-  g_acc = nullptr;
-  accel_config* c = nullptr;
-  OK(accel_config_new(&c));
-  OK(accel_config_set(c, "project_dir", project.c_str()));
-  OK(accel_config_set(c, "automatic_checkpoint_naming", "true"));
-  OK(accel_config_set(c, "total_limit", "2"));
-  OK(accel_init(c, &g_acc));
-  accel_config_free(c);
+  init_with({{"project_dir", project.c_str()},
+             {"automatic_checkpoint_naming", "true"},
+             {"total_limit", "2"}});
   Counter counter;
   OK(accel_register_for_checkpointing(g_acc, save_counter, load_counter, &counter));
   for (int i = 0; i < 3; ++i) OK(accel_accumulate(g_acc));

@@ -10,24 +10,11 @@
 #include <vector>
 
 #include "accel/accel.h"
+#include "accelerator_env.hpp"
 
 namespace {
 
-accel_accelerator* g_acc = nullptr;
-
-class Env : public ::testing::Environment {
- public:
-  void SetUp() override {
-    for (const char* v : {"WORLD_SIZE", "RANK", "ACCEL_CONFIG_FILE"}) unsetenv(v);
-    ASSERT_EQ(accel_init(nullptr, &g_acc), ACCEL_OK) << accel_last_error_message();
-  }
-  void TearDown() override { accel_free(g_acc); }
-};
-const auto* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
-
 const std::string kFashion = "/usr/share/datasets/fashion-mnist/";
-
-#define OK(call) ASSERT_EQ((call), ACCEL_OK) << #call << ": " << accel_last_error_message()
 
 accel_dataset* range_dataset(int64_t n) {
   std::vector<int64_t> v(static_cast<size_t>(n));

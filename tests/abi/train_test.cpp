@@ -11,34 +11,9 @@
 #include <vector>
 
 #include "accel/accel.h"
+#include "accelerator_env.hpp"
 
 namespace {
-
-#define OK(call) ASSERT_EQ((call), ACCEL_OK) << #call << ": " << accel_last_error_message()
-
-accel_accelerator* g_acc = nullptr;
-
-void init_with(std::initializer_list<std::pair<const char*, const char*>> settings) {
-  accel_free(g_acc);
-  g_acc = nullptr;
-  accel_config* c = nullptr;
-  ASSERT_EQ(accel_config_new(&c), ACCEL_OK);
-  for (const auto& [k, v] : settings) ASSERT_EQ(accel_config_set(c, k, v), ACCEL_OK);
-  ASSERT_EQ(accel_init(c, &g_acc), ACCEL_OK) << accel_last_error_message();
-  accel_config_free(c);
-}
-
-class Env : public ::testing::Environment {
- public:
-  void SetUp() override {
-    for (const char* v : {"WORLD_SIZE", "RANK", "ACCEL_CONFIG_FILE", "ACCELERATE_MIXED_PRECISION",
-                          "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"})
-      unsetenv(v);
-    init_with({});
-  }
-  void TearDown() override { accel_free(g_acc); }
-};
-const auto* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
 
 // Runs Python with torch and returns the numbers it prints.
 std::vector<double> python_numbers(const std::string& code) {
