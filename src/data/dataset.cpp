@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "common/error.hpp"
 
@@ -121,8 +122,8 @@ at::Tensor read_idx(const std::string& path) {
   unsigned char magic[4];
   if (read_fully(f, magic, 4) != 4)
     fail(Errc::io, "IDX file '" + path + "' is too short to hold a header");
-  at::ScalarType type;
-  size_t width = 1;
+  // IDX type codes; the element width follows from the type.
+  std::optional<at::ScalarType> type;
   switch (magic[2]) {
     case 0x08:
       type = at::kByte;
@@ -132,24 +133,18 @@ at::Tensor read_idx(const std::string& path) {
       break;
     case 0x0B:
       type = at::kShort;
-      width = 2;
       break;
     case 0x0C:
       type = at::kInt;
-      width = 4;
       break;
     case 0x0D:
       type = at::kFloat;
-      width = 4;
       break;
     case 0x0E:
       type = at::kDouble;
-      width = 8;
       break;
-    default:
-      type = at::kByte;
-      width = 0;
   }
+  const size_t width = type ? c10::elementSize(*type) : 0;
   if (magic[0] != 0 || magic[1] != 0 || width == 0 || magic[3] == 0)
     fail(Errc::io, "'" + path + "' is not an IDX file: its magic number is " +
                        std::to_string(magic[0]) + " " + std::to_string(magic[1]) + " " +
@@ -166,7 +161,7 @@ at::Tensor read_idx(const std::string& path) {
       fail(Errc::io, "IDX file '" + path + "' declares an implausibly large shape");
     count *= static_cast<size_t>(d);
   }
-  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(type));
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*type));
   const size_t bytes = count * width;
   const size_t got = read_fully(f, t.data_ptr(), bytes);
   if (got != bytes)
