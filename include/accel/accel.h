@@ -145,6 +145,10 @@ ACCEL_API const char* accel_status_name(accel_status status);
  *   rendezvous_timeout           seconds > 0: how long init waits for every rank (default 120)
  *   collective_timeout           seconds > 0: how long one collective may take (default 300)
  *   num_threads                  intra-op threads per rank; 0 = cores / local ranks (default 0)
+ *   malloc_tuning                keep freed tensor memory in the process for the next step (glibc
+ *                                mmap threshold 32 MiB, trim threshold 64 MiB) instead of returning
+ *                                it to the kernel; skipped when MALLOC_MMAP_THRESHOLD_,
+ *                                MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES set them (default true)
  *   split_batches, even_batches  defaults for this accelerator's dataloaders (false, true), as
  *                                Accelerate's DataLoaderConfiguration
  *   device_placement             accel_prepare moves models to the device (default true)
@@ -158,7 +162,8 @@ ACCEL_API const char* accel_status_name(accel_status status);
  *   2. environment variables       (ACCELERATE_MIXED_PRECISION, ACCELERATE_USE_CPU,
  *                                   ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_DEBUG_MODE,
  *                                   ACCEL_RENDEZVOUS_TIMEOUT, ACCEL_COLLECTIVE_TIMEOUT,
- *                                   ACCEL_NUM_THREADS, ACCEL_SPLIT_BATCHES, ACCEL_EVEN_BATCHES,
+ *                                   ACCEL_NUM_THREADS, ACCEL_MALLOC_TUNING, ACCEL_SPLIT_BATCHES,
+ *                                   ACCEL_EVEN_BATCHES,
  *                                   ...)
  *   3. the YAML file               (accel_config_load_file, or the file named by ACCEL_CONFIG_FILE,
  *                                   which `accel launch` sets for its ranks)

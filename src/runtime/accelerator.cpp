@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "common/error.hpp"
+#include "runtime/malloc_tuning.hpp"
 #include "runtime/seed.hpp"
 
 namespace accel::runtime {
@@ -61,6 +62,7 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
                                         available_cpus(), place_.local_world_size);
     at::set_num_threads(num_threads_);
     set_blas_threads(num_threads_);
+    if (settings_.flag("malloc_tuning")) tune_malloc(env);
     if (place_.distributed()) {
       CommTimeouts timeouts;
       timeouts.rendezvous = millis(settings_.seconds("rendezvous_timeout"));
