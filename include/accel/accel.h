@@ -149,6 +149,10 @@ ACCEL_API const char* accel_status_name(accel_status status);
  *                                mmap threshold 32 MiB, trim threshold 64 MiB) instead of returning
  *                                it to the kernel; skipped when MALLOC_MMAP_THRESHOLD_,
  *                                MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES set them (default true)
+ *   shared_memory_allreduce      when all ranks share one machine, all-reduce fp32/fp64/int32/
+ *                                int64 CPU tensors (gradients included) through shared memory
+ *                                instead of Gloo's TCP loopback; falls back to Gloo by itself when
+ *                                /dev/shm cannot be used (default true)
  *   split_batches, even_batches  defaults for this accelerator's dataloaders (false, true), as
  *                                Accelerate's DataLoaderConfiguration
  *   device_placement             accel_prepare moves models to the device (default true)
@@ -162,7 +166,8 @@ ACCEL_API const char* accel_status_name(accel_status status);
  *   2. environment variables       (ACCELERATE_MIXED_PRECISION, ACCELERATE_USE_CPU,
  *                                   ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_DEBUG_MODE,
  *                                   ACCEL_RENDEZVOUS_TIMEOUT, ACCEL_COLLECTIVE_TIMEOUT,
- *                                   ACCEL_NUM_THREADS, ACCEL_MALLOC_TUNING, ACCEL_SPLIT_BATCHES,
+ *                                   ACCEL_NUM_THREADS, ACCEL_MALLOC_TUNING,
+ *                                   ACCEL_SHARED_MEMORY_ALLREDUCE, ACCEL_SPLIT_BATCHES,
  *                                   ACCEL_EVEN_BATCHES,
  *                                   ...)
  *   3. the YAML file               (accel_config_load_file, or the file named by ACCEL_CONFIG_FILE,

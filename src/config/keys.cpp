@@ -198,6 +198,7 @@ std::vector<KeySpec> build_table() {
   add({"collective_timeout", Kind::kSeconds, "300", {}, {}, {"ACCEL_COLLECTIVE_TIMEOUT"}});
   add({"num_threads", Kind::kInt, "0", {}, {}, {"ACCEL_NUM_THREADS"}, 0, 4096});
   add({"malloc_tuning", Kind::kBool, "true", {}, {}, {"ACCEL_MALLOC_TUNING"}});
+  add({"shared_memory_allreduce", Kind::kBool, "true", {}, {}, {"ACCEL_SHARED_MEMORY_ALLREDUCE"}});
   // Accelerate's DataLoaderConfiguration: defaults for every dataloader of the accelerator.
   add({"split_batches", Kind::kBool, "false", {}, {}, {"ACCEL_SPLIT_BATCHES"}});
   add({"even_batches", Kind::kBool, "true", {}, {}, {"ACCEL_EVEN_BATCHES"}});

@@ -81,8 +81,7 @@ void GradSync::on_gradient(size_t k) {
   if (!active_ || ready_[k]) return;
   ready_[k] = true;
   Bucket& b = buckets_[bucket_of_[k]];
-  const size_t j =
-      static_cast<size_t>(std::find(b.params.begin(), b.params.end(), k) - b.params.begin());
+  const size_t j = slot_of_[k];
   const at::Tensor& grad = params_[k].grad();
   at::Tensor slot = b.flat.narrow(0, b.offsets[j], params_[k].numel());
   if (grad.defined()) {
@@ -113,8 +112,7 @@ void GradSync::end_backward() {
     if (ready_[k]) continue;
     ready_[k] = true;
     Bucket& b = buckets_[bucket_of_[k]];
-    const size_t j =
-        static_cast<size_t>(std::find(b.params.begin(), b.params.end(), k) - b.params.begin());
+    const size_t j = slot_of_[k];
     b.flat.narrow(0, b.offsets[j], params_[k].numel()).zero_();
     b.flat[b.used_offset + static_cast<int64_t>(j)].fill_(0);
     --b.pending;
@@ -125,11 +123,16 @@ void GradSync::end_backward() {
   for (auto& b : buckets_) {
     comm_.all_reduce_finish(b.work);
     b.work.reset();
+    // Average in place, once per bucket (the used flags stay non-zero where anyone used the
+    // parameter), then one copy into each gradient: no temporary the size of the bucket.
+    b.flat.div_(world);
+    const at::Tensor used = b.flat.narrow(0, b.used_offset, static_cast<int64_t>(b.params.size()));
+    const at::Tensor used_cpu = used.device().is_cpu() ? used : used.cpu();
     for (size_t j = 0; j < b.params.size(); ++j) {
       at::Tensor& p = params_[b.params[j]];
-      const double users = b.flat[b.used_offset + static_cast<int64_t>(j)].item<double>();
-      if (users == 0) continue;  // nobody used it: leave its gradient alone
-      at::Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes()).div(world);
+      if (used_cpu[static_cast<int64_t>(j)].item<double>() == 0)
+        continue;  // nobody used it: leave its gradient alone
+      at::Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
       if (p.grad().defined())
         p.mutable_grad().copy_(avg);
       else

@@ -64,10 +64,11 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
     set_blas_threads(num_threads_);
     if (settings_.flag("malloc_tuning")) tune_malloc(env);
     if (place_.distributed()) {
-      CommTimeouts timeouts;
-      timeouts.rendezvous = millis(settings_.seconds("rendezvous_timeout"));
-      timeouts.collective = millis(settings_.seconds("collective_timeout"));
-      comm_ = std::make_unique<Communicator>(place_, timeouts);
+      CommOptions options;
+      options.rendezvous = millis(settings_.seconds("rendezvous_timeout"));
+      options.collective = millis(settings_.seconds("collective_timeout"));
+      options.shared_memory = settings_.flag("shared_memory_allreduce");
+      comm_ = std::make_unique<Communicator>(place_, options);
     }
   } catch (...) {
     g_live = false;

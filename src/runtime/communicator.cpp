@@ -5,11 +5,17 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <random>
 #include <sstream>
 #include <thread>
 
 #include "common/error.hpp"
+#include "runtime/shm_reduce.hpp"
 
 namespace accel::runtime {
 
@@ -48,6 +54,32 @@ bool is_loopback(const std::string& addr) {
 
 std::atomic<int> g_generation{0};
 
+// Waits until something listens at addr:port, trying every 10 ms. c10d's client retries a refused
+// connection only after about a second, and ranks usually start before rank 0 has opened its
+// store (its LibTorch start-up is no faster than theirs). Gives up quietly at the deadline: the
+// store's own connect then reports the failure.
+void wait_for_listener(const std::string& addr, int port,
+                       std::chrono::steady_clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (addrinfo* ai = found; ai; ai = ai->ai_next) {
+      const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd < 0) continue;
+      const bool up = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+      close(fd);
+      if (up) {
+        freeaddrinfo(found);
+        return;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  freeaddrinfo(found);
+}
+
 std::string seconds_text(std::chrono::milliseconds ms) {
   std::ostringstream out;
   out << ms.count() / 1000.0;
@@ -60,10 +92,14 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
   c10::intrusive_ptr<c10d::Store> job_store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  std::unique_ptr<ShmReduce> shm;
 };
 
-Communicator::Communicator(const ProcessPlace& place, const CommTimeouts& timeouts)
-    : impl_(std::make_unique<Impl>()), rank_(place.rank), size_(place.world_size) {
+Communicator::Communicator(const ProcessPlace& place, const CommOptions& timeouts)
+    : impl_(std::make_unique<Impl>()),
+      rank_(place.rank),
+      size_(place.world_size),
+      collective_timeout_(timeouts.collective) {
   const bool host_store = !place.store_hosted && place.rank == 0;
   const std::string endpoint = place.master_addr + ":" + std::to_string(place.master_port);
   const std::string who_hosts = place.store_hosted ? "the launcher (accel launch)" : "rank 0";
@@ -73,6 +109,9 @@ Communicator::Communicator(const ProcessPlace& place, const CommTimeouts& timeou
   opts.isServer = host_store;
   opts.waitWorkers = false;
   opts.timeout = timeouts.rendezvous;
+  if (!host_store)
+    wait_for_listener(place.master_addr, place.master_port,
+                      std::chrono::steady_clock::now() + timeouts.rendezvous);
   try {
     impl_->store = c10::make_intrusive<c10d::TCPStore>(place.master_addr, opts);
   } catch (const std::exception& e) {
@@ -112,12 +151,98 @@ Communicator::Communicator(const ProcessPlace& place, const CommTimeouts& timeou
   } catch (const std::exception& e) {
     fail(Errc::rendezvous, "could not form the Gloo process group: " + what_of(e));
   }
+  if (timeouts.shared_memory && place.local_world_size == size_) setup_shared_memory(place);
+}
+
+// Rank 0 creates the segment and publishes its name; every rank attaches, then all agree (a Gloo
+// all-reduce) so that either every rank uses shared memory or none does. Failing to set it up is
+// not an error: the job goes on over Gloo, and all_reduce_transport() says why.
+void Communicator::setup_shared_memory(const ProcessPlace& place) {
+  const std::string key = "shm/segment";
+  const size_t slot_bytes = ShmReduce::default_slot_bytes(size_);
+  std::string name, reason;
+  std::unique_ptr<ShmReduce> shm;
+  try {
+    uint64_t token = 0;
+    if (rank_ == 0) {
+      std::random_device rd;
+      token = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+      name = "/accel-" + std::to_string(getpid()) + "-" + std::to_string(token);
+      try {
+        shm = std::make_unique<ShmReduce>(ShmReduce::create(name, size_, slot_bytes, token));
+      } catch (...) {
+        impl_->job_store->set(key, std::vector<uint8_t>{});  // the others must not wait for it
+        name.clear();
+        throw;
+      }
+      const std::string value = name + " " + std::to_string(token);
+      impl_->job_store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+    } else {
+      const auto bytes = impl_->job_store->get(key);
+      const std::string value(bytes.begin(), bytes.end());
+      const auto space = value.find(' ');
+      if (space == std::string::npos) fail(Errc::io, "rank 0 could not create the segment");
+      token = std::stoull(value.substr(space + 1));
+      shm = std::make_unique<ShmReduce>(
+          ShmReduce::attach(value.substr(0, space), rank_, size_, slot_bytes, token));
+    }
+    shm->publish_pid(rank_);
+  } catch (const std::exception& e) {
+    reason = what_of(e);
+    shm.reset();
+  }
+  at::Tensor agreed = at::full({1}, shm ? 1 : 0, at::kInt);
+  guarded("shared-memory setup", [&] {
+    std::vector<at::Tensor> tensors{agreed};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MIN;
+    impl_->group->allreduce(tensors, options)->wait();
+  });
+  // Every rank has attached (or given up): the name can go, the mappings stay.
+  if (!name.empty()) ShmReduce::unlink(name);
+  if (agreed.item<int>() == 1) {
+    shm->watch_peers();
+    impl_->shm = std::move(shm);
+    transport_ = "shared memory";
+  } else {
+    transport_ = "gloo (shared memory unavailable: " +
+                 (reason.empty() ? std::string("another rank could not attach") : reason) + ")";
+  }
+}
+
+bool Communicator::reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op) {
+  if (!impl_->shm || !tensor.device().is_cpu() || !tensor.is_contiguous()) return false;
+  ShmType type;
+  switch (tensor.scalar_type()) {
+    case at::kFloat:
+      type = ShmType::kF32;
+      break;
+    case at::kDouble:
+      type = ShmType::kF64;
+      break;
+    case at::kInt:
+      type = ShmType::kI32;
+      break;
+    case at::kLong:
+      type = ShmType::kI64;
+      break;
+    default:
+      return false;
+  }
+  const ShmOp shm_op = op == ReduceOp::kSum   ? ShmOp::kSum
+                       : op == ReduceOp::kMax ? ShmOp::kMax
+                                              : ShmOp::kMin;
+  guarded("all_reduce", [&] {
+    impl_->shm->all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type, shm_op,
+                           collective_timeout_);
+  });
+  return true;
 }
 
 // Each rank announces itself, then waits until every rank has, or names who is missing. When rank 0
 // hosts the store, its verdict is final: it publishes the verdict and waits for the arrived ranks
 // to read it before its exit takes the store away (they would otherwise see only a broken pipe).
-void Communicator::census(const ProcessPlace& place, const CommTimeouts& timeouts, bool host_store,
+void Communicator::census(const ProcessPlace& place, const CommOptions& timeouts, bool host_store,
                           const std::string& endpoint) {
   const bool rank0_hosts = !place.store_hosted;
   const std::string verdict_key = "census/verdict";
@@ -176,23 +301,28 @@ void Communicator::guarded(const char* what, F&& body) {
   if (!broken_.empty())
     fail(Errc::state, std::string(what) +
                           ": the process group is unusable after an earlier failure: " + broken_);
+  std::string msg;
+  Errc code = Errc::torch;
   try {
     body();
-  } catch (const accel::Error&) {
-    throw;
+    return;
+  } catch (const accel::Error& e) {
+    // The shared-memory transport reports its failures classified already.
+    if (e.code() != Errc::timeout && e.code() != Errc::peer_failed) throw;
+    msg = e.what();
+    code = e.code();
   } catch (const std::exception& e) {
-    const std::string msg = what_of(e);
-    const Errc code = classify(msg);
-    broken_ = msg;
-    std::string advice;
-    if (code == Errc::timeout)
-      advice =
-          " (collective_timeout: a peer did not take part in time; it may be hung or calling "
-          "collectives in a different order)";
-    if (code == Errc::peer_failed) advice = " (a peer process exited or its connection broke)";
-    fail(code,
-         std::string(what) + " failed on rank " + std::to_string(rank_) + ": " + msg + advice);
+    msg = what_of(e);
+    code = classify(msg);
   }
+  broken_ = msg;
+  std::string advice;
+  if (code == Errc::timeout)
+    advice =
+        " (collective_timeout: a peer did not take part in time; it may be hung or calling "
+        "collectives in a different order)";
+  if (code == Errc::peer_failed) advice = " (a peer process exited or its connection broke)";
+  fail(code, std::string(what) + " failed on rank " + std::to_string(rank_) + ": " + msg + advice);
 }
 
 std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
@@ -204,6 +334,7 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
 }
 
 void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  if (reduce_in_shared_memory(tensor, op)) return;
   c10d::AllreduceOptions options;
   options.reduceOp = op == ReduceOp::kSum   ? c10d::ReduceOp::SUM
                      : op == ReduceOp::kMax ? c10d::ReduceOp::MAX
@@ -223,14 +354,18 @@ struct PendingReduce {
   c10::intrusive_ptr<c10d::Work> work;
 };
 
+// Through shared memory the reduction runs here, synchronously: it is memory-bound copying and
+// summing on this rank's own core, so a separate thread would only compete with backward for it.
 std::shared_ptr<PendingReduce> Communicator::all_reduce_start(at::Tensor& tensor) {
   auto pending = std::make_shared<PendingReduce>();
+  if (reduce_in_shared_memory(tensor, ReduceOp::kSum)) return pending;
   std::vector<at::Tensor> tensors{tensor};
   guarded("all_reduce", [&] { pending->work = impl_->group->allreduce(tensors); });
   return pending;
 }
 
 void Communicator::all_reduce_finish(const std::shared_ptr<PendingReduce>& pending) {
+  if (!pending->work) return;  // done already, in shared memory
   guarded("all_reduce", [&] { pending->work->wait(); });
 }
 

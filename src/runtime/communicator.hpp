@@ -15,9 +15,12 @@ namespace accel::runtime {
 
 enum class ReduceOp { kSum, kMax, kMin };
 
-struct CommTimeouts {
+struct CommOptions {
   std::chrono::milliseconds rendezvous{120000};
   std::chrono::milliseconds collective{300000};
+  // When every rank is on this machine, all-reduces of fp32/fp64/int32/int64 CPU tensors go
+  // through a shared-memory segment instead of Gloo's TCP loopback (see shm_reduce.hpp).
+  bool shared_memory = true;
 };
 
 // An all-reduce in flight (see Communicator::all_reduce_start).
@@ -27,13 +30,16 @@ class Communicator {
  public:
   // Meets the other ranks: opens (or hosts) the store, runs the census, forms the Gloo group.
   // Throws accel::Error(rendezvous) naming the missing ranks or the unreachable store.
-  Communicator(const ProcessPlace& place, const CommTimeouts& timeouts);
+  Communicator(const ProcessPlace& place, const CommOptions& options);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // How all-reduces travel: "shared memory" or "gloo", with the reason when shared memory was
+  // wanted but could not be set up.
+  const std::string& all_reduce_transport() const { return transport_; }
 
   // Every rank's tensor, in rank order. Tensors must be contiguous CPU tensors of the same shape
   // and dtype on every rank (the ops layer checks that first).
@@ -50,14 +56,18 @@ class Communicator {
 
  private:
   struct Impl;
-  void census(const ProcessPlace& place, const CommTimeouts& timeouts, bool host_store,
+  void census(const ProcessPlace& place, const CommOptions& options, bool host_store,
               const std::string& endpoint);
+  void setup_shared_memory(const ProcessPlace& place);
+  bool reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op);
   template <class F>
   void guarded(const char* what, F&& body);
 
   std::unique_ptr<Impl> impl_;
   int rank_ = 0;
   int size_ = 1;
+  std::chrono::milliseconds collective_timeout_;
+  std::string transport_ = "gloo";
   std::string broken_;  // set once a collective failed: the group is unusable after that
 };
 

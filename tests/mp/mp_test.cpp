@@ -103,6 +103,15 @@ TEST(MultiProcess, CollectivesOnThreeRanks) {
         << r.output;
 }
 
+// The same checks with all-reduces over Gloo, as between machines (shared memory turned off).
+TEST(MultiProcess, CollectivesOnThreeRanksOverGloo) {
+  const auto r = run("ACCEL_SHARED_MEMORY_ALLREDUCE=false " + launch(3, "check"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_TRUE(contains(r.output, "rank " + std::to_string(rank) + " of 3: all collectives OK"))
+        << r.output;
+}
+
 TEST(MultiProcess, OneRankIsAWorldOfOne) {
   const auto r = run(launch(1, "check"));
   EXPECT_EQ(r.code, 0) << r.output;
@@ -232,11 +241,13 @@ TEST(MultiProcess, DataParallelEqualsOneProcessWithTheSameGlobalBatch) {
   ASSERT_EQ(ref.code, 0) << ref.output;
   const auto base = params_of(ref.output);
   ASSERT_EQ(base.size(), 4u) << ref.output;
-  for (const char* cfg : {"2|32|1", "1|32|2", "2|16|2"}) {
+  // The last one synchronises gradients over Gloo instead of shared memory.
+  for (const char* cfg : {"2|32|1", "1|32|2", "2|16|2", "2|32|1|gloo"}) {
     int n = 0, b = 0, k = 0;
     std::sscanf(cfg, "%d|%d|%d", &n, &b, &k);
+    const std::string env = contains(cfg, "gloo") ? "ACCEL_SHARED_MEMORY_ALLREDUCE=false " : "";
     const auto r =
-        run(kAccel + " launch -n " + std::to_string(n) + " --gradient_accumulation_steps " +
+        run(env + kAccel + " launch -n " + std::to_string(n) + " --gradient_accumulation_steps " +
             std::to_string(k) + " " + kProgram + " equiv " + std::to_string(b));
     ASSERT_EQ(r.code, 0) << cfg << "\n" << r.output;
     const auto got = params_of(r.output);

@@ -1,0 +1,339 @@
+#include "runtime/shm_reduce.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <utility>
+
+#include "common/error.hpp"
+
+namespace accel::runtime {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x3163637273636361ULL;  // "accshcc1"
+constexpr size_t kPage = 4096;
+constexpr size_t kControlStride = 128;  // per rank: arrive word, pid; done word on its own line
+constexpr size_t kDoneOffset = 64;
+constexpr size_t kPidOffset = 8;
+
+struct Header {
+  uint64_t magic;
+  uint64_t token;
+  uint64_t slot_bytes;
+  uint32_t world;
+};
+
+size_t round_up(size_t n, size_t to) {
+  return (n + to - 1) / to * to;
+}
+
+size_t control_bytes(int world) {
+  return round_up(static_cast<size_t>(world) * kControlStride, kPage);
+}
+
+size_t segment_bytes(int world, size_t slot_bytes) {
+  return kPage + control_bytes(world) + static_cast<size_t>(world) * slot_bytes;
+}
+
+std::string sys_error(const std::string& what, int err) {
+  return what + ": " + std::strerror(err);
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+bool reached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;
+}
+
+// Shared (not process-private) futexes: the words live in a mapping shared between processes.
+void futex_wait(uint32_t* word, uint32_t seen, std::chrono::microseconds timeout) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000) * 1000;
+  syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void futex_wake_all(uint32_t* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+int open_pidfd(pid_t pid) {
+#if defined(SYS_pidfd_open)
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+template <class T, class Op>
+void combine(T* out, unsigned char* const* slots, int world, size_t n, Op op) {
+  const T* a = reinterpret_cast<const T*>(slots[0]);
+  const T* b = reinterpret_cast<const T*>(slots[1]);
+  for (size_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
+  for (int r = 2; r < world; ++r) {
+    const T* c = reinterpret_cast<const T*>(slots[r]);
+    for (size_t i = 0; i < n; ++i) out[i] = op(out[i], c[i]);
+  }
+}
+
+template <class T>
+void combine_op(T* out, unsigned char* const* slots, int world, size_t n, ShmOp op) {
+  switch (op) {
+    case ShmOp::kSum:
+      combine<T>(out, slots, world, n, [](T x, T y) { return x + y; });
+      break;
+    case ShmOp::kMax:
+      combine<T>(out, slots, world, n, [](T x, T y) { return y > x ? y : x; });
+      break;
+    case ShmOp::kMin:
+      combine<T>(out, slots, world, n, [](T x, T y) { return y < x ? y : x; });
+      break;
+  }
+}
+
+size_t type_size(ShmType type) {
+  switch (type) {
+    case ShmType::kF32:
+    case ShmType::kI32:
+      return 4;
+    case ShmType::kF64:
+    case ShmType::kI64:
+      return 8;
+  }
+  return 0;
+}
+
+}  // namespace
+
+size_t ShmReduce::default_slot_bytes(int world) {
+  const size_t share = (size_t{32} << 20) / static_cast<size_t>(std::max(world, 1));
+  return round_up(std::clamp(share, size_t{1} << 20, size_t{8} << 20), kPage);
+}
+
+void ShmReduce::map(int fd, int rank, int world, size_t slot_bytes) {
+  bytes_ = segment_bytes(world, slot_bytes);
+  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) fail(Errc::io, sys_error("mmap of the shared-memory segment", errno));
+  base_ = static_cast<unsigned char*>(p);
+  rank_ = rank;
+  world_ = world;
+  slot_bytes_ = slot_bytes;
+}
+
+ShmReduce ShmReduce::create(const std::string& name, int world, size_t slot_bytes, uint64_t token) {
+  if (world < 2 || slot_bytes % kPage != 0 || slot_bytes == 0)
+    fail(Errc::invalid_argument, "shared-memory all-reduce needs 2+ ranks and page-sized slots");
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) fail(Errc::io, sys_error("shm_open(" + name + ")", errno));
+  ShmReduce shm;
+  const size_t bytes = segment_bytes(world, slot_bytes);
+  int err = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+  // Reserve the pages now: on a full tmpfs, touching a page of a merely truncated file is SIGBUS.
+  if (err == 0) err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (err != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    fail(Errc::io,
+         sys_error("reserving " + std::to_string(bytes >> 20) + " MiB in /dev/shm for " + name,
+                   err));
+  }
+  try {
+    shm.map(fd, 0, world, slot_bytes);
+  } catch (...) {
+    close(fd);
+    shm_unlink(name.c_str());
+    throw;
+  }
+  close(fd);
+  auto* header = reinterpret_cast<Header*>(shm.base_);
+  header->token = token;
+  header->slot_bytes = slot_bytes;
+  header->world = static_cast<uint32_t>(world);
+  __atomic_store_n(&header->magic, kMagic, __ATOMIC_RELEASE);
+  return shm;
+}
+
+ShmReduce ShmReduce::attach(const std::string& name, int rank, int world, size_t slot_bytes,
+                            uint64_t token) {
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) fail(Errc::io, sys_error("shm_open(" + name + ")", errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != segment_bytes(world, slot_bytes)) {
+    close(fd);
+    fail(Errc::io, "shared-memory segment " + name + " has an unexpected size");
+  }
+  ShmReduce shm;
+  try {
+    shm.map(fd, rank, world, slot_bytes);
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  close(fd);
+  const auto* header = reinterpret_cast<const Header*>(shm.base_);
+  if (__atomic_load_n(&header->magic, __ATOMIC_ACQUIRE) != kMagic || header->token != token ||
+      header->world != static_cast<uint32_t>(world) || header->slot_bytes != slot_bytes)
+    fail(Errc::io, "shared-memory segment " + name +
+                       " is not this job's (another container's "
+                       "/dev/shm?)");
+  return shm;
+}
+
+void ShmReduce::publish_pid(int rank) {
+  auto* pid = reinterpret_cast<int32_t*>(base_ + kPage + rank * kControlStride + kPidOffset);
+  __atomic_store_n(pid, static_cast<int32_t>(getpid()), __ATOMIC_RELEASE);
+}
+
+void ShmReduce::unlink(const std::string& name) {
+  shm_unlink(name.c_str());
+}
+
+void ShmReduce::watch_peers() {
+  pidfds_.assign(world_, -1);
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    const auto* pid =
+        reinterpret_cast<const int32_t*>(base_ + kPage + r * kControlStride + kPidOffset);
+    const int32_t p = __atomic_load_n(pid, __ATOMIC_ACQUIRE);
+    if (p > 0) pidfds_[r] = open_pidfd(p);
+  }
+}
+
+ShmReduce::ShmReduce(ShmReduce&& other) noexcept {
+  *this = std::move(other);
+}
+
+ShmReduce& ShmReduce::operator=(ShmReduce&& other) noexcept {
+  std::swap(base_, other.base_);
+  std::swap(bytes_, other.bytes_);
+  std::swap(slot_bytes_, other.slot_bytes_);
+  std::swap(rank_, other.rank_);
+  std::swap(world_, other.world_);
+  std::swap(round_, other.round_);
+  std::swap(pidfds_, other.pidfds_);
+  return *this;
+}
+
+ShmReduce::~ShmReduce() {
+  if (base_) munmap(base_, bytes_);
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
+}
+
+uint32_t* ShmReduce::arrive_word(int r) const {
+  return reinterpret_cast<uint32_t*>(base_ + kPage + r * kControlStride);
+}
+
+uint32_t* ShmReduce::done_word(int r) const {
+  return reinterpret_cast<uint32_t*>(base_ + kPage + r * kControlStride + kDoneOffset);
+}
+
+unsigned char* ShmReduce::slot(int r) const {
+  return base_ + kPage + control_bytes(world_) + static_cast<size_t>(r) * slot_bytes_;
+}
+
+void ShmReduce::publish(uint32_t* word, uint32_t value) {
+  __atomic_store_n(word, value, __ATOMIC_RELEASE);
+  futex_wake_all(word);
+}
+
+void ShmReduce::wait_all(bool arrivals, uint32_t target,
+                         std::chrono::steady_clock::time_point deadline,
+                         std::chrono::milliseconds timeout) {
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    uint32_t* word = arrivals ? arrive_word(r) : done_word(r);
+    // Spin briefly (the peer is usually a few microseconds away), then sleep on the futex.
+    for (int i = 0; i < 2000 && !reached(__atomic_load_n(word, __ATOMIC_ACQUIRE), target); ++i)
+      cpu_relax();
+    auto next_check = std::chrono::steady_clock::now();
+    for (;;) {
+      const uint32_t seen = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+      if (reached(seen, target)) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_check) {
+        next_check = now + std::chrono::milliseconds(20);
+        bool dead = false;
+        if (!pidfds_.empty() && pidfds_[r] >= 0) {
+          pollfd pfd{pidfds_[r], POLLIN, 0};
+          dead = poll(&pfd, 1, 0) > 0;
+        } else {
+          const auto* pid =
+              reinterpret_cast<const int32_t*>(base_ + kPage + r * kControlStride + kPidOffset);
+          dead = kill(__atomic_load_n(pid, __ATOMIC_ACQUIRE), 0) != 0 && errno == ESRCH;
+        }
+        if (dead)
+          fail(Errc::peer_failed,
+               "rank " + std::to_string(r) + " exited during a shared-memory all-reduce");
+        if (now >= deadline) {
+          std::string missing;
+          for (int q = 0; q < world_; ++q) {
+            if (q == rank_) continue;
+            uint32_t* w = arrivals ? arrive_word(q) : done_word(q);
+            if (!reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), target))
+              missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+          }
+          fail(Errc::timeout, "timed out after " + std::to_string(timeout.count() / 1000.0) +
+                                  " s waiting for rank(s) " + missing +
+                                  " in a shared-memory all-reduce");
+        }
+      }
+      futex_wait(word, seen, std::chrono::microseconds(2000));
+    }
+  }
+}
+
+void ShmReduce::all_reduce(void* data, size_t count, ShmType type, ShmOp op,
+                           std::chrono::milliseconds timeout) {
+  const size_t elem = type_size(type);
+  const size_t per_round = slot_bytes_ / elem;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<unsigned char*> slots(world_);
+  for (int r = 0; r < world_; ++r) slots[r] = slot(r);
+  auto* bytes = static_cast<unsigned char*>(data);
+  for (size_t done = 0; done < count;) {
+    const size_t n = std::min(per_round, count - done);
+    const uint32_t round = ++round_;
+    // A slot is rewritten only after every rank has read the previous round from it.
+    wait_all(false, round - 1, deadline, timeout);
+    std::memcpy(slot(rank_), bytes + done * elem, n * elem);
+    publish(arrive_word(rank_), round);
+    wait_all(true, round, deadline, timeout);
+    // Every rank combines the slots in rank order, so all get bitwise the same result.
+    void* out = bytes + done * elem;
+    switch (type) {
+      case ShmType::kF32:
+        combine_op(static_cast<float*>(out), slots.data(), world_, n, op);
+        break;
+      case ShmType::kF64:
+        combine_op(static_cast<double*>(out), slots.data(), world_, n, op);
+        break;
+      case ShmType::kI32:
+        combine_op(static_cast<int32_t*>(out), slots.data(), world_, n, op);
+        break;
+      case ShmType::kI64:
+        combine_op(static_cast<int64_t*>(out), slots.data(), world_, n, op);
+        break;
+    }
+    publish(done_word(rank_), round);
+    done += n;
+  }
+}
+
+}  // namespace accel::runtime
