@@ -77,7 +77,7 @@ LaunchPlan make_plan(const LaunchOptions& o, const config::EnvMap& env, int cpus
   }
   plan.master_addr = ip.empty() ? "127.0.0.1" : ip;
   plan.master_port = port;
-  plan.host_store = plan.world_size > 1 && plan.machine_rank == 0;
+  plan.pick_port = plan.world_size > 1 && port == 0;
 
   if (o.num_cpu_threads_per_process) {
     if (*o.num_cpu_threads_per_process < 1)
@@ -126,7 +126,9 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int local_rank
   if (plan.world_size > 1) {
     env["MASTER_ADDR"] = plan.master_addr;
     put_int(env, "MASTER_PORT", port);
-    env["ACCEL_STORE_HOSTED"] = "1";
+    // Rank 0 hosts the store at MASTER_PORT, as under torchrun's environment contract, so PyTorch
+    // programs run under `accel launch` too.
+    env.erase("ACCEL_STORE_HOSTED");
     env["ACCEL_RUN_ID"] = run_id;
   } else {
     for (const char* k : {"MASTER_ADDR", "MASTER_PORT", "ACCEL_STORE_HOSTED", "ACCEL_RUN_ID"})

@@ -31,8 +31,8 @@ struct LaunchPlan {
   int machine_rank = 0;
   int num_machines = 1;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;      // 0: the store host picks a free port
-  bool host_store = false;  // this launcher hosts the rendezvous store
+  int master_port = 0;     // 0: the launcher picks a free port and holds it for rank 0
+  bool pick_port = false;  // this launcher picks (and holds) the port that rank 0's store opens
   int threads_per_process = 1;
   std::string config_file;  // resolved path, or "" when no file is used
   // Variables every rank gets in addition to the launcher's own environment.

@@ -34,7 +34,7 @@ TEST(LaunchPlan, SingleMachineDefaults) {
   const auto plan = make_plan(o, kNoConfigHome, 2);
   EXPECT_EQ(plan.world_size, 2);
   EXPECT_EQ(plan.local_processes, 2);
-  EXPECT_TRUE(plan.host_store);
+  EXPECT_TRUE(plan.pick_port);
   EXPECT_EQ(plan.master_port, 0) << "a free port is picked";
   EXPECT_EQ(plan.threads_per_process, 1);
   const auto env = rank_environment(plan, 1, 40001, "run1", {{"PATH", "/bin"}, {"RANK", "9"}});
@@ -44,7 +44,7 @@ TEST(LaunchPlan, SingleMachineDefaults) {
   EXPECT_EQ(lookup(env, "LOCAL_WORLD_SIZE"), "2");
   EXPECT_EQ(lookup(env, "MASTER_ADDR"), "127.0.0.1");
   EXPECT_EQ(lookup(env, "MASTER_PORT"), "40001");
-  EXPECT_EQ(lookup(env, "ACCEL_STORE_HOSTED"), "1");
+  EXPECT_EQ(lookup(env, "ACCEL_STORE_HOSTED"), "<unset>") << "rank 0 hosts the store";
   EXPECT_EQ(lookup(env, "ACCEL_RUN_ID"), "run1");
   EXPECT_EQ(lookup(env, "OMP_NUM_THREADS"), "1");
   EXPECT_EQ(lookup(env, "OPENBLAS_NUM_THREADS"), "1");
@@ -54,7 +54,7 @@ TEST(LaunchPlan, SingleMachineDefaults) {
 TEST(LaunchPlan, OneProcessOpensNoStore) {
   const auto plan = make_plan(with_command(), kNoConfigHome, 2);
   EXPECT_EQ(plan.world_size, 1);
-  EXPECT_FALSE(plan.host_store);
+  EXPECT_FALSE(plan.pick_port);
   const auto env = rank_environment(plan, 0, 0, "r", {{"MASTER_PORT", "1"}});
   EXPECT_EQ(lookup(env, "WORLD_SIZE"), "1");
   EXPECT_EQ(lookup(env, "MASTER_PORT"), "<unset>");
@@ -98,7 +98,7 @@ TEST(LaunchPlan, MultiMachineRanks) {
   o.main_process_port = 29600;
   const auto plan = make_plan(o, kNoConfigHome, 4);
   EXPECT_EQ(plan.local_processes, 2);
-  EXPECT_FALSE(plan.host_store) << "machine 0 hosts the store";
+  EXPECT_FALSE(plan.pick_port) << "every machine is given the port";
   const auto env = rank_environment(plan, 1, 29600, "r", {});
   EXPECT_EQ(lookup(env, "RANK"), "3");
   EXPECT_EQ(lookup(env, "LOCAL_RANK"), "1");

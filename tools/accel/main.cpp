@@ -1,5 +1,6 @@
 // `accel`: the command line. `launch` runs N ranks of any program with the torchrun-compatible
 // environment; `env` describes this machine; `config` shows or writes Accelerate's configuration.
+#include <dlfcn.h>
 #include <sys/utsname.h>
 #include <torch/csrc/api/include/torch/version.h>
 #include <CLI/CLI.hpp>
@@ -12,8 +13,8 @@
 #include "accel/accel.h"
 #include "common/error.hpp"
 #include "config/config.hpp"
+#include "launch/held_port.hpp"
 #include "launch/plan.hpp"
-#include "launch/store_host.hpp"
 #include "launch/supervisor.hpp"
 #include "runtime/process_place.hpp"
 
@@ -27,13 +28,14 @@ const char* const kVersion = ACCEL_STR(ACCEL_VERSION_MAJOR) "." ACCEL_STR(
 int run_launch(const accel::launch::LaunchOptions& options, bool prefix_output, double grace_s) {
   const auto env = accel::config::process_environment();
   const auto plan = accel::launch::make_plan(options, env, accel::runtime::available_cpus());
-  accel::launch::block_supervised_signals();  // before the store's threads start
-  // The store must exist before any rank starts; its port reaches the ranks in MASTER_PORT.
-  std::unique_ptr<accel::launch::StoreHost> store;
+  accel::launch::block_supervised_signals();
+  // Rank 0 opens the store on MASTER_PORT; the launcher only picks a free port and holds it for
+  // the job, so it starts in milliseconds instead of loading LibTorch to host the store itself.
+  std::unique_ptr<accel::launch::HeldPort> held;
   int port = plan.master_port;
-  if (plan.host_store) {
-    store = std::make_unique<accel::launch::StoreHost>(plan.master_port);
-    port = store->port();
+  if (plan.pick_port) {
+    held = std::make_unique<accel::launch::HeldPort>();
+    port = held->port();
   }
   const std::string run_id =
       plan.num_machines > 1 ? "multinode-" + std::to_string(port) : accel::launch::new_run_id();
@@ -51,8 +53,10 @@ int run_launch(const accel::launch::LaunchOptions& options, bool prefix_output, 
   return accel::launch::supervise(ranks, sup);
 }
 
-// The BLAS library this process actually mapped (the libblas.so.3 alternative decides it).
+// The BLAS library LibTorch maps: the libblas.so.3 alternative, loaded here to see which file it
+// is (the command line itself does not link LibTorch).
 std::string mapped_blas() {
+  if (!dlopen("libblas.so.3", RTLD_LAZY | RTLD_LOCAL)) return "none (libblas.so.3 not found)";
   std::ifstream maps("/proc/self/maps");
   std::string line;
   while (std::getline(maps, line)) {

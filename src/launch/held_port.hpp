@@ -1,0 +1,23 @@
+// A free TCP port for the job's rendezvous store, found and held by the launcher without loading
+// LibTorch (which costs ~0.5 s of start-up). The launcher binds port 0 with SO_REUSEADDR and does
+// not listen: rank 0's TCPStore (which also sets SO_REUSEADDR) can still bind and listen on it,
+// while a plain bind elsewhere is refused for as long as the launcher holds it.
+#pragma once
+
+namespace accel::launch {
+
+class HeldPort {
+ public:
+  // Throws accel::Error(rendezvous) when no socket can be bound.
+  HeldPort();
+  ~HeldPort();
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+}  // namespace accel::launch
