@@ -1,6 +1,6 @@
 // allreduce_bench.cpp - the bare sum all-reduce of libaccel's communicator (the collective that
-// gradient synchronisation is built on), for given element counts of fp32. Prints one JSON line
-// per size on each rank:
+// gradient synchronisation is built on), for given element counts of fp32; over Gloo when
+// ACCEL_SHARED_MEMORY_ALLREDUCE is 0 or false. Prints one JSON line per size on each rank:
 //
 //   BENCH {"numel":10512394,"bytes":42049576,"allreduce_ms":...}
 //
@@ -44,7 +44,10 @@ int main(int argc, char** argv) {
   }
   try {
     const auto place = accel::runtime::read_process_place(accel::config::process_environment());
-    accel::runtime::Communicator comm(place, accel::runtime::CommTimeouts{});
+    accel::runtime::CommOptions options;
+    const char* shm = std::getenv("ACCEL_SHARED_MEMORY_ALLREDUCE");
+    options.shared_memory = !(shm && (!std::strcmp(shm, "0") || !std::strcmp(shm, "false")));
+    accel::runtime::Communicator comm(place, options);
     for (long long numel : sizes) {
       at::Tensor t = at::ones({numel}, at::kFloat);
       std::vector<double> ms;
@@ -59,8 +62,8 @@ int main(int argc, char** argv) {
       const double median = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
       std::printf(
           "BENCH {\"rank\":%d,\"numel\":%lld,\"bytes\":%lld,\"steps\":%d,"
-          "\"allreduce_ms\":%.3f}\n",
-          comm.rank(), numel, numel * 4, steps, median);
+          "\"allreduce_ms\":%.3f,\"transport\":\"%s\"}\n",
+          comm.rank(), numel, numel * 4, steps, median, comm.all_reduce_transport().c_str());
       std::fflush(stdout);
     }
     comm.barrier();

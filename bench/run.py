@@ -19,7 +19,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "bin")
+BIN = os.environ.get("ACCEL_BENCH_BIN", os.path.join(ROOT, "build", "bin"))
 PYTHON = "/usr/bin/python3"  # Debian's interpreter, the one python3-torch is installed for
 SETUPS = [("1x2", 1, 2), ("1x1", 1, 1), ("2x1", 2, 1)]  # (name, processes, threads per process)
 MODELS = ["mlp", "cnn"]
@@ -63,8 +63,13 @@ def run(cmd, env, timeout):
                               stderr=subprocess.PIPE, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return started, [], "timed out after %d s" % timeout
-    records = [json.loads(line[6:]) for line in done.stdout.splitlines()
-               if line.startswith("BENCH ")]
+    records = []
+    for line in done.stdout.splitlines():
+        if line.startswith("BENCH "):
+            try:
+                records.append(json.loads(line[6:]))
+            except ValueError:
+                return started, records, "unreadable report line: %s" % line[:200]
     if done.returncode != 0 or not records:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         return started, records, "exit %d: %s" % (done.returncode, tail)
@@ -80,6 +85,9 @@ def summarise_training(records, started):
         "launch_to_main_s": max(r["main_wall"] for r in by_rank) - started,
         "launch_to_ready_s": max(r["ready_wall"] for r in by_rank) - started,
         "peak_rss_mb": max(r["peak_rss_kb"] for r in by_rank) / 1024.0,
+        # At the end (not the peak): the process's own memory vs. shared library pages.
+        "rss_anon_mb": max(r.get("rss_anon_kb", -1) for r in by_rank) / 1024.0,
+        "rss_file_mb": max(r.get("rss_file_kb", -1) for r in by_rank) / 1024.0,
         "blas": by_rank[0]["blas"],
     }
 
@@ -116,35 +124,43 @@ def training(args, results):
         entry = {"model": model, "setup": setup, "impl": impl,
                  "rounds": [s for s in summaries if s is not None]}
         for key in ("samples_per_s", "launch_to_first_step_s", "launch_to_main_s",
-                    "launch_to_ready_s", "peak_rss_mb"):
+                    "launch_to_ready_s", "peak_rss_mb", "rss_anon_mb", "rss_file_mb"):
             entry[key] = median_of(summaries, key)
         entry["blas"] = next((s["blas"] for s in summaries if s), None)
         results["training"].append(entry)
 
 
 def grad_sync(args, results):
-    env = pinned_env(1)
+    """Synced vs local micro-steps and the bare all-reduce, over shared memory (libaccel's default
+    on one machine) and over Gloo's TCP (as between machines, and as PyTorch DDP on CPU)."""
     launch = [os.path.join(BIN, "accel"), "launch", "-n", "2"]
     steps = str(args.sync_steps)
-    _, records, error = run(launch + [os.path.join(BIN, "grad_sync_bench"), "--steps", steps,
-                                      "--models", args.sync_models], env, args.timeout)
-    if error:
-        results["failures"].append({"run": ["grad_sync"], "error": error})
-        print("  grad sync: FAILED %s" % error, flush=True)
-        return
-    models = [r for r in records if r["rank"] == 0]
-    numel = ",".join(str(m["params"]) for m in models)
-    _, bare, error = run(launch + [os.path.join(BIN, "allreduce_bench"), "--steps", steps,
-                                   "--numel", numel], env, args.timeout)
-    if error:
-        results["failures"].append({"run": ["allreduce"], "error": error})
-        print("  bare all-reduce: FAILED %s" % error, flush=True)
-    bare_ms = {r["numel"]: r["allreduce_ms"] for r in bare if r["rank"] == 0}
-    for m in models:
-        entry = {"model": m["model"], "params": m["params"], "grad_bytes": m["grad_bytes"],
-                 "batch_per_process": m["batch"], "sync_ms": m["sync_ms"],
-                 "local_ms": m["local_ms"], "allreduce_ms": bare_ms.get(m["params"])}
-        results["grad_sync"].append(entry)
+    for transport in ("shm", "gloo"):
+        env = pinned_env(1)
+        env["ACCEL_SHARED_MEMORY_ALLREDUCE"] = "true" if transport == "shm" else "false"
+        _, records, error = run(launch + [os.path.join(BIN, "grad_sync_bench"), "--steps", steps,
+                                          "--models", args.sync_models], env, args.timeout)
+        if error:
+            results["failures"].append({"run": ["grad_sync", transport], "error": error})
+            print("  grad sync over %s: FAILED %s" % (transport, error), flush=True)
+            continue
+        models = [r for r in records if r["rank"] == 0]
+        numel = ",".join(str(m["params"]) for m in models)
+        _, bare, error = run(launch + [os.path.join(BIN, "allreduce_bench"), "--steps", steps,
+                                       "--numel", numel], env, args.timeout)
+        if error:
+            results["failures"].append({"run": ["allreduce", transport], "error": error})
+            print("  bare all-reduce over %s: FAILED %s" % (transport, error), flush=True)
+        bare_ms = {r["numel"]: r["allreduce_ms"] for r in bare if r["rank"] == 0}
+        for m in models:
+            results["grad_sync"].append({
+                "transport": transport, "model": m["model"], "params": m["params"],
+                "grad_bytes": m["grad_bytes"], "batch_per_process": m["batch"],
+                "sync_ms": m["sync_ms"], "local_ms": m["local_ms"],
+                "allreduce_ms": bare_ms.get(m["params"])})
+            print("  %-4s %-5s synced %8.2f ms, local %8.2f ms, bare all-reduce %s ms" % (
+                transport, m["model"], m["sync_ms"], m["local_ms"],
+                fmt(bare_ms.get(m["params"]), ".2f")), flush=True)
 
 
 def find(results, model, setup, impl):
@@ -179,6 +195,7 @@ def derive(results):
             derived["%s_launch_speedup" % model] = ratio(ref["launch_to_first_step_s"],
                                                          ours["launch_to_first_step_s"])
             derived["%s_rss_ratio" % model] = ratio(ours["peak_rss_mb"], ref["peak_rss_mb"])
+            derived["%s_rss_anon_ratio" % model] = ratio(ours["rss_anon_mb"], ref["rss_anon_mb"])
     results["derived"] = derived
 
 
@@ -220,23 +237,28 @@ def print_table(results):
     for model in MODELS:
         if "%s_launch_speedup" % model in d:
             ours = find(results, model, "2x1", "libaccel")
+            ref = find(results, model, "2x1", "pytorch")
             print("launch-to-first-step, 2 processes, %s: `accel launch` %.2f s (ranks in main "
-                  "at %.2f s, ready at %.2f s), torch.distributed.run %.2f s: %.1fx faster; "
-                  "peak RSS per rank %.2fx PyTorch's" % (
+                  "at %.2f s, ready at %.2f s), torch.distributed.run %.2f s: %.1fx faster" % (
                       model, ours["launch_to_first_step_s"], ours["launch_to_main_s"],
-                      ours["launch_to_ready_s"],
-                      find(results, model, "2x1", "pytorch")["launch_to_first_step_s"],
-                      d["%s_launch_speedup" % model], d["%s_rss_ratio" % model]))
+                      ours["launch_to_ready_s"], ref["launch_to_first_step_s"],
+                      d["%s_launch_speedup" % model]))
+            print("peak RSS per rank, 2 processes, %s: %.0f MB vs %.0f MB, %.2fx PyTorch's; at the "
+                  "end, anonymous %.0f vs %.0f MB (%.2fx), shared-library pages %.0f vs %.0f MB" % (
+                      model, ours["peak_rss_mb"], ref["peak_rss_mb"], d["%s_rss_ratio" % model],
+                      ours["rss_anon_mb"], ref["rss_anon_mb"], d["%s_rss_anon_ratio" % model],
+                      ours["rss_file_mb"], ref["rss_file_mb"]))
     if results["grad_sync"]:
         print()
         print("Gradient synchronisation, 2 processes x 1 thread, forward+backward micro-step, "
               "batch 32 per process (median ms)")
-        print("%-6s %11s %10s %9s %10s %10s %14s" % (
-            "model", "params", "grad MB", "local", "synced", "sync cost", "bare all-reduce"))
+        print("%-9s %-6s %11s %9s %9s %10s %10s %16s" % (
+            "transport", "model", "params", "grad MB", "local", "synced", "sync cost",
+            "bare all-reduce"))
         for g in results["grad_sync"]:
-            print("%-6s %11d %10.1f %9.2f %10.2f %10.2f %14s" % (
-                g["model"], g["params"], g["grad_bytes"] / 1e6, g["local_ms"], g["sync_ms"],
-                g["sync_ms"] - g["local_ms"], fmt(g["allreduce_ms"], ".2f")))
+            print("%-9s %-6s %11d %9.1f %9.2f %10.2f %10.2f %16s" % (
+                g["transport"], g["model"], g["params"], g["grad_bytes"] / 1e6, g["local_ms"],
+                g["sync_ms"], g["sync_ms"] - g["local_ms"], fmt(g["allreduce_ms"], ".2f")))
     print()
     s = results["settings"]
     print("Pinned: %s; BLAS libaccel %s, pytorch %s; 2-process PyTorch runs launched by %s" % (

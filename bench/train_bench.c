@@ -83,6 +83,21 @@ static void mapped_blas(char* out, size_t size) {
   fclose(maps);
 }
 
+/* The resident set at the end, split as /proc/self/status does: anonymous memory (this process's
+ * own), file pages (mostly the shared libraries' code, shared with other processes) and shmem. */
+static void resident_split(long* anon_kb, long* file_kb, long* shmem_kb) {
+  char line[256];
+  FILE* status = fopen("/proc/self/status", "r");
+  *anon_kb = *file_kb = *shmem_kb = -1;
+  if (!status) return;
+  while (fgets(line, sizeof line, status)) {
+    sscanf(line, "RssAnon: %ld", anon_kb);
+    sscanf(line, "RssFile: %ld", file_kb);
+    sscanf(line, "RssShmem: %ld", shmem_kb);
+  }
+  fclose(status);
+}
+
 static accel_model* build_model(const char* name) {
   accel_model* model = NULL;
   CHECK(accel_model_new(&model));
@@ -120,6 +135,7 @@ int main(int argc, char** argv) {
   accel_dataset* train_set = NULL;
   accel_dataloader* train = NULL;
   double init_wall, data_wall, first_step_wall = 0, start = 0, elapsed;
+  long anon_kb, file_kb, shmem_kb;
   struct rusage usage;
 
   for (i = 1; i < argc; ++i) {
@@ -203,12 +219,15 @@ int main(int argc, char** argv) {
 
   getrusage(RUSAGE_SELF, &usage);
   mapped_blas(blas, sizeof blas);
+  resident_split(&anon_kb, &file_kb, &shmem_kb);
   printf(
       "BENCH {\"impl\":\"libaccel\",\"model\":\"%s\",\"rank\":%d,\"world\":%d,\"threads\":%d,"
       "\"steps\":%d,\"batch\":%d,\"samples_per_s\":%.3f,\"main_wall\":%.6f,\"init_wall\":%.6f,"
-      "\"ready_wall\":%.6f,\"first_step_wall\":%.6f,\"peak_rss_kb\":%ld,\"blas\":\"%s\"}\n",
+      "\"ready_wall\":%.6f,\"first_step_wall\":%.6f,\"peak_rss_kb\":%ld,\"rss_anon_kb\":%ld,"
+      "\"rss_file_kb\":%ld,\"rss_shmem_kb\":%ld,\"blas\":\"%s\"}\n",
       model_name, rank, world, threads, steps, batch, (double)steps * batch * world / elapsed,
-      main_wall, init_wall, data_wall, first_step_wall, usage.ru_maxrss, blas);
+      main_wall, init_wall, data_wall, first_step_wall, usage.ru_maxrss, anon_kb, file_kb, shmem_kb,
+      blas);
   fflush(stdout);
 
   accel_optimizer_free(opt);

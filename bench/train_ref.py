@@ -80,6 +80,17 @@ def mapped_blas():
     return "unknown"
 
 
+def resident_split():
+    """The resident set at the end: anonymous, file-backed (shared libraries) and shmem, in KiB."""
+    split = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            for key in ("RssAnon", "RssFile", "RssShmem"):
+                if line.startswith(key + ":"):
+                    split[key] = int(line.split()[1])
+    return split
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
@@ -146,7 +157,14 @@ def main():
         "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "blas": mapped_blas(),
     }
-    print("BENCH " + json.dumps(report), flush=True)
+    split = resident_split()
+    report["rss_anon_kb"] = split.get("RssAnon", -1)
+    report["rss_file_kb"] = split.get("RssFile", -1)
+    report["rss_shmem_kb"] = split.get("RssShmem", -1)
+    # One write call: under PYTHONUNBUFFERED print() writes the newline separately, and the two
+    # ranks' lines could interleave on the shared pipe.
+    sys.stdout.write("BENCH " + json.dumps(report) + "\n")
+    sys.stdout.flush()
     if world > 1:
         # Gloo's threads can hang a DDP process at interpreter exit: meet, then leave at once.
         dist.barrier()
