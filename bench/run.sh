@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for the benchmarks: builds what they need, then runs bench/run.py (see its --help).
-#   bench/run.sh            full run (~8-10 minutes on 2 cores)
+#   bench/run.sh            full run (~5 minutes on 2 cores)
 #   bench/run.sh --quick    a smoke run of the harness (seconds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
