@@ -15,19 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <accel/accel.h>
-
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    accel_status st_ = (call);                                              \
-    if (st_ != ACCEL_OK) {                                                  \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, accel_status_name(st_), \
-              accel_last_error_message());                                  \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
+#include "bench_util.h"
 
 #define BATCH 32
 #define MAX_STEPS 200
@@ -55,12 +44,6 @@ static const char* kSource4 =
     "    x = torch.relu(self.fc2.forward(x))\n"
     "    x = torch.relu(self.fc3.forward(x))\n"
     "    return torch.cross_entropy_loss(self.fc4.forward(x), labels)\n";
-
-static double mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int by_value(const void* a, const void* b) {
   const double x = *(const double*)a, y = *(const double*)b;

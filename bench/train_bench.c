@@ -14,19 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
-#include <accel/accel.h>
-
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    accel_status st_ = (call);                                              \
-    if (st_ != ACCEL_OK) {                                                  \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, accel_status_name(st_), \
-              accel_last_error_message());                                  \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
+#include "bench_util.h"
 
 /* The inputs are the raw uint8 images; both implementations normalise inside the forward. */
 static const char* kMlpSource =
@@ -53,18 +42,6 @@ static const char* kCnnSource =
     "\n"
     "def training_step(self, images, labels):\n"
     "    return torch.cross_entropy_loss(self.forward(images), labels.long())\n";
-
-static double wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The BLAS library this process mapped, so the report can show both sides use the same one. */
 static void mapped_blas(char* out, size_t size) {

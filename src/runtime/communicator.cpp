@@ -95,11 +95,11 @@ struct Communicator::Impl {
   std::unique_ptr<ShmReduce> shm;
 };
 
-Communicator::Communicator(const ProcessPlace& place, const CommOptions& timeouts)
+Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_options)
     : impl_(std::make_unique<Impl>()),
       rank_(place.rank),
       size_(place.world_size),
-      collective_timeout_(timeouts.collective) {
+      collective_timeout_(comm_options.collective) {
   const bool host_store = !place.store_hosted && place.rank == 0;
   const std::string endpoint = place.master_addr + ":" + std::to_string(place.master_port);
   const std::string who_hosts = place.store_hosted ? "the launcher (accel launch)" : "rank 0";
@@ -108,10 +108,10 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& timeout
   opts.port = static_cast<std::uint16_t>(place.master_port);
   opts.isServer = host_store;
   opts.waitWorkers = false;
-  opts.timeout = timeouts.rendezvous;
+  opts.timeout = comm_options.rendezvous;
   if (!host_store)
     wait_for_listener(place.master_addr, place.master_port,
-                      std::chrono::steady_clock::now() + timeouts.rendezvous);
+                      std::chrono::steady_clock::now() + comm_options.rendezvous);
   try {
     impl_->store = c10::make_intrusive<c10d::TCPStore>(place.master_addr, opts);
   } catch (const std::exception& e) {
@@ -125,7 +125,7 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& timeout
     fail(Errc::rendezvous, "rank " + std::to_string(place.rank) +
                                " could not reach the rendezvous store at " + endpoint +
                                ", hosted by " + who_hosts + ", within " +
-                               seconds_text(timeouts.rendezvous) + " s: " + msg);
+                               seconds_text(comm_options.rendezvous) + " s: " + msg);
   }
   // Every rendezvous key lives under the job's id, so a stray process of another job that reaches
   // this store by mistake finds nothing of ours, and under a per-process generation, so that a
@@ -134,10 +134,10 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& timeout
       "accel/" + place.run_id + "/g" + std::to_string(g_generation.fetch_add(1));
   impl_->job_store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
 
-  census(place, timeouts, host_store, endpoint);
+  census(place, comm_options, host_store, endpoint);
 
   try {
-    auto options = c10d::ProcessGroupGloo::Options::create(timeouts.collective);
+    auto options = c10d::ProcessGroupGloo::Options::create(comm_options.collective);
     if (is_loopback(place.master_addr)) {
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     } else if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
@@ -151,13 +151,13 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& timeout
   } catch (const std::exception& e) {
     fail(Errc::rendezvous, "could not form the Gloo process group: " + what_of(e));
   }
-  if (timeouts.shared_memory && place.local_world_size == size_) setup_shared_memory(place);
+  if (comm_options.shared_memory && place.local_world_size == size_) setup_shared_memory();
 }
 
 // Rank 0 creates the segment and publishes its name; every rank attaches, then all agree (a Gloo
 // all-reduce) so that either every rank uses shared memory or none does. Failing to set it up is
 // not an error: the job goes on over Gloo, and all_reduce_transport() says why.
-void Communicator::setup_shared_memory(const ProcessPlace& place) {
+void Communicator::setup_shared_memory() {
   const std::string key = "shm/segment";
   const size_t slot_bytes = ShmReduce::default_slot_bytes(size_);
   std::string name, reason;
@@ -186,18 +186,13 @@ void Communicator::setup_shared_memory(const ProcessPlace& place) {
       shm = std::make_unique<ShmReduce>(
           ShmReduce::attach(value.substr(0, space), rank_, size_, slot_bytes, token));
     }
-    shm->publish_pid(rank_);
+    shm->publish_pid();
   } catch (const std::exception& e) {
     reason = what_of(e);
     shm.reset();
   }
   at::Tensor agreed = at::full({1}, shm ? 1 : 0, at::kInt);
-  guarded("shared-memory setup", [&] {
-    std::vector<at::Tensor> tensors{agreed};
-    c10d::AllreduceOptions options;
-    options.reduceOp = c10d::ReduceOp::MIN;
-    impl_->group->allreduce(tensors, options)->wait();
-  });
+  all_reduce(agreed, ReduceOp::kMin);  // over Gloo: no segment is in use yet
   // Every rank has attached (or given up): the name can go, the mappings stay.
   if (!name.empty()) ShmReduce::unlink(name);
   if (agreed.item<int>() == 1) {

@@ -30,7 +30,7 @@ class Communicator {
  public:
   // Meets the other ranks: opens (or hosts) the store, runs the census, forms the Gloo group.
   // Throws accel::Error(rendezvous) naming the missing ranks or the unreachable store.
-  Communicator(const ProcessPlace& place, const CommOptions& options);
+  Communicator(const ProcessPlace& place, const CommOptions& comm_options);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -58,7 +58,7 @@ class Communicator {
   struct Impl;
   void census(const ProcessPlace& place, const CommOptions& options, bool host_store,
               const std::string& endpoint);
-  void setup_shared_memory(const ProcessPlace& place);
+  void setup_shared_memory();
   bool reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op);
   template <class F>
   void guarded(const char* what, F&& body);

@@ -195,8 +195,8 @@ ShmReduce ShmReduce::attach(const std::string& name, int rank, int world, size_t
   return shm;
 }
 
-void ShmReduce::publish_pid(int rank) {
-  auto* pid = reinterpret_cast<int32_t*>(base_ + kPage + rank * kControlStride + kPidOffset);
+void ShmReduce::publish_pid() {
+  auto* pid = reinterpret_cast<int32_t*>(base_ + kPage + rank_ * kControlStride + kPidOffset);
   __atomic_store_n(pid, static_cast<int32_t>(getpid()), __ATOMIC_RELEASE);
 }
 

@@ -33,7 +33,7 @@ class ShmReduce {
                           uint64_t token);
   // Once every rank has attached: records this rank's pid for the others, and removes the name
   // (the mapping stays), so no segment outlives the job however it ends.
-  void publish_pid(int rank);
+  void publish_pid();
   static void unlink(const std::string& name);
   // After every rank published its pid: opens a pidfd on each peer.
   void watch_peers();

@@ -50,7 +50,7 @@ std::vector<int> run_ranks(int world, const std::function<bool(ShmReduce&, int)>
       bool ok = false;
       try {
         ShmReduce shm = ShmReduce::attach(name, r, world, kSlot, 42);
-        shm.publish_pid(r);
+        shm.publish_pid();
         std::this_thread::sleep_for(child_delay);
         ok = body(shm, r);
       } catch (...) {
@@ -60,7 +60,7 @@ std::vector<int> run_ranks(int world, const std::function<bool(ShmReduce&, int)>
     }
     children.push_back(pid);
   }
-  root.publish_pid(0);
+  root.publish_pid();
   // The children publish their pids right after attaching; wait for that before watching them.
   std::this_thread::sleep_for(100ms);
   root.watch_peers();
