@@ -18,6 +18,17 @@
     }                                                                       \
   } while (0)
 
+/* Calls a method that returns one tensor (the loss); the caller frees it. */
+static inline accel_tensor* call_one(accel_model* model, const char* method,
+                                     accel_tensor* const* inputs, size_t count) {
+  accel_tensor_list* outputs = NULL;
+  accel_tensor* result = NULL;
+  CHECK(accel_model_call(model, method, (const accel_tensor* const*)inputs, count, &outputs));
+  CHECK(accel_tensor_list_get(outputs, 0, &result));
+  accel_tensor_list_free(outputs);
+  return result;
+}
+
 /* Seconds on the monotonic clock, for durations. */
 static inline double mono(void) {
   struct timespec ts;

@@ -77,7 +77,7 @@ static void run_shape(accel_accelerator* acc, const struct shape* s, int steps, 
   snprintf(options, sizeof options, "in_features=%d out_features=10", s->widths[layers]);
   CHECK(accel_model_add_layer(model, name, "linear", options));
   CHECK(accel_model_define(model, layers + 1 == 3 ? kSource3 : kSource4));
-  CHECK(accel_model_num_parameters(model, &params));
+  CHECK(accel_model_parameter_element_count(model, &params));
   {
     void* objects[1];
     objects[0] = model;
@@ -100,13 +100,11 @@ static void run_shape(accel_accelerator* acc, const struct shape* s, int steps, 
   for (i = -2; i < steps; ++i) {
     int k;
     for (k = 0; k < 2; ++k) {
-      size_t n = 0;
       bool sync = false;
       const double t = mono();
       CHECK(accel_accumulate(acc));
       CHECK(accel_sync_gradients(acc, &sync));
-      CHECK(accel_model_call(model, "training_step", (const accel_tensor* const*)inputs, 2, &loss,
-                             1, &n));
+      loss = call_one(model, "training_step", inputs, 2);
       CHECK(accel_backward(acc, loss));
       accel_tensor_free(loss);
       if (i >= 0) (sync ? sync_ms : local_ms)[i] = (mono() - t) * 1e3;
@@ -125,7 +123,8 @@ static void run_shape(accel_accelerator* acc, const struct shape* s, int steps, 
 
 int main(int argc, char** argv) {
   const char* wanted = "0.3M,10M,50M";
-  int steps = 10, rank = 0, i;
+  int steps = 10, i;
+  int32_t rank = 0;
   size_t k;
   accel_config* cfg = NULL;
   accel_accelerator* acc = NULL;
@@ -154,6 +153,6 @@ int main(int argc, char** argv) {
   for (k = 0; k < sizeof kShapes / sizeof kShapes[0]; ++k)
     if (strstr(wanted, kShapes[k].name)) run_shape(acc, &kShapes[k], steps, rank);
   CHECK(accel_wait_for_everyone(acc));
-  accel_free(acc);
+  accel_accelerator_free(acc);
   return 0;
 }

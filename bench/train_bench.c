@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
   const double main_wall = wall();
   const char* model_name = "mlp";
   const char* data = "/usr/share/datasets/fashion-mnist";
-  int steps = 300, warmup = 30, threads = 1, batch = 64, world = 1, rank = 0, i;
+  int steps = 300, warmup = 30, threads = 1, batch = 64, i;
+  int32_t world = 1, rank = 0;
   char text[64], blas[512], images[512], labels[512];
   const char* paths[2];
   accel_config* cfg = NULL;
@@ -176,11 +177,9 @@ int main(int argc, char** argv) {
     accel_tensor* fields[2];
     accel_tensor* loss = NULL;
     size_t n = 0;
-    bool has = false;
-    CHECK(accel_dataloader_next(train, fields, 2, &has));
-    if (!has) continue; /* the epoch ended: the loader starts the next one */
-    CHECK(accel_model_call(model, "training_step", (const accel_tensor* const*)fields, 2, &loss, 1,
-                           &n));
+    CHECK(accel_dataloader_next(train, fields, 2, &n));
+    if (n == 0) continue; /* the epoch ended: the loader starts the next one */
+    loss = call_one(model, "training_step", fields, 2);
     CHECK(accel_backward(acc, loss));
     CHECK(accel_optimizer_step(opt));
     CHECK(accel_optimizer_zero_grad(opt));
@@ -211,6 +210,6 @@ int main(int argc, char** argv) {
   accel_model_free(model);
   accel_dataloader_free(train);
   accel_dataset_free(train_set);
-  accel_free(acc);
+  accel_accelerator_free(acc);
   return 0;
 }

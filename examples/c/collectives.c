@@ -25,26 +25,23 @@
 
 static void print_tensor(accel_accelerator* acc, const char* label, const accel_tensor* t) {
   int64_t shape[ACCEL_MAX_DIMS];
-  size_t ndim = 0;
+  size_t ndim = 0, size = 0;
   int64_t numel = 0;
   char line[1024];
   int n;
   int64_t i;
   float* values;
-  accel_tensor* as_f32 = NULL;
   accel_dtype dtype;
-  CHECK(accel_tensor_ndim(t, &ndim));
-  CHECK(accel_tensor_shape(t, shape, ACCEL_MAX_DIMS));
-  CHECK(accel_tensor_numel(t, &numel));
+  CHECK(accel_tensor_shape(t, shape, ACCEL_MAX_DIMS, &ndim));
+  CHECK(accel_tensor_element_count(t, &numel));
   CHECK(accel_tensor_dtype(t, &dtype));
-  (void)as_f32;
   n = snprintf(line, sizeof line, "%-24s shape [", label);
   for (i = 0; i < (int64_t)ndim; ++i)
     n += snprintf(line + n, sizeof line - (size_t)n, "%s%lld", i ? ", " : "", (long long)shape[i]);
   n += snprintf(line + n, sizeof line - (size_t)n, "] values");
   if (dtype == ACCEL_DTYPE_F32) {
     values = malloc((size_t)numel * sizeof(float) + 1);
-    CHECK(accel_tensor_to_data(t, values, (size_t)numel * sizeof(float)));
+    CHECK(accel_tensor_to_data(t, values, (size_t)numel * sizeof(float), &size));
     for (i = 0; i < numel && n < (int)sizeof line - 16; ++i)
       n += snprintf(line + n, sizeof line - (size_t)n, " %g", values[i]);
     free(values);
@@ -54,12 +51,12 @@ static void print_tensor(accel_accelerator* acc, const char* label, const accel_
 
 int main(void) {
   accel_accelerator* acc = NULL;
-  int rank = 0, world = 1, local_rank = 0, r;
+  int32_t rank = 0, world = 1, local_rank = 0, r;
   bool is_main = false;
   char device[64];
   size_t device_len = 0;
-  accel_distributed_type dist;
-  accel_mixed_precision mp;
+  accel_distribution dist;
+  accel_precision mp;
   char banner[256];
 
   CHECK(accel_init(NULL, &acc));
@@ -68,8 +65,8 @@ int main(void) {
   CHECK(accel_local_process_index(acc, &local_rank));
   CHECK(accel_is_main_process(acc, &is_main));
   CHECK(accel_device(acc, device, sizeof device, &device_len));
-  CHECK(accel_distributed_type_get(acc, &dist));
-  CHECK(accel_mixed_precision_get(acc, &mp));
+  CHECK(accel_distributed_type(acc, &dist));
+  CHECK(accel_mixed_precision(acc, &mp));
   CHECK(accel_set_seed(acc, 42, false));
 
   printf("rank %d of %d (local rank %d) on %s%s\n", rank, world, local_rank, device,
@@ -160,6 +157,6 @@ int main(void) {
     accel_bytes_list_free(list);
   }
   CHECK(accel_wait_for_everyone(acc));
-  accel_free(acc);
+  accel_accelerator_free(acc);
   return 0;
 }

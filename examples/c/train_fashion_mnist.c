@@ -63,6 +63,17 @@ static accel_dataset* idx_pair(const char* dir, const char* images, const char* 
   return ds;
 }
 
+/* Calls a method that returns one tensor (the loss, say); the caller frees it. */
+static accel_tensor* call_one(accel_model* model, const char* method, accel_tensor* const* inputs,
+                              size_t count) {
+  accel_tensor_list* outputs = NULL;
+  accel_tensor* result = NULL;
+  CHECK(accel_model_call(model, method, (const accel_tensor* const*)inputs, count, &outputs));
+  CHECK(accel_tensor_list_get(outputs, 0, &result));
+  accel_tensor_list_free(outputs);
+  return result;
+}
+
 int main(int argc, char** argv) {
   int epochs = 2, batch = 64, accum = 1, bf16 = 0, workers = 1, i;
   long max_steps = 0;
@@ -76,7 +87,7 @@ int main(int argc, char** argv) {
   accel_scheduler* sched = NULL;
   accel_dataset *train_set = NULL, *test_set = NULL;
   accel_dataloader *train = NULL, *test = NULL;
-  int world = 1;
+  int32_t world = 1;
   int64_t steps_per_epoch = 0, total_steps, step = 0, params = 0;
   double start, loss_avg = 0, waited = 0;
 
@@ -122,7 +133,7 @@ int main(int argc, char** argv) {
   CHECK(accel_model_add_layer(model, "fc1", "linear", "in_features=9216 out_features=128"));
   CHECK(accel_model_add_layer(model, "fc2", "linear", "in_features=128 out_features=10"));
   CHECK(accel_model_define(model, kSource));
-  CHECK(accel_model_num_parameters(model, &params));
+  CHECK(accel_model_parameter_element_count(model, &params));
 
   train_set = idx_pair(data, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz");
   test_set = idx_pair(data, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz");
@@ -136,7 +147,7 @@ int main(int argc, char** argv) {
   CHECK(accel_dataloader_new(acc, test_set, &test));
   CHECK(accel_dataloader_set(test, "batch_size", "500"));
   CHECK(accel_dataloader_set(test, "num_workers", "1"));
-  CHECK(accel_dataloader_length(train, &steps_per_epoch));
+  CHECK(accel_dataloader_batch_count(train, &steps_per_epoch));
   total_steps = steps_per_epoch * epochs;
   if (max_steps > 0 && max_steps < total_steps) total_steps = max_steps;
 
@@ -171,14 +182,12 @@ int main(int argc, char** argv) {
       accel_tensor* fields[2];
       accel_tensor* loss = NULL;
       size_t n = 0;
-      bool has = false;
       double value = 0, asked = now();
-      CHECK(accel_dataloader_next(train, fields, 2, &has));
+      CHECK(accel_dataloader_next(train, fields, 2, &n));
       waited += now() - asked; /* the time this step waited for its batch */
-      if (!has) break;
+      if (n == 0) break;       /* the end of the epoch */
       CHECK(accel_accumulate(acc));
-      CHECK(accel_model_call(model, "training_step", (const accel_tensor* const*)fields, 2, &loss,
-                             1, &n));
+      loss = call_one(model, "training_step", fields, 2);
       CHECK(accel_backward(acc, loss));
       CHECK(accel_optimizer_step(opt));
       CHECK(accel_scheduler_step(sched));
@@ -209,18 +218,16 @@ int main(int argc, char** argv) {
     for (;;) {
       accel_tensor* fields[2];
       accel_tensor *hits = NULL, *all = NULL;
-      size_t n = 0;
-      bool has = false;
+      size_t n = 0, size = 0;
       int64_t count = 0, k;
       int64_t* values;
-      CHECK(accel_dataloader_next(test, fields, 2, &has));
-      if (!has) break;
-      CHECK(
-          accel_model_call(model, "correct", (const accel_tensor* const*)fields, 2, &hits, 1, &n));
+      CHECK(accel_dataloader_next(test, fields, 2, &n));
+      if (n == 0) break;
+      hits = call_one(model, "correct", fields, 2);
       CHECK(accel_gather_for_metrics(acc, hits, &all));
-      CHECK(accel_tensor_numel(all, &count));
+      CHECK(accel_tensor_element_count(all, &count));
       values = malloc((size_t)count * sizeof *values);
-      CHECK(accel_tensor_to_data(all, values, (size_t)count * sizeof *values));
+      CHECK(accel_tensor_to_data(all, values, (size_t)count * sizeof *values, &size));
       for (k = 0; k < count; ++k) correct += values[k];
       seen += count;
       free(values);
@@ -242,6 +249,6 @@ int main(int argc, char** argv) {
   accel_dataloader_free(test);
   accel_dataset_free(train_set);
   accel_dataset_free(test_set);
-  accel_free(acc);
+  accel_accelerator_free(acc);
   return 0;
 }

@@ -3,32 +3,110 @@
  *
  * libaccel runs one training program unchanged on one CPU, many processes and many machines, with
  * the semantics of Hugging Face Accelerate. This header is the whole public interface: plain C99,
- * no other header needed beyond <stdint.h>, <stddef.h> and <stdbool.h>.
+ * no other header needed beyond <stdint.h>, <stddef.h> and <stdbool.h>. It is written for the
+ * authors of language bindings first: every rule a binding relies on is stated here.
  *
- * Conventions (they hold for every function below unless its comment says otherwise):
+ * ------------------------------------------------------------------------------------------------
+ * Conventions (they hold for every function below unless its comment says otherwise)
+ * ------------------------------------------------------------------------------------------------
  *
- *  - Every fallible function returns an accel_status. ACCEL_OK (0) is success; every other value
- * names one class of error, and accel_last_error_message() gives the text right after the failing
- * call.
- *  - Handles are opaque pointers. Passing NULL where a handle is required returns
- *    ACCEL_ERR_INVALID_ARGUMENT; passing a handle of another kind (an accel_config* cast to an
- *    accel_tensor*, say) returns ACCEL_ERR_WRONG_HANDLE. Neither is undefined behaviour.
- *  - Output parameters come last. The caller owns what a constructor or an `out` parameter returns
- * and releases it with the matching *_free. On failure, output parameters are left untouched and
- * nothing is leaked.
- *  - Every *_free accepts NULL, returns nothing, never blocks on other ranks, and may be called
- * from any thread (finalizers of garbage-collected languages run on arbitrary threads).
- *  - Strings are UTF-8 and NUL-terminated. Text results are written into a caller buffer:
- * `capacity` is its size in bytes, `out_size` receives the size needed including the terminating
- * NUL. When the buffer is NULL or too small, the function returns ACCEL_ERR_BUFFER_TOO_SMALL and
- * still sets `out_size` (the one exception to "outputs untouched on failure"), so a caller can ask
- * twice.
- *  - No C++ exception, abort or exit ever crosses this interface.
+ * Status and errors
+ *  - Every fallible function returns an accel_status (int32_t). ACCEL_OK (0) is success; every
+ *    other value names one class of error. No C++ exception, abort or exit ever crosses this
+ *    interface, and no input makes the library crash the host program.
+ *  - The message of a failure is per OS thread: accel_last_error_message() on the thread that made
+ *    the failing call, before that thread makes another accel call that fails. A binding whose
+ *    calls may move between OS threads (Go's goroutines, Julia's tasks on several threads) must
+ *    read the message on the thread that made the call and before anything else runs there: Go,
+ *    in the same cgo call as the failing function (a small C shim that makes the call and, on
+ *    failure, copies status and message), or with runtime.LockOSThread around both; Julia, right
+ *    after the ccall with nothing that yields in between; Rust, at once on the same thread.
  *
- * Thread safety: functions on distinct handles may run concurrently. An accel_config may be read
- * from several threads but written by one at a time. An accel_accelerator's collectives must be
- * called from one thread at a time, and in the same order on every rank (they are collective
- * operations); its queries may be called from any thread.
+ * Handles and ownership
+ *  - Handles are opaque pointers. NULL where a handle is required is ACCEL_ERR_INVALID_ARGUMENT; a
+ *    handle of another kind (an accel_config* cast to an accel_tensor*, say) is
+ *    ACCEL_ERR_WRONG_HANDLE; neither is undefined behaviour. A handle already freed is undefined
+ *    behaviour (it is detected when its memory has not been reused, not always).
+ *  - Output parameters come last. The caller owns what a constructor or an `out` parameter
+ *    returns and releases it with the matching accel_<type>_free. On failure, outputs are left
+ *    untouched (the size outputs of the buffer convention below excepted) and nothing is leaked.
+ *    A returned `const` pointer is borrowed: its comment says how long it lives.
+ *  - Handles keep what they need alive: a dataloader its dataset, an optimizer its model, a
+ *    prepared object its place in the accelerator. Free them in any order.
+ *  - Every accel_<type>_free accepts NULL, returns nothing, may be called from any thread (the
+ *    finalizers of garbage-collected languages run on arbitrary threads), never waits for other
+ *    ranks and never waits for a lock held across a collective. Its comment says exactly what it
+ *    waits for. A handle of the wrong kind given to a free function is left alone (the error is
+ *    recorded as for any failing call).
+ *
+ * Arrays and text: one convention
+ *  - Results whose size the caller can know before the call (text, a tensor's data and shape, the
+ *    fields of a batch) are written into caller memory given as (buffer, capacity, out_size or
+ *    out_count). `capacity` counts bytes for text and data and elements for other arrays;
+ *    *out_size / *out_count receives the size the result needs (text: including the terminating
+ *    NUL). When the buffer is too small (or NULL with a nonzero need) the function fails with
+ *    ACCEL_ERR_BUFFER_TOO_SMALL before doing anything else, still writing the needed size, so that
+ *    asking again with a larger buffer is safe and nothing happens twice.
+ *  - Results whose number is known only once the work is done (the outputs of a model method,
+ *    the entries of gather_object) come back as a list the library owns (accel_tensor_list,
+ *    accel_bytes_list): one call, never a second run.
+ *  - Strings given to the library are UTF-8 and NUL-terminated. Numbers in text ("0.01", "1e-5",
+ *    YAML values, checkpoint files) are read and written in the C locale's format, whatever
+ *    setlocale() or std::locale::global() the host program chose.
+ *
+ * Callbacks
+ *  - A function that takes a callback takes it with a `void* user_data` passed back on every call,
+ *    and an optional accel_release_fn: the library calls it exactly once with `user_data`, after
+ *    the last call of the callback has returned and when no later call can happen, so a binding
+ *    frees its closure state there. On failure of the registering call neither is ever called.
+ *  - Callbacks return int32_t: 0 is success; anything else fails the operation that called them
+ *    with ACCEL_ERR_CALLBACK. Each callback's comment names the threads it runs on and what it may
+ *    call back into.
+ *
+ * Types
+ *  - Enumerations are fixed-width: the type is a typedef of int32_t and its values are constants
+ *    (ACCEL_DTYPE_F32, ...). Ranks and process counts are int32_t. Counts of data (tensor
+ *    elements, samples, batches) and the indexes into them are int64_t, as in LibTorch. Counts of
+ *    and indexes into arrays the caller passes or receives (dimensions, fields, list entries) and
+ *    sizes in bytes are size_t.
+ *
+ * Names
+ *  - Types are accel_<noun>; constants ACCEL_<NOUN>_<NAME>.
+ *  - Every function of a type is accel_<type>_<verb or property>: accel_tensor_shape,
+ *    accel_dataloader_next. Constructors are accel_<type>_new, accel_<type>_from_<source> or
+ *    accel_<type>_load_<format>; the destructor is always accel_<type>_free.
+ *  - The accelerator is the root object and Accelerate's Accelerator: its constructor is
+ *    accel_init, its destructor accel_accelerator_free, and its operations and properties keep
+ *    Accelerate's names with no noun: accel_prepare, accel_backward, accel_gather,
+ *    accel_save_state, accel_process_index, accel_num_processes, accel_sync_gradients. Functions
+ *    that mirror an Accelerate utility keep its name too (accel_load_checkpoint_in_model).
+ *  - A query is named by what it returns, never with _get (accel_tensor_dtype,
+ *    accel_mixed_precision); a property setter is _set_<property> (accel_optimizer_set_lr).
+ *    _get and _set alone take a key or an index into a container: accel_config_set(key, value),
+ *    accel_dataloader_set(key, value), accel_tensor_list_get(index).
+ *  - A number of things is <thing>_count (accel_tensor_element_count,
+ *    accel_dataloader_batch_count); a size in bytes is _size (accel_dtype_size,
+ *    accel_tensor_data_size).
+ *
+ * Threads
+ *  - Every function may be called from any thread. Which calls may run at the same time:
+ *  - accel_config, accel_tensor, accel_tensor_list, accel_bytes_list, accel_dataset: any calls,
+ *    on the same handle or on different ones, at once (a config's writes are serialised inside;
+ *    the others are not changed by any function of this interface).
+ *  - A training family is an accelerator together with every model, optimizer and scheduler
+ *    prepared with it; before preparation, a model together with the optimizers and schedulers
+ *    made over it is a family of its own, and accel_prepare joins it to the accelerator's. The
+ *    library serialises the calls into one family with a lock held for the whole call: calls from
+ *    several threads are safe and run one after the other. Distinct families run in parallel. The
+ *    accelerator's collectives run in the order their calls take that lock: to keep the order
+ *    identical on every rank, make collectives from one thread (or order them yourself).
+ *  - An accel_dataloader serialises the calls on it with a lock of its own; its sample callbacks
+ *    run with no libaccel lock held.
+ *  - The accelerator's queries (accel_process_index, accel_local_process_index,
+ *    accel_num_processes, accel_is_main_process, accel_is_local_main_process, accel_device,
+ *    accel_distributed_type, accel_mixed_precision, accel_effective_config) never block.
+ *  - A free must not run while another call on the same handle is running (a binding's last use
+ *    of a handle must happen before its free); calls on other handles may be running.
  */
 #ifndef ACCEL_ACCEL_H
 #define ACCEL_ACCEL_H
@@ -53,48 +131,55 @@ extern "C" {
 
 /* ----------------------------------------------------------------------------------------------------
  * Versions
+ *
+ * While the major version is 0, the minor version is the ABI: 0.1 and 0.2 are incompatible, and
+ * the shared library's SONAME carries both (libaccel.so.0.2); the CMake package accepts only the
+ * same major.minor (find_package(accel 0.2)); patch releases only add. From 1.0 on the major
+ * version alone is the ABI (libaccel.so.1). A binding checks at run time that
+ * accel_version_number() lies in the range it supports, e.g. [0.2.0, 0.3.0).
  * -------------------------------------------------------------------------------------------------
  */
 
-/** Version of this header. The shared library's SONAME carries the major version (libaccel.so.0).
- */
 #define ACCEL_VERSION_MAJOR 0
-#define ACCEL_VERSION_MINOR 1
+#define ACCEL_VERSION_MINOR 2
 #define ACCEL_VERSION_PATCH 0
-/** The version as one comparable number: major * 10000 + minor * 100 + patch. */
+/** The version as one comparable number: major * 10000 + minor * 100 + patch (0.2.0 is 200). */
 #define ACCEL_VERSION_NUMBER \
   (ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH)
 /** True when this header is at least version major.minor.patch. */
 #define ACCEL_VERSION_CHECK(major, minor, patch) \
   (ACCEL_VERSION_NUMBER >= ((major)*10000 + (minor)*100 + (patch)))
 
-/**
- * The version of the library actually loaded, as "major.minor.patch" (static storage, never freed).
- * Compare with ACCEL_VERSION_* to detect a header/library mismatch.
- */
+/** The version of the library actually loaded, as "major.minor.patch" (static storage). */
 ACCEL_API const char* accel_version(void);
+
+/**
+ * The version of the library actually loaded as one number, computed as ACCEL_VERSION_NUMBER is.
+ * Compare it with the header's ACCEL_VERSION_NUMBER, or with the range a binding supports.
+ */
+ACCEL_API uint32_t accel_version_number(void);
 
 /* ----------------------------------------------------------------------------------------------------
  * Status codes and errors
  * -------------------------------------------------------------------------------------------------
  */
 
-/**
- * Result of every fallible call. Values are stable: new classes are only ever appended.
- */
-typedef enum accel_status {
+/** Result of every fallible call: one of the ACCEL_OK / ACCEL_ERR_* values below. */
+typedef int32_t accel_status;
+
+/** Values are stable: new classes are only ever appended. */
+enum accel_status_values {
   ACCEL_OK = 0,
-  /** A required pointer was NULL, or a numeric argument is out of range. */
+  /** A required pointer was NULL, or a numeric or text argument is out of range. */
   ACCEL_ERR_INVALID_ARGUMENT = 1,
   /** A handle of another kind was passed (or a handle already freed, when that can be detected). */
   ACCEL_ERR_WRONG_HANDLE = 2,
   /** A configuration key is unknown or its value is invalid (file, environment variable or setter).
    */
   ACCEL_ERR_CONFIG = 3,
-  /** The request is understood but not supported by this build (DeepSpeed, FSDP, TPU, fp16 on
-     CPU...). */
+  /** Understood but not supported by this build (DeepSpeed, FSDP, TPU, fp16 on CPU...). */
   ACCEL_ERR_UNSUPPORTED = 4,
-  /** A file could not be read or written. */
+  /** A file could not be read or written, or is corrupt. */
   ACCEL_ERR_IO = 5,
   /** Tensor shapes disagree (across ranks, or with what the call needs). */
   ACCEL_ERR_SHAPE = 6,
@@ -107,10 +192,10 @@ typedef enum accel_status {
   ACCEL_ERR_TIMEOUT = 9,
   /** A peer process died or closed its connection during a collective. */
   ACCEL_ERR_PEER_FAILED = 10,
-  /** The call is not valid in the current state (e.g. a collective after the process group failed).
-   */
+  /** The call is not valid in the current state (a collective after the process group failed, a
+     closed dataloader, a call from inside a callback that may not make it). */
   ACCEL_ERR_STATE = 11,
-  /** An output buffer was NULL or too small; the needed size was written to `out_size`. */
+  /** An output buffer was too small; the needed size was written to the size output. */
   ACCEL_ERR_BUFFER_TOO_SMALL = 12,
   /** A user callback reported failure. */
   ACCEL_ERR_CALLBACK = 13,
@@ -120,20 +205,25 @@ typedef enum accel_status {
   ACCEL_ERR_TORCH = 15,
   /** An internal error (a bug in libaccel); the message says what. */
   ACCEL_ERR_INTERNAL = 16
-} accel_status;
+};
 
 /**
- * The message of the last failed call on the calling thread (UTF-8, never NULL; "" if no call on
- * this thread has failed yet). Borrowed: valid until the next failing accel call on the same
- * thread. A successful call does not clear it, so read it only after a failure.
+ * The message of the last failed call on the calling OS thread (UTF-8, never NULL; "" if no call
+ * on this thread has failed yet). Borrowed: valid until the next failing accel call on the same
+ * thread. A successful call does not clear it, so read it only after a failure, on the same thread
+ * (see "Status and errors" at the top).
  */
 ACCEL_API const char* accel_last_error_message(void);
 
-/** The status of the last failed call on the calling thread (ACCEL_OK if none has failed). */
+/** The status of the last failed call on the calling OS thread (ACCEL_OK if none has failed). */
 ACCEL_API accel_status accel_last_error_status(void);
 
 /** A constant name for a status value, e.g. "ACCEL_ERR_CONFIG" (static storage; never NULL). */
 ACCEL_API const char* accel_status_name(accel_status status);
+
+/** Called once with a callback's user_data when the library will never call that callback again
+ * (see "Callbacks" at the top). It runs on the thread whose call dropped the last use. */
+typedef void (*accel_release_fn)(void* user_data);
 
 /* ----------------------------------------------------------------------------------------------------
  * Configuration
@@ -141,7 +231,8 @@ ACCEL_API const char* accel_status_name(accel_status status);
  * An accel_config holds settings by key. Keys and values are those of Accelerate's YAML
  * configuration (compute_environment, distributed_type, mixed_precision, num_processes,
  * num_machines, machine_rank, main_process_ip, main_process_port, use_cpu, gpu_ids, ...) plus
- * libaccel's own: gradient_accumulation_steps  integer >= 1                    (default 1)
+ * libaccel's own:
+ *   gradient_accumulation_steps  integer >= 1                    (default 1)
  *   rendezvous_timeout           seconds > 0: how long init waits for every rank (default 120)
  *   collective_timeout           seconds > 0: how long one collective may take (default 300)
  *   num_threads                  intra-op threads per rank; 0 = cores / local ranks (default 0)
@@ -168,8 +259,7 @@ ACCEL_API const char* accel_status_name(accel_status status);
  *                                   ACCEL_RENDEZVOUS_TIMEOUT, ACCEL_COLLECTIVE_TIMEOUT,
  *                                   ACCEL_NUM_THREADS, ACCEL_MALLOC_TUNING,
  *                                   ACCEL_SHARED_MEMORY_ALLREDUCE, ACCEL_SPLIT_BATCHES,
- *                                   ACCEL_EVEN_BATCHES,
- *                                   ...)
+ *                                   ACCEL_EVEN_BATCHES, ...)
  *   3. the YAML file               (accel_config_load_file, or the file named by ACCEL_CONFIG_FILE,
  *                                   which `accel launch` sets for its ranks)
  *   4. built-in defaults
@@ -177,11 +267,11 @@ ACCEL_API const char* accel_status_name(accel_status status);
  * All three sources go through one validation: an unknown key or a bad value is ACCEL_ERR_CONFIG
  * with a message naming the key, where it came from (file:line, variable name, or setter) and the
  * allowed values. Accelerate keys libaccel knows but does not support (deepspeed_config,
- * fsdp_config, tpu_*,
- * ...) are accepted when empty or neutral (as Accelerate writes them) and otherwise rejected with
- * ACCEL_ERR_UNSUPPORTED, never silently dropped. An ACCEL_* variable that is one or two letters
- * away from one listed above is taken for a typo and reported. Environment variables are read when
- * the configuration is resolved: by accel_init, accel_config_get and accel_config_dump.
+ * fsdp_config, tpu_*, ...) are accepted when empty or neutral (as Accelerate writes them) and
+ * otherwise rejected with ACCEL_ERR_UNSUPPORTED, never silently dropped. An ACCEL_* variable that
+ * is one or two letters away from one listed above is taken for a typo and reported. Environment
+ * variables are read when the configuration is resolved: by accel_init, accel_config_get and
+ * accel_config_dump.
  * -------------------------------------------------------------------------------------------------
  */
 
@@ -191,12 +281,12 @@ typedef struct accel_config accel_config;
 /** Creates an empty configuration (every key at its default). Free with accel_config_free. */
 ACCEL_API accel_status accel_config_new(accel_config** out);
 
-/** Frees a configuration. NULL is a no-op. */
+/** Frees a configuration. NULL is a no-op. Waits for nothing. */
 ACCEL_API void accel_config_free(accel_config* config);
 
 /**
- * Sets `key` to `value` (text, as it would appear in the YAML file: "bf16", "2", "true"). Validated
- * at once: an unknown key or a bad value fails and leaves the configuration unchanged.
+ * Sets `key` to `value` (text, as it would appear in the YAML file: "bf16", "2", "true", "0.5").
+ * Validated at once: an unknown key or a bad value fails and leaves the configuration unchanged.
  */
 ACCEL_API accel_status accel_config_set(accel_config* config, const char* key, const char* value);
 
@@ -212,8 +302,8 @@ ACCEL_API accel_status accel_config_set(accel_config* config, const char* key, c
 ACCEL_API accel_status accel_config_load_file(accel_config* config, const char* path);
 
 /**
- * Writes the resolved value of `key` (setter > environment > file > default) as text into `buf`.
- * See the buffer convention at the top of this header.
+ * Writes the resolved value of `key` (setter > environment > file > default) as text into `buf`
+ * (the buffer convention at the top).
  */
 ACCEL_API accel_status accel_config_get(const accel_config* config, const char* key, char* buf,
                                         size_t capacity, size_t* out_size);
@@ -221,7 +311,7 @@ ACCEL_API accel_status accel_config_get(const accel_config* config, const char* 
 /**
  * Writes the effective configuration as YAML into `buf`: every key with its resolved value and, as
  * a comment on the same line, the source it came from ("default", "env ACCELERATE_MIXED_PRECISION",
- * "file /path/config.yaml:7", "setter"). See the buffer convention at the top of this header.
+ * "file /path/config.yaml:7", "setter"). Buffer convention.
  */
 ACCEL_API accel_status accel_config_dump(const accel_config* config, char* buf, size_t capacity,
                                          size_t* out_size);
@@ -229,12 +319,16 @@ ACCEL_API accel_status accel_config_dump(const accel_config* config, char* buf, 
 /* ----------------------------------------------------------------------------------------------------
  * Tensors
  *
- * Tensors cross the interface by copy. Shapes are arrays of int64_t, row-major (C order).
+ * Tensors cross the interface by copy. Shapes are arrays of int64_t, row-major (C order). No
+ * function of this interface changes a tensor after it is made.
  * -------------------------------------------------------------------------------------------------
  */
 
-/** Element types. Values are stable. */
-typedef enum accel_dtype {
+/** Element types: one of the ACCEL_DTYPE_* values. */
+typedef int32_t accel_dtype;
+
+/** Values are stable. */
+enum accel_dtype_values {
   ACCEL_DTYPE_F32 = 1,
   ACCEL_DTYPE_F64 = 2,
   ACCEL_DTYPE_F16 = 3,
@@ -245,55 +339,55 @@ typedef enum accel_dtype {
   ACCEL_DTYPE_I8 = 8,
   ACCEL_DTYPE_U8 = 9,
   ACCEL_DTYPE_BOOL = 10
-} accel_dtype;
+};
 
 /** Maximum number of dimensions a tensor may have across this interface. */
 #define ACCEL_MAX_DIMS 16
 
-/** A tensor (a LibTorch tensor underneath). Thread-compatible: do not write one from two threads.
- */
+/** A tensor (a LibTorch tensor underneath). */
 typedef struct accel_tensor accel_tensor;
 
-/** Size in bytes of one element of `dtype`, or 0 when `dtype` is not a valid accel_dtype. */
+/** Size in bytes of one element of `dtype`, or 0 when `dtype` is not an accel_dtype value. */
 ACCEL_API size_t accel_dtype_size(accel_dtype dtype);
 
 /**
- * Creates a CPU tensor of `dtype` and shape `shape[0..ndim)` by copying `data`, which must hold
- * product(shape) * accel_dtype_size(dtype) bytes (exactly `nbytes`, checked). `ndim` 0 makes a
- * scalar; `shape` may be NULL only then. `data` is not retained.
+ * Creates a CPU tensor of `dtype` and shape `shape[0..dim_count)` by copying `data`, which must
+ * hold product(shape) * accel_dtype_size(dtype) bytes (exactly `size`, checked). `dim_count` 0
+ * makes a scalar; `shape` may be NULL only then. `data` is not retained.
  */
-ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t nbytes, accel_dtype dtype,
-                                              const int64_t* shape, size_t ndim,
+ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t size, accel_dtype dtype,
+                                              const int64_t* shape, size_t dim_count,
                                               accel_tensor** out);
 
 /**
- * Copies the tensor's elements (row-major, converted to contiguous, from any device) into `buf` of
- * `capacity` bytes. Fails with ACCEL_ERR_BUFFER_TOO_SMALL (writing nothing) when `capacity` is
- * smaller than the tensor's byte size (accel_tensor_nbytes).
+ * Copies the tensor's elements (row-major, made contiguous, from any device) into `buf` of
+ * `capacity` bytes; `*out_size` receives the tensor's size in bytes (accel_tensor_data_size).
+ * Buffer convention: too small is ACCEL_ERR_BUFFER_TOO_SMALL, nothing written but `*out_size`.
  */
-ACCEL_API accel_status accel_tensor_to_data(const accel_tensor* tensor, void* buf, size_t capacity);
+ACCEL_API accel_status accel_tensor_to_data(const accel_tensor* tensor, void* buf, size_t capacity,
+                                            size_t* out_size);
 
-/** Frees a tensor. NULL is a no-op. */
+/** Frees a tensor. NULL is a no-op. Waits for nothing. */
 ACCEL_API void accel_tensor_free(accel_tensor* tensor);
 
 /** Number of dimensions (0 for a scalar). */
-ACCEL_API accel_status accel_tensor_ndim(const accel_tensor* tensor, size_t* out);
+ACCEL_API accel_status accel_tensor_dim_count(const accel_tensor* tensor, size_t* out);
 
 /**
- * Copies the shape into `shape[0..capacity)`. Fails with ACCEL_ERR_BUFFER_TOO_SMALL, writing
- * nothing, when `capacity` is less than the number of dimensions.
+ * Copies the shape into `shape[0..capacity)`; `*out_count` receives the number of dimensions.
+ * Buffer convention (capacity in elements).
  */
 ACCEL_API accel_status accel_tensor_shape(const accel_tensor* tensor, int64_t* shape,
-                                          size_t capacity);
+                                          size_t capacity, size_t* out_count);
 
 /** Element type. A LibTorch dtype with no accel_dtype equivalent is ACCEL_ERR_DTYPE. */
 ACCEL_API accel_status accel_tensor_dtype(const accel_tensor* tensor, accel_dtype* out);
 
 /** Number of elements. */
-ACCEL_API accel_status accel_tensor_numel(const accel_tensor* tensor, int64_t* out);
+ACCEL_API accel_status accel_tensor_element_count(const accel_tensor* tensor, int64_t* out);
 
-/** Size of the elements in bytes (numel * element size). */
-ACCEL_API accel_status accel_tensor_nbytes(const accel_tensor* tensor, size_t* out);
+/** Size of the elements in bytes (element count * element size). */
+ACCEL_API accel_status accel_tensor_data_size(const accel_tensor* tensor, size_t* out);
 
 /** The value of a one-element tensor as a double. More than one element is ACCEL_ERR_SHAPE. */
 ACCEL_API accel_status accel_tensor_item_f64(const accel_tensor* tensor, double* out);
@@ -313,8 +407,27 @@ ACCEL_API accel_status accel_tensor_wrap_torch(void* torch_tensor, accel_tensor*
 
 /**
  * Interop, no copy: the `at::Tensor*` inside `tensor`. Borrowed: valid until `tensor` is freed.
+ * Changing the tensor through it is the caller's business (and outside the thread rules above).
  */
 ACCEL_API accel_status accel_tensor_borrow_torch(const accel_tensor* tensor, void** out);
+
+/** A list of tensors the library returns (the outputs of accel_model_call). */
+typedef struct accel_tensor_list accel_tensor_list;
+
+/** Number of tensors in the list. */
+ACCEL_API accel_status accel_tensor_list_count(const accel_tensor_list* list, size_t* out);
+
+/**
+ * Entry `index` as a new tensor handle the caller frees (it shares the entry's storage and, for a
+ * model output, its autograd history). The list keeps its own reference: getting an entry twice
+ * gives two handles of the same tensor. An index out of range is ACCEL_ERR_INVALID_ARGUMENT.
+ */
+ACCEL_API accel_status accel_tensor_list_get(const accel_tensor_list* list, size_t index,
+                                             accel_tensor** out);
+
+/** Frees a list (the tensor handles taken from it stay valid). NULL is a no-op. Waits for nothing.
+ */
+ACCEL_API void accel_tensor_list_free(accel_tensor_list* list);
 
 /* ----------------------------------------------------------------------------------------------------
  * The accelerator
@@ -324,19 +437,25 @@ ACCEL_API accel_status accel_tensor_borrow_torch(const accel_tensor* tensor, voi
 /** The runtime of one process: its place among the ranks, its device, its process group. */
 typedef struct accel_accelerator accel_accelerator;
 
-/** Accelerate's DistributedType, restricted to what libaccel runs. Values are stable. */
-typedef enum accel_distributed_type {
+/** Accelerate's DistributedType, restricted to what libaccel runs: an ACCEL_DISTRIBUTED_* value. */
+typedef int32_t accel_distribution;
+
+/** Values are stable. */
+enum accel_distribution_values {
   ACCEL_DISTRIBUTED_NO = 0,        /* one process */
   ACCEL_DISTRIBUTED_MULTI_CPU = 1, /* several processes on CPUs (Gloo) */
   ACCEL_DISTRIBUTED_MULTI_GPU = 2  /* several processes on CUDA devices */
-} accel_distributed_type;
+};
 
-/** Mixed precision modes. Values are stable. */
-typedef enum accel_mixed_precision {
+/** A mixed precision mode: an ACCEL_PRECISION_* value. */
+typedef int32_t accel_precision;
+
+/** Values are stable. */
+enum accel_precision_values {
   ACCEL_PRECISION_NO = 0,
   ACCEL_PRECISION_FP16 = 1,
   ACCEL_PRECISION_BF16 = 2
-} accel_mixed_precision;
+};
 
 /**
  * Creates the accelerator of this process. `config` may be NULL (defaults, environment variables
@@ -357,18 +476,24 @@ ACCEL_API accel_status accel_init(const accel_config* config, accel_accelerator*
 
 /**
  * Frees the accelerator and leaves the process group. NULL is a no-op. Does not wait for other
- * ranks; call accel_wait_for_everyone first when they must all be done.
+ * ranks (call accel_wait_for_everyone first when they must all be done) and takes no lock: a call
+ * on an object prepared with it that is running on another thread finishes first, with the
+ * accelerator's resources, which are released when it returns. Objects prepared with it stay
+ * valid handles; their calls that need the accelerator then fail with ACCEL_ERR_STATE. The
+ * checkpoint callbacks are never called after this returns (their release functions are called
+ * here, or at the end of such a running call).
  */
-ACCEL_API void accel_free(accel_accelerator* accelerator);
+ACCEL_API void accel_accelerator_free(accel_accelerator* accelerator);
 
 /** Global rank of this process, 0 <= rank < accel_num_processes. */
-ACCEL_API accel_status accel_process_index(const accel_accelerator* accelerator, int* out);
+ACCEL_API accel_status accel_process_index(const accel_accelerator* accelerator, int32_t* out);
 
 /** Rank of this process on its machine (LOCAL_RANK). */
-ACCEL_API accel_status accel_local_process_index(const accel_accelerator* accelerator, int* out);
+ACCEL_API accel_status accel_local_process_index(const accel_accelerator* accelerator,
+                                                 int32_t* out);
 
 /** Number of processes in the job (WORLD_SIZE). */
-ACCEL_API accel_status accel_num_processes(const accel_accelerator* accelerator, int* out);
+ACCEL_API accel_status accel_num_processes(const accel_accelerator* accelerator, int32_t* out);
 
 /** Whether this is the main process (global rank 0). */
 ACCEL_API accel_status accel_is_main_process(const accel_accelerator* accelerator, bool* out);
@@ -376,24 +501,24 @@ ACCEL_API accel_status accel_is_main_process(const accel_accelerator* accelerato
 /** Whether this is the main process of its machine (local rank 0). */
 ACCEL_API accel_status accel_is_local_main_process(const accel_accelerator* accelerator, bool* out);
 
-/** The device this process computes on, e.g. "cpu" or "cuda:1". See the buffer convention. */
+/** The device this process computes on, e.g. "cpu" or "cuda:1". Buffer convention. */
 ACCEL_API accel_status accel_device(const accel_accelerator* accelerator, char* buf,
                                     size_t capacity, size_t* out_size);
 
-/** How the job is distributed. */
-ACCEL_API accel_status accel_distributed_type_get(const accel_accelerator* accelerator,
-                                                  accel_distributed_type* out);
+/** How the job is distributed (Accelerate's distributed_type). */
+ACCEL_API accel_status accel_distributed_type(const accel_accelerator* accelerator,
+                                              accel_distribution* out);
 
 /** The mixed precision mode in force. */
-ACCEL_API accel_status accel_mixed_precision_get(const accel_accelerator* accelerator,
-                                                 accel_mixed_precision* out);
+ACCEL_API accel_status accel_mixed_precision(const accel_accelerator* accelerator,
+                                             accel_precision* out);
 
 /**
- * Writes the configuration this accelerator was created with, as accel_config_dump does (each
- * setting with its source), into `buf`. See the buffer convention.
+ * The configuration this accelerator was created with, as accel_config_dump writes it (each
+ * setting with its source). Buffer convention.
  */
-ACCEL_API accel_status accel_config_dump_effective(const accel_accelerator* accelerator, char* buf,
-                                                   size_t capacity, size_t* out_size);
+ACCEL_API accel_status accel_effective_config(const accel_accelerator* accelerator, char* buf,
+                                              size_t capacity, size_t* out_size);
 
 /** Blocks until every rank has called it (a barrier). Bounded by the collective timeout. */
 ACCEL_API accel_status accel_wait_for_everyone(accel_accelerator* accelerator);
@@ -433,13 +558,16 @@ ACCEL_API accel_status accel_set_seed(accel_accelerator* accelerator, uint64_t s
  * -------------------------------------------------------------------------------------------------
  */
 
-/** Reductions for accel_reduce. Values are stable. */
-typedef enum accel_reduction {
+/** Reductions for accel_reduce: an ACCEL_REDUCE_* value. */
+typedef int32_t accel_reduction;
+
+/** Values are stable. */
+enum accel_reduction_values {
   ACCEL_REDUCE_SUM = 0,
   ACCEL_REDUCE_MEAN = 1, /* sum / number of processes; floating point tensors only */
   ACCEL_REDUCE_MAX = 2,
   ACCEL_REDUCE_MIN = 3
-} accel_reduction;
+};
 
 /**
  * Accelerate's gather: every rank's tensor concatenated along dimension 0, in rank order, returned
@@ -473,7 +601,7 @@ ACCEL_API accel_status accel_reduce(accel_accelerator* accelerator, const accel_
  * may be NULL on the others.
  */
 ACCEL_API accel_status accel_broadcast(accel_accelerator* accelerator, const accel_tensor* tensor,
-                                       int from_process, accel_tensor** out);
+                                       int32_t from_process, accel_tensor** out);
 
 /** A list of byte strings, one per rank, as returned by accel_gather_object. */
 typedef struct accel_bytes_list accel_bytes_list;
@@ -491,19 +619,19 @@ ACCEL_API accel_status accel_bytes_list_count(const accel_bytes_list* list, size
 
 /**
  * Entry `index`: `*out_data` points at its bytes (borrowed, valid until the list is freed; not
- * NUL-terminated), `*out_size` is its length.
+ * NUL-terminated; never NULL, also for an empty entry), `*out_size` is its length.
  */
 ACCEL_API accel_status accel_bytes_list_get(const accel_bytes_list* list, size_t index,
                                             const void** out_data, size_t* out_size);
 
-/** Frees a list. NULL is a no-op. */
+/** Frees a list. NULL is a no-op. Waits for nothing. */
 ACCEL_API void accel_bytes_list_free(accel_bytes_list* list);
 
 /* ----------------------------------------------------------------------------------------------------
  * Datasets
  *
- * A dataset has a length and one or more fields (images, labels, ...); a sample is one row of every
- * field. The data loader stacks samples into batch tensors, one per field.
+ * A dataset has a number of samples and one or more fields (images, labels, ...); a sample is one
+ * row of every field. The dataloader stacks samples into batch tensors, one per field.
  * -------------------------------------------------------------------------------------------------
  */
 
@@ -518,29 +646,39 @@ ACCEL_API accel_status accel_dataset_from_tensors(const accel_tensor* const* ten
                                                   accel_dataset** out);
 
 /**
- * Fills the buffers of sample `index`: `buffers[f]` has room for exactly `sizes[f]` bytes of field
- * f (its dtype and shape as declared, row-major). Returns 0 on success; anything else stops the
- * epoch and the dataloader call that needed the sample fails with ACCEL_ERR_CALLBACK.
+ * Fills the buffers of sample `index` (0 <= index < the dataset's sample count): `buffers[f]` has
+ * room for exactly `sizes[f]` bytes of field f, in its dtype and per-sample shape, row-major.
+ * Returns 0 on success; anything else ends the epoch, and the dataloader call that needed the
+ * sample fails with ACCEL_ERR_CALLBACK (the next call starts the epoch again).
  *
- * Threads: with num_workers 0 the callback runs in the thread that calls accel_dataloader_next;
- * otherwise on the dataloader's worker threads, several at once for different indices. It must be
- * safe to call concurrently and must not call back into the same dataloader. It is never called
- * after accel_dataloader_close or accel_dataloader_free has returned.
+ * Threads: with num_workers 0 it runs on the thread that calls accel_dataloader_next; otherwise on
+ * the dataloader's worker threads, several at once for different indices, so it must be safe to
+ * call concurrently. No libaccel lock is held while it runs. It may use tensors, datasets and
+ * configurations, but it must not call functions of a dataloader or of a training family (those
+ * may be waiting for this very callback): such a call fails with ACCEL_ERR_STATE.
+ *
+ * It is never entered after the dataset handle and every dataloader over the dataset have been
+ * freed or closed (a dataloader stops its workers in accel_dataloader_free/close; see there).
  */
-typedef int (*accel_sample_fn)(int64_t index, void* const* buffers, const size_t* sizes,
-                               size_t count, void* user_data);
+typedef int32_t (*accel_sample_fn)(int64_t index, void* const* buffers, const size_t* sizes,
+                                   size_t count, void* user_data);
 
 /**
- * A dataset whose samples a callback produces. `count` fields, field f of dtype `dtypes[f]` and
- * per-sample shape `shapes[f][0..ndims[f])` (ndims[f] may be 0 for a scalar per sample, and
- * shapes[f] NULL then). `user_data` is passed to every call and must stay valid while any
- * dataloader uses the dataset.
+ * A dataset of `sample_count` samples that a callback produces. `field_count` fields: field f has
+ * dtype `dtypes[f]` and a per-sample shape of `dim_counts[f]` dimensions (0 for a scalar per
+ * sample). `dims` holds every field's per-sample dimensions one after the other (field 0's, then
+ * field 1's, ...: sum(dim_counts) entries; may be NULL when that sum is 0). Flat arrays, so that
+ * bindings need not build arrays of pointers.
+ *
+ * `fn` is called with `user_data`; `release` (may be NULL) is called once with `user_data` after
+ * the dataset handle and every dataloader over it have been freed or closed, on the thread of
+ * whichever of those calls came last.
  */
-ACCEL_API accel_status accel_dataset_from_callback(int64_t length, size_t count,
+ACCEL_API accel_status accel_dataset_from_callback(int64_t sample_count, size_t field_count,
                                                    const accel_dtype* dtypes,
-                                                   const int64_t* const* shapes,
-                                                   const size_t* ndims, accel_sample_fn fn,
-                                                   void* user_data, accel_dataset** out);
+                                                   const size_t* dim_counts, const int64_t* dims,
+                                                   accel_sample_fn fn, void* user_data,
+                                                   accel_release_fn release, accel_dataset** out);
 
 /**
  * A dataset from IDX files (the MNIST family: Debian's dataset-fashion-mnist installs them under
@@ -553,13 +691,19 @@ ACCEL_API accel_status accel_dataset_from_idx(const char* const* paths, size_t c
                                               accel_dataset** out);
 
 /** Number of samples. */
-ACCEL_API accel_status accel_dataset_length(const accel_dataset* dataset, int64_t* out);
+ACCEL_API accel_status accel_dataset_sample_count(const accel_dataset* dataset, int64_t* out);
 
-/** Frees a dataset. NULL is a no-op. Dataloaders using it keep it alive. */
+/** Number of fields per sample. */
+ACCEL_API accel_status accel_dataset_field_count(const accel_dataset* dataset, size_t* out);
+
+/**
+ * Frees the dataset handle. NULL is a no-op. Dataloaders made over it keep using it (and its
+ * callback) until they are freed or closed. Waits for nothing.
+ */
 ACCEL_API void accel_dataset_free(accel_dataset* dataset);
 
 /* ----------------------------------------------------------------------------------------------------
- * Data loaders
+ * Dataloaders
  *
  * A dataloader gives this process its shard of every global batch, exactly as Accelerate's prepared
  * DataLoader: without split_batches, global batch i goes to rank i mod P (each rank's batch_size
@@ -595,20 +739,21 @@ ACCEL_API accel_status accel_dataloader_set(accel_dataloader* loader, const char
                                             const char* value);
 
 /**
- * The next batch: `fields[0..count)` receive new tensors (one per dataset field; the caller frees
- * them) and `*out_has_batch` true. At the end of an epoch `*out_has_batch` is false and nothing is
- * written; the following call starts the next epoch. `capacity` must be at least the number of
- * fields. A failing sample callback ends the epoch with ACCEL_ERR_CALLBACK; the next call starts
- * that epoch again.
+ * The next batch: `fields[0..capacity)` receive one new tensor per dataset field (the caller frees
+ * them) and `*out_count` their number. At the end of an epoch `*out_count` is 0 and nothing is
+ * written; the following call starts the next epoch. Buffer convention: with `capacity` below the
+ * number of fields (accel_dataloader_field_count) the call fails with ACCEL_ERR_BUFFER_TOO_SMALL
+ * and `*out_count` set to that number, before any batch is taken. A failing sample callback ends
+ * the epoch with ACCEL_ERR_CALLBACK; the next call starts that epoch again.
  */
 ACCEL_API accel_status accel_dataloader_next(accel_dataloader* loader, accel_tensor** fields,
-                                             size_t capacity, bool* out_has_batch);
+                                             size_t capacity, size_t* out_count);
 
 /** Number of fields per batch (the dataset's). */
-ACCEL_API accel_status accel_dataloader_num_fields(const accel_dataloader* loader, size_t* out);
+ACCEL_API accel_status accel_dataloader_field_count(const accel_dataloader* loader, size_t* out);
 
 /** Batches this process gets in a whole epoch. */
-ACCEL_API accel_status accel_dataloader_length(const accel_dataloader* loader, int64_t* out);
+ACCEL_API accel_status accel_dataloader_batch_count(const accel_dataloader* loader, int64_t* out);
 
 /** Sets the epoch the next iteration uses (its shuffle); ends an iteration in progress. */
 ACCEL_API accel_status accel_dataloader_set_epoch(accel_dataloader* loader, int64_t epoch);
@@ -621,7 +766,7 @@ ACCEL_API accel_status accel_dataloader_end_of_epoch(const accel_dataloader* loa
 
 /**
  * Accelerate's remainder: how many samples of the last global step are real rather than padding
- * (dataset length mod global batch size); -1 with drop_last.
+ * (sample count mod global batch size); -1 with drop_last.
  */
 ACCEL_API accel_status accel_dataloader_remainder(const accel_dataloader* loader, int64_t* out);
 
@@ -643,10 +788,20 @@ ACCEL_API accel_status accel_dataloader_set_position(accel_dataloader* loader, i
 /**
  * Stops the worker threads and releases the dataset; every later call on the dataloader but
  * accel_dataloader_free fails with ACCEL_ERR_STATE. Idempotent.
+ *
+ * What it waits for: the sample callbacks already running on the worker threads (at most one per
+ * worker; workers stop between samples), never other ranks. When it returns, the dataset's
+ * callback is never entered again on behalf of this dataloader. A prepared dataloader stays in the
+ * accelerator's checkpoints with its cursor as it was at close, so checkpoint contents do not
+ * shift. Calling it from the dataset's own sample callback fails with ACCEL_ERR_STATE.
  */
 ACCEL_API accel_status accel_dataloader_close(accel_dataloader* loader);
 
-/** Closes and frees a dataloader. NULL is a no-op. */
+/**
+ * Closes (see accel_dataloader_close: it waits for the sample callbacks already running, at most
+ * one per worker, never for other ranks) and frees a dataloader, prepared or not. NULL is a no-op.
+ * Called from the dataset's own sample callback it does nothing but record ACCEL_ERR_STATE.
+ */
 ACCEL_API void accel_dataloader_free(accel_dataloader* loader);
 
 /**
@@ -661,11 +816,11 @@ ACCEL_API accel_status accel_gather_for_metrics(accel_accelerator* accelerator,
  * Models
  *
  * A model is a TorchScript module: loaded from an archive (torch.jit.save in Python, tch-rs, or
- * accel_model_save), or built here from a catalogue of layers, each initialised exactly as the
- * matching torch.nn layer, plus methods written in TorchScript source. TorchScript compiled here
- * has no Python helpers: use aten ops (torch.relu, torch.linear, torch.conv2d, torch.max_pool2d,
- * torch.dropout(x, p, self.training), torch.cross_entropy_loss, ...) and call a layer as
- * self.fc1.forward(x).
+ * accel_model_save_torchscript), or built here from a catalogue of layers, each initialised exactly
+ * as the matching torch.nn layer, plus methods written in TorchScript source. TorchScript compiled
+ * here has no Python helpers: use aten ops (torch.relu, torch.linear, torch.conv2d,
+ * torch.max_pool2d, torch.dropout(x, p, self.training), torch.cross_entropy_loss, ...) and call a
+ * layer as self.fc1.forward(x).
  * -------------------------------------------------------------------------------------------------
  */
 
@@ -675,7 +830,7 @@ typedef struct accel_model accel_model;
 ACCEL_API accel_status accel_model_new(accel_model** out);
 
 /** Loads a TorchScript archive. An unreadable or invalid file is ACCEL_ERR_IO naming it. */
-ACCEL_API accel_status accel_model_load(const char* path, accel_model** out);
+ACCEL_API accel_status accel_model_load_torchscript(const char* path, accel_model** out);
 
 /**
  * Adds layer `name` of kind `kind` with options `spec` ("key=value" pairs separated by spaces or
@@ -687,7 +842,7 @@ ACCEL_API accel_status accel_model_load(const char* path, accel_model** out);
  *   layer_norm    normalized_shape (the last dimension), eps (1e-5)
  *   embedding     num_embeddings, embedding_dim
  * Add layers before defining methods that use them. An unknown kind or option is
- * ACCEL_ERR_INVALID_ARGUMENT naming it.
+ * ACCEL_ERR_INVALID_ARGUMENT naming it; a prepared model takes no new layers (ACCEL_ERR_STATE).
  */
 ACCEL_API accel_status accel_model_add_layer(accel_model* model, const char* name, const char* kind,
                                              const char* spec);
@@ -700,31 +855,32 @@ ACCEL_API accel_status accel_model_add_layer(accel_model* model, const char* nam
 ACCEL_API accel_status accel_model_define(accel_model* model, const char* source);
 
 /**
- * Calls `method` with `inputs[0..count)`; its results (a tensor, or a tuple of tensors) are written
- * to `outputs[0..capacity)` as new tensors the caller frees, their number to `*out_count`. Results
- * keep their autograd history, so a loss can go to accel_backward. For a prepared model the call
- * runs under the accelerator's mixed precision (floating results come back as fp32) and, with
- * several processes, first copies rank 0's buffers (batch-norm statistics) to every rank: for a
- * model with buffers every call is then a collective, to be made on all ranks alike. Inputs of the
- * wrong shape are ACCEL_ERR_SHAPE, of the wrong dtype ACCEL_ERR_DTYPE, both with TorchScript's
- * message.
+ * Calls `method` once with `inputs[0..input_count)`. Its results (a tensor, or a tuple or list of
+ * tensors) come back in `*out`, a list the caller frees (accel_tensor_list_count/get/free): the
+ * method never has to run twice to learn how many there are. Results keep their autograd history,
+ * so a loss can go to accel_backward. For a prepared model the call runs under the accelerator's
+ * mixed precision (floating results come back as fp32) and, with several processes, first copies
+ * rank 0's buffers (batch-norm statistics) to every rank: for a model with buffers every call is
+ * then a collective, to be made on all ranks alike. Inputs of the wrong shape are ACCEL_ERR_SHAPE,
+ * of the wrong dtype ACCEL_ERR_DTYPE, an unknown method ACCEL_ERR_INVALID_ARGUMENT, each with
+ * TorchScript's message.
  */
 ACCEL_API accel_status accel_model_call(accel_model* model, const char* method,
-                                        const accel_tensor* const* inputs, size_t count,
-                                        accel_tensor** outputs, size_t capacity, size_t* out_count);
+                                        const accel_tensor* const* inputs, size_t input_count,
+                                        accel_tensor_list** out);
 
 /** Train mode (dropout active, batch-norm statistics updated) or eval mode. */
 ACCEL_API accel_status accel_model_train(accel_model* model, bool training);
 
-/** Total number of parameter elements. */
-ACCEL_API accel_status accel_model_num_parameters(const accel_model* model, int64_t* out);
+/** Total number of parameter elements (Hugging Face's num_parameters()). */
+ACCEL_API accel_status accel_model_parameter_element_count(const accel_model* model, int64_t* out);
 
 /** Number of named parameters and buffers (accel_model_tensor_name indexes them). */
 ACCEL_API accel_status accel_model_tensor_count(const accel_model* model, size_t* out);
 
 /**
  * Name of parameter or buffer `index` ("conv1.weight", "bn.running_mean"), parameters first, in
- * registration order. See the buffer convention.
+ * registration order. Buffer convention.
  */
 ACCEL_API accel_status accel_model_tensor_name(const accel_model* model, size_t index, char* buf,
                                                size_t capacity, size_t* out_size);
@@ -736,10 +892,14 @@ ACCEL_API accel_status accel_model_tensor_name(const accel_model* model, size_t 
 ACCEL_API accel_status accel_model_tensor(const accel_model* model, const char* name,
                                           accel_tensor** out);
 
-/** Saves the model as a TorchScript archive (loadable by torch.jit.load and accel_model_load). */
-ACCEL_API accel_status accel_model_save(const accel_model* model, const char* path);
+/** Saves the model as a TorchScript archive (for torch.jit.load and accel_model_load_torchscript).
+ */
+ACCEL_API accel_status accel_model_save_torchscript(const accel_model* model, const char* path);
 
-/** Frees a model. NULL is a no-op. Optimizers over it keep it alive. */
+/**
+ * Frees the model handle. NULL is a no-op. Optimizers over it, and the accelerator once it is
+ * prepared, keep the model itself alive. Waits for nothing.
+ */
 ACCEL_API void accel_model_free(accel_model* model);
 
 /* ----------------------------------------------------------------------------------------------------
@@ -754,12 +914,12 @@ typedef struct accel_optimizer accel_optimizer;
  * PyTorch's defaults. Options (accel_optimizer_set): lr; sgd: momentum, dampening, weight_decay,
  * nesterov; adam/adamw: beta1, beta2, eps, weight_decay, amsgrad; rmsprop: alpha, eps,
  * weight_decay, momentum, centered; adagrad: lr_decay, weight_decay, initial_accumulator_value,
- * eps.
+ * eps. It joins the model's training family (see Threads at the top).
  */
 ACCEL_API accel_status accel_optimizer_new(accel_model* model, const char* kind,
                                            accel_optimizer** out);
 
-/** Sets an option by key; takes effect at the next step. */
+/** Sets an option by key ("lr", "0.01"); takes effect at the next step. */
 ACCEL_API accel_status accel_optimizer_set(accel_optimizer* optimizer, const char* key,
                                            const char* value);
 
@@ -783,7 +943,8 @@ ACCEL_API accel_status accel_optimizer_set_lr(accel_optimizer* optimizer, double
 ACCEL_API accel_status accel_optimizer_step_was_skipped(const accel_optimizer* optimizer,
                                                         bool* out);
 
-/** Frees an optimizer. NULL is a no-op. */
+/** Frees the optimizer handle. NULL is a no-op. Schedulers over it, and the accelerator once it is
+ * prepared, keep the optimizer itself alive. Waits for nothing. */
 ACCEL_API void accel_optimizer_free(accel_optimizer* optimizer);
 
 typedef struct accel_scheduler accel_scheduler;
@@ -794,7 +955,7 @@ typedef struct accel_scheduler accel_scheduler;
  *   cosine (warmup_steps, total_steps, num_cycles 0.5); cosine_with_restarts (warmup_steps,
  *   total_steps, num_cycles 1); polynomial (warmup_steps, total_steps, lr_end 1e-7, power 1);
  *   step (step_size, gamma 0.1); exponential (gamma); one_cycle (max_lr, total_steps, pct_start
- * 0.3, anneal_strategy cos|linear, div_factor 25, final_div_factor 1e4, base_momentum 0.85,
+ *   0.3, anneal_strategy cos|linear, div_factor 25, final_div_factor 1e4, base_momentum 0.85,
  *   max_momentum 0.95, cycle_momentum true).
  * The schedule's base rate is the optimizer's rate when the scheduler is made (set lr first); the
  * optimizer's rate is set to the schedule's value at step 0 as soon as the options are complete.
@@ -819,7 +980,7 @@ ACCEL_API accel_status accel_scheduler_step(accel_scheduler* scheduler);
 /** The learning rate the schedule has set. */
 ACCEL_API accel_status accel_scheduler_lr(const accel_scheduler* scheduler, double* out);
 
-/** Frees a scheduler. NULL is a no-op. */
+/** Frees the scheduler handle. NULL is a no-op. Waits for nothing. */
 ACCEL_API void accel_scheduler_free(accel_scheduler* scheduler);
 
 /* ----------------------------------------------------------------------------------------------------
@@ -833,7 +994,9 @@ ACCEL_API void accel_scheduler_free(accel_scheduler* scheduler);
  * (unless device_placement is off) and, with several processes, get rank 0's parameters and buffers
  * and data-parallel gradient synchronisation; optimizers are bound to the placed parameters (their
  * model must be prepared in the same call or before); schedulers get Accelerate's stepping rules;
- * dataloaders are sharded already. Preparing an object twice is a no-op.
+ * dataloaders are sharded already and join the accelerator's checkpoints. Models, optimizers and
+ * schedulers join the accelerator's training family. Preparing an object twice is a no-op. Every
+ * argument is checked before anything is prepared.
  */
 ACCEL_API accel_status accel_prepare(accel_accelerator* accelerator, void* const* objects,
                                      size_t count);
@@ -870,7 +1033,7 @@ ACCEL_API accel_status accel_clip_grad_value(accel_accelerator* accelerator, acc
                                              double clip_value);
 
 /* ----------------------------------------------------------------------------------------------------
- * Model checkpoints (safetensors)
+ * Checkpoints
  * -------------------------------------------------------------------------------------------------
  */
 
@@ -880,16 +1043,17 @@ ACCEL_API accel_status accel_clip_grad_value(accel_accelerator* accelerator, acc
  * `max_shard_size` ("10GB" when NULL; decimal units as Accelerate, "500MB", and binary "1GiB"), the
  * shards model-00001-of-0000N.safetensors filled greedily in parameter order plus
  * model.safetensors.index.json. Each file is written aside and renamed into place. Only the main
- * process writes; every process returns once it is written, with the main process's status.
+ * process writes; every process returns once it is written, with the main process's status (its
+ * class and message).
  */
 ACCEL_API accel_status accel_save_model(accel_accelerator* accelerator, const accel_model* model,
                                         const char* dir, const char* max_shard_size);
 
 /**
- * Loads weights into `model` from a safetensors file, a model.safetensors.index.json, or a
- * directory holding either. Names, shapes and dtypes must match: otherwise ACCEL_ERR_SHAPE lists
- * the missing, unexpected and mismatched tensors and the model is unchanged. A corrupt or truncated
- * file is ACCEL_ERR_IO naming it and what is wrong.
+ * Accelerate's load_checkpoint_in_model: loads weights into `model` from a safetensors file, a
+ * model.safetensors.index.json, or a directory holding either. Names, shapes and dtypes must
+ * match: otherwise ACCEL_ERR_SHAPE lists the missing, unexpected and mismatched tensors and the
+ * model is unchanged. A corrupt or truncated file is ACCEL_ERR_IO naming it and what is wrong.
  */
 ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const char* path);
 
@@ -897,20 +1061,18 @@ ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const 
  * Accelerate's save_state, language-neutral: writes into directory `dir` every prepared model
  * (safetensors), each optimizer's state tensors (safetensors) and options (JSON), each scheduler's
  * step count, the loss scaler, each prepared dataloader's cursor, the accumulation counter, the
- * configuration, one random-state file per process, and manifest.json listing every file with its
- * size and CRC-32. The directory is written as `dir`.partial and renamed into place only when
- * complete, so an interrupted save never harms a previous checkpoint at `dir`. A collective: every
- * process calls it.
- */
-ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const char* dir);
-
-/*
+ * configuration, one random-state file per process, the program's registered objects, and
+ * manifest.json listing every file with its size and CRC-32. The directory is written as
+ * `dir`.partial and renamed into place only when complete, so an interrupted save never harms a
+ * previous checkpoint at `dir`. A collective: every process calls it.
+ *
  * With `dir` NULL, the configuration's project settings decide (Accelerate's ProjectConfiguration):
  * automatic_checkpoint_naming true saves to project_dir/checkpoints/checkpoint_<n>, n counting up
  * from 0 (or from one past the newest checkpoint there), and total_limit > 0 keeps only the newest
- * total_limit of them; accel_load_state(accel, NULL) loads the newest and continues the numbering
+ * total_limit of them; accel_load_state(acc, NULL) loads the newest and continues the numbering
  * after it.
  */
+ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const char* dir);
 
 /**
  * Restores a save_state directory into the prepared objects (the same numbers and kinds, prepared
@@ -921,20 +1083,35 @@ ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const ch
  */
 ACCEL_API accel_status accel_load_state(accel_accelerator* accelerator, const char* dir);
 
+/** Where a checkpoint save callback writes its bytes (see accel_register_for_checkpointing). */
+typedef struct accel_state_writer accel_state_writer;
+
+/**
+ * Appends `size` bytes at `data` to the object being saved. Valid only inside the save callback
+ * that received `writer`, on its thread.
+ */
+ACCEL_API accel_status accel_state_writer_write(accel_state_writer* writer, const void* data,
+                                                size_t size);
+
+/** Writes the object's state: any number of accel_state_writer_write calls, then return 0. */
+typedef int32_t (*accel_state_save_fn)(accel_state_writer* writer, void* user_data);
+/** Restores the object's state from the `size` bytes at `data` (borrowed for the call). */
+typedef int32_t (*accel_state_load_fn)(const void* data, size_t size, void* user_data);
+
 /**
  * Saves the program's own state with every checkpoint (Accelerate's register_for_checkpointing):
- * `save` is called on the main process during accel_save_state, first with `buf` NULL to learn the
- * size (written to `*out_size`), then with a buffer of that size; `load` is called on every process
- * during accel_load_state with the saved bytes. Both return 0 on success; anything else fails the
- * save or load with ACCEL_ERR_CALLBACK. Both run on the thread that called save/load_state.
- * Registration order is the checkpoint's order: register the same objects in the same order before
- * loading. `user_data` must stay valid while the accelerator lives.
+ * `save` is called once on the main process during accel_save_state, `load` on every process during
+ * accel_load_state with the saved bytes. A nonzero return fails the save or load with
+ * ACCEL_ERR_CALLBACK. Both run on the thread that called save/load_state, inside the accelerator's
+ * training family: they may call functions of the family (accel_model_tensor, say) but not
+ * accel_save_state or accel_load_state (ACCEL_ERR_STATE). Registration order is the checkpoint's
+ * order: register the same objects in the same order before loading. `release` (may be NULL) is
+ * called once with `user_data` when the accelerator is freed.
  */
-typedef int (*accel_state_save_fn)(void* buf, size_t capacity, size_t* out_size, void* user_data);
-typedef int (*accel_state_load_fn)(const void* data, size_t size, void* user_data);
 ACCEL_API accel_status accel_register_for_checkpointing(accel_accelerator* accelerator,
                                                         accel_state_save_fn save,
-                                                        accel_state_load_fn load, void* user_data);
+                                                        accel_state_load_fn load, void* user_data,
+                                                        accel_release_fn release);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -7,17 +7,19 @@
 using accel::Errc;
 using accel::fail;
 using accel::capi::checked;
+using accel::capi::FamilyLock;
 using accel::capi::guarded;
 using accel::capi::require;
 
 namespace {
 
-const accel::runtime::Accelerator& impl_of(const accel_accelerator* a) {
-  return *checked(a, "accelerator")->impl;
+// The runtime, for the queries: what they read is fixed when the accelerator is made.
+const accel::runtime::Accelerator& runtime_of(const accel_accelerator* a) {
+  return checked(a, "accelerator")->session->accelerator();
 }
 
-accel::runtime::Accelerator& impl_of(accel_accelerator* a) {
-  return *checked(a, "accelerator")->impl;
+accel::runtime::Accelerator& runtime_of(accel_accelerator* a) {
+  return checked(a, "accelerator")->session->accelerator();
 }
 
 }  // namespace
@@ -27,43 +29,43 @@ extern "C" {
 ACCEL_API accel_status accel_init(const accel_config* config, accel_accelerator** out) {
   return guarded([&] {
     require(out, "out");
-    const auto env = accel::config::process_environment();
     accel::config::Config cfg;
-    if (config) cfg = checked(config, "config")->config;
-    if (cfg.file_path().empty()) {
-      if (auto it = env.find("ACCEL_CONFIG_FILE"); it != env.end() && !it->second.empty())
-        cfg.load_file(it->second);
+    if (config) {
+      checked(config, "config");
+      std::shared_lock<std::shared_mutex> lock(config->mutex);
+      cfg = config->config;
     }
     auto handle = std::make_unique<accel_accelerator>();
-    handle->impl = std::make_unique<accel::runtime::Accelerator>(cfg, env);
-    handle->session = std::make_shared<accel::prepare::Session>(*handle->impl);
+    handle->session = std::make_shared<accel::prepare::Session>(
+        std::make_unique<accel::runtime::Accelerator>(cfg, accel::config::process_environment()));
     *out = handle.release();
   });
 }
 
-ACCEL_API void accel_free(accel_accelerator* accelerator) {
+ACCEL_API void accel_accelerator_free(accel_accelerator* accelerator) {
   accel::capi::free_handle(accelerator, "accelerator");
 }
 
-ACCEL_API accel_status accel_process_index(const accel_accelerator* accelerator, int* out) {
+ACCEL_API accel_status accel_process_index(const accel_accelerator* accelerator, int32_t* out) {
   return guarded([&] {
-    const auto& a = impl_of(accelerator);
+    const auto& a = runtime_of(accelerator);
     require(out, "out");
     *out = a.place().rank;
   });
 }
 
-ACCEL_API accel_status accel_local_process_index(const accel_accelerator* accelerator, int* out) {
+ACCEL_API accel_status accel_local_process_index(const accel_accelerator* accelerator,
+                                                 int32_t* out) {
   return guarded([&] {
-    const auto& a = impl_of(accelerator);
+    const auto& a = runtime_of(accelerator);
     require(out, "out");
     *out = a.place().local_rank;
   });
 }
 
-ACCEL_API accel_status accel_num_processes(const accel_accelerator* accelerator, int* out) {
+ACCEL_API accel_status accel_num_processes(const accel_accelerator* accelerator, int32_t* out) {
   return guarded([&] {
-    const auto& a = impl_of(accelerator);
+    const auto& a = runtime_of(accelerator);
     require(out, "out");
     *out = a.place().world_size;
   });
@@ -71,7 +73,7 @@ ACCEL_API accel_status accel_num_processes(const accel_accelerator* accelerator,
 
 ACCEL_API accel_status accel_is_main_process(const accel_accelerator* accelerator, bool* out) {
   return guarded([&] {
-    const auto& a = impl_of(accelerator);
+    const auto& a = runtime_of(accelerator);
     require(out, "out");
     *out = a.is_main_process();
   });
@@ -80,7 +82,7 @@ ACCEL_API accel_status accel_is_main_process(const accel_accelerator* accelerato
 ACCEL_API accel_status accel_is_local_main_process(const accel_accelerator* accelerator,
                                                    bool* out) {
   return guarded([&] {
-    const auto& a = impl_of(accelerator);
+    const auto& a = runtime_of(accelerator);
     require(out, "out");
     *out = a.is_local_main_process();
   });
@@ -89,41 +91,46 @@ ACCEL_API accel_status accel_is_local_main_process(const accel_accelerator* acce
 ACCEL_API accel_status accel_device(const accel_accelerator* accelerator, char* buf,
                                     size_t capacity, size_t* out_size) {
   return guarded(
-      [&] { accel::capi::write_text(impl_of(accelerator).device(), buf, capacity, out_size); });
+      [&] { accel::capi::write_text(runtime_of(accelerator).device(), buf, capacity, out_size); });
 }
 
-ACCEL_API accel_status accel_distributed_type_get(const accel_accelerator* accelerator,
-                                                  accel_distributed_type* out) {
+ACCEL_API accel_status accel_distributed_type(const accel_accelerator* accelerator,
+                                              accel_distribution* out) {
   return guarded([&] {
-    const auto& a = impl_of(accelerator);
+    const auto& a = runtime_of(accelerator);
     require(out, "out");
-    *out = static_cast<accel_distributed_type>(a.distributed_type());
+    *out = static_cast<accel_distribution>(a.distributed_type());
   });
 }
 
-ACCEL_API accel_status accel_mixed_precision_get(const accel_accelerator* accelerator,
-                                                 accel_mixed_precision* out) {
+ACCEL_API accel_status accel_mixed_precision(const accel_accelerator* accelerator,
+                                             accel_precision* out) {
   return guarded([&] {
-    const auto& a = impl_of(accelerator);
+    const auto& a = runtime_of(accelerator);
     require(out, "out");
-    *out = static_cast<accel_mixed_precision>(a.mixed_precision());
+    *out = static_cast<accel_precision>(a.mixed_precision());
   });
 }
 
-ACCEL_API accel_status accel_config_dump_effective(const accel_accelerator* accelerator, char* buf,
-                                                   size_t capacity, size_t* out_size) {
+ACCEL_API accel_status accel_effective_config(const accel_accelerator* accelerator, char* buf,
+                                              size_t capacity, size_t* out_size) {
   return guarded([&] {
-    accel::capi::write_text(impl_of(accelerator).settings().dump_yaml(), buf, capacity, out_size);
+    accel::capi::write_text(runtime_of(accelerator).settings().dump_yaml(), buf, capacity,
+                            out_size);
   });
 }
 
 ACCEL_API accel_status accel_wait_for_everyone(accel_accelerator* accelerator) {
-  return guarded([&] { impl_of(accelerator).wait_for_everyone(); });
+  return guarded([&] {
+    auto& a = runtime_of(accelerator);
+    FamilyLock lock(accelerator->family);
+    a.wait_for_everyone();
+  });
 }
 
 ACCEL_API accel_status accel_print(const accel_accelerator* accelerator, const char* message) {
   return guarded([&] {
-    const auto& a = impl_of(accelerator);
+    const auto& a = runtime_of(accelerator);
     require(message, "message");
     if (!a.is_local_main_process()) return;
     std::fputs(message, stdout);
@@ -134,29 +141,36 @@ ACCEL_API accel_status accel_print(const accel_accelerator* accelerator, const c
 
 ACCEL_API accel_status accel_main_process_first_begin(accel_accelerator* accelerator) {
   return guarded([&] {
-    auto& a = impl_of(accelerator);
+    auto& a = runtime_of(accelerator);
+    FamilyLock lock(accelerator->family);
     if (!a.is_main_process()) a.wait_for_everyone();
   });
 }
 
 ACCEL_API accel_status accel_main_process_first_end(accel_accelerator* accelerator) {
   return guarded([&] {
-    auto& a = impl_of(accelerator);
+    auto& a = runtime_of(accelerator);
+    FamilyLock lock(accelerator->family);
     if (a.is_main_process()) a.wait_for_everyone();
   });
 }
 
 ACCEL_API accel_status accel_set_seed(accel_accelerator* accelerator, uint64_t seed,
                                       bool device_specific) {
-  return guarded([&] { impl_of(accelerator).set_seed(seed, device_specific); });
+  return guarded([&] {
+    auto& a = runtime_of(accelerator);
+    FamilyLock lock(accelerator->family);
+    a.set_seed(seed, device_specific);
+  });
 }
 
 ACCEL_API accel_status accel_gather(accel_accelerator* accelerator, const accel_tensor* tensor,
                                     accel_tensor** out) {
   return guarded([&] {
-    auto& a = impl_of(accelerator);
+    auto& a = runtime_of(accelerator);
     checked(tensor, "tensor");
     require(out, "out");
+    FamilyLock lock(accelerator->family);
     *out = accel::capi::new_tensor(accel::ops::gather(a.communicator(), tensor->tensor));
   });
 }
@@ -166,9 +180,10 @@ ACCEL_API accel_status accel_pad_across_processes(accel_accelerator* accelerator
                                                   double pad_value, bool pad_first,
                                                   accel_tensor** out) {
   return guarded([&] {
-    auto& a = impl_of(accelerator);
+    auto& a = runtime_of(accelerator);
     checked(tensor, "tensor");
     require(out, "out");
+    FamilyLock lock(accelerator->family);
     *out = accel::capi::new_tensor(accel::ops::pad_across_processes(
         a.communicator(), tensor->tensor, dim, pad_value, pad_first));
   });
@@ -177,7 +192,7 @@ ACCEL_API accel_status accel_pad_across_processes(accel_accelerator* accelerator
 ACCEL_API accel_status accel_reduce(accel_accelerator* accelerator, const accel_tensor* tensor,
                                     accel_reduction reduction, accel_tensor** out) {
   return guarded([&] {
-    auto& a = impl_of(accelerator);
+    auto& a = runtime_of(accelerator);
     checked(tensor, "tensor");
     require(out, "out");
     accel::ops::Reduction r;
@@ -195,21 +210,23 @@ ACCEL_API accel_status accel_reduce(accel_accelerator* accelerator, const accel_
         r = accel::ops::Reduction::kMin;
         break;
       default:
-        fail(Errc::invalid_argument, "reduction " + std::to_string(static_cast<int>(reduction)) +
-                                         " is not an accel_reduction value");
+        fail(Errc::invalid_argument,
+             "reduction " + std::to_string(reduction) + " is not an accel_reduction value");
     }
+    FamilyLock lock(accelerator->family);
     *out = accel::capi::new_tensor(accel::ops::reduce(a.communicator(), tensor->tensor, r));
   });
 }
 
 ACCEL_API accel_status accel_broadcast(accel_accelerator* accelerator, const accel_tensor* tensor,
-                                       int from_process, accel_tensor** out) {
+                                       int32_t from_process, accel_tensor** out) {
   return guarded([&] {
-    auto& a = impl_of(accelerator);
+    auto& a = runtime_of(accelerator);
     if (tensor) checked(tensor, "tensor");
     require(out, "out");
     if (a.place().rank == from_process) require(tensor, "tensor (on the source rank)");
     const at::Tensor source = tensor ? tensor->tensor : at::Tensor();
+    FamilyLock lock(accelerator->family);
     *out = accel::capi::new_tensor(accel::ops::broadcast(a.communicator(), source, from_process));
   });
 }
@@ -217,12 +234,13 @@ ACCEL_API accel_status accel_broadcast(accel_accelerator* accelerator, const acc
 ACCEL_API accel_status accel_gather_object(accel_accelerator* accelerator, const void* data,
                                            size_t size, accel_bytes_list** out) {
   return guarded([&] {
-    auto& a = impl_of(accelerator);
+    auto& a = runtime_of(accelerator);
     if (size > 0) require(data, "data");
     require(out, "out");
     const std::string bytes =
         size ? std::string(static_cast<const char*>(data), size) : std::string();
     auto list = std::make_unique<accel_bytes_list>();
+    FamilyLock lock(accelerator->family);
     list->items = accel::ops::gather_object(a.communicator(), bytes);
     *out = list.release();
   });
@@ -245,7 +263,7 @@ ACCEL_API accel_status accel_bytes_list_get(const accel_bytes_list* list, size_t
     if (index >= list->items.size())
       fail(Errc::invalid_argument, "index " + std::to_string(index) + " is out of range (" +
                                        std::to_string(list->items.size()) + " entries)");
-    *out_data = list->items[index].data();
+    *out_data = list->items[index].data();  // never NULL, also when empty (Rust slices need that)
     *out_size = list->items[index].size();
   });
 }

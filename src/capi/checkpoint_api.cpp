@@ -1,39 +1,43 @@
-// accel_save_model and accel_load_checkpoint_in_model.
+// accel_save_model, accel_load_checkpoint_in_model, save_state/load_state and the program's own
+// checkpointed objects.
 #include "capi/handles.hpp"
 #include "checkpoint/model_io.hpp"
-#include "checkpoint/safetensors.hpp"
 #include "checkpoint/state.hpp"
-#include "ops/collectives.hpp"
 
 using accel::Errc;
 using accel::fail;
 using accel::capi::checked;
+using accel::capi::FamilyLock;
 using accel::capi::guarded;
 using accel::capi::require;
+
+namespace {
+
+// Calls the program's release callback once, when the last copy of the registration is gone,
+// and only if the registration succeeded.
+struct Release {
+  accel_release_fn fn;
+  void* user_data;
+  bool armed = false;
+  ~Release() {
+    if (armed && fn) fn(user_data);
+  }
+};
+
+}  // namespace
 
 extern "C" {
 
 ACCEL_API accel_status accel_save_model(accel_accelerator* accelerator, const accel_model* model,
                                         const char* dir, const char* max_shard_size) {
   return guarded([&] {
-    auto& acc = *checked(accelerator, "accelerator")->impl;
+    auto session = checked(accelerator, "accelerator")->session;
     checked(model, "model");
     require(dir, "dir");
-    const uint64_t shard = accel::checkpoint::parse_size(max_shard_size ? max_shard_size : "10GB");
-    std::string error;
-    if (acc.is_main_process()) {
-      try {
-        accel::checkpoint::save_model(*model->model, dir, shard);
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-    }
-    // The others wait for the main process and learn how it went, so every rank returns alike.
-    if (auto* comm = acc.communicator()) {
-      const auto all = accel::ops::gather_object(comm, error);
-      error = all[0];
-    }
-    if (!error.empty()) fail(Errc::io, "save_model on the main process failed: " + error);
+    FamilyLock lock(accelerator->family);  // the accelerator's family first, always
+    FamilyLock model_lock(model->family);
+    accel::checkpoint::save_model_from_main(session->accelerator(), *model->model, dir,
+                                            max_shard_size ? max_shard_size : "10GB");
   });
 }
 
@@ -41,39 +45,66 @@ ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const 
   return guarded([&] {
     checked(model, "model");
     require(path, "path");
+    FamilyLock lock(model->family);
     accel::checkpoint::load_checkpoint_in_model(*model->model, path);
   });
 }
 
 ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const char* dir) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    auto session = checked(accelerator, "accelerator")->session;
+    FamilyLock lock(accelerator->family);
     if (dir)
-      accel::checkpoint::save_state(*accelerator->session, dir);
+      accel::checkpoint::save_state(*session, dir);
     else
-      accel::checkpoint::save_state_automatic(*accelerator->session);
+      accel::checkpoint::save_state_automatic(*session);
   });
 }
 
 ACCEL_API accel_status accel_load_state(accel_accelerator* accelerator, const char* dir) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    auto session = checked(accelerator, "accelerator")->session;
+    FamilyLock lock(accelerator->family);
     if (dir)
-      accel::checkpoint::load_state(*accelerator->session, dir);
+      accel::checkpoint::load_state(*session, dir);
     else
-      accel::checkpoint::load_state_automatic(*accelerator->session);
+      accel::checkpoint::load_state_automatic(*session);
+  });
+}
+
+ACCEL_API accel_status accel_state_writer_write(accel_state_writer* writer, const void* data,
+                                                size_t size) {
+  return guarded([&] {
+    checked(writer, "writer");
+    if (size > 0) require(data, "data");
+    writer->bytes.append(static_cast<const char*>(data), size);
   });
 }
 
 ACCEL_API accel_status accel_register_for_checkpointing(accel_accelerator* accelerator,
                                                         accel_state_save_fn save,
-                                                        accel_state_load_fn load, void* user_data) {
+                                                        accel_state_load_fn load, void* user_data,
+                                                        accel_release_fn release) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    auto session = checked(accelerator, "accelerator")->session;
     if (!save || !load)
       fail(Errc::invalid_argument,
            std::string(!save ? "save" : "load") + " is NULL: both callbacks are required");
-    accelerator->session->register_custom({save, load, user_data});
+    auto keep = std::make_shared<Release>(Release{release, user_data});
+    accel::prepare::Session::CustomObject object;
+    object.save = [save, user_data, keep] {
+      accel_state_writer writer;
+      const int32_t rc = save(&writer, user_data);
+      if (rc != 0) fail(Errc::callback, "its save callback returned " + std::to_string(rc));
+      return std::move(writer.bytes);
+    };
+    object.load = [load, user_data, keep](const std::string& bytes) {
+      const int32_t rc = load(bytes.data(), bytes.size(), user_data);
+      if (rc != 0) fail(Errc::callback, "its load callback returned " + std::to_string(rc));
+    };
+    FamilyLock lock(accelerator->family);
+    session->register_custom(std::move(object));
+    keep->armed = true;
   });
 }
 

@@ -25,6 +25,7 @@ ACCEL_API accel_status accel_config_set(accel_config* config, const char* key, c
     checked(config, "config");
     require(key, "key");
     require(value, "value");
+    std::unique_lock<std::shared_mutex> lock(config->mutex);
     config->config.set(key, value);
   });
 }
@@ -32,6 +33,7 @@ ACCEL_API accel_status accel_config_set(accel_config* config, const char* key, c
 ACCEL_API accel_status accel_config_load_file(accel_config* config, const char* path) {
   return guarded([&] {
     checked(config, "config");
+    std::unique_lock<std::shared_mutex> lock(config->mutex);
     accel::config::Config copy = config->config;  // unchanged on failure
     if (path)
       copy.load_file(path);
@@ -50,6 +52,7 @@ ACCEL_API accel_status accel_config_get(const accel_config* config, const char* 
     if (!accel::config::find_key(key))
       fail(Errc::config, accel::config::unknown_key_message(
                              key, {accel::config::Source::kSetter, "accel_config_get"}));
+    std::shared_lock<std::shared_mutex> lock(config->mutex);
     const auto resolved = config->config.resolve(accel::config::process_environment());
     accel::capi::write_text(resolved.text(key), buf, capacity, out_size);
   });
@@ -60,6 +63,7 @@ ACCEL_API accel_status accel_config_dump(const accel_config* config, char* buf, 
   return guarded([&] {
     checked(config, "config");
     require(out_size, "out_size");
+    std::shared_lock<std::shared_mutex> lock(config->mutex);
     const auto resolved = config->config.resolve(accel::config::process_environment());
     accel::capi::write_text(resolved.dump_yaml(), buf, capacity, out_size);
   });

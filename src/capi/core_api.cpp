@@ -70,20 +70,29 @@ const char* tag_name(uint32_t tag) noexcept {
       return "accel_optimizer";
     case Tag::kScheduler:
       return "accel_scheduler";
+    case Tag::kTensorList:
+      return "accel_tensor_list";
+    case Tag::kStateWriter:
+      return "accel_state_writer";
     case Tag::kFreed:
       return "a handle that was already freed";
   }
   return "not a libaccel handle";
 }
 
+void require_capacity(size_t needed, const void* buf, size_t capacity, size_t* out_count,
+                      const char* out_name, const char* what) {
+  if (!out_count) fail(Errc::invalid_argument, std::string(out_name) + " is NULL");
+  *out_count = needed;
+  const size_t room = buf ? capacity : 0;
+  if (room < needed)
+    fail(Errc::buffer_too_small, std::string(what) + ": the buffer holds " + std::to_string(room) +
+                                     "; " + std::to_string(needed) + " are needed");
+}
+
 void write_text(const std::string& text, char* buf, size_t capacity, size_t* out_size) {
-  if (!out_size) fail(Errc::invalid_argument, "out_size is NULL");
-  const size_t needed = text.size() + 1;
-  *out_size = needed;
-  if (!buf || capacity < needed)
-    fail(Errc::buffer_too_small, "the buffer holds " + std::to_string(buf ? capacity : 0) +
-                                     " bytes; " + std::to_string(needed) + " are needed");
-  std::memcpy(buf, text.c_str(), needed);
+  require_capacity(text.size() + 1, buf, capacity, out_size, "out_size", "text");
+  std::memcpy(buf, text.c_str(), text.size() + 1);
 }
 
 }  // namespace accel::capi
@@ -93,6 +102,10 @@ extern "C" {
 ACCEL_API const char* accel_version(void) {
   return ACCEL_STRINGIFY(ACCEL_VERSION_MAJOR) "." ACCEL_STRINGIFY(
       ACCEL_VERSION_MINOR) "." ACCEL_STRINGIFY(ACCEL_VERSION_PATCH);
+}
+
+ACCEL_API uint32_t accel_version_number(void) {
+  return ACCEL_VERSION_NUMBER;
 }
 
 ACCEL_API const char* accel_last_error_message(void) {

@@ -1,26 +1,36 @@
 // accel_dataset_*, accel_dataloader_* and accel_gather_for_metrics.
+#include <type_traits>
+
 #include "capi/handles.hpp"
 #include "ops/collectives.hpp"
 
 using accel::Errc;
 using accel::fail;
 using accel::capi::checked;
+using accel::capi::FamilyLock;
 using accel::capi::guarded;
 using accel::capi::require;
 
-namespace {
+// The data layer declares the callback types itself (it does not see this header): same ABI.
+static_assert(std::is_same_v<accel_sample_fn, accel::data::SampleFn>);
+static_assert(std::is_same_v<accel_release_fn, accel::data::ReleaseFn>);
 
-accel_dataset* new_dataset(std::shared_ptr<accel::data::Dataset> ds) {
-  auto* h = new accel_dataset();
-  h->dataset = std::move(ds);
-  return h;
-}
+namespace {
 
 accel::data::DataLoader& loader_of(accel_dataloader* l) {
   return *checked(l, "loader")->loader;
 }
 const accel::data::DataLoader& loader_of(const accel_dataloader* l) {
   return *checked(l, "loader")->loader;
+}
+
+// A new dataset handle, made before the dataset so that a failure cannot leave a dataset (and its
+// release callback) behind.
+template <class Make>
+accel_dataset* new_dataset(Make&& make) {
+  auto h = std::make_unique<accel_dataset>();
+  h->dataset = make();
+  return h.release();
 }
 
 }  // namespace
@@ -36,35 +46,43 @@ ACCEL_API accel_status accel_dataset_from_tensors(const accel_tensor* const* ten
     std::vector<at::Tensor> fields;
     for (size_t i = 0; i < count; ++i)
       fields.push_back(checked(tensors[i], ("tensors[" + std::to_string(i) + "]").c_str())->tensor);
-    *out = new_dataset(accel::data::tensor_dataset(std::move(fields)));
+    *out = new_dataset([&] { return accel::data::tensor_dataset(std::move(fields)); });
   });
 }
 
-ACCEL_API accel_status accel_dataset_from_callback(int64_t length, size_t count,
+ACCEL_API accel_status accel_dataset_from_callback(int64_t sample_count, size_t field_count,
                                                    const accel_dtype* dtypes,
-                                                   const int64_t* const* shapes,
-                                                   const size_t* ndims, accel_sample_fn fn,
-                                                   void* user_data, accel_dataset** out) {
+                                                   const size_t* dim_counts, const int64_t* dims,
+                                                   accel_sample_fn fn, void* user_data,
+                                                   accel_release_fn release, accel_dataset** out) {
   return guarded([&] {
     require(out, "out");
+    if (field_count == 0)
+      fail(Errc::invalid_argument, "field_count is 0: a dataset needs at least one field");
     require(dtypes, "dtypes");
-    require(ndims, "ndims");
+    require(dim_counts, "dim_counts");
     if (!fn) fail(Errc::invalid_argument, "fn is NULL");
     std::vector<accel::data::FieldSpec> fields;
-    for (size_t f = 0; f < count; ++f) {
+    size_t next_dim = 0;
+    for (size_t f = 0; f < field_count; ++f) {
       accel::data::FieldSpec spec;
       if (!accel::capi::to_scalar_type(dtypes[f], &spec.dtype))
-        fail(Errc::dtype, "dtypes[" + std::to_string(f) + "] is not an accel_dtype value");
-      if (ndims[f] > ACCEL_MAX_DIMS - 1)
-        fail(Errc::shape, "field " + std::to_string(f) + " has too many dimensions");
-      if (ndims[f] > 0) {
-        require(shapes, "shapes");
-        require(shapes[f], "shapes[f]");
-        spec.shape.assign(shapes[f], shapes[f] + ndims[f]);
+        fail(Errc::dtype, "dtypes[" + std::to_string(f) + "] is " + std::to_string(dtypes[f]) +
+                              ", not an accel_dtype value");
+      if (dim_counts[f] > ACCEL_MAX_DIMS - 1)
+        fail(Errc::shape, "field " + std::to_string(f) + " has " + std::to_string(dim_counts[f]) +
+                              " dimensions per sample; at most " +
+                              std::to_string(ACCEL_MAX_DIMS - 1) + " are allowed");
+      if (dim_counts[f] > 0) {
+        require(dims, "dims");
+        spec.shape.assign(dims + next_dim, dims + next_dim + dim_counts[f]);
+        next_dim += dim_counts[f];
       }
       fields.push_back(std::move(spec));
     }
-    *out = new_dataset(accel::data::callback_dataset(length, std::move(fields), fn, user_data));
+    *out = new_dataset([&] {
+      return accel::data::callback_dataset(sample_count, std::move(fields), fn, user_data, release);
+    });
   });
 }
 
@@ -75,18 +93,26 @@ ACCEL_API accel_status accel_dataset_from_idx(const char* const* paths, size_t c
     require(paths, "paths");
     std::vector<std::string> list;
     for (size_t i = 0; i < count; ++i) {
-      require(paths[i], "paths[i]");
+      require(paths[i], ("paths[" + std::to_string(i) + "]").c_str());
       list.emplace_back(paths[i]);
     }
-    *out = new_dataset(accel::data::idx_dataset(list));
+    *out = new_dataset([&] { return accel::data::idx_dataset(list); });
   });
 }
 
-ACCEL_API accel_status accel_dataset_length(const accel_dataset* dataset, int64_t* out) {
+ACCEL_API accel_status accel_dataset_sample_count(const accel_dataset* dataset, int64_t* out) {
   return guarded([&] {
     checked(dataset, "dataset");
     require(out, "out");
     *out = dataset->dataset->size();
+  });
+}
+
+ACCEL_API accel_status accel_dataset_field_count(const accel_dataset* dataset, size_t* out) {
+  return guarded([&] {
+    checked(dataset, "dataset");
+    require(out, "out");
+    *out = dataset->dataset->num_fields();
   });
 }
 
@@ -97,19 +123,11 @@ ACCEL_API void accel_dataset_free(accel_dataset* dataset) {
 ACCEL_API accel_status accel_dataloader_new(const accel_accelerator* accelerator,
                                             accel_dataset* dataset, accel_dataloader** out) {
   return guarded([&] {
-    const auto& acc = *checked(accelerator, "accelerator")->impl;
+    const auto& session = *checked(accelerator, "accelerator")->session;
     checked(dataset, "dataset");
     require(out, "out");
-    accel::data::LoaderPlace place;
-    place.rank = acc.place().rank;
-    place.world_size = acc.place().world_size;
-    place.device = acc.device();
-    place.state = acc.gradient_state();
-    accel::data::LoaderOptions defaults;
-    defaults.split_batches = acc.settings().flag("split_batches");
-    defaults.even_batches = acc.settings().flag("even_batches");
     auto h = std::make_unique<accel_dataloader>();
-    h->loader = std::make_shared<accel::data::DataLoader>(dataset->dataset, place, defaults);
+    h->loader = session.make_dataloader(dataset->dataset);
     *out = h.release();
   });
 }
@@ -125,28 +143,24 @@ ACCEL_API accel_status accel_dataloader_set(accel_dataloader* loader, const char
 }
 
 ACCEL_API accel_status accel_dataloader_next(accel_dataloader* loader, accel_tensor** fields,
-                                             size_t capacity, bool* out_has_batch) {
+                                             size_t capacity, size_t* out_count) {
   return guarded([&] {
     auto& l = loader_of(loader);
-    require(out_has_batch, "out_has_batch");
-    if (capacity < l.num_fields())
-      fail(Errc::buffer_too_small, "fields has room for " + std::to_string(capacity) +
-                                       " tensors; the dataset has " +
-                                       std::to_string(l.num_fields()) + " fields");
-    require(fields, "fields");
+    accel::capi::require_capacity(l.num_fields(), fields, capacity, out_count, "out_count",
+                                  "batch fields");
     std::vector<at::Tensor> batch;
     if (!l.next(batch)) {
-      *out_has_batch = false;
+      *out_count = 0;
       return;
     }
     std::vector<std::unique_ptr<accel_tensor>> made;
     for (auto& t : batch) made.emplace_back(accel::capi::new_tensor(std::move(t)));
     for (size_t i = 0; i < made.size(); ++i) fields[i] = made[i].release();
-    *out_has_batch = true;
+    *out_count = batch.size();
   });
 }
 
-ACCEL_API accel_status accel_dataloader_num_fields(const accel_dataloader* loader, size_t* out) {
+ACCEL_API accel_status accel_dataloader_field_count(const accel_dataloader* loader, size_t* out) {
   return guarded([&] {
     const auto& l = loader_of(loader);
     require(out, "out");
@@ -154,7 +168,7 @@ ACCEL_API accel_status accel_dataloader_num_fields(const accel_dataloader* loade
   });
 }
 
-ACCEL_API accel_status accel_dataloader_length(const accel_dataloader* loader, int64_t* out) {
+ACCEL_API accel_status accel_dataloader_batch_count(const accel_dataloader* loader, int64_t* out) {
   return guarded([&] {
     const auto& l = loader_of(loader);
     require(out, "out");
@@ -164,8 +178,9 @@ ACCEL_API accel_status accel_dataloader_length(const accel_dataloader* loader, i
 
 ACCEL_API accel_status accel_dataloader_set_epoch(accel_dataloader* loader, int64_t epoch) {
   return guarded([&] {
+    auto& l = loader_of(loader);
     if (epoch < 0) fail(Errc::invalid_argument, "epoch is negative");
-    loader_of(loader).set_epoch(epoch);
+    l.set_epoch(epoch);
   });
 }
 
@@ -173,7 +188,7 @@ ACCEL_API accel_status accel_dataloader_epoch(const accel_dataloader* loader, in
   return guarded([&] {
     const auto& l = loader_of(loader);
     require(out, "out");
-    *out = l.position().first;
+    *out = l.epoch();
   });
 }
 
@@ -219,15 +234,20 @@ ACCEL_API accel_status accel_dataloader_close(accel_dataloader* loader) {
 }
 
 ACCEL_API void accel_dataloader_free(accel_dataloader* loader) {
+  if (!loader) return;
+  // Closed first, also when the accelerator holds the loader too (it was prepared): its workers
+  // stop here, so the dataset's callback is never entered once this returns.
+  if (guarded([&] { loader_of(loader).close(); }) != ACCEL_OK) return;
   accel::capi::free_handle(loader, "loader");
 }
 
 ACCEL_API accel_status accel_gather_for_metrics(accel_accelerator* accelerator,
                                                 const accel_tensor* tensor, accel_tensor** out) {
   return guarded([&] {
-    auto& a = *checked(accelerator, "accelerator")->impl;
+    auto& a = checked(accelerator, "accelerator")->session->accelerator();
     checked(tensor, "tensor");
     require(out, "out");
+    FamilyLock lock(accelerator->family);
     *out = accel::capi::new_tensor(
         accel::ops::gather_for_metrics(a.communicator(), tensor->tensor, *a.gradient_state()));
   });

@@ -46,6 +46,8 @@ enum class Tag : uint32_t {
   kModel = 0xACC10007u,
   kOptimizer = 0xACC10008u,
   kScheduler = 0xACC10009u,
+  kTensorList = 0xACC1000Au,
+  kStateWriter = 0xACC1000Bu,
   kFreed = 0xACC1DEADu,
 };
 
@@ -86,5 +88,11 @@ void require(const T* p, const char* param) {
 
 // Writes `text` per the header's buffer convention.
 void write_text(const std::string& text, char* buf, size_t capacity, size_t* out_size);
+
+// The buffer convention's first step for an array of `needed` elements: sets *out_count (named
+// `out_name` in messages) and fails with buffer_too_small, before the caller does any work, when
+// `capacity` cannot hold them.
+void require_capacity(size_t needed, const void* buf, size_t capacity, size_t* out_count,
+                      const char* out_name, const char* what);
 
 }  // namespace accel::capi

@@ -4,9 +4,11 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "capi/family.hpp"
 #include "capi/guard.hpp"
 #include "config/config.hpp"
 #include "data/dataset.hpp"
@@ -14,8 +16,13 @@
 #include "prepare/session.hpp"
 #include "runtime/accelerator.hpp"
 
+// Thread rules (accel.h, "Threads"): a config serialises its writes with `mutex`; tensors, lists
+// and datasets are never changed after they are made; models, optimizers, schedulers and the
+// accelerator lock their training family; a dataloader locks itself (inside data::DataLoader).
+
 struct accel_config {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kConfig);
+  mutable std::shared_mutex mutex;
   accel::config::Config config;
 };
 
@@ -24,17 +31,25 @@ struct accel_tensor {
   at::Tensor tensor;
 };
 
-struct accel_accelerator {
-  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kAccelerator);
-  std::unique_ptr<accel::runtime::Accelerator> impl;
-  // Prepared objects hold it weakly: once the accelerator is freed they report it.
-  std::shared_ptr<accel::prepare::Session> session;
-  ~accel_accelerator() { session.reset(); }  // before impl, which the session refers to
+struct accel_tensor_list {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kTensorList);
+  std::vector<at::Tensor> items;
 };
 
+struct accel_accelerator {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kAccelerator);
+  // Owns the runtime. Prepared objects hold it weakly: a call of theirs that is running keeps it
+  // alive to its end; once the accelerator is freed, later calls report it.
+  std::shared_ptr<accel::prepare::Session> session;
+  std::shared_ptr<accel::capi::Family> family = std::make_shared<accel::capi::Family>();
+};
+
+// `family` is set when the handle is made and never changes (the family itself may be joined to
+// an accelerator's); `session` and `prepared` change under the family lock only.
 struct accel_model {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kModel);
   std::shared_ptr<accel::model::Model> model;
+  std::shared_ptr<accel::capi::Family> family;
   std::weak_ptr<accel::prepare::Session> session;
   bool prepared = false;
 };
@@ -43,6 +58,7 @@ struct accel_optimizer {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kOptimizer);
   std::shared_ptr<accel::optim::Optimizer> optimizer;
   std::shared_ptr<accel::model::Model> model;
+  std::shared_ptr<accel::capi::Family> family;
   std::weak_ptr<accel::prepare::Session> session;
   bool prepared = false;
 };
@@ -50,6 +66,7 @@ struct accel_optimizer {
 struct accel_scheduler {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kScheduler);
   std::shared_ptr<accel::optim::LrScheduler> scheduler;
+  std::shared_ptr<accel::capi::Family> family;
   std::weak_ptr<accel::prepare::Session> session;
   bool prepared = false;
 };
@@ -67,6 +84,12 @@ struct accel_dataset {
 struct accel_dataloader {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kDataloader);
   std::shared_ptr<accel::data::DataLoader> loader;  // a prepared one is shared with the session
+};
+
+// Lives on the stack of a checkpoint save: the bytes the program's save callback writes.
+struct accel_state_writer {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kStateWriter);
+  std::string bytes;
 };
 
 namespace accel::capi {
@@ -105,6 +128,14 @@ inline Tag tag_of<accel_optimizer>() {
 template <>
 inline Tag tag_of<accel_scheduler>() {
   return Tag::kScheduler;
+}
+template <>
+inline Tag tag_of<accel_tensor_list>() {
+  return Tag::kTensorList;
+}
+template <>
+inline Tag tag_of<accel_state_writer>() {
+  return Tag::kStateWriter;
 }
 
 // The ABI's dtypes and LibTorch's. to_scalar_type is false for a value that is not an accel_dtype;

@@ -61,9 +61,10 @@ ACCEL_API size_t accel_dtype_size(accel_dtype dtype) {
   return to_scalar_type(dtype, &t) ? c10::elementSize(t) : 0;
 }
 
-ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t nbytes, accel_dtype dtype,
-                                              const int64_t* shape, size_t ndim,
+ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t size, accel_dtype dtype,
+                                              const int64_t* shape, size_t dim_count,
                                               accel_tensor** out) {
+  const size_t nbytes = size, ndim = dim_count;
   return guarded([&] {
     require(out, "out");
     at::ScalarType type;
@@ -71,7 +72,7 @@ ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t nbytes, a
       fail(Errc::dtype,
            "dtype " + std::to_string(static_cast<int>(dtype)) + " is not an accel_dtype value");
     if (ndim > ACCEL_MAX_DIMS)
-      fail(Errc::shape, "ndim " + std::to_string(ndim) + " exceeds ACCEL_MAX_DIMS (16)");
+      fail(Errc::shape, "dim_count " + std::to_string(ndim) + " exceeds ACCEL_MAX_DIMS (16)");
     if (ndim > 0) require(shape, "shape");
     std::vector<int64_t> sizes(shape, shape + ndim);
     size_t numel = 1;
@@ -85,7 +86,7 @@ ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t nbytes, a
     }
     const size_t expected = numel * c10::elementSize(type);
     if (nbytes != expected)
-      fail(Errc::invalid_argument, "nbytes is " + std::to_string(nbytes) +
+      fail(Errc::invalid_argument, "size is " + std::to_string(nbytes) +
                                        " but the shape and dtype need " + std::to_string(expected) +
                                        " bytes");
     if (expected > 0) require(data, "data");
@@ -95,19 +96,17 @@ ACCEL_API accel_status accel_tensor_from_data(const void* data, size_t nbytes, a
   });
 }
 
-ACCEL_API accel_status accel_tensor_to_data(const accel_tensor* tensor, void* buf,
-                                            size_t capacity) {
+ACCEL_API accel_status accel_tensor_to_data(const accel_tensor* tensor, void* buf, size_t capacity,
+                                            size_t* out_size) {
   return guarded([&] {
     checked(tensor, "tensor");
+    // Checked before the copy to the host: a too-small buffer costs nothing.
+    const size_t needed = nbytes_of(tensor->tensor);
+    accel::capi::require_capacity(needed, buf, capacity, out_size, "out_size",
+                                  "tensor data (bytes)");
+    if (needed == 0) return;
     const at::Tensor host = tensor->tensor.to(at::kCPU).contiguous();
-    const size_t needed = nbytes_of(host);
-    if (capacity < needed)
-      fail(Errc::buffer_too_small, "the buffer holds " + std::to_string(capacity) + " bytes; " +
-                                       std::to_string(needed) + " are needed");
-    if (needed > 0) {
-      require(buf, "buf");
-      std::memcpy(buf, host.data_ptr(), needed);
-    }
+    std::memcpy(buf, host.data_ptr(), needed);
   });
 }
 
@@ -115,7 +114,7 @@ ACCEL_API void accel_tensor_free(accel_tensor* tensor) {
   accel::capi::free_handle(tensor, "tensor");
 }
 
-ACCEL_API accel_status accel_tensor_ndim(const accel_tensor* tensor, size_t* out) {
+ACCEL_API accel_status accel_tensor_dim_count(const accel_tensor* tensor, size_t* out) {
   return guarded([&] {
     checked(tensor, "tensor");
     require(out, "out");
@@ -124,15 +123,12 @@ ACCEL_API accel_status accel_tensor_ndim(const accel_tensor* tensor, size_t* out
 }
 
 ACCEL_API accel_status accel_tensor_shape(const accel_tensor* tensor, int64_t* shape,
-                                          size_t capacity) {
+                                          size_t capacity, size_t* out_count) {
   return guarded([&] {
     checked(tensor, "tensor");
     const size_t ndim = static_cast<size_t>(tensor->tensor.dim());
-    if (capacity < ndim)
-      fail(Errc::buffer_too_small, "the shape array holds " + std::to_string(capacity) +
-                                       " entries; the tensor has " + std::to_string(ndim) +
-                                       " dimensions");
-    if (ndim > 0) require(shape, "shape");
+    accel::capi::require_capacity(ndim, shape, capacity, out_count, "out_count",
+                                  "tensor shape (dimensions)");
     for (size_t i = 0; i < ndim; ++i) shape[i] = tensor->tensor.size(static_cast<int64_t>(i));
   });
 }
@@ -145,7 +141,7 @@ ACCEL_API accel_status accel_tensor_dtype(const accel_tensor* tensor, accel_dtyp
   });
 }
 
-ACCEL_API accel_status accel_tensor_numel(const accel_tensor* tensor, int64_t* out) {
+ACCEL_API accel_status accel_tensor_element_count(const accel_tensor* tensor, int64_t* out) {
   return guarded([&] {
     checked(tensor, "tensor");
     require(out, "out");
@@ -153,7 +149,7 @@ ACCEL_API accel_status accel_tensor_numel(const accel_tensor* tensor, int64_t* o
   });
 }
 
-ACCEL_API accel_status accel_tensor_nbytes(const accel_tensor* tensor, size_t* out) {
+ACCEL_API accel_status accel_tensor_data_size(const accel_tensor* tensor, size_t* out) {
   return guarded([&] {
     checked(tensor, "tensor");
     require(out, "out");
@@ -201,6 +197,30 @@ ACCEL_API accel_status accel_tensor_borrow_torch(const accel_tensor* tensor, voi
     require(out, "out");
     *out = const_cast<at::Tensor*>(&tensor->tensor);
   });
+}
+
+ACCEL_API accel_status accel_tensor_list_count(const accel_tensor_list* list, size_t* out) {
+  return guarded([&] {
+    checked(list, "list");
+    require(out, "out");
+    *out = list->items.size();
+  });
+}
+
+ACCEL_API accel_status accel_tensor_list_get(const accel_tensor_list* list, size_t index,
+                                             accel_tensor** out) {
+  return guarded([&] {
+    checked(list, "list");
+    require(out, "out");
+    if (index >= list->items.size())
+      fail(Errc::invalid_argument, "index " + std::to_string(index) + " is out of range (" +
+                                       std::to_string(list->items.size()) + " tensors)");
+    *out = accel::capi::new_tensor(list->items[index]);
+  });
+}
+
+ACCEL_API void accel_tensor_list_free(accel_tensor_list* list) {
+  accel::capi::free_handle(list, "list");
 }
 
 }  // extern "C"

@@ -5,19 +5,25 @@
 using accel::Errc;
 using accel::fail;
 using accel::capi::checked;
+using accel::capi::FamilyLock;
 using accel::capi::guarded;
 using accel::capi::require;
 
 namespace {
 
 // The session an object was prepared with (null when never prepared); an error once its
-// accelerator is gone.
+// accelerator is gone. Call with the object's family lock held.
 template <class Handle>
 std::shared_ptr<accel::prepare::Session> live_session(const Handle* h) {
   if (!h->prepared) return nullptr;
   auto s = h->session.lock();
   if (!s) fail(Errc::state, "the accelerator this object was prepared with has been freed");
   return s;
+}
+
+template <class Handle>
+std::shared_ptr<accel::prepare::Session> accelerator_session(Handle* h) {
+  return checked(h, "accelerator")->session;
 }
 
 }  // namespace
@@ -29,16 +35,18 @@ ACCEL_API accel_status accel_model_new(accel_model** out) {
     require(out, "out");
     auto h = std::make_unique<accel_model>();
     h->model = std::make_shared<accel::model::Model>();
+    h->family = std::make_shared<accel::capi::Family>();
     *out = h.release();
   });
 }
 
-ACCEL_API accel_status accel_model_load(const char* path, accel_model** out) {
+ACCEL_API accel_status accel_model_load_torchscript(const char* path, accel_model** out) {
   return guarded([&] {
     require(path, "path");
     require(out, "out");
     auto h = std::make_unique<accel_model>();
     h->model = accel::model::Model::load(path);
+    h->family = std::make_shared<accel::capi::Family>();
     *out = h.release();
   });
 }
@@ -49,6 +57,7 @@ ACCEL_API accel_status accel_model_add_layer(accel_model* model, const char* nam
     checked(model, "model");
     require(name, "name");
     require(kind, "kind");
+    FamilyLock lock(model->family);
     if (model->prepared) fail(Errc::state, "layers cannot be added to a prepared model");
     model->model->add_layer(name, kind, spec ? spec : "");
   });
@@ -58,62 +67,54 @@ ACCEL_API accel_status accel_model_define(accel_model* model, const char* source
   return guarded([&] {
     checked(model, "model");
     require(source, "source");
+    FamilyLock lock(model->family);
     model->model->define(source);
   });
 }
 
 ACCEL_API accel_status accel_model_call(accel_model* model, const char* method,
-                                        const accel_tensor* const* inputs, size_t count,
-                                        accel_tensor** outputs, size_t capacity,
-                                        size_t* out_count) {
+                                        const accel_tensor* const* inputs, size_t input_count,
+                                        accel_tensor_list** out) {
   return guarded([&] {
     checked(model, "model");
     require(method, "method");
-    require(out_count, "out_count");
-    if (count > 0) require(inputs, "inputs");
+    require(out, "out");
+    if (input_count > 0) require(inputs, "inputs");
     std::vector<at::Tensor> in;
-    for (size_t i = 0; i < count; ++i)
+    for (size_t i = 0; i < input_count; ++i)
       in.push_back(checked(inputs[i], ("inputs[" + std::to_string(i) + "]").c_str())->tensor);
+    auto list = std::make_unique<accel_tensor_list>();
+    FamilyLock lock(model->family);
     auto session = live_session(model);
-    auto results =
+    list->items =
         session ? session->call(*model->model, method, in) : model->model->call(method, in);
-    if (results.size() > capacity)
-      fail(Errc::buffer_too_small,
-           "'" + std::string(method) + "' returned " + std::to_string(results.size()) +
-               " tensors; outputs has room for " + std::to_string(capacity));
-    if (!results.empty()) require(outputs, "outputs");
-    std::vector<std::unique_ptr<accel_tensor>> made;
-    for (auto& t : results) made.emplace_back(accel::capi::new_tensor(std::move(t)));
-    for (size_t i = 0; i < made.size(); ++i) outputs[i] = made[i].release();
-    *out_count = made.size();
+    *out = list.release();
   });
 }
 
 ACCEL_API accel_status accel_model_train(accel_model* model, bool training) {
-  return guarded([&] { checked(model, "model")->model->train(training); });
-}
-
-ACCEL_API accel_status accel_model_num_parameters(const accel_model* model, int64_t* out) {
   return guarded([&] {
     checked(model, "model");
-    require(out, "out");
-    *out = model->model->num_parameters();
+    FamilyLock lock(model->family);
+    model->model->train(training);
   });
 }
 
-namespace {
-std::vector<std::pair<std::string, at::Tensor>> named_tensors(const accel_model* m) {
-  auto all = m->model->named_parameters();
-  for (auto& b : m->model->named_buffers()) all.push_back(std::move(b));
-  return all;
+ACCEL_API accel_status accel_model_parameter_element_count(const accel_model* model, int64_t* out) {
+  return guarded([&] {
+    checked(model, "model");
+    require(out, "out");
+    FamilyLock lock(model->family);
+    *out = model->model->num_parameters();
+  });
 }
-}  // namespace
 
 ACCEL_API accel_status accel_model_tensor_count(const accel_model* model, size_t* out) {
   return guarded([&] {
     checked(model, "model");
     require(out, "out");
-    *out = named_tensors(model).size();
+    FamilyLock lock(model->family);
+    *out = model->model->named_tensors().size();
   });
 }
 
@@ -121,11 +122,16 @@ ACCEL_API accel_status accel_model_tensor_name(const accel_model* model, size_t 
                                                size_t capacity, size_t* out_size) {
   return guarded([&] {
     checked(model, "model");
-    const auto all = named_tensors(model);
-    if (index >= all.size())
-      fail(Errc::invalid_argument, "index " + std::to_string(index) + " is out of range (" +
-                                       std::to_string(all.size()) + " tensors)");
-    accel::capi::write_text(all[index].first, buf, capacity, out_size);
+    std::string name;
+    {
+      FamilyLock lock(model->family);
+      const auto all = model->model->named_tensors();
+      if (index >= all.size())
+        fail(Errc::invalid_argument, "index " + std::to_string(index) + " is out of range (" +
+                                         std::to_string(all.size()) + " tensors)");
+      name = all[index].first;
+    }
+    accel::capi::write_text(name, buf, capacity, out_size);
   });
 }
 
@@ -135,7 +141,8 @@ ACCEL_API accel_status accel_model_tensor(const accel_model* model, const char* 
     checked(model, "model");
     require(name, "name");
     require(out, "out");
-    for (const auto& [n, t] : named_tensors(model))
+    FamilyLock lock(model->family);
+    for (const auto& [n, t] : model->model->named_tensors())
       if (n == name) {
         *out = accel::capi::new_tensor(t.detach().clone());
         return;
@@ -145,10 +152,11 @@ ACCEL_API accel_status accel_model_tensor(const accel_model* model, const char* 
   });
 }
 
-ACCEL_API accel_status accel_model_save(const accel_model* model, const char* path) {
+ACCEL_API accel_status accel_model_save_torchscript(const accel_model* model, const char* path) {
   return guarded([&] {
     checked(model, "model");
     require(path, "path");
+    FamilyLock lock(model->family);
     model->model->save(path);
   });
 }
@@ -166,6 +174,7 @@ ACCEL_API accel_status accel_optimizer_new(accel_model* model, const char* kind,
     auto h = std::make_unique<accel_optimizer>();
     h->optimizer = std::make_shared<accel::optim::Optimizer>(kind);
     h->model = model->model;
+    h->family = model->family;  // the model's family: its step writes the model's parameters
     *out = h.release();
   });
 }
@@ -176,29 +185,19 @@ ACCEL_API accel_status accel_optimizer_set(accel_optimizer* optimizer, const cha
     checked(optimizer, "optimizer");
     require(key, "key");
     require(value, "value");
+    FamilyLock lock(optimizer->family);
     optimizer->optimizer->set(key, value);
   });
 }
 
-namespace {
-// An optimizer used without accel_prepare binds to its model's parameters on first use.
-void bind_if_needed(accel_optimizer* o) {
-  if (o->optimizer->bound()) return;
-  std::vector<at::Tensor> params;
-  for (const auto& [n, p] : o->model->named_parameters())
-    if (p.requires_grad()) params.push_back(p);
-  o->optimizer->bind(std::move(params));
-}
-}  // namespace
-
 ACCEL_API accel_status accel_optimizer_step(accel_optimizer* optimizer) {
   return guarded([&] {
     checked(optimizer, "optimizer");
-    auto session = live_session(optimizer);
-    if (session) {
+    FamilyLock lock(optimizer->family);
+    if (auto session = live_session(optimizer)) {
       session->optimizer_step(*optimizer->optimizer);
     } else {
-      bind_if_needed(optimizer);
+      accel::prepare::bind_unprepared(*optimizer->optimizer, *optimizer->model);
       optimizer->optimizer->step();
     }
   });
@@ -207,11 +206,11 @@ ACCEL_API accel_status accel_optimizer_step(accel_optimizer* optimizer) {
 ACCEL_API accel_status accel_optimizer_zero_grad(accel_optimizer* optimizer) {
   return guarded([&] {
     checked(optimizer, "optimizer");
-    auto session = live_session(optimizer);
-    if (session) {
+    FamilyLock lock(optimizer->family);
+    if (auto session = live_session(optimizer)) {
       session->optimizer_zero_grad(*optimizer->optimizer);
     } else {
-      bind_if_needed(optimizer);
+      accel::prepare::bind_unprepared(*optimizer->optimizer, *optimizer->model);
       optimizer->optimizer->zero_grad();
     }
   });
@@ -221,12 +220,17 @@ ACCEL_API accel_status accel_optimizer_lr(const accel_optimizer* optimizer, doub
   return guarded([&] {
     checked(optimizer, "optimizer");
     require(out, "out");
+    FamilyLock lock(optimizer->family);
     *out = optimizer->optimizer->lr();
   });
 }
 
 ACCEL_API accel_status accel_optimizer_set_lr(accel_optimizer* optimizer, double lr) {
-  return guarded([&] { checked(optimizer, "optimizer")->optimizer->set_lr(lr); });
+  return guarded([&] {
+    checked(optimizer, "optimizer");
+    FamilyLock lock(optimizer->family);
+    optimizer->optimizer->set_lr(lr);
+  });
 }
 
 ACCEL_API accel_status accel_optimizer_step_was_skipped(const accel_optimizer* optimizer,
@@ -234,6 +238,7 @@ ACCEL_API accel_status accel_optimizer_step_was_skipped(const accel_optimizer* o
   return guarded([&] {
     checked(optimizer, "optimizer");
     require(out, "out");
+    FamilyLock lock(optimizer->family);
     auto session = live_session(optimizer);
     *out = session && session->step_was_skipped(*optimizer->optimizer);
   });
@@ -250,6 +255,8 @@ ACCEL_API accel_status accel_scheduler_new(accel_optimizer* optimizer, const cha
     require(kind, "kind");
     require(out, "out");
     auto h = std::make_unique<accel_scheduler>();
+    h->family = optimizer->family;
+    FamilyLock lock(h->family);  // the scheduler sets the optimizer's rate at once
     h->scheduler = std::make_shared<accel::optim::LrScheduler>(accel::optim::Schedule(kind),
                                                                optimizer->optimizer);
     *out = h.release();
@@ -262,6 +269,7 @@ ACCEL_API accel_status accel_scheduler_set(accel_scheduler* scheduler, const cha
     checked(scheduler, "scheduler");
     require(key, "key");
     require(value, "value");
+    FamilyLock lock(scheduler->family);
     scheduler->scheduler->set(key, value);
   });
 }
@@ -269,8 +277,8 @@ ACCEL_API accel_status accel_scheduler_set(accel_scheduler* scheduler, const cha
 ACCEL_API accel_status accel_scheduler_step(accel_scheduler* scheduler) {
   return guarded([&] {
     checked(scheduler, "scheduler");
-    auto session = live_session(scheduler);
-    if (session)
+    FamilyLock lock(scheduler->family);
+    if (auto session = live_session(scheduler))
       session->scheduler_step(*scheduler->scheduler);
     else
       scheduler->scheduler->step();
@@ -281,6 +289,7 @@ ACCEL_API accel_status accel_scheduler_lr(const accel_scheduler* scheduler, doub
   return guarded([&] {
     checked(scheduler, "scheduler");
     require(out, "out");
+    FamilyLock lock(scheduler->family);
     *out = scheduler->scheduler->lr();
   });
 }
@@ -294,12 +303,11 @@ ACCEL_API accel_status accel_prepare(accel_accelerator* accelerator, void* const
   return guarded([&] {
     auto* acc = checked(accelerator, "accelerator");
     if (count > 0) require(objects, "objects");
-    // Sort by kind first (every handle starts with its tag), so nothing is half-prepared when an
-    // argument is bad.
+    // Translate the handles (every handle starts with its tag); nothing is prepared yet.
     std::vector<accel_model*> models;
     std::vector<accel_optimizer*> optimizers;
     std::vector<accel_scheduler*> schedulers;
-    std::vector<accel_dataloader*> loaders;
+    accel::prepare::Session::Objects sorted;
     for (size_t i = 0; i < count; ++i) {
       const std::string param = "objects[" + std::to_string(i) + "]";
       if (!objects[i]) fail(Errc::invalid_argument, param + " is NULL");
@@ -308,79 +316,90 @@ ACCEL_API accel_status accel_prepare(accel_accelerator* accelerator, void* const
       switch (static_cast<accel::capi::Tag>(tag)) {
         case accel::capi::Tag::kModel:
           models.push_back(static_cast<accel_model*>(objects[i]));
+          sorted.models.push_back(models.back()->model);
           break;
         case accel::capi::Tag::kOptimizer:
           optimizers.push_back(static_cast<accel_optimizer*>(objects[i]));
+          sorted.optimizers.emplace_back(optimizers.back()->optimizer, optimizers.back()->model);
           break;
         case accel::capi::Tag::kScheduler:
           schedulers.push_back(static_cast<accel_scheduler*>(objects[i]));
+          sorted.schedulers.push_back(schedulers.back()->scheduler);
           break;
-        case accel::capi::Tag::kDataloader:  // sharded when it was made; tracked for save_state
-          loaders.push_back(static_cast<accel_dataloader*>(objects[i]));
+        case accel::capi::Tag::kDataloader:
+          sorted.dataloaders.push_back(static_cast<accel_dataloader*>(objects[i])->loader);
           break;
         default:
-          fail(Errc::wrong_handle, param + " is " + accel::capi::tag_name(tag) +
-                                       "; accel_prepare takes models, optimizers, schedulers and "
-                                       "dataloaders");
+          fail(Errc::wrong_handle, param +
+                                       " is not an accel_model, accel_optimizer, accel_scheduler "
+                                       "or accel_dataloader (it is " +
+                                       accel::capi::tag_name(tag) + ")");
       }
     }
+    FamilyLock lock(acc->family);
+    // Every object's family too, so that no call of theirs runs while they change hands. No other
+    // thread takes two families without the accelerator's first, so this cannot deadlock.
+    std::vector<std::unique_ptr<FamilyLock>> held;
+    for (auto* m : models) held.push_back(std::make_unique<FamilyLock>(m->family));
+    for (auto* o : optimizers) held.push_back(std::make_unique<FamilyLock>(o->family));
+    for (auto* s : schedulers) held.push_back(std::make_unique<FamilyLock>(s->family));
     auto& session = *acc->session;
-    const bool placement = acc->impl->settings().flag("device_placement");
-    auto prepared_here = [&](const std::shared_ptr<accel::model::Model>& m) {
-      for (auto* h : models)
-        if (h->model == m) return true;
-      return session.is_prepared(m.get());
+    // The handles follow what the session reports, also when it failed halfway (a peer died).
+    auto adopt = [&](auto* h, const auto* object) {
+      if (!session.is_prepared(object)) return;
+      h->session = acc->session;
+      h->prepared = true;
+      lock.join(h->family);
     };
-    for (auto* o : optimizers)
-      if (!prepared_here(o->model))
-        fail(Errc::state,
-             "an optimizer's model is neither prepared nor among the objects: pass the "
-             "model to accel_prepare too");
-    for (auto* m : models) {
-      session.prepare_model(m->model, placement);
-      m->session = acc->session;
-      m->prepared = true;
+    auto adopt_all = [&] {
+      for (auto* m : models) adopt(m, m->model.get());
+      for (auto* o : optimizers) adopt(o, o->optimizer.get());
+      for (auto* s : schedulers) adopt(s, s->scheduler.get());
+    };
+    try {
+      session.prepare(sorted);
+    } catch (...) {
+      adopt_all();
+      throw;
     }
-    for (auto* o : optimizers) {
-      session.prepare_optimizer(o->optimizer, o->model);
-      o->session = acc->session;
-      o->prepared = true;
-    }
-    for (auto* l : loaders) session.prepare_dataloader(l->loader);
-    for (auto* s : schedulers) {
-      session.prepare_scheduler(s->scheduler);
-      s->session = acc->session;
-      s->prepared = true;
-    }
+    adopt_all();
   });
 }
 
 ACCEL_API accel_status accel_accumulate(accel_accelerator* accelerator) {
-  return guarded([&] { checked(accelerator, "accelerator")->session->accumulate(); });
+  return guarded([&] {
+    auto session = accelerator_session(accelerator);
+    FamilyLock lock(accelerator->family);
+    session->accumulate();
+  });
 }
 
 ACCEL_API accel_status accel_sync_gradients(const accel_accelerator* accelerator, bool* out) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    auto session = accelerator_session(accelerator);
     require(out, "out");
-    *out = accelerator->session->sync_gradients();
+    FamilyLock lock(accelerator->family);
+    *out = session->sync_gradients();
   });
 }
 
 ACCEL_API accel_status accel_backward(accel_accelerator* accelerator, const accel_tensor* loss) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    auto session = accelerator_session(accelerator);
     checked(loss, "loss");
-    accelerator->session->backward(loss->tensor);
+    FamilyLock lock(accelerator->family);
+    session->backward(loss->tensor);
   });
 }
 
 ACCEL_API accel_status accel_clip_grad_norm(accel_accelerator* accelerator, accel_model* model,
                                             double max_norm, double norm_type, double* out_norm) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    auto session = accelerator_session(accelerator);
     checked(model, "model");
-    const double norm = accelerator->session->clip_grad_norm(*model->model, max_norm, norm_type);
+    FamilyLock lock(accelerator->family);  // the accelerator's family first, always
+    FamilyLock model_lock(model->family);
+    const double norm = session->clip_grad_norm(*model->model, max_norm, norm_type);
     if (out_norm) *out_norm = norm;
   });
 }
@@ -388,9 +407,11 @@ ACCEL_API accel_status accel_clip_grad_norm(accel_accelerator* accelerator, acce
 ACCEL_API accel_status accel_clip_grad_value(accel_accelerator* accelerator, accel_model* model,
                                              double clip_value) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    auto session = accelerator_session(accelerator);
     checked(model, "model");
-    accelerator->session->clip_grad_value(*model->model, clip_value);
+    FamilyLock lock(accelerator->family);
+    FamilyLock model_lock(model->family);
+    session->clip_grad_value(*model->model, clip_value);
   });
 }
 

@@ -13,6 +13,7 @@
 
 #include "checkpoint/safetensors.hpp"
 #include "common/error.hpp"
+#include "ops/main_process.hpp"
 
 namespace accel::checkpoint {
 
@@ -156,6 +157,12 @@ std::vector<std::string> save_model(const model::Model& m, const std::string& di
     fail(Errc::io, "cannot write '" + path + "'");
   files.push_back(path);
   return files;
+}
+
+void save_model_from_main(runtime::Accelerator& acc, const model::Model& m, const std::string& dir,
+                          const std::string& max_shard_size) {
+  const uint64_t shard = parse_size(max_shard_size);  // the same text on every rank: fails alike
+  ops::run_on_main(acc, [&] { save_model(m, dir, shard); });
 }
 
 void load_checkpoint_in_model(model::Model& m, const std::string& path) {

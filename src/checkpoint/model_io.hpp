@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/model.hpp"
+#include "runtime/accelerator.hpp"
 
 namespace accel::checkpoint {
 
@@ -29,6 +30,11 @@ NamedTensors read_safetensors(const std::string& path);
 // model.safetensors.index.json. Returns the files written.
 std::vector<std::string> save_model(const model::Model& m, const std::string& dir,
                                     uint64_t max_shard_bytes);
+
+// The collective form (accel_save_model): the main process saves as above, with the shard size as
+// text ("10GB", "500MB", "1GiB"); every rank returns with its outcome (error class included).
+void save_model_from_main(runtime::Accelerator& acc, const model::Model& m, const std::string& dir,
+                          const std::string& max_shard_size);
 
 // Loads a file, an index JSON or a directory holding either into `m`. Every name, shape and dtype
 // must match; otherwise accel::Error(shape) lists the missing, unexpected and mismatched tensors

@@ -20,6 +20,7 @@
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "ops/collectives.hpp"
+#include "ops/main_process.hpp"
 #include "runtime/seed.hpp"
 
 namespace accel::checkpoint {
@@ -66,42 +67,16 @@ std::string rng_file(int rank) {
   return "random_states_" + std::to_string(rank) + ".safetensors";
 }
 
-// Runs `body` on the main process and makes its outcome (error class and message) every rank's.
-template <class F>
-void on_main(runtime::Accelerator& acc, F&& body) {
-  std::string error;
-  Errc code = Errc::io;
-  if (acc.is_main_process()) {
-    try {
-      body();
-    } catch (const accel::Error& e) {
-      code = e.code();
-      error = e.what();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  if (auto* comm = acc.communicator()) {
-    const std::string packed =
-        error.empty() ? "" : std::to_string(static_cast<int>(code)) + ":" + error;
-    const std::string got = ops::gather_object(comm, packed)[0];
-    if (!got.empty()) {
-      const auto colon = got.find(':');
-      code = static_cast<Errc>(std::stoi(got.substr(0, colon)));
-      error = got.substr(colon + 1);
-    }
-  }
-  if (!error.empty()) fail(code, "on the main process: " + error);
-}
-
 }  // namespace
 
-void save_state(prepare::Session& session, const std::string& dir) {
+namespace {
+
+void save_state_unguarded(prepare::Session& session, const std::string& dir) {
   auto& acc = session.accelerator();
   auto* comm = acc.communicator();
   const std::string partial_suffix = ".partial";
   std::unique_ptr<AtomicDir> atomic;
-  on_main(acc, [&] { atomic = std::make_unique<AtomicDir>(dir, partial_suffix); });
+  ops::run_on_main(acc, [&] { atomic = std::make_unique<AtomicDir>(dir, partial_suffix); });
   const std::string work = dir + partial_suffix;
   // Every rank's own random state, into the directory the main process made.
   std::string error;
@@ -118,7 +93,7 @@ void save_state(prepare::Session& session, const std::string& dir) {
   }
   if (!error.empty()) fail(Errc::io, "save_state: writing the random states failed: " + error);
 
-  on_main(acc, [&] {
+  ops::run_on_main(acc, [&] {
     Manifest m;
     m.library_version = ACCEL_LIBRARY_VERSION;
     m.num_processes = acc.place().world_size;
@@ -156,22 +131,19 @@ void save_state(prepare::Session& session, const std::string& dir) {
       training["scaler"] = {{"scale", s->scale()}, {"growth_tracker", s->growth_tracker()}};
     training["dataloaders"] = nlohmann::ordered_json::array();
     for (const auto& l : loaders) {
-      const auto [epoch, samples] = l->position();
+      const auto [epoch, samples] = l->checkpoint_cursor();
       training["dataloaders"].push_back({{"epoch", epoch}, {"samples", samples}});
     }
     files.push_back("training_state.json");
     write_text(work + "/" + files.back(), training.dump(2));
     const auto& custom = session.custom_objects();
     for (size_t i = 0; i < custom.size(); ++i) {
-      size_t size = 0;
-      if (custom[i].save(nullptr, 0, &size, custom[i].user_data) != 0)
-        fail(Errc::callback, "custom object " + std::to_string(i) + ": its save callback failed");
-      std::string bytes(size, '\0');
-      size_t written = size;
-      if (custom[i].save(bytes.data(), bytes.size(), &written, custom[i].user_data) != 0 ||
-          written > size)
-        fail(Errc::callback, "custom object " + std::to_string(i) + ": its save callback failed");
-      bytes.resize(written);
+      std::string bytes;
+      try {
+        bytes = custom[i].save();
+      } catch (const accel::Error& e) {
+        fail(e.code(), "registered object " + std::to_string(i) + ": " + e.what());
+      }
       files.push_back("custom_" + std::to_string(i) + ".bin");
       write_text(work + "/" + files.back(), bytes);
     }
@@ -183,7 +155,7 @@ void save_state(prepare::Session& session, const std::string& dir) {
   });
 }
 
-void load_state(prepare::Session& session, const std::string& dir) {
+void load_state_unguarded(prepare::Session& session, const std::string& dir) {
   auto& acc = session.accelerator();
   const Manifest m = parse_manifest(read_text(dir + "/manifest.json"), dir + "/manifest.json");
   verify(dir, m);
@@ -220,13 +192,16 @@ void load_state(prepare::Session& session, const std::string& dir) {
     fail(Errc::state, "the checkpoint has " + std::to_string(saved.size()) +
                           " dataloaders; this run prepared " + std::to_string(loaders.size()));
   for (size_t i = 0; i < loaders.size(); ++i)
-    loaders[i]->set_position(saved[i].at("epoch").get<int64_t>(),
-                             saved[i].at("samples").get<int64_t>());
+    loaders[i]->restore_cursor(saved[i].at("epoch").get<int64_t>(),
+                               saved[i].at("samples").get<int64_t>());
   const auto& custom = session.custom_objects();
   for (size_t i = 0; i < custom.size(); ++i) {
     const std::string bytes = read_text(dir + "/custom_" + std::to_string(i) + ".bin");
-    if (custom[i].load(bytes.data(), bytes.size(), custom[i].user_data) != 0)
-      fail(Errc::callback, "custom object " + std::to_string(i) + ": its load callback failed");
+    try {
+      custom[i].load(bytes);
+    } catch (const accel::Error& e) {
+      fail(e.code(), "registered object " + std::to_string(i) + ": " + e.what());
+    }
   }
   // Random states: this rank's own, or, for a rank the saving run did not have, rank 0's mixed with
   // the rank so that every new rank draws its own reproducible stream.
@@ -248,8 +223,6 @@ void load_state(prepare::Session& session, const std::string& dir) {
   }
   if (auto* comm = acc.communicator()) comm->barrier();
 }
-
-namespace {
 
 std::string checkpoints_dir(prepare::Session& session) {
   const auto& settings = session.accelerator().settings();
@@ -279,10 +252,21 @@ std::vector<int64_t> existing(const std::string& dir) {
 
 }  // namespace
 
+void save_state(prepare::Session& session, const std::string& dir) {
+  prepare::Session::CheckpointScope scope(session);
+  save_state_unguarded(session, dir);
+}
+
+void load_state(prepare::Session& session, const std::string& dir) {
+  prepare::Session::CheckpointScope scope(session);
+  load_state_unguarded(session, dir);
+}
+
 void save_state_automatic(prepare::Session& session) {
+  prepare::Session::CheckpointScope scope(session);
   const std::string dir = checkpoints_dir(session);
   auto& acc = session.accelerator();
-  on_main(acc, [&] {
+  ops::run_on_main(acc, [&] {
     const std::string project = dir.substr(0, dir.rfind('/'));
     mkdir(project.c_str(), 0755);
     if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
@@ -292,10 +276,10 @@ void save_state_automatic(prepare::Session& session) {
     const auto present = existing(dir);
     session.iteration = present.empty() ? 0 : present.back() + 1;
   }
-  save_state(session, dir + "/checkpoint_" + std::to_string(session.iteration));
+  save_state_unguarded(session, dir + "/checkpoint_" + std::to_string(session.iteration));
   ++session.iteration;
   const int64_t limit = acc.settings().integer("total_limit");
-  on_main(acc, [&] {
+  ops::run_on_main(acc, [&] {
     if (limit <= 0) return;
     auto present = existing(dir);
     while (static_cast<int64_t>(present.size()) > limit) {
@@ -306,10 +290,11 @@ void save_state_automatic(prepare::Session& session) {
 }
 
 void load_state_automatic(prepare::Session& session) {
+  prepare::Session::CheckpointScope scope(session);
   const std::string dir = checkpoints_dir(session);
   const auto present = existing(dir);
   if (present.empty()) fail(Errc::io, "there is no checkpoint in '" + dir + "'");
-  load_state(session, dir + "/checkpoint_" + std::to_string(present.back()));
+  load_state_unguarded(session, dir + "/checkpoint_" + std::to_string(present.back()));
   // Accelerate forgets this (its issue #3306): the next save must not overwrite the loaded one.
   session.iteration = present.back() + 1;
 }

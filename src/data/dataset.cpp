@@ -23,7 +23,8 @@ class TensorDataset final : public Dataset {
   explicit TensorDataset(std::vector<at::Tensor> fields) : fields_(std::move(fields)) {}
   int64_t size() const override { return fields_.front().size(0); }
   size_t num_fields() const override { return fields_.size(); }
-  std::vector<at::Tensor> get_batch(const std::vector<int64_t>& indices) const override {
+  std::vector<at::Tensor> get_batch(const std::vector<int64_t>& indices,
+                                    const std::atomic<bool>*) const override {
     const at::Tensor idx = index_tensor(indices);
     std::vector<at::Tensor> out;
     for (const auto& f : fields_) out.push_back(f.index_select(0, idx));
@@ -34,13 +35,30 @@ class TensorDataset final : public Dataset {
   std::vector<at::Tensor> fields_;
 };
 
+thread_local int t_callback_depth = 0;
+
+// Marks the calling thread as inside a sample callback for the callback's duration.
+struct InCallback {
+  InCallback() { ++t_callback_depth; }
+  ~InCallback() { --t_callback_depth; }
+};
+
 class CallbackDataset final : public Dataset {
  public:
-  CallbackDataset(int64_t length, std::vector<FieldSpec> fields, SampleFn fn, void* user_data)
-      : length_(length), fields_(std::move(fields)), fn_(fn), user_data_(user_data) {}
+  CallbackDataset(int64_t length, std::vector<FieldSpec> fields, SampleFn fn, void* user_data,
+                  ReleaseFn release)
+      : length_(length),
+        fields_(std::move(fields)),
+        fn_(fn),
+        user_data_(user_data),
+        release_(release) {}
+  ~CallbackDataset() override {
+    if (release_) release_(user_data_);
+  }
   int64_t size() const override { return length_; }
   size_t num_fields() const override { return fields_.size(); }
-  std::vector<at::Tensor> get_batch(const std::vector<int64_t>& indices) const override {
+  std::vector<at::Tensor> get_batch(const std::vector<int64_t>& indices,
+                                    const std::atomic<bool>* stop) const override {
     const auto batch = static_cast<int64_t>(indices.size());
     std::vector<at::Tensor> out;
     std::vector<size_t> sizes;
@@ -53,10 +71,15 @@ class CallbackDataset final : public Dataset {
     // Each sample is written straight into its row of the batch tensors: no copy after the fill.
     std::vector<void*> buffers(fields_.size());
     for (int64_t s = 0; s < batch; ++s) {
+      if (stop && stop->load(std::memory_order_acquire)) throw Cancelled{};
       for (size_t f = 0; f < fields_.size(); ++f)
         buffers[f] = static_cast<char*>(out[f].data_ptr()) + sizes[f] * static_cast<size_t>(s);
-      const int rc = fn_(indices[static_cast<size_t>(s)], buffers.data(), sizes.data(),
-                         fields_.size(), user_data_);
+      int32_t rc;
+      {
+        InCallback marked;
+        rc = fn_(indices[static_cast<size_t>(s)], buffers.data(), sizes.data(), fields_.size(),
+                 user_data_);
+      }
       if (rc != 0)
         fail(Errc::callback, "the dataset's sample callback returned " + std::to_string(rc) +
                                  " for index " + std::to_string(indices[static_cast<size_t>(s)]));
@@ -69,6 +92,7 @@ class CallbackDataset final : public Dataset {
   std::vector<FieldSpec> fields_;
   SampleFn fn_;
   void* user_data_;
+  ReleaseFn release_;
 };
 
 // Reads exactly `n` bytes or reports how many there were.
@@ -100,15 +124,19 @@ std::shared_ptr<Dataset> tensor_dataset(std::vector<at::Tensor> fields) {
   return std::make_shared<TensorDataset>(std::move(fields));
 }
 
+bool in_sample_callback() {
+  return t_callback_depth > 0;
+}
+
 std::shared_ptr<Dataset> callback_dataset(int64_t length, std::vector<FieldSpec> fields,
-                                          SampleFn fn, void* user_data) {
+                                          SampleFn fn, void* user_data, ReleaseFn release) {
   if (length < 0) fail(Errc::invalid_argument, "dataset length is negative");
   if (fields.empty()) fail(Errc::invalid_argument, "a dataset needs at least one field");
   if (!fn) fail(Errc::invalid_argument, "the sample callback is NULL");
   for (const auto& f : fields)
     for (int64_t d : f.shape)
       if (d < 0) fail(Errc::shape, "a field's sample shape has a negative dimension");
-  return std::make_shared<CallbackDataset>(length, std::move(fields), fn, user_data);
+  return std::make_shared<CallbackDataset>(length, std::move(fields), fn, user_data, release);
 }
 
 at::Tensor read_idx(const std::string& path) {

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,9 +18,18 @@ class Dataset {
   virtual int64_t size() const = 0;
   virtual size_t num_fields() const = 0;
   // The samples `indices`, stacked per field along a new dimension 0. May be called from several
-  // threads at once. Throws accel::Error on failure.
-  virtual std::vector<at::Tensor> get_batch(const std::vector<int64_t>& indices) const = 0;
+  // threads at once. Throws accel::Error on failure. When `stop` becomes true the call gives up
+  // between samples (throwing Cancelled), so that whoever stops it waits for one sample at most.
+  virtual std::vector<at::Tensor> get_batch(const std::vector<int64_t>& indices,
+                                            const std::atomic<bool>* stop = nullptr) const = 0;
 };
+
+// Thrown by get_batch when its `stop` flag was raised.
+struct Cancelled {};
+
+// True on a thread that is running a dataset's sample callback: the calls such a callback may not
+// make (into its dataloader, or into a training family that may be waiting for it) check this.
+bool in_sample_callback();
 
 // Fields held in memory; every field's first dimension is the number of samples.
 std::shared_ptr<Dataset> tensor_dataset(std::vector<at::Tensor> fields);
@@ -31,11 +41,14 @@ struct FieldSpec {
 };
 
 // Fills the buffers of one sample (one per field, sizes in bytes); returns 0 on success.
-using SampleFn = int (*)(int64_t index, void* const* buffers, const size_t* sizes, size_t count,
-                         void* user_data);
+using SampleFn = int32_t (*)(int64_t index, void* const* buffers, const size_t* sizes, size_t count,
+                             void* user_data);
+// Called once with user_data when the dataset is destroyed (the callback's last use is over).
+using ReleaseFn = void (*)(void* user_data);
 
+// `release` (may be null) runs when the last reference to the dataset goes, on that thread.
 std::shared_ptr<Dataset> callback_dataset(int64_t length, std::vector<FieldSpec> fields,
-                                          SampleFn fn, void* user_data);
+                                          SampleFn fn, void* user_data, ReleaseFn release);
 
 // IDX files (the MNIST family), plain or gzip-compressed; one field per file, in the file's own
 // dtype and shape. Throws accel::Error naming the file for a bad magic number, a truncated file, or

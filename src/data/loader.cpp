@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <tuple>
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
@@ -35,11 +36,21 @@ bool parse_flag(const std::string& key, const std::string& value) {
 }  // namespace
 
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderPlace place, LoaderOptions defaults)
-    : dataset_(std::move(dataset)), place_(std::move(place)), options_(defaults) {}
+    : dataset_(std::move(dataset)), place_(std::move(place)), options_(defaults) {
+  dataset_size_ = dataset_ ? dataset_->size() : 0;
+}
 
 DataLoader::~DataLoader() {
   stop_workers();
   if (place_.state) place_.state->end(this);
+}
+
+std::unique_lock<std::mutex> DataLoader::enter() const {
+  if (in_sample_callback())
+    fail(Errc::state,
+         "a dataloader was called from inside a dataset's sample callback, which dataloader calls "
+         "may be waiting for");
+  return std::unique_lock<std::mutex>(call_mutex_);
 }
 
 void DataLoader::check_open() const {
@@ -47,6 +58,7 @@ void DataLoader::check_open() const {
 }
 
 void DataLoader::set_option(const std::string& key, const std::string& value) {
+  auto lock = enter();
   check_open();
   LoaderOptions o = options_;
   if (key == "batch_size") {
@@ -83,7 +95,7 @@ void DataLoader::set_option(const std::string& key, const std::string& value) {
 
 ShardSpec DataLoader::spec() const {
   ShardSpec s;
-  s.dataset_size = dataset_ ? dataset_->size() : 0;
+  s.dataset_size = dataset_size_;
   s.batch_size = options_.batch_size;
   s.num_processes = place_.world_size;
   s.process_index = place_.rank;
@@ -95,56 +107,96 @@ ShardSpec DataLoader::spec() const {
 }
 
 size_t DataLoader::num_fields() const {
+  auto lock = enter();
   check_open();
   return dataset_->num_fields();
 }
 
 int64_t DataLoader::length() const {
+  auto lock = enter();
   check_open();
   return shard_length(spec(), 0);
 }
 
+int64_t DataLoader::epoch() const {
+  auto lock = enter();
+  check_open();
+  return epoch_;
+}
+
+bool DataLoader::end_of_dataloader() const {
+  auto lock = enter();
+  check_open();
+  return iterating_ && next_ == plan_.size();
+}
+
 int64_t DataLoader::remainder() const {
+  auto lock = enter();
   check_open();
   return data::remainder(spec(), iterating_ ? start_ : 0);
 }
 
 void DataLoader::set_epoch(int64_t epoch) {
+  auto lock = enter();
   check_open();
   end_iteration();
   epoch_ = epoch;
 }
 
 void DataLoader::skip_first_batches(int64_t n) {
+  auto lock = enter();
   check_open();
   if (n < 0) fail(Errc::invalid_argument, "skip_first_batches: n is negative");
   end_iteration();
-  start_ = std::min(dataset_->size(), n * global_batch_size(spec()));
+  start_ = std::min(dataset_size_, n * global_batch_size(spec()));
+}
+
+std::pair<int64_t, int64_t> DataLoader::cursor_locked() const {
+  if (!iterating_) return {epoch_, start_};
+  const int64_t consumed = start_ + static_cast<int64_t>(next_) * global_batch_size(spec());
+  return {epoch_, std::min(consumed, dataset_size_)};
 }
 
 std::pair<int64_t, int64_t> DataLoader::position() const {
+  auto lock = enter();
   check_open();
-  if (!iterating_) return {epoch_, start_};
-  const int64_t consumed = start_ + static_cast<int64_t>(next_) * global_batch_size(spec());
-  return {epoch_, std::min(consumed, dataset_->size())};
+  return cursor_locked();
 }
 
-void DataLoader::set_position(int64_t epoch, int64_t samples) {
-  check_open();
-  if (epoch < 0 || samples < 0 || samples > dataset_->size())
+std::pair<int64_t, int64_t> DataLoader::checkpoint_cursor() const {
+  auto lock = enter();
+  return cursor_locked();
+}
+
+void DataLoader::set_cursor_locked(int64_t epoch, int64_t samples) {
+  if (epoch < 0 || samples < 0 || samples > dataset_size_)
     fail(Errc::invalid_argument,
          "set_position: epoch " + std::to_string(epoch) + ", samples " + std::to_string(samples) +
-             " is not a position in a dataset of " + std::to_string(dataset_->size()) + " samples");
+             " is not a position in a dataset of " + std::to_string(dataset_size_) + " samples");
   end_iteration();
   epoch_ = epoch;
   start_ = samples;
 }
 
+void DataLoader::set_position(int64_t epoch, int64_t samples) {
+  auto lock = enter();
+  check_open();
+  set_cursor_locked(epoch, samples);
+}
+
+void DataLoader::restore_cursor(int64_t epoch, int64_t samples) {
+  auto lock = enter();
+  set_cursor_locked(epoch, samples);
+}
+
 void DataLoader::close() {
+  auto lock = enter();
   if (closed_) return;
+  // The cursor stays where the program left it: a checkpoint taken later still records it.
+  std::tie(epoch_, start_) = cursor_locked();
   end_iteration();
   closed_ = true;
-  dataset_.reset();
+  dataset_.reset();  // may run the dataset's release callback, on this thread
 }
 
 void DataLoader::begin_iteration() {
@@ -155,10 +207,12 @@ void DataLoader::begin_iteration() {
   iterating_ = true;
   if (place_.state) place_.state->begin(this, data::remainder(s, start_));
   if (options_.num_workers > 0 && !plan_.empty()) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ready_.clear();
-    issued_ = 0;
-    stop_ = false;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      ready_.clear();
+      issued_ = 0;
+      stop_ = false;
+    }
     for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
   }
 }
@@ -173,18 +227,19 @@ void DataLoader::end_iteration() {
 
 void DataLoader::stop_workers() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> guard(mutex_);
     stop_ = true;
   }
   cv_.notify_all();
+  // Each worker finishes the sample callback it is in, if any, and gives up its batch.
   for (auto& w : workers_) w.join();
   workers_.clear();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> guard(mutex_);
   ready_.clear();
 }
 
-std::vector<at::Tensor> DataLoader::produce(size_t k) const {
-  auto batch = dataset_->get_batch(plan_[k]);
+std::vector<at::Tensor> DataLoader::produce(size_t k, const std::atomic<bool>* stop) const {
+  auto batch = dataset_->get_batch(plan_[k], stop);
   if (options_.device_placement && place_.device != "cpu")
     for (auto& t : batch) t = t.to(at::Device(place_.device), /*non_blocking=*/false);
   return batch;
@@ -195,19 +250,21 @@ void DataLoader::worker_loop() {
   for (;;) {
     size_t k;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stop_ || (issued_ < plan_.size() && issued_ < next_ + depth); });
+      std::unique_lock<std::mutex> guard(mutex_);
+      cv_.wait(guard, [&] { return stop_ || (issued_ < plan_.size() && issued_ < next_ + depth); });
       if (stop_) return;
       k = issued_++;
     }
     Slot slot;
     try {
-      slot.batch = produce(k);
+      slot.batch = produce(k, &stop_);
+    } catch (const Cancelled&) {
+      return;
     } catch (...) {
       slot.error = std::current_exception();
     }
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> guard(mutex_);
       ready_[k] = std::move(slot);
     }
     cv_.notify_all();
@@ -215,6 +272,7 @@ void DataLoader::worker_loop() {
 }
 
 bool DataLoader::next(std::vector<at::Tensor>& out) {
+  auto lock = enter();
   check_open();
   if (!iterating_) begin_iteration();
   if (next_ >= plan_.size()) {
@@ -227,13 +285,13 @@ bool DataLoader::next(std::vector<at::Tensor>& out) {
   Slot slot;
   if (workers_.empty()) {
     try {
-      slot.batch = produce(next_);
+      slot.batch = produce(next_, nullptr);
     } catch (...) {
       slot.error = std::current_exception();
     }
   } else {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return ready_.count(next_) > 0; });
+    std::unique_lock<std::mutex> guard(mutex_);
+    cv_.wait(guard, [&] { return ready_.count(next_) > 0; });
     slot = std::move(ready_[next_]);
     ready_.erase(next_);
   }
@@ -242,7 +300,7 @@ bool DataLoader::next(std::vector<at::Tensor>& out) {
     std::rethrow_exception(slot.error);
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> guard(mutex_);
     ++next_;
   }
   cv_.notify_all();

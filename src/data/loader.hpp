@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -39,6 +40,8 @@ struct LoaderPlace {
   std::shared_ptr<runtime::GradientState> state;
 };
 
+// Thread rules: every public function takes the loader's own lock, so calls from several threads
+// run one after the other; none may be made from inside a sample callback (accel::Error(state)).
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> dataset, LoaderPlace place, LoaderOptions defaults = {});
@@ -57,11 +60,11 @@ class DataLoader {
   size_t num_fields() const;
   // Batches this rank gets in a whole epoch.
   int64_t length() const;
-  int64_t epoch() const { return epoch_; }
+  int64_t epoch() const;
   // The epoch the next iteration uses (its shuffle); ends an iteration in progress.
   void set_epoch(int64_t epoch);
   // True while the last batch of the epoch is in use.
-  bool end_of_dataloader() const { return iterating_ && next_ == plan_.size(); }
+  bool end_of_dataloader() const;
   // Real samples in the last global step (-1 with drop_last), as Accelerate's `remainder`.
   int64_t remainder() const;
   // The next iteration skips this rank's first n batches (n global steps).
@@ -70,19 +73,31 @@ class DataLoader {
   std::pair<int64_t, int64_t> position() const;
   // Continue at `samples` into `epoch`, even on another number of processes.
   void set_position(int64_t epoch, int64_t samples);
-  // Stops the workers and releases the dataset; later calls fail with accel::Error(state).
+  // Stops the workers (waiting for the samples they are producing, one each at most) and releases
+  // the dataset; later calls fail with accel::Error(state). Idempotent.
   void close();
+
+  // For checkpoints, also once closed: the cursor (frozen at close), and restoring one.
+  std::pair<int64_t, int64_t> checkpoint_cursor() const;
+  void restore_cursor(int64_t epoch, int64_t samples);
 
  private:
   ShardSpec spec() const;
+  int64_t dataset_size() const;
+  std::pair<int64_t, int64_t> cursor_locked() const;
+  void set_cursor_locked(int64_t epoch, int64_t samples);
   void begin_iteration();
   void end_iteration();
   void stop_workers();
   void worker_loop();
-  std::vector<at::Tensor> produce(size_t k) const;
+  std::vector<at::Tensor> produce(size_t k, const std::atomic<bool>* stop) const;
+  // Takes the call lock after checking the caller is allowed in; throws accel::Error(state).
+  std::unique_lock<std::mutex> enter() const;
   void check_open() const;
 
+  mutable std::mutex call_mutex_;  // held for every public call: one call at a time
   std::shared_ptr<Dataset> dataset_;
+  int64_t dataset_size_ = 0;
   LoaderPlace place_;
   LoaderOptions options_;
   bool closed_ = false;
@@ -93,6 +108,7 @@ class DataLoader {
   std::vector<std::vector<int64_t>> plan_;
   size_t next_ = 0;
 
+  // Shared with the worker threads, under mutex_.
   struct Slot {
     std::vector<at::Tensor> batch;
     std::exception_ptr error;
@@ -101,7 +117,7 @@ class DataLoader {
   std::condition_variable cv_;
   std::map<size_t, Slot> ready_;
   size_t issued_ = 0;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};  // read between samples by the dataset, without mutex_
   std::vector<std::thread> workers_;
 };
 

@@ -312,6 +312,12 @@ std::vector<std::pair<std::string, at::Tensor>> Model::named_buffers() const {
   return out;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> Model::named_tensors() const {
+  auto all = named_parameters();
+  for (auto& b : named_buffers()) all.push_back(std::move(b));
+  return all;
+}
+
 int64_t Model::num_parameters() const {
   int64_t n = 0;
   for (const auto& p : module_->parameters(true)) n += p.numel();

@@ -38,6 +38,8 @@ class Model {
   bool is_training() const;
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   std::vector<std::pair<std::string, at::Tensor>> named_buffers() const;
+  // Parameters first, then buffers, each in registration order.
+  std::vector<std::pair<std::string, at::Tensor>> named_tensors() const;
   int64_t num_parameters() const;
   void save(const std::string& path) const;
   void to(const std::string& device);

@@ -51,30 +51,82 @@ class AutocastScope {
 
 }  // namespace
 
-Session::Session(runtime::Accelerator& accelerator) : acc_(accelerator) {
-  if (acc_.mixed_precision() == runtime::MixedPrecision::kFp16)
-    scaler_ = std::make_unique<optim::GradScaler>();
-}
-
-Session::~Session() = default;
-
-std::vector<at::Tensor> Session::trainable(const model::Model& m) const {
+std::vector<at::Tensor> trainable_parameters(const model::Model& m) {
   std::vector<at::Tensor> out;
   for (const auto& [name, p] : m.named_parameters())
     if (p.requires_grad()) out.push_back(p);
   return out;
 }
 
+void bind_unprepared(optim::Optimizer& optimizer, const model::Model& m) {
+  if (!optimizer.bound()) optimizer.bind(trainable_parameters(m));
+}
+
+Session::Session(std::unique_ptr<runtime::Accelerator> accelerator) : acc_(std::move(accelerator)) {
+  if (acc_->mixed_precision() == runtime::MixedPrecision::kFp16)
+    scaler_ = std::make_unique<optim::GradScaler>();
+}
+
+Session::~Session() = default;
+
+Session::CheckpointScope::CheckpointScope(Session& s) : s_(s) {
+  if (s_.checkpointing_)
+    fail(Errc::state,
+         "save_state/load_state called while another one is running (from a checkpoint "
+         "callback?)");
+  s_.checkpointing_ = true;
+}
+
+void Session::prepare(const Objects& objects) {
+  auto prepared_here = [&](const std::shared_ptr<model::Model>& m) {
+    for (const auto& own : objects.models)
+      if (own == m) return true;
+    return is_prepared(m.get());
+  };
+  for (const auto& [o, m] : objects.optimizers)
+    if (!prepared_here(m))
+      fail(Errc::state,
+           "an optimizer's model is neither prepared nor among the objects: pass the model to "
+           "accel_prepare too (its parameters must be placed first)");
+  for (const auto& s : objects.schedulers) {
+    bool found = is_prepared(s->optimizer().get());
+    for (const auto& [o, m] : objects.optimizers) found = found || o == s->optimizer();
+    if (!found)
+      fail(Errc::state,
+           "a scheduler's optimizer is neither prepared nor among the objects: pass the optimizer "
+           "to accel_prepare too");
+    s->schedule().validate();
+  }
+  const bool placement = acc_->settings().flag("device_placement");
+  for (const auto& m : objects.models) prepare_model(m, placement);
+  for (const auto& [o, m] : objects.optimizers) prepare_optimizer(o, m);
+  for (const auto& l : objects.dataloaders) prepare_dataloader(l);
+  for (const auto& s : objects.schedulers) prepare_scheduler(s);
+}
+
+std::shared_ptr<data::DataLoader> Session::make_dataloader(
+    std::shared_ptr<data::Dataset> dataset) const {
+  data::LoaderPlace place;
+  place.rank = acc_->place().rank;
+  place.world_size = acc_->place().world_size;
+  place.device = acc_->device();
+  place.state = acc_->gradient_state();
+  data::LoaderOptions defaults;
+  defaults.split_batches = acc_->settings().flag("split_batches");
+  defaults.even_batches = acc_->settings().flag("even_batches");
+  return std::make_shared<data::DataLoader>(std::move(dataset), place, defaults);
+}
+
 void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_placement) {
   if (models_.count(m.get())) return;
-  if (device_placement) m->to(acc_.device());
-  if (auto* comm = acc_.communicator()) {
+  if (device_placement) m->to(acc_->device());
+  if (auto* comm = acc_->communicator()) {
     std::vector<at::Tensor> state;
     for (const auto& [n, p] : m->named_parameters()) state.push_back(p);
     for (const auto& [n, b] : m->named_buffers()) state.push_back(b);
     ddp::broadcast_from_main(*comm, state, "the model's parameters and buffers",
                              /*verify=*/true);
-    auto params = trainable(*m);
+    auto params = trainable_parameters(*m);
     if (!params.empty()) syncs_[m.get()] = std::make_unique<ddp::GradSync>(*comm, params);
   }
   models_[m.get()] = m;
@@ -83,21 +135,14 @@ void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_
 
 void Session::prepare_optimizer(const std::shared_ptr<optim::Optimizer>& o,
                                 const std::shared_ptr<model::Model>& m) {
-  if (!models_.count(m.get()))
-    fail(Errc::state,
-         "prepare the optimizer's model with it (or before it): its parameters must "
-         "be placed first");
   if (!optimizers_.count(o.get())) {
-    o->bind(trainable(*m));  // the placed parameters
+    o->bind(trainable_parameters(*m));  // the placed parameters
     optimizers_[o.get()] = o;
     optimizer_order_.push_back(o);
   }
 }
 
 void Session::prepare_scheduler(const std::shared_ptr<optim::LrScheduler>& s) {
-  if (!optimizers_.count(s->optimizer().get()))
-    fail(Errc::state, "prepare the scheduler's optimizer with it (or before it)");
-  s->schedule().validate();
   if (!schedulers_.count(s.get())) scheduler_order_.push_back(s);
   schedulers_[s.get()] = s;
 }
@@ -111,18 +156,18 @@ std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method
                                       const std::vector<at::Tensor>& inputs) {
   // Every forward starts from rank 0's buffers (DDP's broadcast_buffers), in eval mode too, so that
   // every rank evaluates with the same batch-norm statistics.
-  auto* comm = acc_.communicator();
+  auto* comm = acc_->communicator();
   if (comm) {
     std::vector<at::Tensor> buffers;
     for (const auto& [n, b] : m.named_buffers()) buffers.push_back(b);
     if (!buffers.empty())
       ddp::broadcast_from_main(*comm, buffers, "the model's buffers", /*verify=*/false);
   }
-  const auto mp = acc_.mixed_precision();
+  const auto mp = acc_->mixed_precision();
   if (mp == runtime::MixedPrecision::kNo) return m.call(method, inputs);
   std::vector<at::Tensor> out;
   {
-    const bool cuda = acc_.device() != "cpu";
+    const bool cuda = acc_->device() != "cpu";
     AutocastScope scope(cuda, mp == runtime::MixedPrecision::kBf16 ? at::kBFloat16 : at::kHalf);
     out = m.call(method, inputs);
   }
@@ -133,8 +178,8 @@ std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method
 
 void Session::accumulate() {
   ++total_steps_;
-  const int64_t steps = acc_.settings().integer("gradient_accumulation_steps");
-  const auto active = acc_.gradient_state()->active();
+  const int64_t steps = acc_->settings().integer("gradient_accumulation_steps");
+  const auto active = acc_->gradient_state()->active();
   if (active && active->end_of_dataloader) {
     micro_step_ = 0;
     sync_gradients_ = true;
@@ -153,11 +198,11 @@ void Session::backward(const at::Tensor& loss) {
     fail(Errc::invalid_argument,
          "the loss does not require grad: it was not computed from the "
          "model's parameters (or was computed in eval mode under no_grad)");
-  if (acc_.communicator() && syncs_.empty())
+  if (acc_->communicator() && syncs_.empty())
     fail(Errc::state, "no model is prepared: gradients would not be averaged across the " +
-                          std::to_string(acc_.place().world_size) +
+                          std::to_string(acc_->place().world_size) +
                           " processes; pass the model to accel_prepare first");
-  const int64_t steps = acc_.settings().integer("gradient_accumulation_steps");
+  const int64_t steps = acc_->settings().integer("gradient_accumulation_steps");
   at::Tensor scaled = steps > 1 ? loss / static_cast<double>(steps) : loss;
   if (scaler_) scaled = scaler_->scale_loss(scaled);
   for (auto& [m, sync] : syncs_) sync->begin_backward(sync_gradients_);
@@ -199,13 +244,13 @@ bool Session::step_was_skipped(const optim::Optimizer& o) const {
 
 void Session::scheduler_step(optim::LrScheduler& s) {
   optim::SchedulerStepContext c;
-  c.step_with_optimizer = acc_.settings().flag("step_scheduler_with_optimizer");
+  c.step_with_optimizer = acc_->settings().flag("step_scheduler_with_optimizer");
   c.sync_gradients = sync_gradients_;
   c.optimizer_skipped = !skipped_.empty();
   // A schedule is written in single-process steps; N processes take N times fewer steps over the
   // same data, unless every process sees the whole (split) batch.
-  c.split_batches = acc_.settings().flag("split_batches");
-  c.num_processes = acc_.place().world_size;
+  c.split_batches = acc_->settings().flag("split_batches");
+  c.num_processes = acc_->place().world_size;
   const int times = optim::scheduler_advances(c);
   for (int i = 0; i < times; ++i) {
     const int64_t limit = s.schedule().max_steps();
@@ -216,7 +261,7 @@ void Session::scheduler_step(optim::LrScheduler& s) {
 
 double Session::clip_grad_norm(model::Model& m, double max_norm, double norm_type) {
   if (!(max_norm > 0)) fail(Errc::invalid_argument, "max_norm must be positive");
-  const auto params = trainable(m);
+  const auto params = trainable_parameters(m);
   unscale_for(params);
   // PyTorch's clip_grad_norm_: the norm of the per-parameter norms, then every gradient times
   // min(1, max_norm / (total + 1e-6)).
@@ -236,7 +281,7 @@ double Session::clip_grad_norm(model::Model& m, double max_norm, double norm_typ
 
 void Session::clip_grad_value(model::Model& m, double clip_value) {
   if (!(clip_value > 0)) fail(Errc::invalid_argument, "clip_value must be positive");
-  const auto params = trainable(m);
+  const auto params = trainable_parameters(m);
   unscale_for(params);
   at::NoGradGuard no_grad;
   for (const auto& p : params)

@@ -1,10 +1,13 @@
 // What accel_prepare sets up and what every training step goes through: placed models with their
 // gradient synchronisation, mixed precision, gradient accumulation, optimizer and scheduler gating,
-// loss scaling and clipping. One per accelerator; Accelerate's Accelerator object does the same.
+// loss scaling and clipping. One per accelerator, owning it; Accelerate's Accelerator object does
+// the same. Not thread-safe by itself: the C interface holds the training family's lock (see
+// capi/family.hpp) for every call into it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -23,18 +26,27 @@ namespace accel::prepare {
 
 class Session {
  public:
-  explicit Session(runtime::Accelerator& accelerator);
+  explicit Session(std::unique_ptr<runtime::Accelerator> accelerator);
   ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
-  // Places the model on the device, broadcasts rank 0's parameters and buffers, and (with several
-  // processes) attaches gradient synchronisation. Preparing twice is a no-op.
-  void prepare_model(const std::shared_ptr<model::Model>& model, bool device_placement);
-  // Binds the optimizer to its model's (placed) parameters. The model must be prepared in the same
-  // or an earlier call.
-  void prepare_optimizer(const std::shared_ptr<optim::Optimizer>& optimizer,
-                         const std::shared_ptr<model::Model>& model);
-  void prepare_scheduler(const std::shared_ptr<optim::LrScheduler>& scheduler);
-  void prepare_dataloader(const std::shared_ptr<data::DataLoader>& loader);
+  // The objects of one accel_prepare call, sorted by kind; an optimizer with the model it was made
+  // over.
+  struct Objects {
+    std::vector<std::shared_ptr<model::Model>> models;
+    std::vector<std::pair<std::shared_ptr<optim::Optimizer>, std::shared_ptr<model::Model>>>
+        optimizers;
+    std::vector<std::shared_ptr<optim::LrScheduler>> schedulers;
+    std::vector<std::shared_ptr<data::DataLoader>> dataloaders;
+  };
+  // Accelerate's prepare: checks every object first (an optimizer's model prepared here or before,
+  // a scheduler's optimizer likewise, every schedule complete), then prepares models, optimizers,
+  // dataloaders and schedulers, in that order. Objects prepared before are left as they are.
+  void prepare(const Objects& objects);
+
+  // A dataloader over `dataset` for this process, with the accelerator's defaults.
+  std::shared_ptr<data::DataLoader> make_dataloader(std::shared_ptr<data::Dataset> dataset) const;
 
   // Prepared objects in the order they were prepared (what save_state/load_state walk).
   const std::vector<std::shared_ptr<model::Model>>& models() const { return model_order_; }
@@ -47,7 +59,8 @@ class Session {
   const std::vector<std::shared_ptr<data::DataLoader>>& dataloaders() const {
     return loader_order_;
   }
-  runtime::Accelerator& accelerator() { return acc_; }
+  runtime::Accelerator& accelerator() { return *acc_; }
+  const runtime::Accelerator& accelerator() const { return *acc_; }
   // The accumulation counter and the loss scaler, for checkpoints.
   int64_t micro_step() const { return micro_step_; }
   // Micro-steps since the start (Accelerate's Accelerator.step): the manifest's step.
@@ -59,14 +72,28 @@ class Session {
   }
   optim::GradScaler* mutable_scaler() { return scaler_.get(); }
 
-  // The program's own objects saved with every checkpoint (register_for_checkpointing).
+  // The program's own objects saved with every checkpoint (register_for_checkpointing): `save`
+  // returns the bytes, `load` takes them back; both throw accel::Error on failure. Whatever they
+  // hold is destroyed with the session.
   struct CustomObject {
-    int (*save)(void*, size_t, size_t*, void*);
-    int (*load)(const void*, size_t, void*);
-    void* user_data;
+    std::function<std::string()> save;
+    std::function<void(const std::string&)> load;
   };
-  void register_custom(const CustomObject& o) { custom_.push_back(o); }
+  void register_custom(CustomObject o) { custom_.push_back(std::move(o)); }
   const std::vector<CustomObject>& custom_objects() const { return custom_; }
+
+  // Marks a save_state or load_state in progress; a second one (from a checkpoint callback) is
+  // accel::Error(state).
+  class CheckpointScope {
+   public:
+    explicit CheckpointScope(Session& s);
+    ~CheckpointScope() { s_.checkpointing_ = false; }
+    CheckpointScope(const CheckpointScope&) = delete;
+    CheckpointScope& operator=(const CheckpointScope&) = delete;
+
+   private:
+    Session& s_;
+  };
   // The next automatic checkpoint number (ProjectConfiguration's iteration).
   int64_t iteration = -1;
 
@@ -97,10 +124,17 @@ class Session {
   const optim::GradScaler* scaler() const { return scaler_.get(); }
 
  private:
-  std::vector<at::Tensor> trainable(const model::Model& m) const;
+  // Places the model on the device, broadcasts rank 0's parameters and buffers, and (with several
+  // processes) attaches gradient synchronisation. Preparing twice is a no-op.
+  void prepare_model(const std::shared_ptr<model::Model>& model, bool device_placement);
+  // Binds the optimizer to its model's (placed) parameters.
+  void prepare_optimizer(const std::shared_ptr<optim::Optimizer>& optimizer,
+                         const std::shared_ptr<model::Model>& model);
+  void prepare_scheduler(const std::shared_ptr<optim::LrScheduler>& scheduler);
+  void prepare_dataloader(const std::shared_ptr<data::DataLoader>& loader);
   void unscale_for(const std::vector<at::Tensor>& params);
 
-  runtime::Accelerator& acc_;
+  std::unique_ptr<runtime::Accelerator> acc_;
   std::map<const model::Model*, std::shared_ptr<model::Model>> models_;
   std::map<const model::Model*, std::unique_ptr<ddp::GradSync>> syncs_;
   std::map<const optim::Optimizer*, std::shared_ptr<optim::Optimizer>> optimizers_;
@@ -112,9 +146,16 @@ class Session {
   std::vector<std::shared_ptr<optim::LrScheduler>> scheduler_order_;
   std::vector<std::shared_ptr<data::DataLoader>> loader_order_;
   std::vector<CustomObject> custom_;
+  bool checkpointing_ = false;
   bool sync_gradients_ = true;
   int64_t micro_step_ = 0;
   int64_t total_steps_ = 0;
 };
+
+// The trainable parameters of `m`, in registration order.
+std::vector<at::Tensor> trainable_parameters(const model::Model& m);
+
+// An optimizer used without accel_prepare binds to its model's parameters on first use.
+void bind_unprepared(optim::Optimizer& optimizer, const model::Model& m);
 
 }  // namespace accel::prepare

@@ -29,10 +29,20 @@ std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000.0)));
 }
 
+// The program's configuration, plus the file `accel launch` names in ACCEL_CONFIG_FILE when the
+// program loaded none itself.
+config::Config with_launcher_file(const config::Config& cfg, const config::EnvMap& env) {
+  config::Config out = cfg;
+  if (out.file_path().empty())
+    if (auto it = env.find("ACCEL_CONFIG_FILE"); it != env.end() && !it->second.empty())
+      out.load_file(it->second);
+  return out;
+}
+
 }  // namespace
 
 Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
-    : settings_(cfg.resolve(env)) {
+    : settings_(with_launcher_file(cfg, env).resolve(env)) {
   place_ = read_process_place(env);
 
   const int gpus = at::detail::getCUDAHooks().getNumGPUs();

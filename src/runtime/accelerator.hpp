@@ -17,8 +17,9 @@ enum class MixedPrecision { kNo = 0, kFp16 = 1, kBf16 = 2 };
 
 class Accelerator {
  public:
-  // Resolves the configuration against `env`, applies thread settings and joins the job.
-  // Only one may exist per process (accel::Error(state) otherwise).
+  // Resolves the configuration against `env` (adding the file ACCEL_CONFIG_FILE names when `cfg`
+  // has none), applies thread settings and joins the job. Only one may exist per process
+  // (accel::Error(state) otherwise).
   Accelerator(const config::Config& cfg, const config::EnvMap& env);
   ~Accelerator();
   Accelerator(const Accelerator&) = delete;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <utility>
+#include <vector>
 
 #include "accel/accel.h"
 
@@ -14,9 +15,47 @@
 
 inline accel_accelerator* g_acc = nullptr;
 
+// A tensor's elements, read as T (the caller knows the dtype).
+template <class T>
+std::vector<T> values_of(const accel_tensor* t) {
+  size_t size = 0;
+  EXPECT_EQ(accel_tensor_data_size(t, &size), ACCEL_OK) << accel_last_error_message();
+  std::vector<T> v(size / sizeof(T));
+  EXPECT_EQ(accel_tensor_to_data(t, v.data(), v.size() * sizeof(T), &size), ACCEL_OK)
+      << accel_last_error_message();
+  return v;
+}
+
+// Calls `method` once; its outputs, which the caller frees (empty when the call failed).
+inline std::vector<accel_tensor*> call_method(accel_model* m, const char* method,
+                                              std::vector<const accel_tensor*> inputs) {
+  accel_tensor_list* list = nullptr;
+  std::vector<accel_tensor*> out;
+  const accel_status st = accel_model_call(m, method, inputs.data(), inputs.size(), &list);
+  EXPECT_EQ(st, ACCEL_OK) << method << ": " << accel_last_error_message();
+  if (st != ACCEL_OK) return out;
+  size_t n = 0;
+  EXPECT_EQ(accel_tensor_list_count(list, &n), ACCEL_OK);
+  for (size_t i = 0; i < n; ++i) {
+    accel_tensor* t = nullptr;
+    EXPECT_EQ(accel_tensor_list_get(list, i, &t), ACCEL_OK);
+    out.push_back(t);
+  }
+  accel_tensor_list_free(list);
+  return out;
+}
+
+// The first output of `method` (its loss, say), which the caller frees.
+inline accel_tensor* call_one(accel_model* m, const char* method,
+                              std::vector<const accel_tensor*> inputs) {
+  auto out = call_method(m, method, std::move(inputs));
+  for (size_t i = 1; i < out.size(); ++i) accel_tensor_free(out[i]);
+  return out.empty() ? nullptr : out[0];
+}
+
 // Replaces the process's accelerator by one made with `settings` (key, value).
 inline void init_with(std::initializer_list<std::pair<const char*, const char*>> settings) {
-  accel_free(g_acc);
+  accel_accelerator_free(g_acc);
   g_acc = nullptr;
   accel_config* c = nullptr;
   ASSERT_EQ(accel_config_new(&c), ACCEL_OK);
@@ -36,7 +75,7 @@ class AcceleratorEnv : public ::testing::Environment {
       unsetenv(v);
     init_with({});
   }
-  void TearDown() override { accel_free(g_acc); }
+  void TearDown() override { accel_accelerator_free(g_acc); }
 };
 
 inline ::testing::Environment* const g_accelerator_env =

@@ -13,7 +13,7 @@ set(exported)
 foreach(line IN LISTS nm_lines)
   if(line MATCHES " [A-Za-z] ([^ @]+)")
     set(sym ${CMAKE_MATCH_1})
-    if(NOT sym MATCHES "^ACCEL_[0-9]+$")  # the version node itself
+    if(NOT sym MATCHES "^ACCEL_[0-9.]+$")  # the version node itself
       list(APPEND exported ${sym})
     endif()
   endif()

@@ -29,9 +29,9 @@ std::vector<float> values(const accel_model* m, const char* name) {
   accel_tensor* t = nullptr;
   EXPECT_EQ(accel_model_tensor(m, name, &t), ACCEL_OK);
   size_t bytes = 0;
-  accel_tensor_nbytes(t, &bytes);
+  accel_tensor_data_size(t, &bytes);
   std::vector<float> v(bytes / 4);
-  accel_tensor_to_data(t, v.data(), bytes);
+  accel_tensor_to_data(t, v.data(), bytes, &bytes);
   accel_tensor_free(t);
   return v;
 }
@@ -196,23 +196,87 @@ TEST(Checkpoint, LoadStateRefusesIncompleteOrCorruptCheckpoints) {
   accel_model_free(m);
 }
 
+TEST(Checkpoint, EveryOptimizerKindResumesExactly) {
+  // Saved after 3 steps, then 3 more steps; loading the checkpoint and taking the same 3 steps
+  // again must land on the very same weights: only true when every piece of optimizer state
+  // (momentum, Adam's moments and amsgrad maxima, RMSprop's averages, Adagrad's sums) round-trips.
+  const std::string dir = ::testing::TempDir() + "state_optimizers";
+  const std::pair<const char*, std::vector<std::pair<const char*, const char*>>> kinds[] = {
+      {"sgd", {{"momentum", "0.9"}, {"nesterov", "true"}}},
+      {"adam", {{"amsgrad", "true"}}},
+      {"adamw", {{"weight_decay", "0.1"}}},
+      {"rmsprop", {{"momentum", "0.5"}, {"centered", "true"}}},
+      {"adagrad", {{"lr_decay", "0.01"}}}};
+  std::vector<float> xv(8 * 32);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.37f * static_cast<float>(i));
+  const int64_t xshape[] = {8, 32};
+  for (const auto& [kind, options] : kinds) {
+    SCOPED_TRACE(kind);
+    std::system(("rm -rf " + dir).c_str());
+    init_with({});
+    accel_model* m = make_model(11);
+    OK(accel_model_define(m,
+                          "def loss(self, x):\n"
+                          "    h = torch.relu(self.fc1.forward(x))\n"
+                          "    return self.fc2.forward(h).pow(2).mean()\n"));
+    accel_optimizer* o = nullptr;
+    OK(accel_optimizer_new(m, kind, &o));
+    OK(accel_optimizer_set(o, "lr", "0.01"));
+    for (const auto& [key, value] : options) OK(accel_optimizer_set(o, key, value));
+    void* objs[] = {m, o};
+    OK(accel_prepare(g_acc, objs, 2));
+    accel_tensor* x = nullptr;
+    OK(accel_tensor_from_data(xv.data(), xv.size() * 4, ACCEL_DTYPE_F32, xshape, 2, &x));
+    auto steps = [&](int n) {
+      for (int i = 0; i < n; ++i) {
+        accel_tensor* loss = call_one(m, "loss", {x});
+        ASSERT_NE(loss, nullptr);
+        OK(accel_backward(g_acc, loss));
+        OK(accel_optimizer_step(o));
+        OK(accel_optimizer_zero_grad(o));
+        accel_tensor_free(loss);
+      }
+    };
+    steps(3);
+    const auto at_save = values(m, "fc1.weight");
+    OK(accel_save_state(g_acc, dir.c_str()));
+    steps(3);
+    const auto after = values(m, "fc1.weight");
+    EXPECT_NE(after, at_save);
+    OK(accel_load_state(g_acc, dir.c_str()));
+    EXPECT_EQ(values(m, "fc1.weight"), at_save);
+    steps(3);
+    EXPECT_EQ(values(m, "fc1.weight"), after) << "bitwise the same steps after the resume";
+    accel_tensor_free(x);
+    accel_optimizer_free(o);
+    accel_model_free(m);
+  }
+  init_with({});
+}
+
 namespace {
 struct Counter {
   int64_t value = 0;
+  int saves = 0;
+  int releases = 0;
 };
-int save_counter(void* buf, size_t capacity, size_t* out_size, void* user) {
-  *out_size = sizeof(int64_t);
-  if (buf && capacity >= sizeof(int64_t))
-    std::memcpy(buf, &static_cast<Counter*>(user)->value, sizeof(int64_t));
-  return 0;
+int32_t save_counter(accel_state_writer* w, void* user) {
+  auto* c = static_cast<Counter*>(user);
+  ++c->saves;
+  // In two pieces: the writer appends.
+  if (accel_state_writer_write(w, &c->value, 4) != ACCEL_OK) return 1;
+  return accel_state_writer_write(w, reinterpret_cast<char*>(&c->value) + 4, 4) == ACCEL_OK ? 0 : 1;
 }
-int load_counter(const void* data, size_t size, void* user) {
+int32_t load_counter(const void* data, size_t size, void* user) {
   if (size != sizeof(int64_t)) return 1;
   std::memcpy(&static_cast<Counter*>(user)->value, data, sizeof(int64_t));
   return 0;
 }
-int failing_save(void*, size_t, size_t*, void*) {
+int32_t failing_save(accel_state_writer*, void*) {
   return 3;
+}
+void release_counter(void* user) {
+  ++static_cast<Counter*>(user)->releases;
 }
 }  // namespace
 
@@ -223,7 +287,8 @@ TEST(Checkpoint, AutomaticNamingTotalLimitAndCustomObjects) {
              {"automatic_checkpoint_naming", "true"},
              {"total_limit", "2"}});
   Counter counter;
-  OK(accel_register_for_checkpointing(g_acc, save_counter, load_counter, &counter));
+  OK(accel_register_for_checkpointing(g_acc, save_counter, load_counter, &counter,
+                                      release_counter));
   for (int i = 0; i < 3; ++i) OK(accel_accumulate(g_acc));
   for (int i = 0; i < 4; ++i) {
     counter.value = 100 + i;
@@ -237,18 +302,31 @@ TEST(Checkpoint, AutomaticNamingTotalLimitAndCustomObjects) {
   counter.value = 0;
   OK(accel_load_state(g_acc, nullptr));
   EXPECT_EQ(counter.value, 103) << "the newest checkpoint's custom object";
+  EXPECT_EQ(counter.saves, 4) << "one save callback per checkpoint: no size query first";
   OK(accel_save_state(g_acc, nullptr));
   EXPECT_EQ(run("ls " + project + "/checkpoints"), "checkpoint_3\ncheckpoint_4\n")
       << "numbering continues after the loaded checkpoint";
-  OK(accel_register_for_checkpointing(g_acc, failing_save, load_counter, &counter));
+  OK(accel_register_for_checkpointing(g_acc, failing_save, load_counter, &counter, nullptr));
   EXPECT_EQ(accel_save_state(g_acc, nullptr), ACCEL_ERR_CALLBACK);
-  EXPECT_NE(std::string(accel_last_error_message()).find("save callback failed"), std::string::npos)
+  EXPECT_NE(std::string(accel_last_error_message()).find("save callback returned 3"),
+            std::string::npos)
       << accel_last_error_message();
   EXPECT_EQ(run("ls " + project + "/checkpoints"), "checkpoint_3\ncheckpoint_4\n")
       << "a failed save leaves no partial directory and no new number";
-  accel_free(g_acc);
+  EXPECT_EQ(counter.releases, 0);
+  const int saves = counter.saves;
+  accel_accelerator_free(g_acc);
   g_acc = nullptr;
+  EXPECT_EQ(counter.releases, 1) << "released once, when the accelerator is freed";
   OK(accel_init(nullptr, &g_acc));
   EXPECT_EQ(accel_save_state(g_acc, nullptr), ACCEL_ERR_INVALID_ARGUMENT)
       << "no project configured";
+  EXPECT_EQ(counter.saves, saves) << "never called after the accelerator was freed";
+  EXPECT_EQ(
+      accel_register_for_checkpointing(g_acc, save_counter, nullptr, &counter, release_counter),
+      ACCEL_ERR_INVALID_ARGUMENT);
+  accel_accelerator_free(g_acc);
+  g_acc = nullptr;
+  EXPECT_EQ(counter.releases, 1) << "a refused registration is never released";
+  OK(accel_init(nullptr, &g_acc));
 }

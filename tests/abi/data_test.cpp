@@ -32,14 +32,10 @@ std::vector<std::vector<int64_t>> epoch_of(accel_dataloader* dl) {
   std::vector<std::vector<int64_t>> out;
   for (;;) {
     accel_tensor* f[1];
-    bool has = false;
-    EXPECT_EQ(accel_dataloader_next(dl, f, 1, &has), ACCEL_OK) << accel_last_error_message();
-    if (!has) break;
-    int64_t n = 0;
-    accel_tensor_numel(f[0], &n);
-    std::vector<int64_t> v(static_cast<size_t>(n));
-    accel_tensor_to_data(f[0], v.data(), v.size() * 8);
-    out.push_back(v);
+    size_t fields = 0;
+    EXPECT_EQ(accel_dataloader_next(dl, f, 1, &fields), ACCEL_OK) << accel_last_error_message();
+    if (fields == 0) break;
+    out.push_back(values_of<int64_t>(f[0]));
     accel_tensor_free(f[0]);
   }
   return out;
@@ -63,20 +59,23 @@ TEST(Data, FashionMnistFromIdxGz) {
   accel_dataset* d = nullptr;
   OK(accel_dataset_from_idx(paths, 2, &d));
   int64_t n = 0;
-  OK(accel_dataset_length(d, &n));
+  OK(accel_dataset_sample_count(d, &n));
   EXPECT_EQ(n, 10000);
   accel_dataloader* dl = loader(d, {{"batch_size", "1000"}});
   int64_t len = 0;
-  OK(accel_dataloader_length(dl, &len));
+  OK(accel_dataloader_batch_count(dl, &len));
   EXPECT_EQ(len, 10);
   std::vector<int64_t> per_class(10, 0);
   for (;;) {
     accel_tensor* f[2];
-    bool has = false;
-    OK(accel_dataloader_next(dl, f, 2, &has));
-    if (!has) break;
+    size_t fields = 0;
+    OK(accel_dataloader_next(dl, f, 2, &fields));
+    if (fields == 0) break;
+    EXPECT_EQ(fields, 2u);
     int64_t shape[3];
-    OK(accel_tensor_shape(f[0], shape, 3));
+    size_t dims = 0;
+    OK(accel_tensor_shape(f[0], shape, 3, &dims));
+    EXPECT_EQ(dims, 3u);
     EXPECT_EQ(shape[0], 1000);
     EXPECT_EQ(shape[1], 28);
     EXPECT_EQ(shape[2], 28);
@@ -84,7 +83,9 @@ TEST(Data, FashionMnistFromIdxGz) {
     OK(accel_tensor_dtype(f[1], &dt));
     EXPECT_EQ(dt, ACCEL_DTYPE_U8);
     std::vector<uint8_t> y(1000);
-    OK(accel_tensor_to_data(f[1], y.data(), y.size()));
+    size_t size = 0;
+    OK(accel_tensor_to_data(f[1], y.data(), y.size(), &size));
+    EXPECT_EQ(size, 1000u);
     for (uint8_t c : y) ++per_class.at(c);
     accel_tensor_free(f[0]);
     accel_tensor_free(f[1]);
@@ -132,9 +133,9 @@ TEST(Data, EpochsEndOnceAndAdvance) {
   std::vector<std::vector<int64_t>> seen;
   for (;;) {
     accel_tensor* f[1];
-    bool has = false;
-    OK(accel_dataloader_next(dl, f, 1, &has));
-    if (!has) break;
+    size_t fields = 0;
+    OK(accel_dataloader_next(dl, f, 1, &fields));
+    if (fields == 0) break;
     OK(accel_dataloader_end_of_epoch(dl, &end));
     EXPECT_EQ(end, seen.size() == 3) << "true exactly while the last batch is in use";
     seen.emplace_back();
@@ -177,9 +178,9 @@ TEST(Data, ResumeFromPositionOrSkippedBatches) {
   const auto full = epoch_of(a);  // epoch 0
   OK(accel_dataloader_set_epoch(a, 0));
   accel_tensor* f[1];
-  bool has = false;
+  size_t fields = 0;
   for (int i = 0; i < 2; ++i) {
-    OK(accel_dataloader_next(a, f, 1, &has));
+    OK(accel_dataloader_next(a, f, 1, &fields));
     accel_tensor_free(f[0]);
   }
   int64_t epoch = -1, samples = -1;
@@ -202,7 +203,7 @@ struct Counter {
   std::atomic<int> calls{0};
   int64_t fail_at = -1;
 };
-int fill(int64_t index, void* const* buffers, const size_t* sizes, size_t count, void* user) {
+int32_t fill(int64_t index, void* const* buffers, const size_t* sizes, size_t count, void* user) {
   auto* c = static_cast<Counter*>(user);
   ++c->calls;
   if (index == c->fail_at) return 7;
@@ -217,32 +218,31 @@ int fill(int64_t index, void* const* buffers, const size_t* sizes, size_t count,
 TEST(Data, CallbackDatasetFillsBatchesAndReportsFailure) {
   Counter counter;
   const accel_dtype dtypes[] = {ACCEL_DTYPE_F32, ACCEL_DTYPE_I64};
-  const int64_t xshape[] = {3};
-  const int64_t* shapes[] = {xshape, nullptr};
-  const size_t ndims[] = {1, 0};
+  const size_t dim_counts[] = {1, 0};
+  const int64_t dims[] = {3};  // field 0: [3] per sample; field 1: a scalar
   accel_dataset* d = nullptr;
-  OK(accel_dataset_from_callback(10, 2, dtypes, shapes, ndims, fill, &counter, &d));
+  OK(accel_dataset_from_callback(10, 2, dtypes, dim_counts, dims, fill, &counter, nullptr, &d));
   for (const char* workers : {"0", "2"}) {
     counter.fail_at = 5;  // in the second batch
     accel_dataloader* dl = loader(d, {{"batch_size", "4"}, {"num_workers", workers}});
     accel_tensor* f[2];
-    bool has = false;
-    OK(accel_dataloader_next(dl, f, 2, &has));
-    float x[12];
-    OK(accel_tensor_to_data(f[0], x, sizeof x));
+    size_t fields = 0;
+    OK(accel_dataloader_next(dl, f, 2, &fields));
+    const auto x = values_of<float>(f[0]);
+    ASSERT_EQ(x.size(), 12u);
     EXPECT_EQ(x[5], 12.0f);  // sample 1, element 2
-    int64_t y[4];
-    OK(accel_tensor_to_data(f[1], y, sizeof y));
+    auto y = values_of<int64_t>(f[1]);
+    ASSERT_EQ(y.size(), 4u);
     EXPECT_EQ(y[3], 3);
     accel_tensor_free(f[0]);
     accel_tensor_free(f[1]);
-    EXPECT_EQ(accel_dataloader_next(dl, f, 2, &has), ACCEL_ERR_CALLBACK) << workers;
+    EXPECT_EQ(accel_dataloader_next(dl, f, 2, &fields), ACCEL_ERR_CALLBACK) << workers;
     EXPECT_NE(std::string(accel_last_error_message()).find("returned 7 for index 5"),
               std::string::npos)
         << accel_last_error_message();
     counter.fail_at = -1;
-    OK(accel_dataloader_next(dl, f, 2, &has));  // the epoch starts again
-    OK(accel_tensor_to_data(f[1], y, sizeof y));
+    OK(accel_dataloader_next(dl, f, 2, &fields));  // the epoch starts again
+    y = values_of<int64_t>(f[1]);
     EXPECT_EQ(y[0], 0);
     accel_tensor_free(f[0]);
     accel_tensor_free(f[1]);
@@ -259,15 +259,19 @@ TEST(Data, BadInputIsAStatus) {
   EXPECT_EQ(accel_dataloader_set(dl, "bacth_size", "4"), ACCEL_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(accel_last_error_message()).find("known: batch_size"), std::string::npos);
   EXPECT_EQ(accel_dataloader_set(dl, "shuffle", "sometimes"), ACCEL_ERR_INVALID_ARGUMENT);
-  accel_tensor* f[1];
-  bool has = false;
-  EXPECT_EQ(accel_dataloader_next(dl, f, 0, &has), ACCEL_ERR_BUFFER_TOO_SMALL);
+  accel_tensor* f[1] = {nullptr};
+  size_t fields = 0;
+  EXPECT_EQ(accel_dataloader_next(dl, f, 0, &fields), ACCEL_ERR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(fields, 1u) << "the number of fields needed";
+  int64_t epoch = -1, samples = -1;
+  OK(accel_dataloader_position(dl, &epoch, &samples));
+  EXPECT_EQ(samples, 0) << "a refused call takes no batch";
   OK(accel_dataloader_close(dl));
   OK(accel_dataloader_close(dl));
-  EXPECT_EQ(accel_dataloader_next(dl, f, 1, &has), ACCEL_ERR_STATE);
+  EXPECT_EQ(accel_dataloader_next(dl, f, 1, &fields), ACCEL_ERR_STATE);
   EXPECT_NE(std::string(accel_last_error_message()).find("closed"), std::string::npos);
   int64_t len;
-  EXPECT_EQ(accel_dataloader_length(dl, &len), ACCEL_ERR_STATE);
+  EXPECT_EQ(accel_dataloader_batch_count(dl, &len), ACCEL_ERR_STATE);
   accel_dataloader_free(dl);
   // Tensors whose first dimensions disagree.
   float a[4] = {0}, b[3] = {0};
@@ -290,13 +294,13 @@ TEST(Data, GatherForMetricsAloneDropsNothingReal) {
   int64_t total = 0;
   for (;;) {
     accel_tensor* f[1];
-    bool has = false;
-    OK(accel_dataloader_next(dl, f, 1, &has));
-    if (!has) break;
+    size_t fields = 0;
+    OK(accel_dataloader_next(dl, f, 1, &fields));
+    if (fields == 0) break;
     accel_tensor* g = nullptr;
     OK(accel_gather_for_metrics(g_acc, f[0], &g));
     int64_t n = 0;
-    accel_tensor_numel(g, &n);
+    accel_tensor_element_count(g, &n);
     total += n;
     accel_tensor_free(g);
     accel_tensor_free(f[0]);

@@ -13,5 +13,10 @@ int main(void) {
     fprintf(stderr, "header %s, library %s\n", expected, accel_version());
     return 1;
   }
+  if (accel_version_number() != (uint32_t)ACCEL_VERSION_NUMBER) {
+    fprintf(stderr, "header %d, library number %u\n", ACCEL_VERSION_NUMBER,
+            (unsigned)accel_version_number());
+    return 1;
+  }
   return ACCEL_VERSION_CHECK(ACCEL_VERSION_MAJOR, ACCEL_VERSION_MINOR, ACCEL_VERSION_PATCH) ? 0 : 1;
 }

@@ -12,7 +12,19 @@ pc=$(dirname "$(find "$prefix" -name accel.pc | head -n 1)")
 libdir=$(dirname "$(find "$prefix" -name 'libaccel.so' | head -n 1)")
 export LD_LIBRARY_PATH=$libdir HF_HOME=$work/no-hf-home
 
-mode=${ACCEL_INSTALL_TEST_MODE:-both}
+mode=${INSTALL_TEST_MODE:-both}  # tests/install/CMakeLists.txt runs one mode per test
+
+# The ABI version policy (accel.h, "Versions"): while the major version is 0, the SONAME and the
+# CMake package carry major.minor, so a 0.1 consumer never loads 0.2.
+header=$prefix/include/accel/accel.h
+major=$(sed -n 's/^#define ACCEL_VERSION_MAJOR \([0-9]*\)$/\1/p' "$header")
+minor=$(sed -n 's/^#define ACCEL_VERSION_MINOR \([0-9]*\)$/\1/p' "$header")
+abi=$major.$minor
+[ "$major" = 0 ] || abi=$major
+soname=$(readelf -d "$libdir/libaccel.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+if [ "$soname" != "libaccel.so.$abi" ]; then
+  echo "SONAME is '$soname', expected libaccel.so.$abi"; exit 1
+fi
 
 if [ "$mode" = both ] || [ "$mode" = pkgconfig ]; then
   flags=$(PKG_CONFIG_PATH=$pc pkg-config --cflags --libs accel)
@@ -28,5 +40,12 @@ if [ "$mode" = both ] || [ "$mode" = cmake ]; then
   cmake --build "$work/cmake_build" > "$work/cmake_build.log"
   "$work/cmake_build/consumer"
   "$prefix/bin/accel" launch -n 2 "$work/cmake_build/consumer"
+  # Another ABI's version must not be accepted by the package.
+  other=$major.$((minor - 1))
+  [ "$major" = 0 ] || other=$((major - 1)).0
+  if cmake -S "$source/tests/install/consumer" -B "$work/cmake_old" -DCMAKE_PREFIX_PATH="$prefix" \
+       -DACCEL_WANTED_VERSION="$other" > "$work/cmake_old.log" 2>&1; then
+    echo "find_package(accel $other) accepted version $major.$minor"; exit 1
+  fi
 fi
 echo "install test ($mode) passed"

@@ -58,12 +58,26 @@ static accel_tensor* make(const void* data, accel_dtype dt, const int64_t* shape
   return t;
 }
 
+/* The size output of the buffer convention, where the program knows the size already. */
+static size_t g_size;
+
+/* Calls a method that returns one tensor; the caller frees it. */
+static accel_tensor* call_one(accel_model* model, const char* method,
+                              const accel_tensor* const* inputs, size_t count) {
+  accel_tensor_list* outputs = NULL;
+  accel_tensor* result = NULL;
+  CHECK(accel_model_call(model, method, inputs, count, &outputs));
+  CHECK(accel_tensor_list_get(outputs, 0, &result));
+  accel_tensor_list_free(outputs);
+  return result;
+}
+
 static void expect_shape(const accel_tensor* t, const int64_t* shape, size_t ndim) {
   int64_t got[ACCEL_MAX_DIMS];
   size_t nd = 0, i;
-  CHECK(accel_tensor_ndim(t, &nd));
+  CHECK(accel_tensor_dim_count(t, &nd));
   EXPECT(nd == ndim, "ndim %zu, expected %zu", nd, ndim);
-  CHECK(accel_tensor_shape(t, got, ACCEL_MAX_DIMS));
+  CHECK(accel_tensor_shape(t, got, ACCEL_MAX_DIMS, &nd));
   for (i = 0; i < ndim; ++i) EXPECT(got[i] == shape[i], "dim %zu is %lld", i, (long long)got[i]);
 }
 
@@ -80,7 +94,7 @@ static void check_gather(accel_accelerator* acc, int world) {
   want[1] = 3;
   expect_shape(out, want, 2);
   all = malloc(sizeof(float) * 6 * (size_t)world);
-  CHECK(accel_tensor_to_data(out, all, sizeof(float) * 6 * (size_t)world));
+  CHECK(accel_tensor_to_data(out, all, sizeof(float) * 6 * (size_t)world, &g_size));
   for (r = 0; r < world; ++r)
     for (i = 0; i < 6; ++i)
       EXPECT(all[r * 6 + i] == (float)(r * 100 + i), "gather f32 [%d] = %g", r * 6 + i,
@@ -100,7 +114,7 @@ static void check_gather(accel_accelerator* acc, int world) {
     CHECK(accel_gather(acc, t, &out));
     want[0] = world;
     expect_shape(out, want, 1);
-    CHECK(accel_tensor_to_data(out, got, sizeof got));
+    CHECK(accel_tensor_to_data(out, got, sizeof got, &g_size));
     for (r = 0; r < world; ++r) EXPECT(got[r] == 1000000000000LL + r, "gather i64 [%d]", r);
     accel_tensor_free(out);
     accel_tensor_free(t);
@@ -109,7 +123,7 @@ static void check_gather(accel_accelerator* acc, int world) {
     bf[1] = 0xc000;
     t = make(bf, ACCEL_DTYPE_BF16, two, 1);
     CHECK(accel_gather(acc, t, &out));
-    CHECK(accel_tensor_to_data(out, bf_all, sizeof bf_all));
+    CHECK(accel_tensor_to_data(out, bf_all, sizeof bf_all, &g_size));
     for (r = 0; r < world; ++r)
       EXPECT(bf_all[2 * r] == 0x3f80 + r && bf_all[2 * r + 1] == 0xc000, "gather bf16 [%d]", r);
     accel_tensor_free(out);
@@ -117,7 +131,7 @@ static void check_gather(accel_accelerator* acc, int world) {
 
     t = make(&flag, ACCEL_DTYPE_BOOL, one, 1);
     CHECK(accel_gather(acc, t, &out));
-    CHECK(accel_tensor_to_data(out, flags, sizeof flags));
+    CHECK(accel_tensor_to_data(out, flags, sizeof flags, &g_size));
     for (r = 0; r < world; ++r) EXPECT(flags[r] == r % 2, "gather bool [%d]", r);
     accel_tensor_free(out);
     accel_tensor_free(t);
@@ -139,7 +153,7 @@ static void check_pad(accel_accelerator* acc, int world) {
     want[0] = world;
     want[1] = 2;
     expect_shape(out, want, 2);
-    CHECK(accel_tensor_to_data(out, got, sizeof got));
+    CHECK(accel_tensor_to_data(out, got, sizeof got, &g_size));
     for (i = 0; i < world * 2; ++i) {
       int row = i / 2, filled;
       filled = pad_first ? row >= world - (g_rank + 1) : row < g_rank + 1;
@@ -167,19 +181,19 @@ static void check_reduce(accel_accelerator* acc, int world) {
   for (r = 0; r < world; ++r) sum += (float)(r + 1);
   t = make(v, ACCEL_DTYPE_F32, shape, 1);
   CHECK(accel_reduce(acc, t, ACCEL_REDUCE_SUM, &out));
-  CHECK(accel_tensor_to_data(out, got, sizeof got));
+  CHECK(accel_tensor_to_data(out, got, sizeof got, &g_size));
   EXPECT(got[0] == sum, "sum %g, expected %g", got[0], sum);
   accel_tensor_free(out);
   CHECK(accel_reduce(acc, t, ACCEL_REDUCE_MEAN, &out));
-  CHECK(accel_tensor_to_data(out, got, sizeof got));
+  CHECK(accel_tensor_to_data(out, got, sizeof got, &g_size));
   EXPECT(got[0] == sum / (float)world, "mean %g", got[0]);
   accel_tensor_free(out);
   CHECK(accel_reduce(acc, t, ACCEL_REDUCE_MAX, &out));
-  CHECK(accel_tensor_to_data(out, got, sizeof got));
+  CHECK(accel_tensor_to_data(out, got, sizeof got, &g_size));
   EXPECT(got[0] == (float)world && got[1] == 0.0f, "max %g %g", got[0], got[1]);
   accel_tensor_free(out);
   CHECK(accel_reduce(acc, t, ACCEL_REDUCE_MIN, &out));
-  CHECK(accel_tensor_to_data(out, got, sizeof got));
+  CHECK(accel_tensor_to_data(out, got, sizeof got, &g_size));
   EXPECT(got[0] == 1.0f && got[1] == (float)(1 - world), "min %g %g", got[0], got[1]);
   accel_tensor_free(out);
   accel_tensor_free(t);
@@ -188,7 +202,7 @@ static void check_reduce(accel_accelerator* acc, int world) {
   iv[1] = g_rank;
   ti = make(iv, ACCEL_DTYPE_I64, shape, 1);
   CHECK(accel_reduce(acc, ti, ACCEL_REDUCE_SUM, &out));
-  CHECK(accel_tensor_to_data(out, igot, sizeof igot));
+  CHECK(accel_tensor_to_data(out, igot, sizeof igot, &g_size));
   EXPECT(igot[0] == (int64_t)world << 40, "int64 sum exact");
   EXPECT(igot[1] == (int64_t)world * (world - 1) / 2, "int64 sum of ranks %lld",
          (long long)igot[1]);
@@ -212,7 +226,7 @@ static void check_broadcast(accel_accelerator* acc, int world) {
     expect_shape(out, shape, 1);
     CHECK(accel_tensor_dtype(out, &dt));
     EXPECT(dt == ACCEL_DTYPE_F64, "dtype %d", (int)dt);
-    CHECK(accel_tensor_to_data(out, got, sizeof got));
+    CHECK(accel_tensor_to_data(out, got, sizeof got, &g_size));
     for (i = 0; i <= root; ++i) EXPECT(got[i] == root * 10.0 + i + 0.25, "broadcast[%d]", i);
     accel_tensor_free(out);
     accel_tensor_free(t);
@@ -276,14 +290,14 @@ static void check_params_agree(accel_accelerator* acc, accel_model* model, int p
     unsigned char* v;
     CHECK(accel_model_tensor_name(model, i, name, sizeof name, &len));
     CHECK(accel_model_tensor(model, name, &t));
-    CHECK(accel_tensor_numel(t, &n));
-    CHECK(accel_tensor_nbytes(t, &bytes));
+    CHECK(accel_tensor_element_count(t, &n));
+    CHECK(accel_tensor_data_size(t, &bytes));
     CHECK(accel_tensor_dtype(t, &dt));
     CHECK(accel_gather(acc, t, &all));
-    CHECK(accel_tensor_nbytes(all, &total));
+    CHECK(accel_tensor_data_size(all, &total));
     world = (int64_t)(total / bytes);
     v = malloc(total);
-    CHECK(accel_tensor_to_data(all, v, total));
+    CHECK(accel_tensor_to_data(all, v, total, &g_size));
     for (r = 1; r < world; ++r)
       EXPECT(memcmp(v, v + r * (int64_t)bytes, bytes) == 0, "%s differs on rank %lld", name,
              (long long)r);
@@ -376,23 +390,21 @@ static void run_resume(accel_accelerator* acc, int argc, char** argv) {
   }
   for (step = save ? 0 : k; step < total; ++step) {
     accel_tensor *f[3], *loss, *g;
-    bool has = false;
-    size_t outs = 0;
+    size_t fields = 0;
     double value = 0;
     int64_t used[64], m = 0, j;
     if (save && step == k) CHECK(accel_save_state(acc, dir));
-    CHECK(accel_dataloader_next(dl, f, 3, &has));
-    if (!has) CHECK(accel_dataloader_next(dl, f, 3, &has)); /* the next epoch */
+    CHECK(accel_dataloader_next(dl, f, 3, &fields));
+    if (fields == 0) CHECK(accel_dataloader_next(dl, f, 3, &fields)); /* the next epoch */
     CHECK(accel_accumulate(acc));
-    CHECK(accel_model_call(model, "training_step", (const accel_tensor* const*)f, 2, &loss, 1,
-                           &outs));
+    loss = call_one(model, "training_step", (const accel_tensor* const*)f, 2);
     CHECK(accel_backward(acc, loss));
     CHECK(accel_optimizer_step(fresh_opt ? fresh_opt : opt));
     CHECK(accel_scheduler_step(fresh_sched ? fresh_sched : sched));
     CHECK(accel_optimizer_zero_grad(fresh_opt ? fresh_opt : opt));
     CHECK(accel_gather_for_metrics(acc, f[2], &g));
-    CHECK(accel_tensor_numel(g, &m));
-    CHECK(accel_tensor_to_data(g, used, sizeof used));
+    CHECK(accel_tensor_element_count(g, &m));
+    CHECK(accel_tensor_to_data(g, used, sizeof used, &g_size));
     CHECK(accel_tensor_item_f64(loss, &value));
     if (g_rank == 0) {
       printf("step %d loss %a ids", step, value);
@@ -416,8 +428,8 @@ static void run_resume(accel_accelerator* acc, int argc, char** argv) {
       unsigned char buf[4096];
       CHECK(accel_model_tensor_name(model, t, name, sizeof name, &len));
       CHECK(accel_model_tensor(model, name, &p));
-      CHECK(accel_tensor_nbytes(p, &bytes));
-      CHECK(accel_tensor_to_data(p, buf, sizeof buf));
+      CHECK(accel_tensor_data_size(p, &bytes));
+      CHECK(accel_tensor_to_data(p, buf, sizeof buf, &g_size));
       h = fnv(buf, bytes, h);
       accel_tensor_free(p);
     }
@@ -495,20 +507,20 @@ static void run_training_check(accel_accelerator* acc, const char* mode, int bat
   if (unused) {
     accel_tensor* w;
     CHECK(accel_model_tensor(model, "never.weight", &w));
-    CHECK(accel_tensor_to_data(w, never_before, sizeof never_before));
+    CHECK(accel_tensor_to_data(w, never_before, sizeof never_before, &g_size));
     accel_tensor_free(w);
     CHECK(accel_model_tensor(model, "side.weight", &w));
-    CHECK(accel_tensor_to_data(w, side_before, sizeof side_before));
+    CHECK(accel_tensor_to_data(w, side_before, sizeof side_before, &g_size));
     accel_tensor_free(w);
   }
   {
     int steps = 0;
     for (;;) {
       accel_tensor *f[2], *loss;
-      bool has = false, sync = false;
-      size_t outs = 0;
-      CHECK(accel_dataloader_next(dl, f, 2, &has));
-      if (!has) break;
+      bool sync = false;
+      size_t fields = 0;
+      CHECK(accel_dataloader_next(dl, f, 2, &fields));
+      if (fields == 0) break;
       CHECK(accel_accumulate(acc));
       if (unused) {
         /* The flag travels as a one-element tensor; the source turns it into a bool. */
@@ -518,11 +530,10 @@ static void run_training_check(accel_accelerator* acc, const char* mode, int bat
         in[0] = f[0];
         in[1] = f[1];
         in[2] = use_side;
-        CHECK(accel_model_call(model, "training_step", in, 3, &loss, 1, &outs));
+        loss = call_one(model, "training_step", in, 3);
         accel_tensor_free(use_side);
       } else {
-        CHECK(accel_model_call(model, "training_step", (const accel_tensor* const*)f, 2, &loss, 1,
-                               &outs));
+        loss = call_one(model, "training_step", (const accel_tensor* const*)f, 2);
       }
       CHECK(accel_backward(acc, loss));
       CHECK(accel_sync_gradients(acc, &sync));
@@ -542,11 +553,11 @@ static void run_training_check(accel_accelerator* acc, const char* mode, int bat
     accel_tensor* w;
     float now[80];
     CHECK(accel_model_tensor(model, "never.weight", &w));
-    CHECK(accel_tensor_to_data(w, now, sizeof now));
+    CHECK(accel_tensor_to_data(w, now, sizeof now, &g_size));
     accel_tensor_free(w);
     EXPECT(memcmp(now, never_before, sizeof now) == 0, "a parameter no rank used changed");
     CHECK(accel_model_tensor(model, "side.weight", &w));
-    CHECK(accel_tensor_to_data(w, now, sizeof now));
+    CHECK(accel_tensor_to_data(w, now, sizeof now, &g_size));
     accel_tensor_free(w);
     EXPECT(memcmp(now, side_before, sizeof now) != 0, "a parameter rank 1 used did not change");
     printf("rank %d: unused parameters handled\n", g_rank);
@@ -565,7 +576,7 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "check";
   accel_accelerator* acc = NULL;
   accel_config* cfg = NULL;
-  int world = 1;
+  int32_t world = 1;
   const char* rank_env = getenv("RANK");
   const char* world_env = getenv("WORLD_SIZE");
   g_rank = rank_env ? atoi(rank_env) : 0;
@@ -589,7 +600,7 @@ int main(int argc, char** argv) {
     printf("rank %d sleeping\n", g_rank);
     fflush(stdout);
     sleep(60);
-    accel_free(acc);
+    accel_accelerator_free(acc);
     return 0;
   }
 
@@ -605,8 +616,8 @@ int main(int argc, char** argv) {
   }
 
   if (strcmp(mode, "check") == 0) {
-    accel_distributed_type dist;
-    CHECK(accel_distributed_type_get(acc, &dist));
+    accel_distribution dist;
+    CHECK(accel_distributed_type(acc, &dist));
     EXPECT(dist == (world > 1 ? ACCEL_DISTRIBUTED_MULTI_CPU : ACCEL_DISTRIBUTED_NO), "dist %d",
            (int)dist);
     check_gather(acc, world);
@@ -673,7 +684,7 @@ int main(int argc, char** argv) {
       st = accel_wait_for_everyone(acc);
       EXPECT(st == ACCEL_ERR_STATE, "after a failure: %s", accel_status_name(st));
     }
-    accel_free(acc);
+    accel_accelerator_free(acc);
     return 0;
   } else if (strcmp(mode, "metrics") == 0 || strcmp(mode, "order") == 0) {
     const int metrics = strcmp(mode, "metrics") == 0;
@@ -700,13 +711,13 @@ int main(int argc, char** argv) {
       int step = 0;
       for (;;) {
         accel_tensor *f[1], *g;
-        bool has = false;
+        size_t fields = 0;
         int64_t got[4096], m = 0;
-        CHECK(accel_dataloader_next(dl, f, 1, &has));
-        if (!has) break;
+        CHECK(accel_dataloader_next(dl, f, 1, &fields));
+        if (fields == 0) break;
         CHECK(accel_gather_for_metrics(acc, f[0], &g));
-        CHECK(accel_tensor_numel(g, &m));
-        CHECK(accel_tensor_to_data(g, got, sizeof got));
+        CHECK(accel_tensor_element_count(g, &m));
+        CHECK(accel_tensor_to_data(g, got, sizeof got, &g_size));
         if (g_rank == 0 && !metrics) {
           printf("epoch %d step %d:", epoch, step);
           for (i = 0; i < m; ++i) printf(" %lld", (long long)got[i]);
@@ -777,13 +788,12 @@ int main(int argc, char** argv) {
     accel_tensor *t, *loss;
     float x[2] = {1, 2};
     int64_t shape[2] = {1, 2};
-    size_t outs = 0;
     accel_status st;
     CHECK(accel_model_new(&model));
     CHECK(accel_model_add_layer(model, "fc", "linear", "in_features=2 out_features=1"));
     CHECK(accel_model_define(model, "def loss(self, x):\n    return self.fc.forward(x).sum()\n"));
     t = make(x, ACCEL_DTYPE_F32, shape, 2);
-    CHECK(accel_model_call(model, "loss", (const accel_tensor* const*)&t, 1, &loss, 1, &outs));
+    loss = call_one(model, "loss", (const accel_tensor* const*)&t, 1);
     st = accel_backward(acc, loss);
     EXPECT(st == ACCEL_ERR_STATE, "status %s", accel_status_name(st));
     printf("rank %d: %s\n", g_rank, accel_last_error_message());
@@ -811,11 +821,10 @@ int main(int argc, char** argv) {
     CHECK(accel_prepare(acc, objects, 2));
     for (i = 0; i < 3; ++i) {
       accel_tensor *t, *loss;
-      size_t outs = 0;
       for (k = 0; k < 96; ++k) x[k] = (float)((k * (g_rank + 3) + i) % 11) - 5.0f; /* per rank */
       t = make(x, ACCEL_DTYPE_F32, shape, 4);
       CHECK(accel_accumulate(acc));
-      CHECK(accel_model_call(model, "loss", (const accel_tensor* const*)&t, 1, &loss, 1, &outs));
+      loss = call_one(model, "loss", (const accel_tensor* const*)&t, 1);
       CHECK(accel_backward(acc, loss));
       CHECK(accel_optimizer_step(opt));
       CHECK(accel_optimizer_zero_grad(opt));
@@ -825,9 +834,8 @@ int main(int argc, char** argv) {
     /* An eval forward starts from rank 0's buffers, as every forward of a prepared model. */
     {
       accel_tensor *t = make(x, ACCEL_DTYPE_F32, shape, 4), *out;
-      size_t outs = 0;
       CHECK(accel_model_train(model, false));
-      CHECK(accel_model_call(model, "forward", (const accel_tensor* const*)&t, 1, &out, 1, &outs));
+      out = call_one(model, "forward", (const accel_tensor* const*)&t, 1);
       accel_tensor_free(out);
       accel_tensor_free(t);
     }
@@ -858,9 +866,8 @@ int main(int argc, char** argv) {
       float x[2] = {1, 2};
       int64_t shape[2] = {1, 2};
       accel_tensor *t = make(x, ACCEL_DTYPE_F32, shape, 2), *loss;
-      size_t outs = 0;
       CHECK(accel_accumulate(acc));
-      CHECK(accel_model_call(model, "loss", (const accel_tensor* const*)&t, 1, &loss, 1, &outs));
+      loss = call_one(model, "loss", (const accel_tensor* const*)&t, 1);
       CHECK(accel_backward(acc, loss));
       CHECK(accel_optimizer_step(opt));
       CHECK(accel_scheduler_step(sched));
@@ -879,9 +886,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(mode, "config") == 0) {
     size_t n = 0;
     char* text;
-    accel_config_dump_effective(acc, NULL, 0, &n);
+    accel_effective_config(acc, NULL, 0, &n);
     text = malloc(n);
-    CHECK(accel_config_dump_effective(acc, text, n, &n));
+    CHECK(accel_effective_config(acc, text, n, &n));
     if (g_rank == 0) fputs(text, stdout);
     free(text);
   } else {
@@ -889,6 +896,6 @@ int main(int argc, char** argv) {
     return 64;
   }
   CHECK(accel_wait_for_everyone(acc));
-  accel_free(acc);
+  accel_accelerator_free(acc);
   return 0;
 }
