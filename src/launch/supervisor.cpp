@@ -84,6 +84,28 @@ void signal_all(std::vector<Child>& children, int sig) {
     if (c.running) kill(-c.pid, sig);  // the rank's whole process group
 }
 
+// SIGKILL to the process group of every running child, then reaps each; closes their pipes.
+// Returns how many were running.
+int stop_started(std::vector<Child>& children) {
+  int stopped = 0;
+  for (auto& c : children)
+    if (c.running && kill(-c.pid, SIGKILL) != 0) kill(c.pid, SIGKILL);
+  for (auto& c : children) {
+    if (c.running) {
+      while (waitpid(c.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      c.running = false;
+      ++stopped;
+    }
+    for (int* fd : {&c.out_fd, &c.err_fd})
+      if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+      }
+  }
+  return stopped;
+}
+
 std::vector<char*> c_strings(std::vector<std::string>& items) {
   std::vector<char*> out;
   for (auto& s : items) out.push_back(s.data());
@@ -138,43 +160,66 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
   std::vector<std::string> argv_store = options.command;
   argv_store[0] = program;
   std::vector<char*> argv = c_strings(argv_store);
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    std::vector<std::string> env_store = ranks[i].env;
-    std::vector<char*> envp = c_strings(env_store);  // built before fork: the child only execs
-    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
-    if (options.prefix_output &&
-        (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0))
-      fail(Errc::internal, std::string("pipe: ") + std::strerror(errno));
-    const pid_t pid = fork();
-    if (pid < 0) {
-      say(std::string("fork failed: ") + std::strerror(errno));
-      signal_all(children, SIGKILL);
-      break;
-    }
-    if (pid == 0) {
-      // Child: async-signal-safe calls only, then exec.
-      setpgid(0, 0);
-      sigprocmask(SIG_UNBLOCK, &handled, nullptr);
-      if (options.prefix_output) {
-        dup2(out_pipe[1], STDOUT_FILENO);
-        dup2(err_pipe[1], STDERR_FILENO);
+  // The pipes of the rank being started, until its Child owns their read ends.
+  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+  auto close_pending = [&] {
+    for (int* fd : {&out_pipe[0], &out_pipe[1], &err_pipe[0], &err_pipe[1]})
+      if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
       }
-      execve(program.c_str(), argv.data(), envp.data());
-      const char msg[] = "accel launch: exec failed for the rank's program\n";
-      ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
-      (void)ignored;
-      _exit(127);
+  };
+  auto abandon = [&] {
+    const int stopped = stop_started(children);
+    close_pending();
+    close(sfd);
+    return stopped;
+  };
+  try {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      std::vector<std::string> env_store = ranks[i].env;
+      std::vector<char*> envp = c_strings(env_store);  // built before fork: the child only execs
+      const std::string which = "could not start rank " + std::to_string(ranks[i].rank) + ": ";
+      if (options.prefix_output &&
+          (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0))
+        fail(Errc::internal, which + "pipe: " + std::strerror(errno));
+      const pid_t pid = fork();
+      if (pid < 0) fail(Errc::internal, which + "fork: " + std::strerror(errno));
+      if (pid == 0) {
+        // Child: async-signal-safe calls only, then exec.
+        setpgid(0, 0);
+        sigprocmask(SIG_UNBLOCK, &handled, nullptr);
+        if (options.prefix_output) {
+          dup2(out_pipe[1], STDOUT_FILENO);
+          dup2(err_pipe[1], STDERR_FILENO);
+        }
+        execve(program.c_str(), argv.data(), envp.data());
+        const char msg[] = "accel launch: exec failed for the rank's program\n";
+        ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)ignored;
+        _exit(127);
+      }
+      children[i].rank = ranks[i].rank;
+      children[i].pid = pid;
+      children[i].running = true;
+      setpgid(pid, pid);  // also from the parent, so signals never race the child's own call
+      if (options.prefix_output) {
+        children[i].out_fd = out_pipe[0];
+        children[i].err_fd = err_pipe[0];
+        out_pipe[0] = err_pipe[0] = -1;
+        close_pending();  // the write ends, which only the child keeps
+      }
     }
-    setpgid(pid, pid);  // also from the parent, so signals never race the child's own call
-    children[i].rank = ranks[i].rank;
-    children[i].pid = pid;
-    children[i].running = true;
-    if (options.prefix_output) {
-      close(out_pipe[1]);
-      close(err_pipe[1]);
-      children[i].out_fd = out_pipe[0];
-      children[i].err_fd = err_pipe[0];
-    }
+  } catch (const Error& e) {
+    // Nothing may outlive a launcher that could not start every rank: kill and reap the ranks
+    // started so far and close every descriptor opened for them before reporting the error.
+    const int stopped = abandon();
+    if (stopped == 0) throw;
+    fail(e.code(), std::string(e.what()) + "; stopped the " + std::to_string(stopped) + " rank" +
+                       (stopped > 1 ? "s" : "") + " already started");
+  } catch (...) {
+    abandon();
+    throw;
   }
 
   int result = 0;

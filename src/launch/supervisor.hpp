@@ -24,6 +24,9 @@ struct SupervisorOptions {
 // Runs the ranks to completion. Returns 0 when all exit 0; otherwise the exit code of the first
 // rank that failed (128 + signal for a rank killed by a signal), after stopping the others, or 128
 // + the signal that interrupted the launcher. Messages go to stderr, prefixed "accel launch: ".
+// When a rank cannot be started (pipe or fork fails), the ranks already started are killed (their
+// process groups) and reaped, every descriptor opened for them is closed, and then it throws
+// accel::Error saying which rank and how many were stopped.
 int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& options);
 
 // Blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP in the calling thread, so that supervise() receives
