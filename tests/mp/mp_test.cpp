@@ -1,6 +1,7 @@
 // Real processes over real Gloo: `accel launch` starts mp_program ranks, which check their own
 // results; this test checks exit codes, messages and timing.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -18,6 +19,8 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -53,6 +56,7 @@ Result run(const std::string& command) {
 
 const std::string kAccel = ACCEL_CLI;
 const std::string kProgram = MP_PROGRAM;
+const std::string kFailFork = FAIL_FORK_SHIM;
 
 std::string launch(int n, const std::string& mode, const std::string& flags = "") {
   return kAccel + " launch -n " + std::to_string(n) + " " + flags + " " + kProgram + " " + mode;
@@ -444,4 +448,99 @@ TEST(MultiProcess, SigtermIsForwardedAndTheLauncherExits) {
   const auto left =
       run("pgrep -f '[" + name.substr(0, 1) + "]" + name.substr(1) + " sleep' || echo none");
   EXPECT_TRUE(contains(left.output, "none")) << "ranks left behind: " << left.output;
+}
+
+namespace {
+
+// Processes whose command line is exactly {…/<program>, arg}, read from /proc (so that no shell
+// running the search matches itself).
+std::vector<pid_t> processes_running(const std::string& program, const std::string& arg) {
+  std::vector<pid_t> found;
+  DIR* proc = opendir("/proc");
+  if (!proc) return found;
+  while (const dirent* e = readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream in("/proc/" + std::string(e->d_name) + "/cmdline", std::ios::binary);
+    std::vector<std::string> argv;
+    for (std::string a; std::getline(in, a, '\0');) argv.push_back(a);
+    if (argv.size() == 2 && argv[1] == arg && argv[0].size() >= program.size() &&
+        argv[0].compare(argv[0].size() - program.size(), program.size(), program) == 0)
+      found.push_back(pid);
+  }
+  closedir(proc);
+  return found;
+}
+
+// Ranks that run `sleep <arg>`, a command line no other process has; whatever is left of them is
+// killed when this goes out of scope, so that a test never leaks them even when it fails.
+struct SleepingRanks {
+  std::string arg;
+  explicit SleepingRanks(const std::string& tag)
+      : arg("97." + std::to_string(getpid()) + tag) {}  // `sleep` takes 97.<digits> seconds
+  ~SleepingRanks() {
+    for (pid_t pid : processes_running("sleep", arg)) kill(pid, SIGKILL);
+  }
+  // Those still running once the launcher has exited; it reaps them before it exits, but give
+  // them a moment all the same.
+  std::vector<pid_t> left() const {
+    std::vector<pid_t> now = processes_running("sleep", arg);
+    for (int i = 0; i < 30 && !now.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      now = processes_running("sleep", arg);
+    }
+    return now;
+  }
+};
+
+// The number in "stopped the N ranks already started", or -1.
+int ranks_stopped(const std::string& output) {
+  const std::string key = "stopped the ";
+  const auto at = output.find(key);
+  return at == std::string::npos ? -1 : std::atoi(output.c_str() + at + key.size());
+}
+
+}  // namespace
+
+// --prefix_output takes two pipes per rank. When pipe2 fails for a later rank, the ranks already
+// started are killed and reaped and the error is reported: the launcher leaves none behind.
+TEST(MultiProcess, RanksAlreadyStartedAreStoppedWhenALaterRankCannotStart) {
+  SleepingRanks ranks("1");
+  // Before the first rank the launcher holds fds 0-2, the port it reserves and its signalfd (3,
+  // 4). Each rank opens two pipes and keeps their read ends, so rank i's second pipe needs fds up
+  // to 8 + 2i: under `ulimit -n 20`, ranks 0-5 start and rank 6's pipe2 fails with EMFILE. Fds from
+  // 3 up that the launcher would inherit from here are closed first, so that this count holds.
+  const auto r = run("( ulimit -n 20; for fd in $(seq 3 19); do eval \"exec $fd>&-\"; done; exec " +
+                     kAccel + " launch -n 16 --prefix_output sleep " + ranks.arg + " )");
+  const auto left = ranks.left();
+  EXPECT_TRUE(left.empty()) << left.size() << " ranks left running\n" << r.output;
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "accel launch: could not start rank ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "pipe: Too many open files")) << r.output;
+  // Several ranks were running when the failure came (6 with the fds counted above).
+  EXPECT_GE(ranks_stopped(r.output), 3) << r.output;
+  EXPECT_LT(ranks_stopped(r.output), 16) << r.output;
+  EXPECT_LT(r.seconds, 20.0) << r.output;
+}
+
+// fork() made to fail (fail_fork.so, preloaded) from the N-th call on. For the first rank, the
+// launch fails instead of succeeding with no rank run; for a later one, the ranks already started
+// are stopped and reaped and the launcher names the rank that could not be started.
+TEST(MultiProcess, ForkFailureFailsTheLaunchAndLeavesNoRankBehind) {
+  for (const char* at : {"1", "4"}) {
+    SleepingRanks ranks(std::string("2") + at);
+    const auto r = run("FAIL_FORK_AT=" + std::string(at) + " LD_PRELOAD=" + kFailFork + " " +
+                       kAccel + " launch -n 6 --prefix_output sleep " + ranks.arg);
+    const auto left = ranks.left();
+    EXPECT_TRUE(left.empty()) << left.size() << " ranks left running\n" << r.output;
+    EXPECT_EQ(r.code, 1) << "fork fails at call " << at << "\n" << r.output;
+    const int first_failing = std::atoi(at) - 1;
+    EXPECT_TRUE(contains(r.output, "accel launch: could not start rank " +
+                                       std::to_string(first_failing) + ": fork: "))
+        << r.output;
+    if (first_failing > 0) {
+      EXPECT_EQ(ranks_stopped(r.output), first_failing) << r.output;
+    }
+    EXPECT_LT(r.seconds, 20.0) << r.output;
+  }
 }
