@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "common/error.hpp"
+#include "common/parse.hpp"
 
 namespace accel::checkpoint {
 
@@ -149,15 +150,9 @@ uint64_t parse_size(const std::string& text) {
                                                {"GIB", 1073741824.0},
                                                {"TIB", 1099511627776.0}};
   auto it = units.find(u);
-  double value = 0;
-  try {
-    size_t end = 0;
-    value = std::stod(number, &end);
-    if (end != number.size()) it = units.end();
-  } catch (...) {
-    it = units.end();
-  }
-  if (number.empty() || it == units.end() || !(value > 0))
+  double value = 0;  // parse_real, not std::stod: "1.5GB" must not depend on the C locale
+  if (!parse_real(number, &value)) it = units.end();
+  if (it == units.end() || !(value > 0))
     fail(Errc::invalid_argument,
          "max_shard_size '" + text + "' is not a size such as 10GB, 500MB, 1GiB or a byte count");
   return static_cast<uint64_t>(value * it->second);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "common/parse.hpp"
 
 extern char** environ;
 
@@ -88,12 +89,21 @@ const Setting& Resolved::at(const std::string& key) const {
   return it->second;
 }
 
+// The values were validated by normalize(); parse.hpp reads them the same way under any locale
+// (std::stod("0.5") is 0 where the C locale's decimal point is a comma).
 long long Resolved::integer(const std::string& key) const {
-  return std::stoll(text(key));
+  long long v = 0;
+  if (!parse_int(text(key), &v))
+    fail(Errc::config, "configuration key '" + key + "' is not an integer: '" + text(key) + "'");
+  return v;
 }
 
 double Resolved::seconds(const std::string& key) const {
-  return std::stod(text(key));
+  double v = 0;
+  if (!parse_real(text(key), &v))
+    fail(Errc::config,
+         "configuration key '" + key + "' is not a number of seconds: '" + text(key) + "'");
+  return v;
 }
 
 std::string Resolved::dump_yaml() const {
