@@ -8,7 +8,6 @@
 #include <cmath>
 #include <mutex>
 #include <optional>
-#include <sstream>
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
@@ -98,11 +97,11 @@ void init_like_torch(at::Tensor& weight, at::Tensor* bias, int64_t fan_in) {
   }
 }
 
+// A double as a TorchScript float literal. format_real, not an ostream: under a global C++ locale
+// such as de_DE an ostream writes 0.1 as "0,1", which TorchScript reads as two arguments. The
+// shortest round-trip text parses back to the same double; "1" gets ".0" so it stays a float.
 std::string fmt(double v) {
-  std::ostringstream o;
-  o.precision(17);
-  o << v;
-  std::string s = o.str();
+  std::string s = format_real(v);
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s;
 }
@@ -199,7 +198,6 @@ torch::jit::Module make_layer(const std::string& kind, const std::string& text) 
 std::map<std::string, std::string> parse_spec(const std::string& spec) {
   std::map<std::string, std::string> out;
   std::string item;
-  std::istringstream in(spec);
   auto take = [&](const std::string& entry) {
     if (entry.empty()) return;
     const auto eq = entry.find('=');
