@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <locale>
 #include <set>
 #include <sstream>
 
@@ -218,6 +219,7 @@ void load_checkpoint_in_model(model::Model& m, const std::string& path) {
       missing += (missing.empty() ? "" : ", ") + n;
     } else if (it->second.sizes() != t.sizes() || it->second.scalar_type() != t.scalar_type()) {
       std::ostringstream d;
+      d.imbue(std::locale::classic());  // sizes as [1000, 3], not the host locale's [1.000, 3]
       d << n << " (checkpoint " << c10::toString(it->second.scalar_type()) << it->second.sizes()
         << ", model " << c10::toString(t.scalar_type()) << t.sizes() << ")";
       mismatched += (mismatched.empty() ? "" : ", ") + d.str();

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <sstream>
 
 #include "common/error.hpp"
 
@@ -42,12 +41,11 @@ at::ScalarType dtype_in(const at::Tensor& header) {
   return static_cast<at::ScalarType>(header.data_ptr<int64_t>()[2]);
 }
 
+// std::to_string, not an ostream: under a host's global C++ locale (de_DE) 1000 prints as "1.000".
 std::string shape_text(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << "]";
-  return out.str();
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
 }
 
 std::string ranks_text(const std::vector<at::Tensor>& headers) {

@@ -11,10 +11,10 @@
 
 #include <atomic>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/parse.hpp"
 #include "runtime/shm_reduce.hpp"
 
 namespace accel::runtime {
@@ -80,10 +80,9 @@ void wait_for_listener(const std::string& addr, int port,
   freeaddrinfo(found);
 }
 
+// "0.5", never "0,5": an ostream would use the host program's global C++ locale.
 std::string seconds_text(std::chrono::milliseconds ms) {
-  std::ostringstream out;
-  out << ms.count() / 1000.0;
-  return out.str();
+  return format_real(static_cast<double>(ms.count()) / 1000.0);
 }
 
 }  // namespace
@@ -182,7 +181,8 @@ void Communicator::setup_shared_memory() {
       const std::string value(bytes.begin(), bytes.end());
       const auto space = value.find(' ');
       if (space == std::string::npos) fail(Errc::io, "rank 0 could not create the segment");
-      token = std::stoull(value.substr(space + 1));
+      if (!parse_uint(value.substr(space + 1), &token))
+        fail(Errc::io, "rank 0 published a malformed segment token '" + value + "'");
       shm = std::make_unique<ShmReduce>(
           ShmReduce::attach(value.substr(0, space), rank_, size_, slot_bytes, token));
     }

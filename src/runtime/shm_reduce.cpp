@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/parse.hpp"
 
 namespace accel::runtime {
 
@@ -289,7 +290,7 @@ void ShmReduce::wait_all(bool arrivals, uint32_t target,
             if (!reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), target))
               missing += (missing.empty() ? "" : ", ") + std::to_string(q);
           }
-          fail(Errc::timeout, "timed out after " + std::to_string(timeout.count() / 1000.0) +
+          fail(Errc::timeout, "timed out after " + format_real(timeout.count() / 1000.0) +
                                   " s waiting for rank(s) " + missing +
                                   " in a shared-memory all-reduce");
         }
