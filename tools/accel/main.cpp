@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <locale>
 #include <sstream>
 
 #include "accel/accel.h"
 #include "common/error.hpp"
+#include "common/parse.hpp"
 #include "config/config.hpp"
 #include "launch/held_port.hpp"
 #include "launch/plan.hpp"
@@ -120,6 +122,7 @@ int run_config_default(std::string path, const std::string& mixed_precision, int
   const std::string mp = accel::config::normalize(
       *spec, mixed_precision, {accel::config::Source::kSetter, "--mixed_precision"});
   std::ostringstream y;
+  y.imbue(std::locale::classic());  // num_processes as 1000, never a locale's 1.000
   y << "compute_environment: LOCAL_MACHINE\n"
     << "debug: false\n"
     << "distributed_type: " << (num_processes > 1 ? "MULTI_CPU" : "NO") << "\n"
@@ -157,7 +160,8 @@ int main(int argc, char** argv) {
 
   accel::launch::LaunchOptions lo;
   bool prefix_output = false;
-  double grace_s = 5.0;
+  // Read with parse_real, not CLI11's strtold: the number must not depend on the C locale.
+  std::string grace_text = "5";
   auto* launch =
       app.add_subcommand("launch", "Run PROGRAM on N local ranks (torchrun environment)");
   launch->add_option("--num_processes,--num-processes,-n", lo.num_processes,
@@ -180,8 +184,17 @@ int main(int argc, char** argv) {
   launch->add_flag("--cpu", lo.cpu, "Run on CPU even where GPUs exist");
   launch->add_flag("--prefix_output,--prefix-output,--tee", prefix_output,
                    "Prefix every output line with [rank N]");
-  launch->add_option("--grace_period,--grace-period", grace_s,
-                     "Seconds between SIGTERM and SIGKILL when stopping ranks (default 5)");
+  launch
+      ->add_option("--grace_period,--grace-period", grace_text,
+                   "Seconds between SIGTERM and SIGKILL when stopping ranks (default 5)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            double v = 0;
+            return accel::parse_real(text, &v) ? std::string()
+                                               : "'" + text + "' is not a number of seconds";
+          },
+          ""))
+      ->type_name("SECONDS");
   launch->prefix_command();
   launch->footer("Example: accel launch -n 2 ./train --epochs 3");
 
@@ -213,6 +226,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "accel launch: no program given\n%s", launch->help().c_str());
         return 2;
       }
+      double grace_s = 5.0;
+      accel::parse_real(grace_text, &grace_s);  // checked by the option's validator
       return run_launch(lo, prefix_output, grace_s);
     }
     if (*env) return run_env(env_config);
