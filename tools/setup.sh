@@ -16,6 +16,8 @@ packages=(
   dataset-fashion-mnist
   # The reference for the scheduler, initialisation and clipping tests (the same torch 1.13).
   python3-torch
+  # localedef and the locale sources: the unit tests run under de_DE.UTF-8 (decimal comma).
+  locales
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -32,6 +34,20 @@ for lib in libblas.so.3 liblapack.so.3; do
   target=/usr/lib/$arch/openblas-openmp/$lib
   [ -e "$target" ] && as_root update-alternatives --set "$lib-$arch" "$target" >/dev/null
 done
+
+# The locale tests need de_DE.UTF-8 (libaccel's hosts may set it; its decimal point is a comma).
+# Enabled in /etc/locale.gen as well, so that a later locale-gen (an upgrade of 'locales') keeps it.
+available_locales=$(locale -a 2>/dev/null || true)  # not piped into grep -q: pipefail, SIGPIPE
+if ! grep -qix 'de_DE\.utf-\?8' <<<"$available_locales"; then
+  if ! grep -q '^de_DE\.UTF-8 UTF-8' /etc/locale.gen 2>/dev/null; then
+    if grep -q '^# *de_DE\.UTF-8 UTF-8' /etc/locale.gen 2>/dev/null; then
+      as_root sed -i 's/^# *\(de_DE\.UTF-8 UTF-8\)/\1/' /etc/locale.gen
+    else
+      echo 'de_DE.UTF-8 UTF-8' | as_root tee -a /etc/locale.gen >/dev/null
+    fi
+  fi
+  as_root localedef -i de_DE -f UTF-8 de_DE.UTF-8
+fi
 
 # The Hugging Face safetensors reader, for the test that reads our files with code that is not ours
 # (PyPI; the test falls back to a reader written from the format specification without it).
