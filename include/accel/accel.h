@@ -653,9 +653,11 @@ ACCEL_API accel_status accel_dataset_from_tensors(const accel_tensor* const* ten
  *
  * Threads: with num_workers 0 it runs on the thread that calls accel_dataloader_next; otherwise on
  * the dataloader's worker threads, several at once for different indices, so it must be safe to
- * call concurrently. No libaccel lock is held while it runs. It may use tensors, datasets and
- * configurations, but it must not call functions of a dataloader or of a training family (those
- * may be waiting for this very callback): such a call fails with ACCEL_ERR_STATE.
+ * call concurrently. No libaccel lock is held while it runs. It may use tensors, datasets,
+ * configurations and other dataloaders, and free any handle but its own dataloader. It must not
+ * call functions of the dataloader it produces for, nor of a training family (an accelerator,
+ * model, optimizer or scheduler; the accelerator's queries excepted): they may be waiting for this
+ * very callback, so such a call fails with ACCEL_ERR_STATE.
  *
  * It is never entered after the dataset handle and every dataloader over the dataset have been
  * freed or closed (a dataloader stops its workers in accel_dataloader_free/close; see there).
@@ -793,14 +795,16 @@ ACCEL_API accel_status accel_dataloader_set_position(accel_dataloader* loader, i
  * worker; workers stop between samples), never other ranks. When it returns, the dataset's
  * callback is never entered again on behalf of this dataloader. A prepared dataloader stays in the
  * accelerator's checkpoints with its cursor as it was at close, so checkpoint contents do not
- * shift. Calling it from the dataset's own sample callback fails with ACCEL_ERR_STATE.
+ * shift. Calling it from a sample callback producing for this dataloader fails with
+ * ACCEL_ERR_STATE.
  */
 ACCEL_API accel_status accel_dataloader_close(accel_dataloader* loader);
 
 /**
  * Closes (see accel_dataloader_close: it waits for the sample callbacks already running, at most
  * one per worker, never for other ranks) and frees a dataloader, prepared or not. NULL is a no-op.
- * Called from the dataset's own sample callback it does nothing but record ACCEL_ERR_STATE.
+ * Called from a sample callback producing for this very dataloader it does nothing but record
+ * ACCEL_ERR_STATE (it would wait for itself).
  */
 ACCEL_API void accel_dataloader_free(accel_dataloader* loader);
 

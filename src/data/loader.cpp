@@ -25,6 +25,16 @@ long long int_option(const std::string& key, const std::string& value, long long
   return v;
 }
 
+// The loader whose batch the calling thread is producing: a sample callback may use other
+// dataloaders, but a call into the one it works for would wait for the callback itself.
+thread_local const DataLoader* t_producing_for = nullptr;
+
+struct Producing {
+  explicit Producing(const DataLoader* l) : previous(t_producing_for) { t_producing_for = l; }
+  ~Producing() { t_producing_for = previous; }
+  const DataLoader* previous;
+};
+
 bool parse_flag(const std::string& key, const std::string& value) {
   bool b = false;
   if (!config::parse_bool(value, &b))
@@ -46,10 +56,10 @@ DataLoader::~DataLoader() {
 }
 
 std::unique_lock<std::mutex> DataLoader::enter() const {
-  if (in_sample_callback())
+  if (in_sample_callback() && t_producing_for == this)
     fail(Errc::state,
-         "a dataloader was called from inside a dataset's sample callback, which dataloader calls "
-         "may be waiting for");
+         "a dataloader was called from inside its own dataset's sample callback, which the call "
+         "would wait for");
   return std::unique_lock<std::mutex>(call_mutex_);
 }
 
@@ -239,6 +249,7 @@ void DataLoader::stop_workers() {
 }
 
 std::vector<at::Tensor> DataLoader::produce(size_t k, const std::atomic<bool>* stop) const {
+  Producing marked(this);
   auto batch = dataset_->get_batch(plan_[k], stop);
   if (options_.device_placement && place_.device != "cpu")
     for (auto& t : batch) t = t.to(at::Device(place_.device), /*non_blocking=*/false);

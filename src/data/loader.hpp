@@ -41,7 +41,8 @@ struct LoaderPlace {
 };
 
 // Thread rules: every public function takes the loader's own lock, so calls from several threads
-// run one after the other; none may be made from inside a sample callback (accel::Error(state)).
+// run one after the other; none may be made from inside a sample callback producing a batch for
+// this loader (accel::Error(state)): it would wait for that callback.
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<Dataset> dataset, LoaderPlace place, LoaderOptions defaults = {});

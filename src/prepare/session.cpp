@@ -246,7 +246,10 @@ void Session::scheduler_step(optim::LrScheduler& s) {
   optim::SchedulerStepContext c;
   c.step_with_optimizer = acc_->settings().flag("step_scheduler_with_optimizer");
   c.sync_gradients = sync_gradients_;
-  c.optimizer_skipped = !skipped_.empty();
+  // As Accelerate: the scheduler's own optimizer decides when it is prepared; otherwise any
+  // prepared optimizer whose fp16 step was skipped holds the schedule back.
+  const optim::Optimizer* own = s.optimizer().get();
+  c.optimizer_skipped = optimizers_.count(own) ? skipped_.count(own) > 0 : !skipped_.empty();
   // A schedule is written in single-process steps; N processes take N times fewer steps over the
   // same data, unless every process sees the whole (split) batch.
   c.split_batches = acc_->settings().flag("split_batches");

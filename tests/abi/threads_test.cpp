@@ -35,8 +35,10 @@ struct Probe {
   int64_t gated_from = INT64_MAX;
   accel_dataloader* loader = nullptr;   // for the re-entry test
   std::atomic<int> reentry_status{-1};  // what a call back into the library returned
-  int reentry = 0;                      // 0 none, 1 into its dataloader, 2 into a family, 3 free
+  // 0 none, 1 into its dataloader, 2 into a family, 3 free its dataloader, 4 use and free another
+  int reentry = 0;
   accel_optimizer* optimizer = nullptr;
+  std::atomic<accel_dataloader*> other{nullptr};
 };
 
 int32_t fill(int64_t index, void* const* buffers, const size_t* sizes, size_t count, void* user) {
@@ -58,6 +60,13 @@ int32_t fill(int64_t index, void* const* buffers, const size_t* sizes, size_t co
   } else if (p->reentry == 3) {
     accel_dataloader_free(p->loader);  // refused: it would wait for this very callback
     p->reentry_status = accel_last_error_status();
+  } else if (p->reentry == 4) {
+    // A garbage collector's finalizer may run inside a callback and free another loader.
+    if (accel_dataloader* other = p->other.exchange(nullptr)) {
+      int64_t n = 0;
+      p->reentry_status = accel_dataloader_batch_count(other, &n);
+      accel_dataloader_free(other);
+    }
   }
   // Tensors are fine to use from a callback.
   accel_tensor* t = nullptr;
@@ -243,6 +252,27 @@ TEST(Lifetimes, ACallbackMayNotCallIntoItsLoaderOrAFamily) {
   }
   accel_optimizer_free(o);
   accel_model_free(m);
+}
+
+TEST(Lifetimes, ACallbackMayUseAndFreeOtherLoaders) {
+  for (const char* workers : {"0", "2"}) {
+    SCOPED_TRACE(workers);
+    Probe p, q;
+    p.reentry = 4;
+    accel_dataset* d = callback_dataset(&p, 16);
+    accel_dataset* e = callback_dataset(&q, 16);
+    accel_dataloader* dl = prefetching_loader(d, workers);
+    accel_dataloader* other = prefetching_loader(e, "1");
+    take_batches(other, 1);  // its worker is running too
+    p.other = other;
+    take_batches(dl, 1);
+    EXPECT_EQ(p.reentry_status.load(), ACCEL_OK);
+    EXPECT_EQ(p.other.load(), nullptr) << "the other loader was freed from the callback";
+    accel_dataset_free(e);
+    EXPECT_EQ(q.released.load(), 1);
+    accel_dataloader_free(dl);
+    accel_dataset_free(d);
+  }
 }
 
 namespace {
