@@ -1020,7 +1020,9 @@ ACCEL_API accel_status accel_sync_gradients(const accel_accelerator* accelerator
  * multiplied by the loss scale under fp16; with several processes the gradients of prepared models
  * are averaged across processes in buckets while backward runs (skipped on micro-steps that do not
  * sync). A parameter that gets no gradient on a rank counts as zero there; one no rank used keeps
- * its gradient.
+ * its gradient. It runs in the accelerator's training family: for a loss computed by a model that
+ * is not prepared, do not call into that model's family from another thread meanwhile (backward
+ * writes its gradients).
  */
 ACCEL_API accel_status accel_backward(accel_accelerator* accelerator, const accel_tensor* loss);
 

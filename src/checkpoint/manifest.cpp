@@ -34,7 +34,9 @@ Manifest parse_manifest(const std::string& text, const std::string& name) {
     return bad(std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) return bad("not a JSON object");
-  if (j.value("format", "") != "libaccel-checkpoint")
+  // Checked by type first: json::value() throws its own type_error for a "format" of another type.
+  if (!j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != "libaccel-checkpoint")
     return bad("not a libaccel checkpoint manifest");
   if (!j.contains("format_version") || !j["format_version"].is_number_integer() ||
       j["format_version"].get<int64_t>() != 1)

@@ -637,12 +637,16 @@ int main(int argc, char** argv) {
       accel_status st;
       if (g_rank == 1 && step == 3) {
         fprintf(stderr, "rank 1: exiting on purpose at step 3\n");
+        accel_tensor_free(t); /* exits mid-job, but frees what it made (LeakSanitizer watches) */
+        accel_accelerator_free(acc);
         exit(code);
       }
       st = accel_reduce(acc, t, ACCEL_REDUCE_SUM, &out);
       if (st != ACCEL_OK) {
         fprintf(stderr, "rank %d: step %d: %s: %s\n", g_rank, step, accel_status_name(st),
                 accel_last_error_message());
+        accel_tensor_free(t);
+        accel_accelerator_free(acc);
         exit(st == ACCEL_ERR_PEER_FAILED || st == ACCEL_ERR_TIMEOUT ? 4 : 5);
       }
       accel_tensor_free(out);
@@ -771,6 +775,9 @@ int main(int argc, char** argv) {
       accel_status st = accel_load_state(acc, argv[2]);
       if (st != ACCEL_OK) {
         printf("refused: %s: %s\n", accel_status_name(st), accel_last_error_message());
+        accel_optimizer_free(opt);
+        accel_model_free(model);
+        accel_accelerator_free(acc);
         return 3;
       }
       printf("loaded\n");

@@ -62,6 +62,8 @@ TEST(Manifest, BadManifestsAreClearErrors) {
   expect_bad("{", "not valid JSON");
   expect_bad("[]", "not a JSON object");
   expect_bad(R"({"format":"other"})", "not a libaccel checkpoint");
+  expect_bad(R"({"format":40})", "not a libaccel checkpoint");  // found by the fuzzer
+  expect_bad(R"({"format":null,"files":[]})", "not a libaccel checkpoint");
   expect_bad(R"({"format":"libaccel-checkpoint","format_version":2})", "format_version");
   const std::string head =
       R"({"format":"libaccel-checkpoint","format_version":1,"library_version":"0.1.0",)";
