@@ -6,16 +6,34 @@
  *   canary overflow  the sample callback writes one byte past the buffer LibTorch allocated for
  *                    the batch (ASan must report a heap-buffer-overflow in fill_overflow)
  * Exits 0 when the bug went unnoticed, which the script treats as a failure of the setup. */
+#define _POSIX_C_SOURCE 200809L
 #include <accel/accel.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
-static long g_calls; /* deliberately unsynchronised */
+static long g_calls;  /* deliberately unsynchronised */
+static int g_arrived; /* relaxed atomics only: they order nothing, for TSan as for the hardware */
+
+/* The first two calls wait (up to 2 s) until both are inside the callback, so the two workers'
+ * increments overlap whatever the scheduling: the loader's mutex cannot order them by chance. */
+static void meet_the_other_worker(void) {
+  struct timespec start, now;
+  __atomic_fetch_add(&g_arrived, 1, __ATOMIC_RELAXED);
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  while (__atomic_load_n(&g_arrived, __ATOMIC_RELAXED) < 2) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - start.tv_sec >= 2) break;
+    sched_yield();
+  }
+}
 
 static int fill_racy(int64_t index, void* const* buffers, const size_t* sizes, size_t count,
                      void* user_data) {
   (void)count;
   (void)user_data;
+  if (__atomic_load_n(&g_arrived, __ATOMIC_RELAXED) < 2) meet_the_other_worker();
   ++g_calls;
   memset(buffers[0], (int)(index & 0x7f), sizes[0]);
   return 0;
