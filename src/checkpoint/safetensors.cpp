@@ -88,9 +88,12 @@ Header parse_header(const uint8_t* prefix, size_t prefix_size, uint64_t file_siz
     if (t.begin > t.end || t.end > data_size)
       bad(name, where + "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
                     "] fall outside the " + std::to_string(data_size) + " data bytes");
-    if (t.end - t.begin != count * width)
-      bad(name, where + "holds " + std::to_string(t.end - t.begin) + " bytes but " + t.dtype +
-                    " with this shape needs " + std::to_string(count * width));
+    // Compared by division: count * width can wrap around 64 bits for a forged shape.
+    const uint64_t bytes = t.end - t.begin;
+    if (bytes % width != 0 || bytes / width != count)
+      bad(name, where + "holds " + std::to_string(bytes) + " bytes but this shape has " +
+                    std::to_string(count) + " elements of " + t.dtype + " (" +
+                    std::to_string(width) + " bytes each)");
     h.tensors.push_back(std::move(t));
   }
   // The data section is the tensors back to back, nothing shared, nothing left over.

@@ -637,8 +637,9 @@ int main(int argc, char** argv) {
       accel_status st;
       if (g_rank == 1 && step == 3) {
         fprintf(stderr, "rank 1: exiting on purpose at step 3\n");
-        accel_tensor_free(t); /* exits mid-job, but frees what it made (LeakSanitizer watches) */
-        accel_accelerator_free(acc);
+        /* Exits mid-job as a crashing rank would, with its accelerator still in the group, but
+         * frees its own tensor (LeakSanitizer watches). */
+        accel_tensor_free(t);
         exit(code);
       }
       st = accel_reduce(acc, t, ACCEL_REDUCE_SUM, &out);
@@ -646,7 +647,6 @@ int main(int argc, char** argv) {
         fprintf(stderr, "rank %d: step %d: %s: %s\n", g_rank, step, accel_status_name(st),
                 accel_last_error_message());
         accel_tensor_free(t);
-        accel_accelerator_free(acc);
         exit(st == ACCEL_ERR_PEER_FAILED || st == ACCEL_ERR_TIMEOUT ? 4 : 5);
       }
       accel_tensor_free(out);

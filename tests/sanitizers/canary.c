@@ -29,8 +29,8 @@ static void meet_the_other_worker(void) {
   }
 }
 
-static int fill_racy(int64_t index, void* const* buffers, const size_t* sizes, size_t count,
-                     void* user_data) {
+static int32_t fill_racy(int64_t index, void* const* buffers, const size_t* sizes, size_t count,
+                         void* user_data) {
   (void)count;
   (void)user_data;
   if (__atomic_load_n(&g_arrived, __ATOMIC_RELAXED) < 2) meet_the_other_worker();
@@ -39,48 +39,48 @@ static int fill_racy(int64_t index, void* const* buffers, const size_t* sizes, s
   return 0;
 }
 
-static int fill_overflow(int64_t index, void* const* buffers, const size_t* sizes, size_t count,
-                         void* user_data) {
+static int32_t fill_overflow(int64_t index, void* const* buffers, const size_t* sizes, size_t count,
+                             void* user_data) {
   (void)count;
   (void)user_data;
   memset(buffers[0], 1, sizes[0]);
-  if (index == 7) ((unsigned char*)buffers[0])[sizes[0]] = 1; /* sample 7 is the last row of its batch */
+  if (index == 7)
+    ((unsigned char*)buffers[0])[sizes[0]] = 1; /* sample 7 is the last row of its batch */
   return 0;
 }
 
-#define CHECK(call)                                                                            \
-  do {                                                                                         \
-    if ((call) != ACCEL_OK) {                                                                  \
-      fprintf(stderr, "canary: %s: %s\n", #call, accel_last_error_message());                  \
-      return 2;                                                                                \
-    }                                                                                          \
+#define CHECK(call)                                                           \
+  do {                                                                        \
+    if ((call) != ACCEL_OK) {                                                 \
+      fprintf(stderr, "canary: %s: %s\n", #call, accel_last_error_message()); \
+      return 2;                                                               \
+    }                                                                         \
   } while (0)
 
 int main(int argc, char** argv) {
   const int race = argc > 1 && strcmp(argv[1], "race") == 0;
   const accel_dtype dtypes[] = {ACCEL_DTYPE_F32};
-  const int64_t shape[] = {16};
-  const int64_t* shapes[] = {shape};
-  const size_t ndims[] = {1};
+  const size_t dim_counts[] = {1};
+  const int64_t dims[] = {16};
   accel_accelerator* acc = NULL;
   accel_dataset* d = NULL;
   accel_dataloader* dl = NULL;
   accel_tensor* batch[1];
-  bool has = true;
+  size_t fields = 1;
   int steps = 0;
   CHECK(accel_init(NULL, &acc));
-  CHECK(accel_dataset_from_callback(64, 1, dtypes, shapes, ndims,
-                                    race ? fill_racy : fill_overflow, NULL, &d));
+  CHECK(accel_dataset_from_callback(64, 1, dtypes, dim_counts, dims,
+                                    race ? fill_racy : fill_overflow, NULL, NULL, &d));
   CHECK(accel_dataloader_new(acc, d, &dl));
   CHECK(accel_dataloader_set(dl, "batch_size", "4"));
   CHECK(accel_dataloader_set(dl, "num_workers", race ? "2" : "0"));
-  while (accel_dataloader_next(dl, batch, 1, &has) == ACCEL_OK && has) {
+  while (accel_dataloader_next(dl, batch, 1, &fields) == ACCEL_OK && fields > 0) {
     accel_tensor_free(batch[0]);
     ++steps;
   }
   accel_dataloader_free(dl);
   accel_dataset_free(d);
-  accel_free(acc);
+  accel_accelerator_free(acc);
   printf("canary: %d batches, %ld calls, no report\n", steps, g_calls);
   return 0;
 }

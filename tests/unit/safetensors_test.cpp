@@ -46,8 +46,8 @@ TEST(Safetensors, RoundTripOfTheHeader) {
   const std::string header = make_header(t, {{"format", "pt"}});
   EXPECT_EQ((header.size() - 8) % 8, 0u) << "data aligned to 8 bytes";
   const std::string file = header + std::string(24 + 6, '\0');
-  const auto h = parse_header(reinterpret_cast<const uint8_t*>(file.data()), file.size(),
-                              file.size(), "f");
+  const auto h =
+      parse_header(reinterpret_cast<const uint8_t*>(file.data()), file.size(), file.size(), "f");
   ASSERT_EQ(h.tensors.size(), 2u);
   EXPECT_EQ(h.tensors[0].name, "w");
   EXPECT_EQ(h.tensors[1].begin, 24u);
@@ -69,20 +69,29 @@ TEST(Safetensors, CorruptHeadersAreClearErrors) {
   expect_bad(past, "runs past the end");
   expect_bad(file_with(R"({"a":{"dtype":"F32",)", 8), "not valid JSON");
   expect_bad(file_with(R"([1,2])", 0), "not a JSON object");
-  expect_bad(file_with(R"({"a":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}})", 8), "unknown dtype");
+  expect_bad(file_with(R"({"a":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}})", 8),
+             "unknown dtype");
   expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", 8), "outside");
-  expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "needs 12");
-  expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "not a size");
+  expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
+             "8 bytes but this shape has 3 elements");
+  // 2^61 + 1 elements of 8 bytes wrap around to 8 bytes in 64-bit arithmetic.
+  expect_bad(
+      file_with(R"({"a":{"dtype":"F64","shape":[2305843009213693953],"data_offsets":[0,8]}})", 8),
+      "2305843009213693953 elements");
+  expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8),
+             "not a size");
   expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8), "outside");
-  expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[2]}})", 8), "needs dtype, shape and data_offsets");
+  expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[2]}})", 8),
+             "needs dtype, shape and data_offsets");
   expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                        12),
              "overlapping or gapped");
   expect_bad(file_with(ok, 12), "cover 8 of 12");
   expect_bad(file_with(R"({"__metadata__":{"k":1}})", 0), "not a string");
-  expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", 8),
-             "too large");
+  expect_bad(
+      file_with(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", 8),
+      "too large");
 }
 
 TEST(Safetensors, ShardSizesAsAccelerate) {
