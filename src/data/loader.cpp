@@ -200,13 +200,15 @@ void DataLoader::restore_cursor(int64_t epoch, int64_t samples) {
 }
 
 void DataLoader::close() {
+  // Destroyed after the lock is released: the dataset's release callback may run here.
+  std::shared_ptr<Dataset> released;
   auto lock = enter();
   if (closed_) return;
   // The cursor stays where the program left it: a checkpoint taken later still records it.
   std::tie(epoch_, start_) = cursor_locked();
   end_iteration();
   closed_ = true;
-  dataset_.reset();  // may run the dataset's release callback, on this thread
+  released = std::move(dataset_);
 }
 
 void DataLoader::begin_iteration() {
