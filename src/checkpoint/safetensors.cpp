@@ -155,7 +155,8 @@ uint64_t parse_size(const std::string& text) {
   auto it = units.find(u);
   double value = 0;  // parse_real, not std::stod: "1.5GB" must not depend on the C locale
   if (!parse_real(number, &value)) it = units.end();
-  if (it == units.end() || !(value > 0))
+  // Below 2^63 bytes, so that the conversion to an integer is defined (and the size is sane).
+  if (it == units.end() || !(value > 0) || !(value * it->second < 9.2e18))
     fail(Errc::invalid_argument,
          "max_shard_size '" + text + "' is not a size such as 10GB, 500MB, 1GiB or a byte count");
   return static_cast<uint64_t>(value * it->second);

@@ -104,4 +104,5 @@ TEST(Safetensors, ShardSizesAsAccelerate) {
   EXPECT_THROW(parse_size("5XB"), accel::Error);
   EXPECT_THROW(parse_size(""), accel::Error);
   EXPECT_THROW(parse_size("0MB"), accel::Error);
+  EXPECT_THROW(parse_size("1e300TB"), accel::Error) << "beyond any 64-bit size";
 }

@@ -189,9 +189,11 @@ int main(int argc, char** argv) {
                    "Seconds between SIGTERM and SIGKILL when stopping ranks (default 5)")
       ->check(CLI::Validator(
           [](std::string& text) {
+            // At most a day: the milliseconds must fit the clock's integer.
             double v = 0;
-            return accel::parse_real(text, &v) ? std::string()
-                                               : "'" + text + "' is not a number of seconds";
+            return accel::parse_real(text, &v) && v >= 0 && v <= 86400
+                       ? std::string()
+                       : "'" + text + "' is not a number of seconds from 0 to 86400";
           },
           ""))
       ->type_name("SECONDS");
