@@ -1,0 +1,242 @@
+//! train_fashion_mnist.rs - PyTorch's classic MNIST CNN trained on Fashion-MNIST with libaccel.
+//!
+//!   target/debug/examples/train_fashion_mnist                      one process
+//!   accel launch -n 2 target/debug/examples/train_fashion_mnist    two processes, same code
+//!   options: --epochs N (2) --batch-size B (64, per process) --lr X (1e-3) --accum K (1)
+//!            --bf16 --max-steps S (0: whole epochs) --data DIR (/usr/share/datasets/fashion-mnist)
+//!            --workers W (1: batches prefetched on one thread; 0: made when asked for)
+//!
+//! The same program as examples/c/train_fashion_mnist.c, with the same model, data order,
+//! schedule and output: AdamW with a linear warmup/decay schedule; evaluation on the 10k test
+//! images with gather_for_metrics.
+use std::process::ExitCode;
+use std::time::Instant;
+
+use libaccel::{fields, Accelerator, Config, DataLoader, Dataset, Model, Optimizer, Scheduler};
+
+const SOURCE: &str = "\
+def forward(self, images):
+    x = images.float().div(255.0).sub(0.2860).div(0.3530).unsqueeze(1)
+    x = torch.relu(self.conv1.forward(x))
+    x = torch.relu(self.conv2.forward(x))
+    x = torch.max_pool2d(x, [2, 2])
+    x = torch.dropout(x, 0.25, self.training)
+    x = torch.flatten(x, 1)
+    x = torch.relu(self.fc1.forward(x))
+    x = torch.dropout(x, 0.5, self.training)
+    return self.fc2.forward(x)
+
+def training_step(self, images, labels):
+    return torch.cross_entropy_loss(self.forward(images), labels.long())
+
+def correct(self, images, labels):
+    return torch.eq(torch.argmax(self.forward(images), 1), labels.long()).long()
+";
+
+struct Options {
+    epochs: i64,
+    batch: i64,
+    lr: f64,
+    accum: i64,
+    bf16: bool,
+    max_steps: i64,
+    data: String,
+    workers: i64,
+}
+
+fn parse_args() -> Result<Options, String> {
+    let mut o = Options {
+        epochs: 2,
+        batch: 64,
+        lr: 1e-3,
+        accum: 1,
+        bf16: false,
+        max_steps: 0,
+        data: "/usr/share/datasets/fashion-mnist".to_string(),
+        workers: 1,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| {
+            args.next().ok_or_else(|| {
+                format!(
+                    "{name} needs a value (see the comment at the top of {})",
+                    file!()
+                )
+            })
+        };
+        let number = |text: String, name: &str| {
+            text.parse::<i64>()
+                .map_err(|_| format!("{name} takes an integer, not {text}"))
+        };
+        match arg.as_str() {
+            "--epochs" => o.epochs = number(value(&arg)?, &arg)?,
+            "--batch-size" => o.batch = number(value(&arg)?, &arg)?,
+            "--accum" => o.accum = number(value(&arg)?, &arg)?,
+            "--max-steps" => o.max_steps = number(value(&arg)?, &arg)?,
+            "--workers" => o.workers = number(value(&arg)?, &arg)?,
+            "--lr" => {
+                let text = value(&arg)?;
+                o.lr = text
+                    .parse()
+                    .map_err(|_| format!("--lr takes a number, not {text}"))?
+            }
+            "--data" => o.data = value(&arg)?,
+            "--bf16" => o.bf16 = true,
+            _ => {
+                return Err(format!(
+                    "unknown argument {arg} (see the comment at the top of {})",
+                    file!()
+                ))
+            }
+        }
+    }
+    Ok(o)
+}
+
+fn idx_pair(dir: &str, images: &str, labels: &str) -> libaccel::Result<Dataset> {
+    Dataset::from_idx(&[format!("{dir}/{images}"), format!("{dir}/{labels}")])
+}
+
+fn run(o: &Options) -> libaccel::Result<()> {
+    let mut cfg = Config::new()?;
+    cfg.set("gradient_accumulation_steps", o.accum)?;
+    if o.bf16 {
+        cfg.set("mixed_precision", "bf16")?;
+    }
+    let acc = Accelerator::with_config(&cfg)?;
+    drop(cfg);
+    let world = i64::from(acc.num_processes()?);
+    acc.set_seed(1234, false)?;
+
+    // The CNN of PyTorch's MNIST example.
+    let mut model = Model::new()?;
+    model.add_layer(
+        "conv1",
+        "conv2d",
+        "in_channels=1 out_channels=32 kernel_size=3",
+    )?;
+    model.add_layer(
+        "conv2",
+        "conv2d",
+        "in_channels=32 out_channels=64 kernel_size=3",
+    )?;
+    model.add_layer("fc1", "linear", "in_features=9216 out_features=128")?;
+    model.add_layer("fc2", "linear", "in_features=128 out_features=10")?;
+    model.define(SOURCE)?;
+    let params = model.parameter_element_count()?;
+
+    let train_set = idx_pair(
+        &o.data,
+        "train-images-idx3-ubyte.gz",
+        "train-labels-idx1-ubyte.gz",
+    )?;
+    let test_set = idx_pair(
+        &o.data,
+        "t10k-images-idx3-ubyte.gz",
+        "t10k-labels-idx1-ubyte.gz",
+    )?;
+    let mut train = DataLoader::new(&acc, &train_set)?;
+    train.set("batch_size", o.batch)?;
+    train.set("shuffle", true)?;
+    train.set("seed", 42)?;
+    train.set("num_workers", o.workers)?;
+    let mut test = DataLoader::new(&acc, &test_set)?;
+    test.set("batch_size", 500)?;
+    test.set("num_workers", 1)?;
+    let steps_per_epoch = train.batch_count()?;
+    let mut total_steps = steps_per_epoch * o.epochs;
+    if o.max_steps > 0 && o.max_steps < total_steps {
+        total_steps = o.max_steps;
+    }
+
+    let mut opt = Optimizer::new(&model, "adamw")?;
+    opt.set("lr", o.lr)?;
+    // The schedule counts single-process optimizer steps: the accelerator steps it num_processes
+    // times per step (see accel_scheduler_new), so it is written for total_steps * world / accum.
+    let mut sched = Scheduler::new(&opt, "linear")?;
+    sched.set("warmup_steps", total_steps * world / o.accum / 10)?;
+    sched.set("total_steps", total_steps * world / o.accum)?;
+    acc.prepare(&[&model, &opt, &sched, &train, &test])?;
+    acc.print(&format!(
+        "{world} process(es), {params} parameters, {total_steps} steps of {} per process{}",
+        o.batch,
+        if o.bf16 { ", bf16" } else { "" }
+    ))?;
+
+    let start = Instant::now();
+    let (mut step, mut loss_avg, mut waited) = (0i64, 0f64, 0f64);
+    let mut epoch = 0;
+    while epoch < o.epochs && step < total_steps {
+        train.set_epoch(epoch)?;
+        model.train(true)?;
+        loop {
+            let asked = Instant::now();
+            let batch = train.next_batch()?;
+            waited += asked.elapsed().as_secs_f64(); // the time this step waited for its batch
+            let Some(batch) = batch else { break }; // the end of the epoch
+            let [images, labels] = fields(batch)?;
+            acc.accumulate()?;
+            let loss = model.call1("training_step", &[&images, &labels])?;
+            acc.backward(&loss)?;
+            opt.step()?;
+            sched.step()?;
+            opt.zero_grad()?;
+            let value = loss.item_f64()?;
+            loss_avg = if step == 0 {
+                value
+            } else {
+                0.98 * loss_avg + 0.02 * value
+            };
+            step += 1;
+            if step % 100 == 0 || step == total_steps {
+                let elapsed = start.elapsed().as_secs_f64();
+                let rate = (step * o.batch * world) as f64 / elapsed;
+                acc.print(&format!(
+                    "epoch {} step {step}/{total_steps} loss {loss_avg:.4} {rate:.0} samples/s ETA {:.0}s data wait {:.2}%",
+                    epoch + 1,
+                    (total_steps - step) as f64 * (o.batch * world) as f64 / rate,
+                    100.0 * waited / elapsed
+                ))?;
+            }
+            if step >= total_steps {
+                break;
+            }
+        }
+        epoch += 1;
+    }
+
+    // Evaluation: each test sample counted once over all processes.
+    model.train(false)?;
+    let (mut correct, mut seen) = (0i64, 0i64);
+    for batch in &mut test {
+        let [images, labels] = fields(batch?)?;
+        let hits = model.call1("correct", &[&images, &labels])?;
+        let all = acc.gather_for_metrics(&hits)?.to_vec::<i64>()?;
+        correct += all.iter().sum::<i64>();
+        seen += all.len() as i64;
+    }
+    acc.print(&format!(
+        "test accuracy {:.4} ({correct} of {seen}) after {:.1}s of training",
+        correct as f64 / seen as f64,
+        start.elapsed().as_secs_f64()
+    ))?;
+    acc.wait_for_everyone()
+}
+
+fn main() -> ExitCode {
+    let options = match parse_args() {
+        Ok(o) => o,
+        Err(why) => {
+            eprintln!("{why}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("train_fashion_mnist failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

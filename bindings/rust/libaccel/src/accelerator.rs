@@ -1,0 +1,458 @@
+//! The accelerator: this process's place among the ranks, collectives and the training verbs.
+
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use libaccel_sys as sys;
+
+use crate::callback::{resolve_all, FailureSlot};
+use crate::config::Config;
+use crate::data::DataLoader;
+use crate::error::{check, Error, Result, Status};
+use crate::ffi::{c_string, ensure_supported_library, make, query, read_text};
+use crate::model::Model;
+use crate::optim::{Optimizer, Scheduler};
+use crate::tensor::Tensor;
+
+/// How the job is distributed (Accelerate's `DistributedType`).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DistributedType {
+    /// One process.
+    No,
+    /// Several processes on CPUs (Gloo).
+    MultiCpu,
+    /// Several processes on CUDA devices.
+    MultiGpu,
+}
+
+/// A mixed precision mode.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// fp32 throughout.
+    No,
+    /// fp16 autocast with loss scaling.
+    Fp16,
+    /// bf16 autocast.
+    Bf16,
+}
+
+/// The reduction of [`Accelerator::reduce`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reduction {
+    /// Element-wise sum.
+    Sum,
+    /// Sum divided by the number of processes (floating point only).
+    Mean,
+    /// Element-wise maximum.
+    Max,
+    /// Element-wise minimum.
+    Min,
+}
+
+/// An object [`Accelerator::prepare`] takes: [`Model`], [`Optimizer`], [`Scheduler`] or
+/// [`DataLoader`]. Sealed.
+pub trait Prepare: sealed::Sealed {
+    #[doc(hidden)]
+    fn raw_handle(&self) -> *mut std::ffi::c_void;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! preparable {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Prepare for $t {
+            fn raw_handle(&self) -> *mut std::ffi::c_void {
+                self.as_raw().cast()
+            }
+        }
+    )*};
+}
+preparable!(Model, Optimizer, Scheduler, DataLoader);
+
+/// The runtime of this process (Accelerate's `Accelerator`): its rank among the processes
+/// started by `accel launch` (or torchrun), the device, the process group, and the training
+/// verbs.
+///
+/// Made from the environment (`RANK`, `WORLD_SIZE`, ...); alone it is a world of one. One may
+/// exist per process at a time. The accelerator and every model, optimizer and scheduler
+/// prepared with it form one training family whose calls the library serialises, so `&self`
+/// methods may be called from several threads; collectives run in the order their calls reach
+/// the library, which must be the same on every rank (make them from one thread).
+///
+/// ```
+/// use libaccel::{Accelerator, Reduction, Tensor};
+/// let acc = Accelerator::new()?;
+/// let mine = Tensor::from_slice(&[acc.process_index()? as f32], &[1])?;
+/// let all = acc.gather(&mine)?; // every rank's row, in rank order
+/// assert_eq!(all.element_count()?, acc.num_processes()? as i64);
+/// let sum = acc.reduce(&mine, Reduction::Sum)?;
+/// # drop(sum);
+/// # Ok::<(), libaccel::Error>(())
+/// ```
+pub struct Accelerator {
+    raw: NonNull<sys::accel_accelerator>,
+    /// Failure slots of the checkpoint closures (the library owns the closures themselves).
+    checkpoint_failures: Mutex<Vec<Arc<CheckpointState>>>,
+}
+
+// SAFETY: accel.h "Threads": the training family's calls are serialised by the library; the
+// queries never block; free may run on any thread.
+unsafe impl Send for Accelerator {}
+// SAFETY: as above.
+unsafe impl Sync for Accelerator {}
+
+impl Drop for Accelerator {
+    fn drop(&mut self) {
+        // SAFETY: our handle; no call on it can be running. Does not wait for other ranks.
+        unsafe { sys::accel_accelerator_free(self.raw.as_ptr()) }
+    }
+}
+
+impl std::fmt::Debug for Accelerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Accelerator({:p})", self.raw.as_ptr())
+    }
+}
+
+pub(crate) type SaveFn =
+    dyn FnMut(&mut StateWriter<'_>) -> std::result::Result<(), crate::BoxError> + Send;
+pub(crate) type LoadFn = dyn FnMut(&[u8]) -> std::result::Result<(), crate::BoxError> + Send;
+
+/// One registered checkpoint object: its closures and where their failure goes.
+pub(crate) struct CheckpointState {
+    pub(crate) save: Mutex<Box<SaveFn>>,
+    pub(crate) load: Mutex<Box<LoadFn>>,
+    pub(crate) failure: FailureSlot,
+}
+
+/// Where a checkpoint save closure writes its object's bytes (see
+/// [`Accelerator::register_for_checkpointing`]). Also a [`std::io::Write`].
+pub struct StateWriter<'a> {
+    raw: *mut sys::accel_state_writer,
+    _call: std::marker::PhantomData<&'a mut ()>,
+}
+
+impl StateWriter<'_> {
+    pub(crate) fn new(raw: *mut sys::accel_state_writer) -> Self {
+        StateWriter {
+            raw,
+            _call: std::marker::PhantomData,
+        }
+    }
+
+    /// Appends `data` to the object being saved.
+    pub fn write_bytes(&mut self, data: &[u8]) -> Result<()> {
+        // SAFETY: the writer is valid for the save callback that lent it (the lifetime of self).
+        check(unsafe { sys::accel_state_writer_write(self.raw, data.as_ptr().cast(), data.len()) })
+    }
+}
+
+impl std::io::Write for StateWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_bytes(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Accelerator {
+    /// The accelerator of this process, configured by defaults, environment variables and the
+    /// file `ACCEL_CONFIG_FILE` names (which `accel launch` sets).
+    pub fn new() -> Result<Accelerator> {
+        Accelerator::init(std::ptr::null())
+    }
+
+    /// The accelerator of this process with `config` (copied; it may be dropped afterwards).
+    pub fn with_config(config: &Config) -> Result<Accelerator> {
+        Accelerator::init(config.as_raw())
+    }
+
+    fn init(config: *const sys::accel_config) -> Result<Accelerator> {
+        ensure_supported_library()?;
+        // SAFETY: `config` is NULL or a live handle; valid out pointer.
+        let raw = make(|out| unsafe { sys::accel_init(config, out) })?;
+        Ok(Accelerator {
+            raw: NonNull::new(raw).expect("non-null"),
+            checkpoint_failures: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The raw handle, for calls through `libaccel-sys`; still owned by `self`.
+    pub fn as_raw(&self) -> *mut sys::accel_accelerator {
+        self.raw.as_ptr()
+    }
+
+    fn ptr(&self) -> *mut sys::accel_accelerator {
+        self.raw.as_ptr()
+    }
+
+    /// Global rank of this process.
+    pub fn process_index(&self) -> Result<i32> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_process_index(self.ptr(), out) })
+    }
+
+    /// Rank of this process on its machine.
+    pub fn local_process_index(&self) -> Result<i32> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_local_process_index(self.ptr(), out) })
+    }
+
+    /// Number of processes in the job.
+    pub fn num_processes(&self) -> Result<i32> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_num_processes(self.ptr(), out) })
+    }
+
+    /// Whether this is the main process (global rank 0).
+    pub fn is_main_process(&self) -> Result<bool> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_is_main_process(self.ptr(), out) })
+    }
+
+    /// Whether this is the main process of its machine.
+    pub fn is_local_main_process(&self) -> Result<bool> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_is_local_main_process(self.ptr(), out) })
+    }
+
+    /// The device this process computes on (`"cpu"`, `"cuda:1"`).
+    pub fn device(&self) -> Result<String> {
+        // SAFETY: live handle; buffer from read_text.
+        read_text(|buf, cap, size| unsafe { sys::accel_device(self.ptr(), buf, cap, size) })
+    }
+
+    /// How the job is distributed.
+    pub fn distributed_type(&self) -> Result<DistributedType> {
+        // SAFETY: live handle, valid out pointer.
+        let raw = query(|out| unsafe { sys::accel_distributed_type(self.ptr(), out) })?;
+        match raw {
+            sys::ACCEL_DISTRIBUTED_NO => Ok(DistributedType::No),
+            sys::ACCEL_DISTRIBUTED_MULTI_CPU => Ok(DistributedType::MultiCpu),
+            sys::ACCEL_DISTRIBUTED_MULTI_GPU => Ok(DistributedType::MultiGpu),
+            other => Err(Error::new(
+                Status::Internal,
+                format!("unknown distributed type {other}"),
+            )),
+        }
+    }
+
+    /// The mixed precision mode in force.
+    pub fn mixed_precision(&self) -> Result<Precision> {
+        // SAFETY: live handle, valid out pointer.
+        let raw = query(|out| unsafe { sys::accel_mixed_precision(self.ptr(), out) })?;
+        match raw {
+            sys::ACCEL_PRECISION_NO => Ok(Precision::No),
+            sys::ACCEL_PRECISION_FP16 => Ok(Precision::Fp16),
+            sys::ACCEL_PRECISION_BF16 => Ok(Precision::Bf16),
+            other => Err(Error::new(
+                Status::Internal,
+                format!("unknown precision {other}"),
+            )),
+        }
+    }
+
+    /// The configuration in force, as YAML with each setting's source.
+    pub fn effective_config(&self) -> Result<String> {
+        // SAFETY: live handle; buffer from read_text.
+        read_text(|buf, cap, size| unsafe {
+            sys::accel_effective_config(self.ptr(), buf, cap, size)
+        })
+    }
+
+    /// Blocks until every rank has called it.
+    pub fn wait_for_everyone(&self) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_wait_for_everyone(self.ptr()) })
+    }
+
+    /// Prints `message` and a newline on the local main process only.
+    pub fn print(&self, message: &str) -> Result<()> {
+        let message = c_string(message, "message")?;
+        // SAFETY: live handle, NUL-terminated message.
+        check(unsafe { sys::accel_print(self.ptr(), message.as_ptr()) })
+    }
+
+    /// Runs `f` on the main process first and on the others once it is done (Accelerate's
+    /// `main_process_first`); a collective: every rank calls it.
+    pub fn main_process_first<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_main_process_first_begin(self.ptr()) })?;
+        let result = f();
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_main_process_first_end(self.ptr()) })?;
+        Ok(result)
+    }
+
+    /// Seeds LibTorch's generators and libaccel's own; `device_specific` adds the rank.
+    pub fn set_seed(&self, seed: u64, device_specific: bool) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_set_seed(self.ptr(), seed, device_specific) })
+    }
+
+    fn tensor_op(
+        &self,
+        call: impl FnOnce(*mut *mut sys::accel_tensor) -> sys::accel_status,
+    ) -> Result<Tensor> {
+        let raw = make(call)?;
+        // SAFETY: a new handle nothing else owns.
+        Ok(unsafe { Tensor::from_raw(raw) }.expect("non-null"))
+    }
+
+    /// Every rank's tensor concatenated along dimension 0, in rank order, on every rank.
+    pub fn gather(&self, tensor: &Tensor) -> Result<Tensor> {
+        // SAFETY: live handles, valid out pointer.
+        self.tensor_op(|out| unsafe { sys::accel_gather(self.ptr(), tensor.as_raw(), out) })
+    }
+
+    /// Pads `tensor` along `dim` to the largest size any rank has there.
+    pub fn pad_across_processes(
+        &self,
+        tensor: &Tensor,
+        dim: i64,
+        pad_value: f64,
+        pad_first: bool,
+    ) -> Result<Tensor> {
+        // SAFETY: live handles, valid out pointer.
+        self.tensor_op(|out| unsafe {
+            sys::accel_pad_across_processes(
+                self.ptr(),
+                tensor.as_raw(),
+                dim,
+                pad_value,
+                pad_first,
+                out,
+            )
+        })
+    }
+
+    /// The element-wise reduction of every rank's tensor, on every rank.
+    pub fn reduce(&self, tensor: &Tensor, reduction: Reduction) -> Result<Tensor> {
+        let op = match reduction {
+            Reduction::Sum => sys::ACCEL_REDUCE_SUM,
+            Reduction::Mean => sys::ACCEL_REDUCE_MEAN,
+            Reduction::Max => sys::ACCEL_REDUCE_MAX,
+            Reduction::Min => sys::ACCEL_REDUCE_MIN,
+        };
+        // SAFETY: live handles, valid out pointer.
+        self.tensor_op(|out| unsafe { sys::accel_reduce(self.ptr(), tensor.as_raw(), op, out) })
+    }
+
+    /// Rank `from_process`'s tensor on every rank; `tensor` is read there only (`None`
+    /// elsewhere is fine).
+    pub fn broadcast(&self, tensor: Option<&Tensor>, from_process: i32) -> Result<Tensor> {
+        let raw = tensor.map_or(std::ptr::null(), |t| t.as_raw() as *const _);
+        // SAFETY: live handle, `raw` NULL or live, valid out pointer.
+        self.tensor_op(|out| unsafe { sys::accel_broadcast(self.ptr(), raw, from_process, out) })
+    }
+
+    /// Every rank's bytes (any length), in rank order (Accelerate's `gather_object`).
+    pub fn gather_object(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        // SAFETY: `data` valid for its length; valid out pointer.
+        let list = make(|out| unsafe {
+            sys::accel_gather_object(self.ptr(), data.as_ptr().cast(), data.len(), out)
+        })?;
+        struct Guard(*mut sys::accel_bytes_list);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                // SAFETY: the list is ours.
+                unsafe { sys::accel_bytes_list_free(self.0) }
+            }
+        }
+        let list = Guard(list);
+        // SAFETY: live list, valid out pointer.
+        let count = query(|out| unsafe { sys::accel_bytes_list_count(list.0, out) })?;
+        (0..count)
+            .map(|i| {
+                let mut data: *const std::ffi::c_void = std::ptr::null();
+                let mut size = 0usize;
+                // SAFETY: `i` in range; the bytes stay valid until the list is freed.
+                check(unsafe { sys::accel_bytes_list_get(list.0, i, &mut data, &mut size) })?;
+                // SAFETY: `data` points at `size` bytes (never NULL).
+                Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) }.to_vec())
+            })
+            .collect()
+    }
+
+    /// Gathers like [`gather`](Accelerator::gather) and drops the samples duplicated to even
+    /// out the last batch, so a metric counts every sample once.
+    pub fn gather_for_metrics(&self, tensor: &Tensor) -> Result<Tensor> {
+        // SAFETY: live handles, valid out pointer.
+        self.tensor_op(|out| unsafe {
+            sys::accel_gather_for_metrics(self.ptr(), tensor.as_raw(), out)
+        })
+    }
+
+    /// Accelerate's `prepare`: models to the device with data-parallel gradient
+    /// synchronisation, optimizers bound to the placed parameters, schedulers with Accelerate's
+    /// stepping rules, dataloaders sharded. Every object is checked before any is prepared.
+    ///
+    /// ```no_run
+    /// # use libaccel::*;
+    /// # fn f(acc: &Accelerator, model: &Model, opt: &Optimizer, loader: &DataLoader) -> Result<()> {
+    /// acc.prepare(&[model, opt, loader])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn prepare(&self, objects: &[&dyn Prepare]) -> Result<()> {
+        let raws: Vec<*mut std::ffi::c_void> = objects.iter().map(|o| o.raw_handle()).collect();
+        // SAFETY: live handles of the kinds the call takes.
+        check(unsafe { sys::accel_prepare(self.ptr(), raws.as_ptr(), raws.len()) })
+    }
+
+    /// Opens a micro-step (Accelerate's `accumulate()`): call once per batch, before forward.
+    pub fn accumulate(&self) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_accumulate(self.ptr()) })
+    }
+
+    /// Whether the current micro-step synchronises gradients.
+    pub fn sync_gradients(&self) -> Result<bool> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_sync_gradients(self.ptr(), out) })
+    }
+
+    /// Backward of a one-element loss, gradients averaged across processes.
+    pub fn backward(&self, loss: &Tensor) -> Result<()> {
+        // SAFETY: live handles.
+        check(unsafe { sys::accel_backward(self.ptr(), loss.as_raw()) })
+    }
+
+    /// Clips the gradient norm of `model` to `max_norm`; returns the norm before clipping.
+    pub fn clip_grad_norm(&self, model: &Model, max_norm: f64, norm_type: f64) -> Result<f64> {
+        // SAFETY: live handles, valid out pointer.
+        query(|out| unsafe {
+            sys::accel_clip_grad_norm(self.ptr(), model.as_raw(), max_norm, norm_type, out)
+        })
+    }
+
+    /// Clamps every gradient element of `model` to `[-clip_value, clip_value]`.
+    pub fn clip_grad_value(&self, model: &Model, clip_value: f64) -> Result<()> {
+        // SAFETY: live handles.
+        check(unsafe { sys::accel_clip_grad_value(self.ptr(), model.as_raw(), clip_value) })
+    }
+
+    /// Runs a checkpoint call and turns a closure's failure back into its error or panic.
+    pub(crate) fn with_checkpoint_closures(&self, status: sys::accel_status) -> Result<()> {
+        let states = self
+            .checkpoint_failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        resolve_all(check(status), states.iter().map(|s| &s.failure))
+    }
+
+    pub(crate) fn keep_checkpoint_state(&self, state: Arc<CheckpointState>) {
+        self.checkpoint_failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(state);
+    }
+}

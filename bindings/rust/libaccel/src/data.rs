@@ -1,0 +1,435 @@
+//! Datasets (from tensors, IDX files or a Rust closure) and the sharded, prefetching dataloader.
+
+use std::ffi::c_void;
+use std::fmt::Display;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use libaccel_sys as sys;
+
+use crate::accelerator::Accelerator;
+use crate::callback::FailureSlot;
+use crate::error::{check, BoxError, Error, Result, Status};
+use crate::ffi::{c_string, ensure_supported_library, make, path_string, query};
+use crate::tensor::{Dtype, Tensor};
+
+/// One field of a closure dataset: its element type and per-sample shape (`[]` for a scalar
+/// per sample, `[28, 28]` for an image).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    /// Element type of the field.
+    pub dtype: Dtype,
+    /// Shape of one sample of the field.
+    pub shape: Vec<i64>,
+}
+
+impl Field {
+    /// A field of `dtype` with per-sample `shape`.
+    pub fn new(dtype: Dtype, shape: &[i64]) -> Field {
+        Field {
+            dtype,
+            shape: shape.to_vec(),
+        }
+    }
+}
+
+type SampleFn = dyn Fn(i64, &mut [&mut [u8]]) -> std::result::Result<(), BoxError> + Send + Sync;
+
+/// A closure dataset's state, shared by the library (released by its release callback) and by
+/// the Rust dataset and dataloaders (for the failure slot).
+struct SampleState {
+    fill: Box<SampleFn>,
+    failure: FailureSlot,
+}
+
+/// A set of samples with one or more fields (images, labels, ...).
+///
+/// Any calls may run at once from several threads. Dataloaders keep their dataset (and its
+/// closure) alive: a dataset may be dropped while they are in use.
+pub struct Dataset {
+    raw: NonNull<sys::accel_dataset>,
+    callback: Option<Arc<SampleState>>,
+}
+
+// SAFETY: accel.h "Threads": any calls on datasets at once, free from any thread; the closure
+// state is Send + Sync by its bounds.
+unsafe impl Send for Dataset {}
+// SAFETY: as above.
+unsafe impl Sync for Dataset {}
+
+impl Drop for Dataset {
+    fn drop(&mut self) {
+        // SAFETY: our handle, no other call on it running. The closure state lives on in the
+        // library's reference until the last dataloader over the dataset is gone.
+        unsafe { sys::accel_dataset_free(self.raw.as_ptr()) }
+    }
+}
+
+impl std::fmt::Debug for Dataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Dataset({:p})", self.raw.as_ptr())
+    }
+}
+
+impl Dataset {
+    /// A dataset over tensors in memory: field `i` is `tensors[i]`, samples along dimension 0
+    /// (the first dimensions must agree). The dataset keeps its own references.
+    pub fn from_tensors(tensors: &[&Tensor]) -> Result<Dataset> {
+        ensure_supported_library()?;
+        let raws: Vec<*const sys::accel_tensor> =
+            tensors.iter().map(|t| t.as_raw() as *const _).collect();
+        // SAFETY: `raws` holds live tensor handles.
+        let raw =
+            make(|out| unsafe { sys::accel_dataset_from_tensors(raws.as_ptr(), raws.len(), out) })?;
+        Ok(Dataset::own(raw, None))
+    }
+
+    /// A dataset from IDX files (the MNIST family, plain or gzip), one field per file.
+    ///
+    /// ```
+    /// let dir = "/usr/share/datasets/fashion-mnist";
+    /// let test = libaccel::Dataset::from_idx(&[
+    ///     format!("{dir}/t10k-images-idx3-ubyte.gz"),
+    ///     format!("{dir}/t10k-labels-idx1-ubyte.gz"),
+    /// ])?;
+    /// assert_eq!(test.sample_count()?, 10_000);
+    /// assert!(libaccel::Dataset::from_idx(&["/no/such/file"]).is_err());
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    pub fn from_idx<P: AsRef<Path>>(paths: &[P]) -> Result<Dataset> {
+        ensure_supported_library()?;
+        let owned = paths
+            .iter()
+            .map(|p| path_string(p.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let ptrs: Vec<*const std::ffi::c_char> = owned.iter().map(|p| p.as_ptr()).collect();
+        // SAFETY: `ptrs` holds NUL-terminated paths that outlive the call.
+        let raw =
+            make(|out| unsafe { sys::accel_dataset_from_idx(ptrs.as_ptr(), ptrs.len(), out) })?;
+        Ok(Dataset::own(raw, None))
+    }
+
+    /// A dataset of `sample_count` samples that `fill` produces: it gets the sample's index and
+    /// one byte buffer per field, exactly the size of one sample of that field (its elements in
+    /// the field's dtype, row-major), and fills them.
+    ///
+    /// With `num_workers` > 0 the dataloader calls `fill` on its worker threads, several at once.
+    /// When `fill` returns an error or panics, the dataloader call that needed the sample (the
+    /// caller of [`DataLoader::next_batch`] or of the iterator) gets the error as a `Callback`
+    /// error, or the panic resumed on its own thread; the next call starts the epoch again.
+    ///
+    /// ```
+    /// use libaccel::{Dataset, Dtype, Field};
+    /// let squares = Dataset::from_fn(10, &[Field::new(Dtype::I64, &[])], |i, fields| {
+    ///     fields[0].copy_from_slice(&(i * i).to_ne_bytes());
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(squares.sample_count()?, 10);
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    pub fn from_fn<F>(sample_count: i64, fields: &[Field], fill: F) -> Result<Dataset>
+    where
+        F: Fn(i64, &mut [&mut [u8]]) -> std::result::Result<(), BoxError> + Send + Sync + 'static,
+    {
+        ensure_supported_library()?;
+        let dtypes: Vec<sys::accel_dtype> = fields.iter().map(|f| f.dtype.to_raw()).collect();
+        let dim_counts: Vec<usize> = fields.iter().map(|f| f.shape.len()).collect();
+        let dims: Vec<i64> = fields
+            .iter()
+            .flat_map(|f| f.shape.iter().copied())
+            .collect();
+        let state = Arc::new(SampleState {
+            fill: Box::new(fill),
+            failure: FailureSlot::default(),
+        });
+        let user_data = Arc::into_raw(Arc::clone(&state)) as *mut c_void;
+        let mut out: *mut sys::accel_dataset = std::ptr::null_mut();
+        // SAFETY: the arrays are valid for their lengths; `user_data` is an Arc reference handed
+        // to the library, which gives it back through `release_sample_state` exactly once.
+        let status = unsafe {
+            sys::accel_dataset_from_callback(
+                sample_count,
+                fields.len(),
+                dtypes.as_ptr(),
+                dim_counts.as_ptr(),
+                if dims.is_empty() {
+                    std::ptr::null()
+                } else {
+                    dims.as_ptr()
+                },
+                Some(fill_sample),
+                user_data,
+                Some(release_sample_state),
+                &mut out,
+            )
+        };
+        if let Err(e) = check(status) {
+            // On failure the library never calls release: take the reference back.
+            // SAFETY: the pointer came from Arc::into_raw above and was not released.
+            drop(unsafe { Arc::from_raw(user_data as *const SampleState) });
+            return Err(e);
+        }
+        Ok(Dataset::own(out, Some(state)))
+    }
+
+    fn own(raw: *mut sys::accel_dataset, callback: Option<Arc<SampleState>>) -> Dataset {
+        Dataset {
+            raw: NonNull::new(raw).expect("non-null"),
+            callback,
+        }
+    }
+
+    /// The number of samples.
+    pub fn sample_count(&self) -> Result<i64> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_dataset_sample_count(self.raw.as_ptr(), out) })
+    }
+
+    /// The number of fields per sample.
+    pub fn field_count(&self) -> Result<usize> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_dataset_field_count(self.raw.as_ptr(), out) })
+    }
+
+    /// The raw handle, for calls through `libaccel-sys`; still owned by `self`.
+    pub fn as_raw(&self) -> *mut sys::accel_dataset {
+        self.raw.as_ptr()
+    }
+}
+
+/// The library's sample callback: fills one sample through the user's closure.
+unsafe extern "C" fn fill_sample(
+    index: i64,
+    buffers: *const *mut c_void,
+    sizes: *const usize,
+    count: usize,
+    user_data: *mut c_void,
+) -> i32 {
+    // SAFETY: `user_data` is the Arc reference the library holds until it calls release, which
+    // happens only after the last call of this callback has returned.
+    let state = unsafe { &*(user_data as *const SampleState) };
+    state.failure.run(|| {
+        // SAFETY: the library passes `count` buffers of `sizes[f]` bytes each, valid and not
+        // aliased for the duration of the call.
+        let field = |f: usize| -> &mut [u8] {
+            let (ptr, len) = unsafe { (*buffers.add(f), *sizes.add(f)) };
+            if len == 0 || ptr.is_null() {
+                &mut []
+            } else {
+                unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) }
+            }
+        };
+        // Most datasets have few fields: no allocation per sample for up to eight.
+        const INLINE: usize = 8;
+        if count <= INLINE {
+            let mut fields: [&mut [u8]; INLINE] = Default::default();
+            for (f, slot) in fields.iter_mut().enumerate().take(count) {
+                *slot = field(f);
+            }
+            (state.fill)(index, &mut fields[..count])
+        } else {
+            let mut fields: Vec<&mut [u8]> = (0..count).map(field).collect();
+            (state.fill)(index, &mut fields)
+        }
+    })
+}
+
+unsafe extern "C" fn release_sample_state(user_data: *mut c_void) {
+    // SAFETY: called exactly once with the pointer from Arc::into_raw in `from_fn`.
+    drop(unsafe { Arc::from_raw(user_data as *const SampleState) });
+}
+
+/// One batch: a tensor per dataset field, in field order.
+pub type Batch = Vec<Tensor>;
+
+/// Gives this process its shard of every global batch, exactly as Accelerate's prepared
+/// DataLoader, prefetched by `num_workers` threads.
+///
+/// An [`Iterator`] over one epoch: `for batch in &mut loader` runs to the end of the epoch (or
+/// to the first error, which it yields), and iterating again starts the next one. Calls on one dataloader are serialised by the library;
+/// dropping it stops its workers (waiting only for sample closures already running) and
+/// [`close`](DataLoader::close) does so while keeping the handle.
+///
+/// Options ([`set`](DataLoader::set), between epochs): `batch_size` (1), `shuffle` (false),
+/// `seed` (0), `drop_last` (false), `num_workers` (0), `prefetch_factor` (2), `split_batches`,
+/// `even_batches` (the accelerator's), `device_placement` (true).
+pub struct DataLoader {
+    raw: NonNull<sys::accel_dataloader>,
+    field_count: usize,
+    callback: Option<Arc<SampleState>>,
+    /// The iterator yielded an error: its next item is `None`, ending the pass.
+    iteration_failed: bool,
+}
+
+// SAFETY: accel.h "Threads": a dataloader serialises its calls with a lock of its own, and may
+// be freed from any thread.
+unsafe impl Send for DataLoader {}
+// SAFETY: as above.
+unsafe impl Sync for DataLoader {}
+
+impl Drop for DataLoader {
+    fn drop(&mut self) {
+        // SAFETY: our handle; no call on it can be running (drop has the only reference). Waits
+        // for sample callbacks already running, at most one per worker.
+        unsafe { sys::accel_dataloader_free(self.raw.as_ptr()) }
+    }
+}
+
+impl std::fmt::Debug for DataLoader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DataLoader({:p})", self.raw.as_ptr())
+    }
+}
+
+impl DataLoader {
+    /// A dataloader over `dataset` for this accelerator's process (keeps the dataset alive).
+    pub fn new(accelerator: &Accelerator, dataset: &Dataset) -> Result<DataLoader> {
+        // SAFETY: live handles, valid out pointer.
+        let raw = make(|out| unsafe {
+            sys::accel_dataloader_new(accelerator.as_raw(), dataset.as_raw(), out)
+        })?;
+        let mut loader = DataLoader {
+            raw: NonNull::new(raw).expect("non-null"),
+            field_count: 0,
+            callback: dataset.callback.clone(),
+            iteration_failed: false,
+        };
+        // SAFETY: live handle, valid out pointer.
+        loader.field_count =
+            query(|out| unsafe { sys::accel_dataloader_field_count(loader.raw.as_ptr(), out) })?;
+        Ok(loader)
+    }
+
+    /// Sets an option (see the type's documentation); ends an iteration in progress.
+    pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
+        let key = c_string(key, "key")?;
+        let value = c_string(&value.to_string(), "value")?;
+        // SAFETY: live handle, NUL-terminated strings.
+        check(unsafe { sys::accel_dataloader_set(self.ptr(), key.as_ptr(), value.as_ptr()) })
+    }
+
+    /// The next batch of this epoch, or `None` at its end (the following call starts the next
+    /// epoch). A failing sample closure ends the epoch with its error (or resumes its panic).
+    pub fn next_batch(&mut self) -> Result<Option<Batch>> {
+        let mut fields: Vec<*mut sys::accel_tensor> = vec![std::ptr::null_mut(); self.field_count];
+        let mut count = 0usize;
+        // SAFETY: `fields` has room for `field_count` handles, the number the dataset has.
+        let status = unsafe {
+            sys::accel_dataloader_next(self.ptr(), fields.as_mut_ptr(), fields.len(), &mut count)
+        };
+        if let Err(e) = check(status) {
+            return Err(match &self.callback {
+                Some(state) => state.failure.resolve(e),
+                None => e,
+            });
+        }
+        if count == 0 {
+            return Ok(None);
+        }
+        let batch = fields[..count]
+            .iter()
+            // SAFETY: each is a new handle we own.
+            .map(|&raw| unsafe { Tensor::from_raw(raw) }.expect("non-null"))
+            .collect();
+        Ok(Some(batch))
+    }
+
+    /// The number of fields per batch.
+    pub fn field_count(&self) -> usize {
+        self.field_count
+    }
+
+    /// The number of batches this process gets in a whole epoch.
+    pub fn batch_count(&self) -> Result<i64> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_dataloader_batch_count(self.ptr(), out) })
+    }
+
+    /// Sets the epoch the next iteration uses (its shuffle); ends an iteration in progress.
+    pub fn set_epoch(&mut self, epoch: i64) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_dataloader_set_epoch(self.ptr(), epoch) })
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> Result<i64> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_dataloader_epoch(self.ptr(), out) })
+    }
+
+    /// Whether the last batch of the epoch is in use (Accelerate's `end_of_dataloader`).
+    pub fn end_of_epoch(&self) -> Result<bool> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_dataloader_end_of_epoch(self.ptr(), out) })
+    }
+
+    /// How many samples of the last global step are real rather than padding; -1 with drop_last.
+    pub fn remainder(&self) -> Result<i64> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_dataloader_remainder(self.ptr(), out) })
+    }
+
+    /// The next iteration skips this process's first `n` batches (a mid-epoch resume).
+    pub fn skip_first_batches(&mut self, n: i64) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_dataloader_skip_first_batches(self.ptr(), n) })
+    }
+
+    /// The global sample cursor: `(epoch, samples consumed by all processes in it)`.
+    pub fn position(&self) -> Result<(i64, i64)> {
+        let (mut epoch, mut samples) = (0i64, 0i64);
+        // SAFETY: live handle, valid out pointers.
+        check(unsafe { sys::accel_dataloader_position(self.ptr(), &mut epoch, &mut samples) })?;
+        Ok((epoch, samples))
+    }
+
+    /// Continues at a saved cursor: the next iteration starts `samples` into `epoch`.
+    pub fn set_position(&mut self, epoch: i64, samples: i64) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_dataloader_set_position(self.ptr(), epoch, samples) })
+    }
+
+    /// Stops the workers and releases the dataset; later calls fail with a `State` error.
+    /// Waits only for sample closures already running. Idempotent.
+    pub fn close(&mut self) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_dataloader_close(self.ptr()) })
+    }
+
+    /// The raw handle, for calls through `libaccel-sys`; still owned by `self`.
+    pub fn as_raw(&self) -> *mut sys::accel_dataloader {
+        self.raw.as_ptr()
+    }
+
+    fn ptr(&self) -> *mut sys::accel_dataloader {
+        self.raw.as_ptr()
+    }
+}
+
+impl Iterator for DataLoader {
+    type Item = Result<Batch>;
+
+    /// The next batch; `None` at the end of the epoch (iterating again starts the next one).
+    /// After an error the next item is `None`, so a `for` loop or `collect` ends there; the
+    /// library starts that epoch again on the call after.
+    fn next(&mut self) -> Option<Result<Batch>> {
+        if std::mem::take(&mut self.iteration_failed) {
+            return None;
+        }
+        let item = self.next_batch().transpose();
+        self.iteration_failed = matches!(item, Some(Err(_)));
+        item
+    }
+}
+
+/// Checks that a batch has `n` fields and returns them by value, e.g. `let [x, y] = ...`.
+pub fn fields<const N: usize>(batch: Batch) -> Result<[Tensor; N]> {
+    let len = batch.len();
+    batch.try_into().map_err(|_| {
+        Error::new(
+            Status::InvalidArgument,
+            format!("the batch has {len} fields, not {N}"),
+        )
+    })
+}

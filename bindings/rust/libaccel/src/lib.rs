@@ -1,0 +1,88 @@
+//! Hugging Face Accelerate for Rust: one training program that runs unchanged on one CPU and on
+//! many processes (`accel launch -n N`), with Accelerate's semantics, on libaccel's C interface.
+//!
+//! ```no_run
+//! use libaccel::{fields, Accelerator, DataLoader, Dataset, Model, Optimizer};
+//!
+//! fn main() -> libaccel::Result<()> {
+//!     let acc = Accelerator::new()?; // reads RANK, WORLD_SIZE, ... as set by `accel launch`
+//!     let mut model = Model::new()?;
+//!     model.add_layer("fc", "linear", "in_features=784 out_features=10")?;
+//!     model.define(
+//!         "def training_step(self, x, y):\n\
+//!          \x20   return torch.cross_entropy_loss(self.fc.forward(x.float().flatten(1)), y.long())\n",
+//!     )?;
+//!     let dir = "/usr/share/datasets/fashion-mnist";
+//!     let train = Dataset::from_idx(&[
+//!         format!("{dir}/train-images-idx3-ubyte.gz"),
+//!         format!("{dir}/train-labels-idx1-ubyte.gz"),
+//!     ])?;
+//!     let mut loader = DataLoader::new(&acc, &train)?;
+//!     loader.set("batch_size", 64)?;
+//!     let mut opt = Optimizer::new(&model, "adamw")?;
+//!     acc.prepare(&[&model, &opt, &loader])?;
+//!     for batch in &mut loader {
+//!         let [x, y] = fields(batch?)?;
+//!         acc.accumulate()?;
+//!         let loss = model.call1("training_step", &[&x, &y])?;
+//!         acc.backward(&loss)?; // gradients averaged across processes
+//!         opt.step()?;
+//!         opt.zero_grad()?;
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Every call returns [`Result`]; the [`Error`] carries the library's [`Status`] and message.
+//! Every handle type frees itself on drop, and may be dropped in any order (handles keep alive
+//! what they need). All types are `Send + Sync`, as the header's thread rules allow; see each
+//! type for which calls the library serialises.
+#![warn(missing_docs)]
+
+mod accelerator;
+mod callback;
+mod checkpoint;
+mod config;
+mod data;
+mod error;
+mod ffi;
+mod model;
+mod optim;
+mod tensor;
+
+pub use accelerator::{Accelerator, DistributedType, Precision, Prepare, Reduction, StateWriter};
+pub use config::Config;
+pub use data::{fields, Batch, DataLoader, Dataset, Field};
+pub use error::{last_error, BoxError, Error, Result, Status};
+pub use libaccel_sys as sys;
+pub use model::{load_checkpoint_in_model, Model};
+pub use optim::{Optimizer, Scheduler};
+pub use tensor::{Dtype, Element, Tensor};
+
+/// The version of the library actually loaded, e.g. `"0.2.0"`.
+pub fn version() -> &'static str {
+    // SAFETY: static storage, never NULL.
+    unsafe { std::ffi::CStr::from_ptr(sys::accel_version()) }
+        .to_str()
+        .unwrap_or("?")
+}
+
+/// The loaded library's version as one number: major * 10000 + minor * 100 + patch.
+pub fn version_number() -> u32 {
+    // SAFETY: reads a constant.
+    unsafe { sys::accel_version_number() }
+}
+
+// The header's thread rules, asserted: every handle may move between and be shared by threads.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Config>();
+    send_sync::<Tensor>();
+    send_sync::<Accelerator>();
+    send_sync::<Dataset>();
+    send_sync::<DataLoader>();
+    send_sync::<Model>();
+    send_sync::<Optimizer>();
+    send_sync::<Scheduler>();
+    send_sync::<Error>();
+};

@@ -1,0 +1,125 @@
+//! Optimizers and learning-rate schedulers.
+
+use std::fmt::Display;
+
+use libaccel_sys as sys;
+
+use crate::error::{check, Result};
+use crate::ffi::{c_string, make, owned_handle, query};
+use crate::model::Model;
+
+owned_handle!(
+    /// An optimizer over a model's parameters: `sgd`, `adam`, `adamw`, `rmsprop` or `adagrad`,
+    /// with PyTorch's defaults. Keeps its model alive. Once prepared, [`step`](Optimizer::step)
+    /// and [`zero_grad`](Optimizer::zero_grad) do nothing on accumulation micro-steps.
+    Optimizer,
+    sys::accel_optimizer,
+    sys::accel_optimizer_free
+);
+
+impl Optimizer {
+    /// An optimizer of `kind` over `model`'s parameters.
+    pub fn new(model: &Model, kind: &str) -> Result<Optimizer> {
+        let kind = c_string(kind, "kind")?;
+        // SAFETY: live handle, NUL-terminated kind, valid out pointer.
+        let raw =
+            make(|out| unsafe { sys::accel_optimizer_new(model.as_raw(), kind.as_ptr(), out) })?;
+        // SAFETY: a new handle nothing else owns.
+        Ok(unsafe { Optimizer::from_raw(raw) }.expect("non-null"))
+    }
+
+    /// Sets an option (`lr`, `momentum`, `weight_decay`, `beta1`, ...: see `accel.h`).
+    pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
+        let key = c_string(key, "key")?;
+        let value = c_string(&value.to_string(), "value")?;
+        // SAFETY: live handle, NUL-terminated strings.
+        check(unsafe { sys::accel_optimizer_set(self.ptr(), key.as_ptr(), value.as_ptr()) })
+    }
+
+    /// One optimizer step (see the type's documentation for prepared optimizers).
+    pub fn step(&mut self) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_optimizer_step(self.ptr()) })
+    }
+
+    /// Sets the gradients to none.
+    pub fn zero_grad(&mut self) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_optimizer_zero_grad(self.ptr()) })
+    }
+
+    /// The current learning rate.
+    pub fn lr(&self) -> Result<f64> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_optimizer_lr(self.ptr(), out) })
+    }
+
+    /// Sets the learning rate.
+    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_optimizer_set_lr(self.ptr(), lr) })
+    }
+
+    /// Whether the last prepared step was skipped because an fp16 gradient was inf/nan.
+    pub fn step_was_skipped(&self) -> Result<bool> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_optimizer_step_was_skipped(self.ptr(), out) })
+    }
+}
+
+owned_handle!(
+    /// A learning-rate schedule driving an optimizer: `constant`, `constant_with_warmup`,
+    /// `linear`, `cosine`, `cosine_with_restarts`, `polynomial`, `step`, `exponential`,
+    /// `one_cycle`, with PyTorch's and Hugging Face's formulas. Once prepared it steps as
+    /// Accelerate's (num_processes times per real optimizer step; see `accel.h`).
+    ///
+    /// ```
+    /// use libaccel::{Model, Optimizer, Scheduler};
+    /// let mut model = Model::new()?;
+    /// model.add_layer("fc", "linear", "in_features=2 out_features=1")?;
+    /// let mut sgd = Optimizer::new(&model, "sgd")?;
+    /// sgd.set("lr", 1.0)?;
+    /// let mut halving = Scheduler::new(&sgd, "step")?;
+    /// halving.set("step_size", 1)?;
+    /// halving.set("gamma", 0.5)?;
+    /// halving.step()?;
+    /// assert_eq!(halving.lr()?, 0.5);
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    Scheduler,
+    sys::accel_scheduler,
+    sys::accel_scheduler_free
+);
+
+impl Scheduler {
+    /// A schedule of `kind` over `optimizer` (its base rate is the optimizer's rate now).
+    pub fn new(optimizer: &Optimizer, kind: &str) -> Result<Scheduler> {
+        let kind = c_string(kind, "kind")?;
+        // SAFETY: live handle, NUL-terminated kind, valid out pointer.
+        let raw = make(|out| unsafe {
+            sys::accel_scheduler_new(optimizer.as_raw(), kind.as_ptr(), out)
+        })?;
+        // SAFETY: a new handle nothing else owns.
+        Ok(unsafe { Scheduler::from_raw(raw) }.expect("non-null"))
+    }
+
+    /// Sets an option (`warmup_steps`, `total_steps`, `gamma`, ...) before the first step.
+    pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
+        let key = c_string(key, "key")?;
+        let value = c_string(&value.to_string(), "value")?;
+        // SAFETY: live handle, NUL-terminated strings.
+        check(unsafe { sys::accel_scheduler_set(self.ptr(), key.as_ptr(), value.as_ptr()) })
+    }
+
+    /// Steps the schedule.
+    pub fn step(&mut self) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_scheduler_step(self.ptr()) })
+    }
+
+    /// The learning rate the schedule has set.
+    pub fn lr(&self) -> Result<f64> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_scheduler_lr(self.ptr(), out) })
+    }
+}

@@ -1,0 +1,684 @@
+//! The safe API in one process: every kind of handle, bad input as `Err`, closures and their
+//! failures, checkpoints.
+
+mod common;
+
+use std::io::Write;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{one_accelerator, temp_dir, FASHION_MNIST};
+use libaccel::{
+    fields, Accelerator, Config, DataLoader, Dataset, DistributedType, Dtype, Field, Model,
+    Optimizer, Precision, Reduction, Scheduler, Status, Tensor,
+};
+
+#[test]
+fn the_loaded_library_is_the_supported_version() {
+    let n = libaccel::version_number();
+    assert!(
+        (libaccel::sys::SUPPORTED_VERSION_MIN..libaccel::sys::SUPPORTED_VERSION_END).contains(&n)
+    );
+    assert_eq!(
+        libaccel::version(),
+        format!("{}.{}.{}", n / 10000, n / 100 % 100, n % 100)
+    );
+    libaccel::sys::check_version().unwrap();
+}
+
+#[test]
+fn config_validates_and_reports_sources() {
+    let mut cfg = Config::new().unwrap();
+    cfg.set("mixed_precision", "bf16").unwrap();
+    cfg.set("rendezvous_timeout", 2.5).unwrap();
+    assert_eq!(cfg.get("mixed_precision").unwrap(), "bf16");
+    assert!(cfg.dump().unwrap().contains("mixed_precision: bf16"));
+    let e = cfg.set("mixed_precisoin", "bf16").unwrap_err();
+    assert_eq!(e.status(), Status::Config);
+    assert!(e.message().contains("mixed_precisoin"), "{e}");
+    let e = cfg.set("num_processes", "two").unwrap_err();
+    assert_eq!(e.status(), Status::Config);
+    assert!(e.to_string().starts_with("ACCEL_ERR_CONFIG: "), "{e}");
+    let e = cfg.set("mixed_precision", "b\0f16").unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    let e = cfg.load_file("/no/such/config.yaml").unwrap_err();
+    assert_eq!(e.status(), Status::Io);
+    assert!(e.message().contains("/no/such/config.yaml"), "{e}");
+    assert_eq!(
+        cfg.get("mixed_precision").unwrap(),
+        "bf16",
+        "a failed call changes nothing"
+    );
+    // Long text goes through the buffer convention's second call.
+    let yaml = cfg.dump().unwrap();
+    assert!(yaml.len() > 256, "{yaml}");
+}
+
+fn round_trip<T: libaccel::Element + PartialEq + std::fmt::Debug>(values: &[T]) {
+    let t = Tensor::from_slice(values, &[2, values.len() as i64 / 2]).unwrap();
+    assert_eq!(t.dtype().unwrap(), T::DTYPE);
+    assert_eq!(t.to_vec::<T>().unwrap(), values);
+    let mut out = values.to_vec();
+    t.copy_to(&mut out).unwrap();
+    assert_eq!(out, values);
+}
+
+#[test]
+fn tensors_copy_every_element_type() {
+    round_trip(&[1.5f32, -2.0, 3.25, 4.0]);
+    round_trip(&[1.5f64, -2.0]);
+    round_trip(&[i64::MIN, 0, 7, i64::MAX]);
+    round_trip(&[i32::MIN, i32::MAX]);
+    round_trip(&[-3i16, 9]);
+    round_trip(&[-3i8, 9]);
+    round_trip(&[0u8, 255]);
+    round_trip(&[true, false, false, true]);
+    let half = Tensor::from_bytes(&[0x00, 0x3c, 0x00, 0xc0], Dtype::F16, &[2]).unwrap();
+    assert_eq!(half.dtype().unwrap(), Dtype::F16);
+    assert_eq!(half.to_bytes().unwrap(), vec![0x00, 0x3c, 0x00, 0xc0]);
+    assert_eq!(Dtype::BF16.size(), 2);
+    assert_eq!(Dtype::I64.size(), 8);
+
+    let t = Tensor::from_slice(&[0.5f32; 24], &[2, 3, 4]).unwrap();
+    assert_eq!(t.shape().unwrap(), vec![2, 3, 4]);
+    assert_eq!(t.dim_count().unwrap(), 3);
+    assert_eq!(t.element_count().unwrap(), 24);
+    assert_eq!(t.data_size().unwrap(), 96);
+    let s = Tensor::scalar(7i64).unwrap();
+    assert_eq!(s.shape().unwrap(), Vec::<i64>::new());
+    assert_eq!(s.item_i64().unwrap(), 7);
+    assert_eq!(s.item_f64().unwrap(), 7.0);
+    // Shared between threads: tensors are Send + Sync.
+    let shared = Arc::new(t);
+    let other = Arc::clone(&shared);
+    let n = std::thread::spawn(move || other.element_count().unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(n, 24);
+}
+
+#[test]
+fn bad_tensor_input_is_an_error() {
+    let e = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[2, 2]).unwrap_err();
+    assert!(
+        matches!(e.status(), Status::InvalidArgument | Status::Shape),
+        "{e}"
+    );
+    assert!(!e.message().is_empty());
+    let e = Tensor::from_slice(&[1.0f32], &[-1]).unwrap_err();
+    assert!(!e.message().is_empty());
+    let t = Tensor::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+    assert_eq!(t.to_vec::<i64>().unwrap_err().status(), Status::Dtype);
+    assert_eq!(
+        t.copy_to(&mut [0f32; 3]).unwrap_err().status(),
+        Status::Shape
+    );
+    assert_eq!(t.item_f64().unwrap_err().status(), Status::Shape);
+    let scalar = Tensor::scalar(1.5f32).unwrap();
+    assert_eq!(scalar.item_i64().unwrap_err().status(), Status::Dtype);
+    let too_many = vec![1i64; 17];
+    assert!(Tensor::from_slice(&[1u8], &too_many).is_err());
+}
+
+fn linear_model(inputs: usize, outputs: usize) -> Model {
+    let mut model = Model::new().unwrap();
+    model
+        .add_layer(
+            "fc",
+            "linear",
+            &format!("in_features={inputs} out_features={outputs}"),
+        )
+        .unwrap();
+    model
+        .define(
+            "def forward(self, x):\n    return self.fc.forward(x)\n\n\
+             def training_step(self, x, y):\n    \
+             return torch.mse_loss(self.forward(x), y)\n\n\
+             def both(self, x):\n    return (self.forward(x), x)\n",
+        )
+        .unwrap();
+    model
+}
+
+#[test]
+fn models_build_call_save_and_load() {
+    let model = linear_model(3, 2);
+    assert_eq!(model.parameter_element_count().unwrap(), 8);
+    assert_eq!(model.tensor_names().unwrap(), vec!["fc.weight", "fc.bias"]);
+    let w = model.tensor("fc.weight").unwrap();
+    assert_eq!(w.shape().unwrap(), vec![2, 3]);
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    let out = model.call("both", &[&x]).unwrap();
+    assert_eq!(out.len(), 2, "a tuple comes back as every tensor, one call");
+    assert_eq!(out[0].shape().unwrap(), vec![2, 2]);
+    assert_eq!(out[1].to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+
+    let dir = temp_dir("torchscript");
+    let path = dir.join("model.pt");
+    model.save_torchscript(&path).unwrap();
+    let loaded = Model::load_torchscript(&path).unwrap();
+    let again = loaded.call1("forward", &[&x]).unwrap();
+    assert_eq!(
+        again.to_vec::<f32>().unwrap(),
+        out[0].to_vec::<f32>().unwrap()
+    );
+    let e = Model::load_torchscript(dir.join("missing.pt")).unwrap_err();
+    assert_eq!(e.status(), Status::Io);
+    assert!(e.message().contains("missing.pt"), "{e}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn bad_model_input_is_an_error() {
+    let mut model = linear_model(3, 2);
+    let e = model.add_layer("x", "transformer", "").unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("transformer"), "{e}");
+    let e = model
+        .add_layer("y", "linear", "in_features=3 out_features=2 colour=red")
+        .unwrap_err();
+    assert!(e.message().contains("colour"), "{e}");
+    let e = model.define("def broken(self:\n").unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    let x = Tensor::from_slice(&[1.0f32; 8], &[2, 4]).unwrap();
+    let e = model.call("forward", &[&x]).unwrap_err();
+    assert_eq!(e.status(), Status::Shape, "{e}");
+    let e = model.call("no_such_method", &[&x]).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(model.tensor("fc.nothing").is_err());
+    let e = Optimizer::new(&model, "lion").unwrap_err();
+    assert!(e.message().contains("lion"), "{e}");
+    let mut sgd = Optimizer::new(&model, "sgd").unwrap();
+    let e = sgd.set("lr", "fast").unwrap_err();
+    assert!(e.message().contains("lr"), "{e}");
+    let e = sgd.set("betas", 0.9).unwrap_err();
+    assert!(e.message().contains("betas"), "{e}");
+    assert!(Scheduler::new(&sgd, "zigzag").is_err());
+}
+
+#[test]
+fn optimizers_and_schedulers_step() {
+    let model = linear_model(2, 1);
+    let mut sgd = Optimizer::new(&model, "sgd").unwrap();
+    sgd.set("lr", 0.5).unwrap();
+    assert_eq!(sgd.lr().unwrap(), 0.5);
+    sgd.set_lr(1.0).unwrap();
+    let mut sched = Scheduler::new(&sgd, "step").unwrap();
+    sched.set("step_size", 1).unwrap();
+    sched.set("gamma", 0.5).unwrap();
+    for _ in 0..3 {
+        sgd.step().unwrap();
+        sched.step().unwrap();
+    }
+    assert_eq!(sched.lr().unwrap(), 0.125);
+    assert_eq!(sgd.lr().unwrap(), 0.125);
+    assert!(!sgd.step_was_skipped().unwrap());
+    sgd.zero_grad().unwrap();
+}
+
+#[test]
+fn an_accelerator_trains_alone() {
+    let _one = one_accelerator();
+    let acc = Accelerator::new().unwrap();
+    assert_eq!(acc.process_index().unwrap(), 0);
+    assert_eq!(acc.local_process_index().unwrap(), 0);
+    assert_eq!(acc.num_processes().unwrap(), 1);
+    assert!(acc.is_main_process().unwrap());
+    assert!(acc.is_local_main_process().unwrap());
+    assert_eq!(acc.device().unwrap(), "cpu");
+    assert_eq!(acc.distributed_type().unwrap(), DistributedType::No);
+    assert_eq!(acc.mixed_precision().unwrap(), Precision::No);
+    assert!(acc.effective_config().unwrap().contains("mixed_precision"));
+    let second = Accelerator::new().unwrap_err();
+    assert_eq!(
+        second.status(),
+        Status::State,
+        "one accelerator per process"
+    );
+    acc.set_seed(7, false).unwrap();
+
+    // y = 2 x1 - x2 + 0.5, learnt by SGD through prepare / accumulate / backward / step.
+    let n = 256;
+    let xs: Vec<f32> = (0..2 * n)
+        .map(|i| ((i * 37 % 101) as f32) / 50.0 - 1.0)
+        .collect();
+    let ys: Vec<f32> = (0..n)
+        .map(|i| 2.0 * xs[2 * i] - xs[2 * i + 1] + 0.5)
+        .collect();
+    let x = Tensor::from_slice(&xs, &[n as i64, 2]).unwrap();
+    let y = Tensor::from_slice(&ys, &[n as i64, 1]).unwrap();
+    let data = Dataset::from_tensors(&[&x, &y]).unwrap();
+    let mut loader = DataLoader::new(&acc, &data).unwrap();
+    loader.set("batch_size", 32).unwrap();
+    loader.set("shuffle", true).unwrap();
+    let model = linear_model(2, 1);
+    let mut opt = Optimizer::new(&model, "sgd").unwrap();
+    opt.set("lr", 0.1).unwrap();
+    let mut sched = Scheduler::new(&opt, "constant").unwrap();
+    acc.prepare(&[&model, &opt, &sched, &loader]).unwrap();
+    let (mut first, mut last) = (0.0, 0.0);
+    for epoch in 0..20 {
+        loader.set_epoch(epoch).unwrap();
+        for batch in &mut loader {
+            let [bx, by] = fields(batch.unwrap()).unwrap();
+            acc.accumulate().unwrap();
+            assert!(acc.sync_gradients().unwrap());
+            let loss = model.call1("training_step", &[&bx, &by]).unwrap();
+            acc.backward(&loss).unwrap();
+            let norm = acc.clip_grad_norm(&model, 100.0, 2.0).unwrap();
+            assert!(norm.is_finite());
+            acc.clip_grad_value(&model, 100.0).unwrap();
+            opt.step().unwrap();
+            sched.step().unwrap();
+            opt.zero_grad().unwrap();
+            last = loss.item_f64().unwrap();
+            if epoch == 0 && first == 0.0 {
+                first = last;
+            }
+        }
+        assert_eq!(loader.epoch().unwrap(), epoch + 1);
+    }
+    assert!(last < first / 100.0, "loss {first} -> {last}");
+    let w = model.tensor("fc.weight").unwrap().to_vec::<f32>().unwrap();
+    assert!(
+        (w[0] - 2.0).abs() < 0.05 && (w[1] + 1.0).abs() < 0.05,
+        "{w:?}"
+    );
+}
+
+#[test]
+fn collectives_alone_are_the_identity() {
+    let _one = one_accelerator();
+    let acc = Accelerator::new().unwrap();
+    let t = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
+    assert_eq!(
+        acc.gather(&t).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 2.0, 3.0]
+    );
+    assert_eq!(
+        acc.reduce(&t, Reduction::Max)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![1.0, 2.0, 3.0]
+    );
+    for op in [Reduction::Sum, Reduction::Mean, Reduction::Min] {
+        assert_eq!(acc.reduce(&t, op).unwrap().shape().unwrap(), vec![3]);
+    }
+    let padded = acc.pad_across_processes(&t, 0, -1.0, true).unwrap();
+    assert_eq!(padded.shape().unwrap(), vec![3]);
+    assert_eq!(
+        acc.broadcast(Some(&t), 0).unwrap().element_count().unwrap(),
+        3
+    );
+    let e = acc.broadcast(None, 0).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    assert_eq!(
+        acc.gather_object(b"bytes").unwrap(),
+        vec![b"bytes".to_vec()]
+    );
+    assert_eq!(acc.gather_object(b"").unwrap(), vec![Vec::<u8>::new()]);
+    assert_eq!(
+        acc.gather_for_metrics(&t).unwrap().element_count().unwrap(),
+        3
+    );
+    acc.wait_for_everyone().unwrap();
+    assert_eq!(acc.main_process_first(|| 5).unwrap(), 5);
+    acc.print("printed by the main process").unwrap();
+    let bools = Tensor::from_slice(&[true], &[1]).unwrap();
+    assert_eq!(
+        acc.reduce(&bools, Reduction::Sum).unwrap_err().status(),
+        Status::Dtype
+    );
+}
+
+#[test]
+fn idx_datasets_and_their_errors() {
+    let _one = one_accelerator();
+    let test = Dataset::from_idx(&[
+        format!("{FASHION_MNIST}/t10k-images-idx3-ubyte.gz"),
+        format!("{FASHION_MNIST}/t10k-labels-idx1-ubyte.gz"),
+    ])
+    .unwrap();
+    assert_eq!(test.sample_count().unwrap(), 10_000);
+    assert_eq!(test.field_count().unwrap(), 2);
+    let acc = Accelerator::new().unwrap();
+    let mut loader = DataLoader::new(&acc, &test).unwrap();
+    loader.set("batch_size", 1000).unwrap();
+    loader.set("num_workers", 2).unwrap();
+    assert_eq!(loader.batch_count().unwrap(), 10);
+    let batch = loader.next_batch().unwrap().unwrap();
+    assert_eq!(batch[0].shape().unwrap(), vec![1000, 28, 28]);
+    assert_eq!(batch[0].dtype().unwrap(), Dtype::U8);
+    assert!(batch[1].to_vec::<u8>().unwrap().iter().all(|&l| l < 10));
+    assert_eq!(loader.position().unwrap(), (0, 1000));
+    assert!(!loader.end_of_epoch().unwrap());
+    assert_eq!(loader.remainder().unwrap(), 0);
+    assert_eq!(loader.count(), 9, "the rest of the epoch");
+
+    let e = Dataset::from_idx(&["/no/such/images.gz"]).unwrap_err();
+    assert_eq!(e.status(), Status::Io);
+    assert!(e.message().contains("/no/such/images.gz"), "{e}");
+    let e = Dataset::from_idx(&[
+        format!("{FASHION_MNIST}/t10k-images-idx3-ubyte.gz"),
+        format!("{FASHION_MNIST}/train-labels-idx1-ubyte.gz"),
+    ])
+    .unwrap_err();
+    assert_eq!(e.status(), Status::Shape);
+    let a = Tensor::from_slice(&[1.0f32; 4], &[4]).unwrap();
+    let b = Tensor::from_slice(&[1.0f32; 3], &[3]).unwrap();
+    assert_eq!(
+        Dataset::from_tensors(&[&a, &b]).unwrap_err().status(),
+        Status::Shape
+    );
+}
+
+#[test]
+fn dataloader_options_positions_and_close() {
+    let _one = one_accelerator();
+    let acc = Accelerator::new().unwrap();
+    let x = Tensor::from_slice(&(0..10i64).collect::<Vec<_>>(), &[10]).unwrap();
+    let data = Dataset::from_tensors(&[&x]).unwrap();
+    let mut loader = DataLoader::new(&acc, &data).unwrap();
+    drop(data); // the dataloader keeps it alive
+    loader.set("batch_size", 4).unwrap();
+    let e = loader.set("batch_size", 0).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    let e = loader.set("shuffel", true).unwrap_err();
+    assert!(e.message().contains("shuffel"), "{e}");
+    let firsts: Vec<i64> = (&mut loader)
+        .map(|b| b.unwrap()[0].to_vec::<i64>().unwrap()[0])
+        .collect();
+    assert_eq!(firsts, vec![0, 4, 8]);
+    loader.skip_first_batches(1).unwrap();
+    assert_eq!(
+        loader.next_batch().unwrap().unwrap()[0]
+            .to_vec::<i64>()
+            .unwrap(),
+        vec![4, 5, 6, 7]
+    );
+    loader.set_position(0, 8).unwrap();
+    assert_eq!(
+        loader.next_batch().unwrap().unwrap()[0]
+            .to_vec::<i64>()
+            .unwrap(),
+        vec![8, 9]
+    );
+    assert!(loader.end_of_epoch().unwrap());
+    loader.close().unwrap();
+    loader.close().unwrap(); // idempotent
+    let e = loader.next_batch().unwrap_err();
+    assert_eq!(e.status(), Status::State, "{e}");
+    assert!(!e.message().is_empty());
+    assert_eq!(
+        loader.set("batch_size", 2).unwrap_err().status(),
+        Status::State
+    );
+    assert!(fields::<3>(vec![x]).is_err());
+}
+
+fn squares(count: i64) -> impl Fn(i64, &mut [&mut [u8]]) -> Result<(), libaccel::BoxError> {
+    move |i, f| {
+        assert!(i < count);
+        f[0].copy_from_slice(&(i * i).to_ne_bytes());
+        f[1].copy_from_slice(
+            &[i as f32, -(i as f32)]
+                .iter()
+                .flat_map(|v| v.to_ne_bytes())
+                .collect::<Vec<_>>(),
+        );
+        Ok(())
+    }
+}
+
+#[test]
+fn closure_datasets_fill_samples_on_workers() {
+    let _one = one_accelerator();
+    let acc = Accelerator::new().unwrap();
+    let spec = [Field::new(Dtype::I64, &[]), Field::new(Dtype::F32, &[2])];
+    let data = Dataset::from_fn(100, &spec, squares(100)).unwrap();
+    for workers in [0, 3] {
+        let mut loader = DataLoader::new(&acc, &data).unwrap();
+        loader.set("batch_size", 8).unwrap();
+        loader.set("num_workers", workers).unwrap();
+        let mut seen = Vec::new();
+        for batch in &mut loader {
+            let [sq, pair] = fields(batch.unwrap()).unwrap();
+            let sq = sq.to_vec::<i64>().unwrap();
+            assert_eq!(pair.shape().unwrap(), vec![sq.len() as i64, 2]);
+            let pair = pair.to_vec::<f32>().unwrap();
+            for (k, s) in sq.iter().enumerate() {
+                let i = pair[2 * k] as i64;
+                assert_eq!(*s, i * i);
+                assert_eq!(pair[2 * k + 1], -(i as f32));
+                seen.push(i);
+            }
+        }
+        assert_eq!(seen, (0..100).collect::<Vec<_>>(), "workers {workers}");
+    }
+}
+
+#[test]
+fn a_closure_error_comes_back_from_next() {
+    let _one = one_accelerator();
+    let acc = Accelerator::new().unwrap();
+    let data = Dataset::from_fn(50, &[Field::new(Dtype::U8, &[])], |i, f| {
+        if i == 17 {
+            return Err(format!("sample {i} is unreadable").into());
+        }
+        f[0][0] = i as u8;
+        Ok(())
+    })
+    .unwrap();
+    for workers in [0, 2] {
+        let mut loader = DataLoader::new(&acc, &data).unwrap();
+        loader.set("batch_size", 5).unwrap();
+        loader.set("num_workers", workers).unwrap();
+        let results: Vec<_> = (&mut loader).collect();
+        let e = results.last().unwrap().as_ref().unwrap_err();
+        assert_eq!(e.status(), Status::Callback);
+        assert!(e.message().contains("sample 17 is unreadable"), "{e}");
+        assert_eq!(
+            results.iter().filter(|r| r.is_ok()).count(),
+            3,
+            "batches before 15..20"
+        );
+        // The next iteration starts the epoch again.
+        assert!(loader.next_batch().unwrap().is_some());
+    }
+}
+
+#[test]
+fn a_closure_panic_on_a_worker_thread_is_resumed_in_next() {
+    let _one = one_accelerator();
+    let acc = Accelerator::new().unwrap();
+    let data = Dataset::from_fn(64, &[Field::new(Dtype::I32, &[3])], |i, f| {
+        if i == 40 {
+            panic!("sample {i} exploded");
+        }
+        f[0].copy_from_slice(
+            &[i as i32; 3]
+                .iter()
+                .flat_map(|v| v.to_ne_bytes())
+                .collect::<Vec<_>>(),
+        );
+        Ok(())
+    })
+    .unwrap();
+    for workers in [2, 0] {
+        let mut loader = DataLoader::new(&acc, &data).unwrap();
+        loader.set("batch_size", 8).unwrap();
+        loader.set("num_workers", workers).unwrap();
+        let mut good = 0;
+        let panic = catch_unwind(AssertUnwindSafe(|| {
+            for batch in &mut loader {
+                batch.unwrap();
+                good += 1;
+            }
+        }))
+        .unwrap_err();
+        let text = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert_eq!(text, "sample 40 exploded", "workers {workers}");
+        assert_eq!(good, 5, "batches 0..5 came before the one with sample 40");
+        // The loader is still usable: the next call starts the epoch again.
+        loader.set_epoch(1).unwrap();
+        assert!(loader.next_batch().unwrap().is_some());
+    }
+}
+
+#[test]
+fn dropping_a_dataloader_while_workers_run_stops_the_closure() {
+    let _one = one_accelerator();
+    let acc = Accelerator::new().unwrap();
+    struct Released(Arc<AtomicBool>);
+    impl Drop for Released {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let released = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let guard = Released(Arc::clone(&released));
+    let counter = Arc::clone(&calls);
+    let data = Dataset::from_fn(100_000, &[Field::new(Dtype::F64, &[16])], move |_, f| {
+        let _keep = &guard; // the closure owns the guard: dropped when the library releases it
+        counter.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(2));
+        f[0].fill(0);
+        Ok(())
+    })
+    .unwrap();
+    let mut loader = DataLoader::new(&acc, &data).unwrap();
+    loader.set("batch_size", 4).unwrap();
+    loader.set("num_workers", 4).unwrap();
+    loader.set("prefetch_factor", 8).unwrap();
+    assert!(loader.next_batch().unwrap().is_some());
+    drop(data);
+    assert!(
+        !released.load(Ordering::SeqCst),
+        "the dataloader still uses the closure"
+    );
+    let freeing = std::time::Instant::now();
+    drop(loader); // workers are inside the closure right now
+    assert!(
+        freeing.elapsed() < Duration::from_secs(2),
+        "drop waits only for running samples"
+    );
+    assert!(
+        released.load(Ordering::SeqCst),
+        "the closure is released with the last user"
+    );
+    let after = calls.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        after,
+        "never called after drop"
+    );
+}
+
+#[test]
+fn checkpoints_carry_registered_objects() {
+    let _one = one_accelerator();
+    let acc = Accelerator::new().unwrap();
+    let model = linear_model(2, 1);
+    let mut opt = Optimizer::new(&model, "adam").unwrap();
+    acc.prepare(&[&model, &opt]).unwrap();
+    let counter = Arc::new(Mutex::new(vec![1u8, 2, 3]));
+    let (saved, loaded) = (Arc::clone(&counter), Arc::clone(&counter));
+    acc.register_for_checkpointing(
+        move |w| {
+            w.write_all(&saved.lock().unwrap())?;
+            Ok(())
+        },
+        move |bytes| {
+            *loaded.lock().unwrap() = bytes.to_vec();
+            Ok(())
+        },
+    )
+    .unwrap();
+    let dir = temp_dir("state");
+    let x = Tensor::from_slice(&[1.0f32, 2.0], &[1, 2]).unwrap();
+    let y = Tensor::from_slice(&[1.0f32], &[1, 1]).unwrap();
+    let loss = model.call1("training_step", &[&x, &y]).unwrap();
+    acc.backward(&loss).unwrap();
+    opt.step().unwrap();
+    let before = model.tensor("fc.weight").unwrap().to_vec::<f32>().unwrap();
+    acc.save_state(dir.join("ckpt")).unwrap();
+    acc.save_model(&model, dir.join("weights"), None).unwrap();
+    assert!(dir.join("weights/model.safetensors").exists());
+    assert!(dir.join("ckpt/manifest.json").exists());
+
+    *counter.lock().unwrap() = vec![];
+    opt.zero_grad().unwrap();
+    let loss = model.call1("training_step", &[&x, &y]).unwrap();
+    acc.backward(&loss).unwrap();
+    opt.step().unwrap();
+    assert_ne!(
+        model.tensor("fc.weight").unwrap().to_vec::<f32>().unwrap(),
+        before
+    );
+    acc.load_state(dir.join("ckpt")).unwrap();
+    assert_eq!(*counter.lock().unwrap(), vec![1, 2, 3]);
+    assert_eq!(
+        model.tensor("fc.weight").unwrap().to_vec::<f32>().unwrap(),
+        before
+    );
+
+    let mut fresh = linear_model(2, 1);
+    libaccel::load_checkpoint_in_model(&mut fresh, dir.join("weights")).unwrap();
+    assert_eq!(
+        fresh.tensor("fc.weight").unwrap().to_vec::<f32>().unwrap(),
+        before
+    );
+    let mut other = linear_model(3, 1);
+    let e = libaccel::load_checkpoint_in_model(&mut other, dir.join("weights")).unwrap_err();
+    assert_eq!(e.status(), Status::Shape);
+    let e = acc.load_state(dir.join("nothing")).unwrap_err();
+    assert_eq!(e.status(), Status::Io);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn checkpoint_closure_failures_come_back() {
+    let _one = one_accelerator();
+    let dir = temp_dir("failing-state");
+    {
+        let acc = Accelerator::new().unwrap();
+        acc.register_for_checkpointing(|_| Err("disk of the mind is full".into()), |_| Ok(()))
+            .unwrap();
+        let e = acc.save_state(dir.join("a")).unwrap_err();
+        assert_eq!(e.status(), Status::Callback);
+        assert!(e.message().contains("disk of the mind is full"), "{e}");
+        assert!(
+            !dir.join("a").exists(),
+            "a failed save leaves no checkpoint"
+        );
+    }
+    {
+        let acc = Accelerator::new().unwrap();
+        acc.register_for_checkpointing(|w| Ok(w.write_all(b"x")?), |_| panic!("cannot load"))
+            .unwrap();
+        acc.save_state(dir.join("b")).unwrap();
+        let panic = catch_unwind(AssertUnwindSafe(|| acc.load_state(dir.join("b")))).unwrap_err();
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"cannot load"));
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn errors_show_status_and_message() {
+    let e = libaccel::Error::new(Status::Io, "gone");
+    assert_eq!(e.to_string(), "ACCEL_ERR_IO: gone");
+    assert_eq!(Status::Timeout.name(), "ACCEL_ERR_TIMEOUT");
+    assert_eq!(Status::from_raw(0), None);
+    assert_eq!(Status::from_raw(99), Some(Status::Other(99)));
+    assert_eq!(Status::Callback.to_raw(), libaccel::sys::ACCEL_ERR_CALLBACK);
+    let _ = Config::new().unwrap().set("nope", 1);
+    let last = libaccel::last_error().unwrap();
+    assert_eq!(last.status(), Status::Config);
+    let io: std::io::Error = e.into();
+    assert!(io.to_string().contains("gone"));
+}
