@@ -19,6 +19,12 @@ packages=(
   # localedef and the locale sources: the unit tests run under de_DE.UTF-8 (decimal comma).
   locales
 )
+# The Rust binding's tests need cargo. A rustup toolchain (~/.cargo/bin) is used when present;
+# otherwise Debian's: cargo-web/rustc-web (1.85 and later; bookworm's plain cargo is 1.63, older
+# than the crates' rust-version).
+if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+  packages+=(cargo-web rustc-web)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,427 @@
+//! Real processes over real Gloo: the examples and this crate's training loop under
+//! `accel launch -n 2`, and one process x 64 against two x 32.
+//!
+//! This binary is both the test and the program `accel launch` runs on each rank: with
+//! ACCEL_RS_ROLE set it plays that role (a rank) and exits non-zero when a check fails.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{repo_root, temp_dir, FASHION_MNIST};
+use libaccel::{fields, Accelerator, DataLoader, Dataset, Model, Optimizer, Reduction, Tensor};
+
+const MLP: &str = "
+def forward(self, x):
+    return self.fc2.forward(torch.relu(self.fc1.forward(x)))
+
+def training_step(self, x, y):
+    return torch.cross_entropy_loss(self.forward(x), y.long())
+";
+
+/// One parent-side test: Err with what went wrong.
+type Check = fn() -> Result<(), String>;
+
+fn main() {
+    if let Ok(role) = std::env::var("ACCEL_RS_ROLE") {
+        let result = match role.as_str() {
+            "train" => rank_train(),
+            "equiv" => rank_equiv(),
+            other => Err(format!("unknown role {other}")),
+        };
+        if let Err(why) = result {
+            eprintln!("rank failed: {why}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let tests: &[(&str, Check)] = &[
+        (
+            "collectives_example_on_two_ranks",
+            collectives_example_on_two_ranks,
+        ),
+        (
+            "training_example_on_two_ranks",
+            training_example_on_two_ranks,
+        ),
+        (
+            "training_example_matches_the_c_example",
+            training_example_matches_the_c_example,
+        ),
+        ("two_ranks_train_and_agree", two_ranks_train_and_agree),
+        ("one_by_64_equals_two_by_32", one_by_64_equals_two_by_32),
+    ];
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let mut failed = 0;
+    for (name, test) in tests {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        let start = std::time::Instant::now();
+        match test() {
+            Ok(()) => println!("test {name} ... ok ({:.1}s)", start.elapsed().as_secs_f64()),
+            Err(why) => {
+                println!("test {name} ... FAILED\n{why}\n");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        println!("{failed} multi-process test(s) failed");
+        std::process::exit(1);
+    }
+}
+
+// ---- the parent side -------------------------------------------------------------------------
+
+fn accel_cli() -> PathBuf {
+    std::env::var_os("ACCEL_CLI")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("build/bin/accel"))
+}
+
+/// An example of this crate, built by `cargo test` next to this test's binary.
+fn example(name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("examples").join(name))
+        .ok_or("no target directory")?;
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} is missing: `cargo test` builds the examples (or `cargo build --examples`)",
+            path.display()
+        ))
+    }
+}
+
+/// Runs a command; its combined output when it exits 0.
+fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd
+        .env(
+            "HF_HOME",
+            std::env::temp_dir().join("libaccel-rs-no-hf-home"),
+        )
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(format!("{cmd:?} exited with {}:\n{text}", out.status))
+    }
+}
+
+fn launch(n: u32, program: &Path) -> Command {
+    let mut cmd = Command::new(accel_cli());
+    cmd.arg("launch").arg("-n").arg(n.to_string()).arg(program);
+    cmd
+}
+
+fn expect_line(output: &str, line: &str) -> Result<(), String> {
+    if output.lines().any(|l| l == line) {
+        Ok(())
+    } else {
+        Err(format!("no line {line:?} in:\n{output}"))
+    }
+}
+
+fn collectives_example_on_two_ranks() -> Result<(), String> {
+    let out = run(&mut launch(2, &example("collectives")?))?;
+    for line in [
+        "rank 0 of 2 (local rank 0) on cpu, main process",
+        "rank 1 of 2 (local rank 1) on cpu",
+        "gather                   shape [4] values 0 1 10 11",
+        "pad + gather             shape [4] values 1 -1 1 1",
+        "reduce sum of rank+1     shape [] values 3",
+        "reduce mean of rank+1    shape [] values 1.5",
+        "broadcast from last rank shape [3] values 3.5 4.5 5.5",
+        "gather_object[0]       \"hello from rank 0\"",
+        "gather_object[1]       \"hello from rank 1\"",
+    ] {
+        expect_line(&out, line)?;
+    }
+    Ok(())
+}
+
+/// The values after `key` in every line that has it ("loss 0.9495" -> 0.9495).
+fn values_after(output: &str, key: &str) -> Vec<f64> {
+    output
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split(key).nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .collect()
+}
+
+fn training_example_on_two_ranks() -> Result<(), String> {
+    let mut cmd = launch(2, &example("train_fashion_mnist")?);
+    cmd.args(["--max-steps", "300"]);
+    let out = run(&mut cmd)?;
+    let losses = values_after(&out, " loss ");
+    if losses.len() != 3 || losses[2].partial_cmp(&losses[0]) != Some(std::cmp::Ordering::Less) {
+        return Err(format!(
+            "the loss does not fall at steps 100, 200, 300:\n{out}"
+        ));
+    }
+    let accuracy = values_after(&out, "test accuracy ");
+    if accuracy.len() != 1 || accuracy[0] < 0.7 {
+        return Err(format!("test accuracy below 0.7 after 300 steps:\n{out}"));
+    }
+    Ok(())
+}
+
+/// The C and the Rust example, one process: the same losses and the same test result.
+fn training_example_matches_the_c_example() -> Result<(), String> {
+    let c = std::env::var_os("ACCEL_C_EXAMPLES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("build/bin"))
+        .join("train_fashion_mnist");
+    let args = ["--max-steps", "200", "--workers", "0"];
+    let from_c = run(Command::new(&c).args(args))?;
+    let from_rust = run(Command::new(example("train_fashion_mnist")?).args(args))?;
+    // Everything but the timings: the first line, "step N/M loss X", and the accuracy count.
+    let keep = |out: &str| -> Vec<String> {
+        out.lines()
+            .map(|l| {
+                let l = l.split(" samples/s").next().unwrap_or(l);
+                let l = l.split(" after ").next().unwrap_or(l);
+                l.rsplit_once(" loss ")
+                    .map_or(l.to_string(), |(head, tail)| {
+                        format!(
+                            "{head} loss {}",
+                            tail.split_whitespace().next().unwrap_or("")
+                        )
+                    })
+            })
+            .collect()
+    };
+    // The rate's last field varies: drop what follows the loss value.
+    let (a, b) = (keep(&from_c), keep(&from_rust));
+    if a != b || a.len() != 4 {
+        return Err(format!("C:\n{from_c}\nRust:\n{from_rust}"));
+    }
+    Ok(())
+}
+
+fn two_ranks_train_and_agree() -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = run(launch(2, &exe).env("ACCEL_RS_ROLE", "train"))?;
+    expect_line(
+        &out,
+        "rank 0: the loss fell, parameters equal on every rank",
+    )?;
+    expect_line(
+        &out,
+        "rank 1: the loss fell, parameters equal on every rank",
+    )
+}
+
+fn params_of(path: &Path) -> Result<BTreeMap<String, Vec<f32>>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let name = words.next()?.to_string();
+            Some((name, words.filter_map(|w| w.parse().ok()).collect()))
+        })
+        .collect())
+}
+
+fn one_by_64_equals_two_by_32() -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = temp_dir("equiv");
+    let one = dir.join("1x64.txt");
+    let two = dir.join("2x32.txt");
+    run(launch(1, &exe)
+        .env("ACCEL_RS_ROLE", "equiv")
+        .env("ACCEL_RS_BATCH", "64")
+        .env("ACCEL_RS_OUT", &one))?;
+    run(launch(2, &exe)
+        .env("ACCEL_RS_ROLE", "equiv")
+        .env("ACCEL_RS_BATCH", "32")
+        .env("ACCEL_RS_OUT", &two))?;
+    let (a, b) = (params_of(&one)?, params_of(&two)?);
+    if a.len() != 4 || a.keys().ne(b.keys()) {
+        return Err(format!(
+            "parameter names differ: {:?} vs {:?}",
+            a.keys(),
+            b.keys()
+        ));
+    }
+    for (name, x) in &a {
+        let y = &b[name];
+        let scale = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = x.iter().zip(y).fold(0f32, |m, (p, q)| m.max((p - q).abs()));
+        if x.len() != y.len() || worst > 1e-5 * scale {
+            return Err(format!(
+                "{name}: 1 x 64 and 2 x 32 differ by {worst} (scale {scale})"
+            ));
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+// ---- the ranks -------------------------------------------------------------------------------
+
+fn mlp(hidden: usize, inputs: usize, outputs: usize) -> libaccel::Result<Model> {
+    let mut model = Model::new()?;
+    model.add_layer(
+        "fc1",
+        "linear",
+        &format!("in_features={inputs} out_features={hidden}"),
+    )?;
+    model.add_layer(
+        "fc2",
+        "linear",
+        &format!("in_features={hidden} out_features={outputs}"),
+    )?;
+    model.define(MLP)?;
+    Ok(model)
+}
+
+/// Every parameter equal on every rank (bit for bit: data parallelism keeps replicas identical).
+fn parameters_agree(acc: &Accelerator, model: &Model) -> Result<(), String> {
+    let world = acc.num_processes().map_err(|e| e.to_string())? as usize;
+    for name in model.tensor_names().map_err(|e| e.to_string())? {
+        let mine = model.tensor(&name).map_err(|e| e.to_string())?;
+        let n = mine.element_count().map_err(|e| e.to_string())? as usize;
+        let flat = Tensor::from_slice(
+            &mine.to_vec::<f32>().map_err(|e| e.to_string())?,
+            &[1, n as i64],
+        )
+        .map_err(|e| e.to_string())?;
+        let all = acc
+            .gather(&flat)
+            .and_then(|t| t.to_vec::<f32>())
+            .map_err(|e| e.to_string())?;
+        for r in 1..world {
+            if all[r * n..(r + 1) * n] != all[..n] {
+                return Err(format!("{name} differs between rank 0 and rank {r}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn rank_train() -> Result<(), String> {
+    let acc = Accelerator::new().map_err(|e| e.to_string())?;
+    let rank = acc.process_index().map_err(|e| e.to_string())?;
+    let train = || -> libaccel::Result<(f64, f64, Model)> {
+        acc.set_seed(5, false)?;
+        let model = mlp(64, 784, 10)?;
+        let mut opt = Optimizer::new(&model, "adamw")?;
+        opt.set("lr", 2e-3)?;
+        let data = Dataset::from_idx(&[
+            format!("{FASHION_MNIST}/train-images-idx3-ubyte.gz"),
+            format!("{FASHION_MNIST}/train-labels-idx1-ubyte.gz"),
+        ])?;
+        let mut loader = DataLoader::new(&acc, &data)?;
+        loader.set("batch_size", 32)?;
+        loader.set("shuffle", true)?;
+        loader.set("num_workers", 1)?;
+        acc.prepare(&[&model, &opt, &loader])?;
+        let (mut first, mut last) = (0.0, 0.0);
+        for (step, batch) in (&mut loader).take(300).enumerate() {
+            let [images, labels] = fields(batch?)?;
+            let x = Tensor::from_slice(
+                &images
+                    .to_vec::<u8>()?
+                    .iter()
+                    .map(|&p| f32::from(p) / 255.0)
+                    .collect::<Vec<_>>(),
+                &[images.shape()?[0], 784],
+            )?;
+            acc.accumulate()?;
+            let loss = model.call1("training_step", &[&x, &labels])?;
+            acc.backward(&loss)?;
+            opt.step()?;
+            opt.zero_grad()?;
+            let value = acc.reduce(&loss, Reduction::Mean)?.item_f64()?;
+            if step < 20 {
+                first += value / 20.0;
+            } else if step >= 280 {
+                last += value / 20.0;
+            }
+        }
+        Ok((first, last, model))
+    };
+    let (first, last, model) = train().map_err(|e| e.to_string())?;
+    if last.partial_cmp(&(0.7 * first)) != Some(std::cmp::Ordering::Less) {
+        return Err(format!(
+            "rank {rank}: the loss did not fall: {first:.4} -> {last:.4}"
+        ));
+    }
+    parameters_agree(&acc, &model)?;
+    println!("rank {rank}: the loss fell, parameters equal on every rank");
+    acc.wait_for_everyone().map_err(|e| e.to_string())
+}
+
+/// 20 SGD steps on fixed data, no dropout, no shuffle: the parameters depend only on the global
+/// batch, not on how many processes share it.
+fn rank_equiv() -> Result<(), String> {
+    let batch: i64 = std::env::var("ACCEL_RS_BATCH")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .ok_or("ACCEL_RS_BATCH")?;
+    let out = std::env::var_os("ACCEL_RS_OUT").ok_or("ACCEL_RS_OUT")?;
+    let acc = Accelerator::new().map_err(|e| e.to_string())?;
+    let run = || -> libaccel::Result<Model> {
+        acc.set_seed(11, false)?;
+        let n = 64 * 20;
+        let xs: Vec<f32> = (0..n * 8)
+            .map(|i| ((i * 7919 % 1000) as f32) / 500.0 - 1.0)
+            .collect();
+        let ys: Vec<i64> = (0..n).map(|i| (i * 31 % 4) as i64).collect();
+        let x = Tensor::from_slice(&xs, &[n as i64, 8])?;
+        let y = Tensor::from_slice(&ys, &[n as i64])?;
+        let data = Dataset::from_tensors(&[&x, &y])?;
+        let mut loader = DataLoader::new(&acc, &data)?;
+        loader.set("batch_size", batch)?;
+        let model = mlp(16, 8, 4)?;
+        let mut opt = Optimizer::new(&model, "sgd")?;
+        opt.set("lr", 0.1)?;
+        acc.prepare(&[&model, &opt, &loader])?;
+        for b in &mut loader {
+            let [bx, by] = fields(b?)?;
+            acc.accumulate()?;
+            let loss = model.call1("training_step", &[&bx, &by])?;
+            acc.backward(&loss)?;
+            opt.step()?;
+            opt.zero_grad()?;
+        }
+        Ok(model)
+    };
+    let model = run().map_err(|e| e.to_string())?;
+    if acc.is_main_process().map_err(|e| e.to_string())? {
+        let mut text = String::new();
+        for name in model.tensor_names().map_err(|e| e.to_string())? {
+            let values = model
+                .tensor(&name)
+                .and_then(|t| t.to_vec::<f32>())
+                .map_err(|e| e.to_string())?;
+            text.push_str(&name);
+            for v in values {
+                text.push_str(&format!(" {v:e}"));
+            }
+            text.push('\n');
+        }
+        std::fs::write(&out, text).map_err(|e| e.to_string())?;
+    }
+    acc.wait_for_everyone().map_err(|e| e.to_string())
+}
