@@ -24,7 +24,12 @@ pub const ACCEL_VERSION_NUMBER: u32 =
 /// [`SUPPORTED_VERSION_MIN`, `SUPPORTED_VERSION_END`); the error says which was found.
 pub fn check_version() -> Result<(), String> {
     // SAFETY: takes no arguments and only reads a constant.
-    let found = unsafe { accel_version_number() };
+    check_version_number(unsafe { accel_version_number() })
+}
+
+/// Whether a library of version number `found` (as `accel_version_number` counts) is one these
+/// declarations match; the error names both versions.
+pub fn check_version_number(found: u32) -> Result<(), String> {
     if (SUPPORTED_VERSION_MIN..SUPPORTED_VERSION_END).contains(&found) {
         Ok(())
     } else {

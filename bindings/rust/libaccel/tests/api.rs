@@ -26,6 +26,14 @@ fn the_loaded_library_is_the_supported_version() {
         format!("{}.{}.{}", n / 10000, n / 100 % 100, n % 100)
     );
     libaccel::sys::check_version().unwrap();
+    libaccel::sys::check_version_number(299).unwrap();
+    let newer = libaccel::sys::check_version_number(300).unwrap_err();
+    assert!(
+        newer.contains("libaccel 0.3.0 is loaded") && newer.contains("[0.2.0, 0.3.0)"),
+        "{newer}"
+    );
+    assert!(libaccel::sys::check_version_number(199).is_err());
+    assert!(libaccel::sys::check_version_number(10000).is_err());
 }
 
 #[test]
