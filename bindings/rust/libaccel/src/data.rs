@@ -164,6 +164,11 @@ impl Dataset {
                 &mut out,
             )
         };
+        if out.is_null() && status == sys::ACCEL_OK {
+            // Success always makes a handle; were it missing, the library would own the
+            // reference (and release it), so it is not taken back here.
+            return Err(Error::new(Status::Internal, "the library made no dataset"));
+        }
         if let Err(e) = check(status) {
             // On failure the library never calls release: take the reference back.
             // SAFETY: the pointer came from Arc::into_raw above and was not released.
@@ -327,12 +332,21 @@ impl DataLoader {
         if count == 0 {
             return Ok(None);
         }
-        let batch = fields[..count]
+        // SAFETY: each is a new handle we own (taken even when one is missing, so none leaks).
+        let batch: Vec<Option<Tensor>> = fields[..count]
             .iter()
-            // SAFETY: each is a new handle we own.
-            .map(|&raw| unsafe { Tensor::from_raw(raw) }.expect("non-null"))
+            .map(|&raw| unsafe { Tensor::from_raw(raw) })
             .collect();
-        Ok(Some(batch))
+        batch
+            .into_iter()
+            .collect::<Option<Batch>>()
+            .map(Some)
+            .ok_or_else(|| {
+                Error::new(
+                    Status::Internal,
+                    "the library returned a batch without a field",
+                )
+            })
     }
 
     /// The number of fields per batch.
