@@ -277,8 +277,10 @@ impl Tensor {
     /// The `at::Tensor*` inside, valid while `self` lives. Using it is the caller's business (and
     /// `unsafe`): changing the tensor through it bypasses the thread rules above.
     pub fn as_torch_ptr(&self) -> Result<*mut c_void> {
+        let mut out: *mut c_void = std::ptr::null_mut();
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_tensor_borrow_torch(self.ptr(), out) })
+        check(unsafe { sys::accel_tensor_borrow_torch(self.ptr(), &mut out) })?;
+        Ok(out)
     }
 }
 
