@@ -1,7 +1,7 @@
 //! Checkpoints: `save_model` (safetensors), `save_state`/`load_state`, and the program's own
 //! objects registered with closures.
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -39,33 +39,37 @@ impl Accelerator {
     /// place when complete. A collective. A registered save closure's error comes back as a
     /// `Callback` error with its message; its panic is resumed here.
     pub fn save_state(&self, dir: impl AsRef<Path>) -> Result<()> {
-        let dir = path_string(dir.as_ref())?;
-        // SAFETY: live handle, NUL-terminated path.
-        let status = unsafe { sys::accel_save_state(self.as_raw(), dir.as_ptr()) };
-        self.with_checkpoint_closures(status)
+        self.state_call(sys::accel_save_state, Some(dir.as_ref()))
     }
 
     /// `save_state` where the configuration's project settings say
     /// (`project_dir/checkpoints/checkpoint_<n>` with `automatic_checkpoint_naming`).
     pub fn save_state_in_project(&self) -> Result<()> {
-        // SAFETY: live handle; NULL asks for the project's automatic name.
-        let status = unsafe { sys::accel_save_state(self.as_raw(), std::ptr::null()) };
-        self.with_checkpoint_closures(status)
+        self.state_call(sys::accel_save_state, None)
     }
 
     /// Restores a `save_state` directory (verified first) into the prepared objects and the
     /// registered ones. A collective.
     pub fn load_state(&self, dir: impl AsRef<Path>) -> Result<()> {
-        let dir = path_string(dir.as_ref())?;
-        // SAFETY: live handle, NUL-terminated path.
-        let status = unsafe { sys::accel_load_state(self.as_raw(), dir.as_ptr()) };
-        self.with_checkpoint_closures(status)
+        self.state_call(sys::accel_load_state, Some(dir.as_ref()))
     }
 
     /// Loads the newest checkpoint of the project directory and continues its numbering.
     pub fn load_state_from_project(&self) -> Result<()> {
-        // SAFETY: live handle; NULL asks for the project's newest checkpoint.
-        let status = unsafe { sys::accel_load_state(self.as_raw(), std::ptr::null()) };
+        self.state_call(sys::accel_load_state, None)
+    }
+
+    /// Runs save_state or load_state (`dir` None: the project's automatic choice) and turns a
+    /// registered closure's failure back into its error or panic.
+    fn state_call(
+        &self,
+        call: unsafe extern "C" fn(*mut sys::accel_accelerator, *const c_char) -> sys::accel_status,
+        dir: Option<&Path>,
+    ) -> Result<()> {
+        let dir = dir.map(path_string).transpose()?;
+        let dir_ptr = dir.as_ref().map_or(std::ptr::null(), |d| d.as_ptr());
+        // SAFETY: live handle; the path is NUL-terminated or NULL, which the call accepts.
+        let status = unsafe { call(self.as_raw(), dir_ptr) };
         self.with_checkpoint_closures(status)
     }
 

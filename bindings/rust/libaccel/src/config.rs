@@ -6,7 +6,9 @@ use std::path::Path;
 use libaccel_sys as sys;
 
 use crate::error::{check, Result};
-use crate::ffi::{c_string, ensure_supported_library, make, owned_handle, path_string, read_text};
+use crate::ffi::{
+    c_string, ensure_supported_library, make, owned_handle, path_string, read_text, set_option,
+};
 
 owned_handle!(
     /// A set of settings for [`Accelerator::with_config`](crate::Accelerator::with_config).
@@ -43,10 +45,10 @@ impl Config {
     /// `0.5`; numbers are formatted by Rust, with a '.' whatever the locale). An unknown key or a
     /// bad value fails and changes nothing.
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
-        let key = c_string(key, "key")?;
-        let value = c_string(&value.to_string(), "value")?;
-        // SAFETY: live handle and NUL-terminated strings.
-        check(unsafe { sys::accel_config_set(self.ptr(), key.as_ptr(), value.as_ptr()) })
+        // SAFETY: live handle; the strings live for the call.
+        set_option(key, &value, |k, v| unsafe {
+            sys::accel_config_set(self.ptr(), k, v)
+        })
     }
 
     /// Loads an Accelerate YAML (or JSON) file into the file layer, replacing any loaded before.

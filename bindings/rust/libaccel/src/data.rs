@@ -11,7 +11,7 @@ use libaccel_sys as sys;
 use crate::accelerator::Accelerator;
 use crate::callback::FailureSlot;
 use crate::error::{check, BoxError, Error, Result, Status};
-use crate::ffi::{c_string, ensure_supported_library, make, path_string, query};
+use crate::ffi::{ensure_supported_library, make, path_string, query, set_option};
 use crate::tensor::{Dtype, Tensor};
 
 /// One field of a closure dataset: its element type and per-sample shape (`[]` for a scalar
@@ -308,10 +308,10 @@ impl DataLoader {
 
     /// Sets an option (see the type's documentation); ends an iteration in progress.
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
-        let key = c_string(key, "key")?;
-        let value = c_string(&value.to_string(), "value")?;
-        // SAFETY: live handle, NUL-terminated strings.
-        check(unsafe { sys::accel_dataloader_set(self.ptr(), key.as_ptr(), value.as_ptr()) })
+        // SAFETY: live handle; the strings live for the call.
+        set_option(key, &value, |k, v| unsafe {
+            sys::accel_dataloader_set(self.ptr(), k, v)
+        })
     }
 
     /// The next batch of this epoch, or `None` at its end (the following call starts the next

@@ -39,6 +39,18 @@ pub(crate) fn path_string(path: &Path) -> Result<CString> {
     })
 }
 
+/// Calls a `_set(handle, key, value)` function with `value` formatted by Rust (a '.' decimal
+/// point whatever the locale), as every option setter of the header takes it.
+pub(crate) fn set_option(
+    key: &str,
+    value: &dyn std::fmt::Display,
+    call: impl FnOnce(*const c_char, *const c_char) -> sys::accel_status,
+) -> Result<()> {
+    let key = c_string(key, "key")?;
+    let value = c_string(&value.to_string(), "value")?;
+    check(call(key.as_ptr(), value.as_ptr()))
+}
+
 /// Reads a text result written with the header's buffer convention: one call into a buffer
 /// that usually fits, again with the size the library asked for when it did not.
 pub(crate) fn read_text(

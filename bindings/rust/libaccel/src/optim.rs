@@ -5,7 +5,7 @@ use std::fmt::Display;
 use libaccel_sys as sys;
 
 use crate::error::{check, Result};
-use crate::ffi::{c_string, make, owned_handle, query};
+use crate::ffi::{c_string, make, owned_handle, query, set_option};
 use crate::model::Model;
 
 owned_handle!(
@@ -30,10 +30,10 @@ impl Optimizer {
 
     /// Sets an option (`lr`, `momentum`, `weight_decay`, `beta1`, ...: see `accel.h`).
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
-        let key = c_string(key, "key")?;
-        let value = c_string(&value.to_string(), "value")?;
-        // SAFETY: live handle, NUL-terminated strings.
-        check(unsafe { sys::accel_optimizer_set(self.ptr(), key.as_ptr(), value.as_ptr()) })
+        // SAFETY: live handle; the strings live for the call.
+        set_option(key, &value, |k, v| unsafe {
+            sys::accel_optimizer_set(self.ptr(), k, v)
+        })
     }
 
     /// One optimizer step (see the type's documentation for prepared optimizers).
@@ -105,10 +105,10 @@ impl Scheduler {
 
     /// Sets an option (`warmup_steps`, `total_steps`, `gamma`, ...) before the first step.
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
-        let key = c_string(key, "key")?;
-        let value = c_string(&value.to_string(), "value")?;
-        // SAFETY: live handle, NUL-terminated strings.
-        check(unsafe { sys::accel_scheduler_set(self.ptr(), key.as_ptr(), value.as_ptr()) })
+        // SAFETY: live handle; the strings live for the call.
+        set_option(key, &value, |k, v| unsafe {
+            sys::accel_scheduler_set(self.ptr(), k, v)
+        })
     }
 
     /// Steps the schedule.
