@@ -1,0 +1,64 @@
+// Package accel is libaccel from Go: Hugging Face Accelerate's data-parallel training on
+// LibTorch, one program for one process or many (under `accel launch -n N`, torchrun or a
+// cluster's launcher), through libaccel's C interface (accel.h, ABI 0.2).
+//
+// A training step:
+//
+//	acc, err := accel.New(nil)            // the process's place among the ranks
+//	...
+//	err = acc.Prepare(model, opt, sched, loader)
+//	for batch, err := range loader.All() { // this rank's shard of every global batch
+//		if err != nil { ... }
+//		acc.Accumulate()
+//		loss, _ := model.Call("training_step", batch...)
+//		acc.Backward(loss)                 // gradients averaged across the ranks
+//		opt.Step(); sched.Step(); opt.ZeroGrad()
+//		loss.Close()
+//	}
+//
+// Errors are *Error values with a Status (errors.Is(err, accel.ErrTimeout)) and the library's
+// message for that very call, whatever goroutine or thread made it. Every handle type has Close;
+// a cleanup frees what is not closed once it is unreachable, but the garbage collector does not
+// see the library's memory, so close tensors in loops. Tensors cross by copy, row-major.
+// Every method may be called from any goroutine; calls on one training family (an accelerator
+// and what it prepared) run one after the other.
+//
+// Building: cgo finds the library with `pkg-config accel` (set PKG_CONFIG_PATH for an install
+// outside the system prefix), or, with -tags accel_nopkgconfig, through CGO_CFLAGS and
+// CGO_LDFLAGS. At run time libaccel.so.0.2 must be on the loader's path (LD_LIBRARY_PATH, or an
+// rpath with -ldflags=-r=<libdir>).
+package accel
+
+// #include "shim.h"
+import "C"
+
+import "sync"
+
+// The library versions this package works with: [MinVersion, MaxVersion), as
+// major*10000 + minor*100 + patch (accel.h, "Versions").
+const (
+	MinVersion = 200
+	MaxVersion = 300
+)
+
+// Version is the version of the libaccel loaded, "major.minor.patch".
+func Version() string { return C.GoString(C.accel_version()) }
+
+// checkVersion fails every constructor when the loaded library lies outside the supported range
+// (a libaccel.so.0.2 of an older patch lacks nothing, a later minor is another ABI).
+var checkVersion = sync.OnceValue(func() error {
+	return versionInRange(uint32(C.accel_version_number()))
+})
+
+func versionInRange(n uint32) error {
+	if n < MinVersion || n >= MaxVersion {
+		return newError(ErrUnsupported,
+			"libaccel %d.%d.%d is loaded; package accel supports [%d.%d.0, %d.%d.0)",
+			n/10000, n/100%100, n%100, MinVersion/10000, MinVersion/100%100,
+			MaxVersion/10000, MaxVersion/100%100)
+	}
+	return nil
+}
+
+// HeaderVersion is the version of accel.h this package was compiled with.
+const HeaderVersion = C.ACCEL_VERSION_NUMBER

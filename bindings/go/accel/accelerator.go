@@ -1,0 +1,328 @@
+package accel
+
+// #include "shim.h"
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// DistributedType is how the job is distributed (Accelerate's distributed_type).
+type DistributedType int32
+
+// The distributed types libaccel runs.
+const (
+	DistributedNo       DistributedType = C.ACCEL_DISTRIBUTED_NO        // one process
+	DistributedMultiCPU DistributedType = C.ACCEL_DISTRIBUTED_MULTI_CPU // processes on CPUs (Gloo)
+	DistributedMultiGPU DistributedType = C.ACCEL_DISTRIBUTED_MULTI_GPU // processes on CUDA devices
+)
+
+// String is Accelerate's name: "NO", "MULTI_CPU", "MULTI_GPU".
+func (d DistributedType) String() string {
+	switch d {
+	case DistributedNo:
+		return "NO"
+	case DistributedMultiCPU:
+		return "MULTI_CPU"
+	case DistributedMultiGPU:
+		return "MULTI_GPU"
+	}
+	return fmt.Sprintf("DistributedType(%d)", int32(d))
+}
+
+// Precision is a mixed precision mode.
+type Precision int32
+
+// The mixed precision modes.
+const (
+	PrecisionNo   Precision = C.ACCEL_PRECISION_NO
+	PrecisionFP16 Precision = C.ACCEL_PRECISION_FP16
+	PrecisionBF16 Precision = C.ACCEL_PRECISION_BF16
+)
+
+// String is the configuration's value: "no", "fp16", "bf16".
+func (p Precision) String() string {
+	switch p {
+	case PrecisionNo:
+		return "no"
+	case PrecisionFP16:
+		return "fp16"
+	case PrecisionBF16:
+		return "bf16"
+	}
+	return fmt.Sprintf("Precision(%d)", int32(p))
+}
+
+// Reduction is the element-wise reduction of Reduce.
+type Reduction int32
+
+// The reductions. Mean is the sum divided by the number of processes (floating point only).
+const (
+	Sum  Reduction = C.ACCEL_REDUCE_SUM
+	Mean Reduction = C.ACCEL_REDUCE_MEAN
+	Max  Reduction = C.ACCEL_REDUCE_MAX
+	Min  Reduction = C.ACCEL_REDUCE_MIN
+)
+
+// Accelerator is the runtime of this process, Accelerate's Accelerator: its place among the
+// ranks, its device, its process group. One may exist in a process at a time.
+type Accelerator struct {
+	h handle[*C.accel_accelerator]
+	// Fixed for the accelerator's life: read once at New.
+	processIndex, localProcessIndex, numProcesses int
+	isMain, isLocalMain                           bool
+	device                                        string
+	distributedType                               DistributedType
+	mixedPrecision                                Precision
+	// The failures of registered objects' callbacks (RegisterForCheckpointing).
+	slot *failureSlot
+}
+
+func freeAccelerator(p *C.accel_accelerator) { C.accel_accelerator_free(p) }
+
+func (a *Accelerator) ref() *handle[*C.accel_accelerator] {
+	if a == nil {
+		return nil
+	}
+	return &a.h
+}
+
+// New creates this process's accelerator. cfg may be nil: the defaults, the environment
+// (ACCELERATE_*, ACCEL_*) and ACCEL_CONFIG_FILE still apply. The process learns its place from
+// the torchrun-compatible environment (RANK, WORLD_SIZE, MASTER_ADDR, ... as `accel launch`
+// sets them); with several processes it meets the others, and fails with ErrRendezvous naming
+// the ranks that never came.
+func New(cfg *Config) (*Accelerator, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	var out *C.accel_accelerator
+	init := func(c *C.accel_config) error {
+		return call(func() C.accel_status { return C.accel_init(c, &out) })
+	}
+	var err error
+	if cfg == nil {
+		err = init(nil)
+	} else {
+		err = use(cfg.ref(), "Config", init)
+	}
+	if err != nil {
+		return nil, err
+	}
+	a := &Accelerator{slot: &failureSlot{}}
+	initHandle(a, &a.h, out, freeAccelerator)
+	if err := a.readPlace(out); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *Accelerator) readPlace(p *C.accel_accelerator) error {
+	var rank, local, world C.int32_t
+	var isMain, isLocalMain C.bool
+	var dist C.accel_distribution
+	var mp C.accel_precision
+	err := errors.Join(
+		call(func() C.accel_status { return C.accel_process_index(p, &rank) }),
+		call(func() C.accel_status { return C.accel_local_process_index(p, &local) }),
+		call(func() C.accel_status { return C.accel_num_processes(p, &world) }),
+		call(func() C.accel_status { return C.accel_is_main_process(p, &isMain) }),
+		call(func() C.accel_status { return C.accel_is_local_main_process(p, &isLocalMain) }),
+		call(func() C.accel_status { return C.accel_distributed_type(p, &dist) }),
+		call(func() C.accel_status { return C.accel_mixed_precision(p, &mp) }))
+	if err != nil {
+		return err
+	}
+	device, err := readText(func(buf *C.char, capacity C.size_t, size *C.size_t) C.accel_status {
+		return C.accel_device(p, buf, capacity, size)
+	})
+	if err != nil {
+		return err
+	}
+	a.processIndex, a.localProcessIndex, a.numProcesses = int(rank), int(local), int(world)
+	a.isMain, a.isLocalMain = bool(isMain), bool(isLocalMain)
+	a.device, a.distributedType, a.mixedPrecision = device, DistributedType(dist), Precision(mp)
+	return nil
+}
+
+// ProcessIndex is this process's global rank, 0 <= rank < NumProcesses.
+func (a *Accelerator) ProcessIndex() int { return a.processIndex }
+
+// LocalProcessIndex is this process's rank on its machine.
+func (a *Accelerator) LocalProcessIndex() int { return a.localProcessIndex }
+
+// NumProcesses is the number of processes in the job.
+func (a *Accelerator) NumProcesses() int { return a.numProcesses }
+
+// IsMainProcess reports whether this is global rank 0.
+func (a *Accelerator) IsMainProcess() bool { return a.isMain }
+
+// IsLocalMainProcess reports whether this is local rank 0.
+func (a *Accelerator) IsLocalMainProcess() bool { return a.isLocalMain }
+
+// Device is the device this process computes on: "cpu", "cuda:1".
+func (a *Accelerator) Device() string { return a.device }
+
+// DistributedType is how the job is distributed.
+func (a *Accelerator) DistributedType() DistributedType { return a.distributedType }
+
+// MixedPrecision is the mixed precision mode in force.
+func (a *Accelerator) MixedPrecision() Precision { return a.mixedPrecision }
+
+// do runs one call with the accelerator's handle held.
+func (a *Accelerator) do(f func(p *C.accel_accelerator) C.accel_status) error {
+	return use(a.ref(), "Accelerator", func(p *C.accel_accelerator) error {
+		return call(func() C.accel_status { return f(p) })
+	})
+}
+
+// EffectiveConfig is the configuration in force, as Config.Dump writes it (each setting with its
+// source).
+func (a *Accelerator) EffectiveConfig() (string, error) {
+	var text string
+	err := use(a.ref(), "Accelerator", func(p *C.accel_accelerator) (err error) {
+		text, err = readText(func(buf *C.char, capacity C.size_t, size *C.size_t) C.accel_status {
+			return C.accel_effective_config(p, buf, capacity, size)
+		})
+		return err
+	})
+	return text, err
+}
+
+// WaitForEveryone blocks until every rank has called it (bounded by the collective timeout).
+func (a *Accelerator) WaitForEveryone() error {
+	return a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_wait_for_everyone(p) })
+}
+
+// Print prints message and a newline on the local main process only (Accelerate's print).
+func (a *Accelerator) Print(message string) error {
+	cmsg, free, err := cString(message, "the message")
+	if err != nil {
+		return err
+	}
+	defer free()
+	return a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_print(p, cmsg) })
+}
+
+// Printf is Print with fmt.Sprintf's formatting.
+func (a *Accelerator) Printf(format string, args ...any) error {
+	return a.Print(fmt.Sprintf(format, args...))
+}
+
+// MainProcessFirst runs f on the main process first and on the others once it is done
+// (Accelerate's main_process_first): a collective, every rank calls it. The others wait even
+// when f fails on the main process.
+func (a *Accelerator) MainProcessFirst(f func() error) (err error) {
+	if err := a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_main_process_first_begin(p) }); err != nil {
+		return err
+	}
+	defer func() {
+		end := a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_main_process_first_end(p) })
+		if err == nil {
+			err = end
+		}
+	}()
+	return f()
+}
+
+// SetSeed seeds LibTorch's generators and libaccel's own (data shuffling). With deviceSpecific
+// the process index is added, so ranks draw different streams.
+func (a *Accelerator) SetSeed(seed uint64, deviceSpecific bool) error {
+	return a.do(func(p *C.accel_accelerator) C.accel_status {
+		return C.accel_set_seed(p, C.uint64_t(seed), C.bool(deviceSpecific))
+	})
+}
+
+// Preparable is what Prepare takes: a *Model, *Optimizer, *Scheduler or *DataLoader.
+type Preparable interface {
+	preparable() (unsafe.Pointer, func(), error)
+}
+
+// Prepare is Accelerate's prepare: models go to the device and, with several processes, start
+// from rank 0's parameters and get data-parallel gradient synchronisation; optimizers follow
+// their model (prepare it in the same call or before); schedulers get Accelerate's stepping rules;
+// dataloaders join the checkpoints. Everything is checked before anything is prepared. Preparing
+// an object twice does nothing.
+func (a *Accelerator) Prepare(objects ...Preparable) error {
+	if len(objects) == 0 {
+		return nil
+	}
+	raw := make([]unsafe.Pointer, 0, len(objects))
+	for i, o := range objects {
+		if o == nil {
+			return newError(ErrInvalidArgument, "Prepare: object %d is nil", i)
+		}
+		p, release, err := o.preparable()
+		if err != nil {
+			return err
+		}
+		defer release()
+		raw = append(raw, p)
+	}
+	// C pointers in Go memory: cgo allows it (no Go pointer is passed).
+	return a.do(func(p *C.accel_accelerator) C.accel_status {
+		return C.accel_prepare(p, &raw[0], C.size_t(len(raw)))
+	})
+}
+
+// Accumulate opens a micro-step (Accelerate's accumulate()): with gradient_accumulation_steps K,
+// gradients synchronise and optimizers step on every K-th call and on the last batch of the
+// dataloader. Call it once per batch, before the forward.
+func (a *Accelerator) Accumulate() error {
+	return a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_accumulate(p) })
+}
+
+// SyncGradients reports whether the current micro-step synchronises gradients.
+func (a *Accelerator) SyncGradients() (bool, error) {
+	var out C.bool
+	err := a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_sync_gradients(p, &out) })
+	return bool(out), err
+}
+
+// withTensor runs one call with the accelerator's and the tensor's handles held (t may be nil
+// when nilOK: then the call gets NULL).
+func (a *Accelerator) withTensor(t *Tensor, nilOK bool, f func(p *C.accel_accelerator, tp *C.accel_tensor) C.accel_status) error {
+	if t == nil && nilOK {
+		return a.do(func(p *C.accel_accelerator) C.accel_status { return f(p, nil) })
+	}
+	return use(t.ref(), "Tensor", func(tp *C.accel_tensor) error {
+		return a.do(func(p *C.accel_accelerator) C.accel_status { return f(p, tp) })
+	})
+}
+
+// Backward runs backward from a one-element loss: divided by the accumulation steps, and with
+// several processes the gradients of prepared models are averaged across them while it runs.
+func (a *Accelerator) Backward(loss *Tensor) error {
+	return a.withTensor(loss, false, func(p *C.accel_accelerator, tp *C.accel_tensor) C.accel_status {
+		return C.accel_backward(p, tp)
+	})
+}
+
+// ClipGradNorm clips the gradient norm of model's parameters to maxNorm (normType 2: the
+// Euclidean norm) and returns the norm before clipping.
+func (a *Accelerator) ClipGradNorm(model *Model, maxNorm, normType float64) (float64, error) {
+	var norm C.double
+	err := use(model.ref(), "Model", func(m *C.accel_model) error {
+		return a.do(func(p *C.accel_accelerator) C.accel_status {
+			return C.accel_clip_grad_norm(p, m, C.double(maxNorm), C.double(normType), &norm)
+		})
+	})
+	return float64(norm), err
+}
+
+// ClipGradValue clamps every gradient element of model to [-clipValue, clipValue].
+func (a *Accelerator) ClipGradValue(model *Model, clipValue float64) error {
+	return use(model.ref(), "Model", func(m *C.accel_model) error {
+		return a.do(func(p *C.accel_accelerator) C.accel_status {
+			return C.accel_clip_grad_value(p, m, C.double(clipValue))
+		})
+	})
+}
+
+// Close frees the accelerator and leaves the process group, without waiting for the other ranks
+// (call WaitForEveryone first when they must all be done). Prepared objects stay valid handles;
+// their calls that need the accelerator then fail with ErrState. Idempotent.
+func (a *Accelerator) Close() { a.ref().close() }

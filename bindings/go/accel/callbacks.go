@@ -1,0 +1,150 @@
+package accel
+
+// #include "shim.h"
+import "C"
+
+import (
+	"errors"
+	"io"
+	"runtime/cgo"
+	"runtime/debug"
+	"sync"
+	"unsafe"
+)
+
+// A Go function the library calls (a dataset's sample function, a checkpointed object's
+// methods) runs in an exported trampoline below. Its error or panic never reaches C: it is
+// stored in the failureSlot shared with the Go objects that make the library call (not
+// per-thread: sample functions run on the dataloader's worker threads), the trampoline returns
+// nonzero, the library call fails with ErrCallback, and the wrapper attaches the stored error
+// as the *Error's Cause.
+
+// failureSlot holds the first failure of a callback since it was last taken.
+type failureSlot struct {
+	mu  sync.Mutex
+	err error
+}
+
+// run calls f, turning an error or a panic into a stored failure and a nonzero return.
+func (s *failureSlot) run(f func() error) (status C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.store(&PanicError{Value: r, Stack: debug.Stack()})
+			status = 1
+		}
+	}()
+	if err := f(); err != nil {
+		s.store(err)
+		return 1
+	}
+	return 0
+}
+
+func (s *failureSlot) store(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// resolve attaches the stored failure to a library ErrCallback error (other errors pass).
+func (s *failureSlot) resolve(err error) error {
+	var e *Error
+	if s == nil || !errors.As(err, &e) || e.Status != ErrCallback || e.Cause != nil {
+		return err
+	}
+	s.mu.Lock()
+	e.Cause, s.err = s.err, nil
+	s.mu.Unlock()
+	return err
+}
+
+// newBox puts a cgo.Handle of v into C memory, the callbacks' user_data: C may keep it after the
+// registering call, which it may not do with a Go pointer.
+func newBox(v any) *C.uintptr_t {
+	box := (*C.uintptr_t)(C.malloc(C.size_t(unsafe.Sizeof(C.uintptr_t(0)))))
+	*box = C.uintptr_t(cgo.NewHandle(v))
+	return box
+}
+
+// freeBox undoes newBox: the library's release function, and the path of a failed registration
+// (after which the library never calls back).
+func freeBox(box *C.uintptr_t) {
+	cgo.Handle(*box).Delete()
+	C.free(unsafe.Pointer(box))
+}
+
+func boxValue(userData unsafe.Pointer) any {
+	return cgo.Handle(*(*C.uintptr_t)(userData)).Value()
+}
+
+// sampleState is what a function dataset's callback needs.
+type sampleState struct {
+	fn   func(index int64, fields [][]byte) error
+	slot *failureSlot
+}
+
+//export goaccelSample
+func goaccelSample(index C.int64_t, buffers *unsafe.Pointer, sizes *C.size_t, count C.size_t, userData unsafe.Pointer) C.int32_t {
+	state := boxValue(userData).(*sampleState)
+	return state.slot.run(func() error {
+		bufs := unsafe.Slice(buffers, int(count))
+		lens := unsafe.Slice(sizes, int(count))
+		fields := make([][]byte, len(bufs))
+		for i := range bufs {
+			fields[i] = unsafe.Slice((*byte)(bufs[i]), int(lens[i]))
+		}
+		return state.fn(int64(index), fields)
+	})
+}
+
+//export goaccelRelease
+func goaccelRelease(userData unsafe.Pointer) {
+	freeBox((*C.uintptr_t)(userData))
+}
+
+// checkpointState is what a registered object's callbacks need.
+type checkpointState struct {
+	obj  Stateful
+	slot *failureSlot
+}
+
+//export goaccelSave
+func goaccelSave(writer *C.accel_state_writer, userData unsafe.Pointer) C.int32_t {
+	state := boxValue(userData).(*checkpointState)
+	return state.slot.run(func() error {
+		return state.obj.SaveState(&StateWriter{p: writer})
+	})
+}
+
+//export goaccelLoad
+func goaccelLoad(data unsafe.Pointer, size C.size_t, userData unsafe.Pointer) C.int32_t {
+	state := boxValue(userData).(*checkpointState)
+	return state.slot.run(func() error {
+		// A copy: the library's bytes are borrowed for this call only.
+		return state.obj.LoadState(append([]byte{}, unsafe.Slice((*byte)(data), int(size))...))
+	})
+}
+
+// StateWriter receives a checkpointed object's bytes during SaveState. It is valid only inside
+// the SaveState call that received it, on its goroutine.
+type StateWriter struct {
+	p *C.accel_state_writer
+}
+
+var _ io.Writer = (*StateWriter)(nil)
+
+// Write appends data to the object's saved state.
+func (w *StateWriter) Write(data []byte) (int, error) {
+	if len(data) == 0 {
+		return 0, nil
+	}
+	err := call(func() C.accel_status {
+		return C.accel_state_writer_write(w.p, unsafe.Pointer(&data[0]), C.size_t(len(data)))
+	})
+	if err != nil {
+		return 0, err
+	}
+	return len(data), nil
+}

@@ -1,0 +1,249 @@
+package accel
+
+// #include "shim.h"
+import "C"
+
+import (
+	"iter"
+	"unsafe"
+)
+
+// DataLoader gives this process its shard of every global batch, as Accelerate's prepared
+// DataLoader (accel.h, "Dataloaders"): batch i of the epoch's (seeded) order goes to rank
+// i mod P, the last round is evened out, and 1 process x 64 sees what 2 x 32 see together.
+//
+// Options (Set, between epochs): batch_size (1), shuffle (false), seed (0), drop_last (false),
+// num_workers (0), prefetch_factor (2), split_batches, even_batches, device_placement.
+type DataLoader struct {
+	h    handle[*C.accel_dataloader]
+	slot *failureSlot // the dataset's callback failures (nil unless a function dataset)
+}
+
+// freeDataLoader also stops the workers: the library's free closes first.
+func freeDataLoader(p *C.accel_dataloader) { C.accel_dataloader_free(p) }
+
+func (l *DataLoader) ref() *handle[*C.accel_dataloader] {
+	if l == nil {
+		return nil
+	}
+	return &l.h
+}
+
+// Batch is one batch: a tensor per dataset field, in the dataset's order.
+type Batch []*Tensor
+
+// Close closes every tensor of the batch.
+func (b Batch) Close() { closeAll(b) }
+
+// NewDataLoader makes a dataloader over ds for this accelerator's process. It keeps the
+// dataset alive.
+func NewDataLoader(acc *Accelerator, ds *Dataset) (*DataLoader, error) {
+	a, err := acc.ref().acquire("Accelerator")
+	if err != nil {
+		return nil, err
+	}
+	defer acc.h.release()
+	d, err := ds.ref().acquire("Dataset")
+	if err != nil {
+		return nil, err
+	}
+	defer ds.h.release()
+	var out *C.accel_dataloader
+	if err := call(func() C.accel_status { return C.accel_dataloader_new(a, d, &out) }); err != nil {
+		return nil, err
+	}
+	l := &DataLoader{slot: ds.slot}
+	initHandle(l, &l.h, out, freeDataLoader)
+	return l, nil
+}
+
+// Set sets an option (see DataLoader); an epoch in progress ends. An unknown key or a bad value
+// is ErrInvalidArgument naming the key and what it allows.
+func (l *DataLoader) Set(key string, value any) error {
+	p, err := l.ref().acquire("DataLoader")
+	if err != nil {
+		return err
+	}
+	defer l.h.release()
+	return setOption(key, value, func(k, v *C.char) C.accel_status { return C.accel_dataloader_set(p, k, v) })
+}
+
+// Next is the next batch of the epoch; ok is false at the end of the epoch (the following call
+// starts the next one). The caller closes the batch. When the dataset's function failed, the
+// error's Cause is its error and the next call starts the epoch again.
+func (l *DataLoader) Next() (batch Batch, ok bool, err error) {
+	p, err := l.ref().acquire("DataLoader")
+	if err != nil {
+		return nil, false, err
+	}
+	defer l.h.release()
+	var fields [8]*C.accel_tensor
+	var count C.size_t
+	err = call(func() C.accel_status {
+		return C.accel_dataloader_next(p, &fields[0], C.size_t(len(fields)), &count)
+	})
+	if e, small := err.(*Error); small && e.Status == ErrBufferTooSmall {
+		more := make([]*C.accel_tensor, int(count))
+		err = call(func() C.accel_status {
+			return C.accel_dataloader_next(p, &more[0], C.size_t(len(more)), &count)
+		})
+		return l.batch(more, count, err)
+	}
+	return l.batch(fields[:], count, err)
+}
+
+func (l *DataLoader) batch(fields []*C.accel_tensor, count C.size_t, err error) (Batch, bool, error) {
+	if err != nil {
+		return nil, false, l.slot.resolve(err)
+	}
+	if count == 0 {
+		return nil, false, nil
+	}
+	batch := make(Batch, int(count))
+	for i := range batch {
+		batch[i] = newTensor(fields[i])
+	}
+	return batch, true, nil
+}
+
+// All iterates over the rest of the epoch:
+//
+//	for batch, err := range loader.All() {
+//		if err != nil { return err }
+//		...
+//	}
+//
+// The batch's tensors are closed when the loop body returns (use Next to keep them). After an
+// error the iteration ends; the next iteration starts the epoch again.
+func (l *DataLoader) All() iter.Seq2[Batch, error] {
+	return func(yield func(Batch, error) bool) {
+		for {
+			batch, ok, err := l.Next()
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if !ok {
+				return
+			}
+			more := yield(batch, nil)
+			batch.Close()
+			if !more {
+				return
+			}
+		}
+	}
+}
+
+// FieldCount is the number of tensors per batch.
+func (l *DataLoader) FieldCount() (int, error) {
+	n, err := query(l.ref(), "DataLoader", func(p *C.accel_dataloader, out *C.size_t) C.accel_status {
+		return C.accel_dataloader_field_count(p, out)
+	})
+	return int(n), err
+}
+
+// BatchCount is the number of batches this process gets in a whole epoch.
+func (l *DataLoader) BatchCount() (int64, error) {
+	n, err := query(l.ref(), "DataLoader", func(p *C.accel_dataloader, out *C.int64_t) C.accel_status {
+		return C.accel_dataloader_batch_count(p, out)
+	})
+	return int64(n), err
+}
+
+// SetEpoch sets the epoch the next iteration uses (its shuffle); an epoch in progress ends.
+func (l *DataLoader) SetEpoch(epoch int64) error {
+	p, err := l.ref().acquire("DataLoader")
+	if err != nil {
+		return err
+	}
+	defer l.h.release()
+	return call(func() C.accel_status { return C.accel_dataloader_set_epoch(p, C.int64_t(epoch)) })
+}
+
+// Epoch is the current epoch (it advances after each complete pass).
+func (l *DataLoader) Epoch() (int64, error) {
+	n, err := query(l.ref(), "DataLoader", func(p *C.accel_dataloader, out *C.int64_t) C.accel_status {
+		return C.accel_dataloader_epoch(p, out)
+	})
+	return int64(n), err
+}
+
+// EndOfEpoch reports whether the last batch of the epoch is in use (Accelerate's
+// end_of_dataloader).
+func (l *DataLoader) EndOfEpoch() (bool, error) {
+	v, err := query(l.ref(), "DataLoader", func(p *C.accel_dataloader, out *C.bool) C.accel_status {
+		return C.accel_dataloader_end_of_epoch(p, out)
+	})
+	return bool(v), err
+}
+
+// Remainder is how many samples of the last global step are real rather than padding (the
+// sample count mod the global batch size); -1 with drop_last.
+func (l *DataLoader) Remainder() (int64, error) {
+	n, err := query(l.ref(), "DataLoader", func(p *C.accel_dataloader, out *C.int64_t) C.accel_status {
+		return C.accel_dataloader_remainder(p, out)
+	})
+	return int64(n), err
+}
+
+// SkipFirstBatches makes the next iteration skip this process's first n batches (n global
+// steps): a resume in the middle of an epoch.
+func (l *DataLoader) SkipFirstBatches(n int64) error {
+	p, err := l.ref().acquire("DataLoader")
+	if err != nil {
+		return err
+	}
+	defer l.h.release()
+	return call(func() C.accel_status { return C.accel_dataloader_skip_first_batches(p, C.int64_t(n)) })
+}
+
+// Position is the global sample cursor: the epoch and how many of its samples all processes
+// together have consumed. Save it to resume exactly, even with another number of processes.
+func (l *DataLoader) Position() (epoch, samples int64, err error) {
+	p, err := l.ref().acquire("DataLoader")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer l.h.release()
+	var e, s C.int64_t
+	err = call(func() C.accel_status { return C.accel_dataloader_position(p, &e, &s) })
+	return int64(e), int64(s), err
+}
+
+// SetPosition continues at a saved cursor: the next iteration starts samples into epoch.
+func (l *DataLoader) SetPosition(epoch, samples int64) error {
+	p, err := l.ref().acquire("DataLoader")
+	if err != nil {
+		return err
+	}
+	defer l.h.release()
+	return call(func() C.accel_status {
+		return C.accel_dataloader_set_position(p, C.int64_t(epoch), C.int64_t(samples))
+	})
+}
+
+// Stop stops the worker threads and releases the dataset; every later call but Close fails
+// with ErrState. It waits for the sample functions already running (at most one per worker).
+// A prepared dataloader stays in the checkpoints with its cursor as it was. Idempotent.
+func (l *DataLoader) Stop() error {
+	p, err := l.ref().acquire("DataLoader")
+	if err != nil {
+		return err
+	}
+	defer l.h.release()
+	return call(func() C.accel_status { return C.accel_dataloader_close(p) })
+}
+
+// Close stops the workers and frees the dataloader. Idempotent; safe from any goroutine, also
+// while Next runs on another one (the dataloader is freed when that call returns, and later
+// calls fail with ErrState). Must not be called from the dataset's own function.
+func (l *DataLoader) Close() { l.ref().close() }
+
+func (l *DataLoader) preparable() (unsafe.Pointer, func(), error) {
+	p, err := l.ref().acquire("DataLoader")
+	if err != nil {
+		return nil, nil, err
+	}
+	return unsafe.Pointer(p), l.h.release, nil
+}

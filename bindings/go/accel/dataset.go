@@ -1,0 +1,160 @@
+package accel
+
+// #include "shim.h"
+import "C"
+
+import "unsafe"
+
+// Dataset is a number of samples with one or more fields (images, labels, ...); a sample is one
+// row of every field. Dataloaders keep their dataset alive: Close it once they are made.
+type Dataset struct {
+	h handle[*C.accel_dataset]
+	// The failures of a function dataset's callback, shared with its dataloaders (nil otherwise).
+	slot *failureSlot
+}
+
+func freeDataset(p *C.accel_dataset) { C.accel_dataset_free(p) }
+
+func (d *Dataset) ref() *handle[*C.accel_dataset] {
+	if d == nil {
+		return nil
+	}
+	return &d.h
+}
+
+func newDataset(p *C.accel_dataset, slot *failureSlot) *Dataset {
+	d := &Dataset{slot: slot}
+	initHandle(d, &d.h, p, freeDataset)
+	return d
+}
+
+// DatasetFromTensors is a dataset over tensors in memory: field i is tensors[i], samples along
+// dimension 0 (which must agree, ErrShape otherwise). The dataset takes its own reference: the
+// tensors may be closed afterwards.
+func DatasetFromTensors(tensors ...*Tensor) (*Dataset, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	if len(tensors) == 0 {
+		return nil, newError(ErrInvalidArgument, "DatasetFromTensors: no tensors")
+	}
+	raw, release, err := rawTensors(tensors)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var out *C.accel_dataset
+	err = call(func() C.accel_status {
+		return C.accel_dataset_from_tensors(&raw[0], C.size_t(len(raw)), &out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newDataset(out, nil), nil
+}
+
+// DatasetFromIDX reads IDX files (the MNIST family, plain or gzip-compressed), one field per
+// file, each in the file's own element type and shape: Fashion-MNIST's images are U8 [N, 28, 28],
+// its labels U8 [N]. A missing, truncated or corrupt file is ErrIO naming it.
+func DatasetFromIDX(paths ...string) (*Dataset, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, newError(ErrInvalidArgument, "DatasetFromIDX: no files")
+	}
+	cpaths := make([]*C.char, len(paths))
+	for i, path := range paths {
+		p, free, err := cString(path, "the path")
+		if err != nil {
+			return nil, err
+		}
+		defer free()
+		cpaths[i] = p
+	}
+	var out *C.accel_dataset
+	err := call(func() C.accel_status {
+		return C.accel_dataset_from_idx(&cpaths[0], C.size_t(len(cpaths)), &out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newDataset(out, nil), nil
+}
+
+// Field describes one field of a function dataset: its element type and its per-sample shape
+// (empty for one value per sample).
+type Field struct {
+	DType DType
+	Shape []int64
+}
+
+// DatasetFromFunc is a dataset of count samples that fn produces. For sample index, fn fills
+// fields[f] (exactly the bytes of field f: its per-sample shape in its DType, row-major, native
+// byte order) and returns nil. The slices are the library's memory, valid during the call only.
+//
+// With num_workers 0 fn runs on the goroutine that calls Next; otherwise on the dataloader's
+// worker threads, several at once for different indices: it must be safe for concurrent use.
+// An error or a panic in fn ends the epoch: Next returns an *Error with Status ErrCallback whose
+// Cause is fn's error (a *PanicError for a panic); the following Next starts the epoch again.
+// fn must not call the dataloader it produces for, nor an accelerator, model, optimizer or
+// scheduler (ErrState: they may be waiting for fn).
+func DatasetFromFunc(count int64, fields []Field, fn func(index int64, fields [][]byte) error) (*Dataset, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, newError(ErrInvalidArgument, "DatasetFromFunc: nil function")
+	}
+	if len(fields) == 0 {
+		return nil, newError(ErrInvalidArgument, "DatasetFromFunc: no fields")
+	}
+	dtypes := make([]C.accel_dtype, len(fields))
+	dimCounts := make([]C.size_t, len(fields))
+	dims := []C.int64_t{}
+	for i, f := range fields {
+		dtypes[i] = C.accel_dtype(f.DType)
+		dimCounts[i] = C.size_t(len(f.Shape))
+		for _, d := range f.Shape {
+			dims = append(dims, C.int64_t(d))
+		}
+	}
+	var dimsPtr *C.int64_t
+	if len(dims) > 0 {
+		dimsPtr = &dims[0]
+	}
+	slot := &failureSlot{}
+	box := newBox(&sampleState{fn: fn, slot: slot})
+	var out *C.accel_dataset
+	err := call(func() C.accel_status {
+		return C.goaccel_dataset_from_callback(C.int64_t(count), C.size_t(len(fields)), &dtypes[0],
+			&dimCounts[0], dimsPtr, box, &out)
+	})
+	if err != nil {
+		freeBox(box) // the library never calls back after a failed registration
+		return nil, err
+	}
+	return newDataset(out, slot), nil
+}
+
+// SampleCount is the number of samples.
+func (d *Dataset) SampleCount() (int64, error) {
+	n, err := query(d.ref(), "Dataset", func(p *C.accel_dataset, out *C.int64_t) C.accel_status {
+		return C.accel_dataset_sample_count(p, out)
+	})
+	return int64(n), err
+}
+
+// FieldCount is the number of fields per sample.
+func (d *Dataset) FieldCount() (int, error) {
+	n, err := query(d.ref(), "Dataset", func(p *C.accel_dataset, out *C.size_t) C.accel_status {
+		return C.accel_dataset_field_count(p, out)
+	})
+	return int(n), err
+}
+
+// Close frees the dataset handle; dataloaders made over it keep using it until they are closed.
+// Idempotent; safe from any goroutine.
+func (d *Dataset) Close() { d.ref().close() }
+
+var _ = unsafe.Pointer(nil)

@@ -1,0 +1,122 @@
+package accel
+
+// #include "shim.h"
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// Status is the class of a failure, one of the library's accel_status values. The Err* constants
+// are the sentinels to test with errors.Is:
+//
+//	if errors.Is(err, accel.ErrTimeout) { ... }
+type Status int32
+
+// The classes of failure (accel.h, "Status codes and errors"). Values are stable.
+const (
+	// ErrInvalidArgument: a required value was missing (a nil handle), or a number or text is
+	// out of range.
+	ErrInvalidArgument Status = C.ACCEL_ERR_INVALID_ARGUMENT
+	// ErrWrongHandle: a handle of another kind was passed.
+	ErrWrongHandle Status = C.ACCEL_ERR_WRONG_HANDLE
+	// ErrConfig: a configuration key is unknown or its value is invalid.
+	ErrConfig Status = C.ACCEL_ERR_CONFIG
+	// ErrUnsupported: understood but not supported by this build (fp16 on CPU, DeepSpeed, ...).
+	ErrUnsupported Status = C.ACCEL_ERR_UNSUPPORTED
+	// ErrIO: a file could not be read or written, or is corrupt.
+	ErrIO Status = C.ACCEL_ERR_IO
+	// ErrShape: tensor shapes disagree (across ranks, or with what the call needs).
+	ErrShape Status = C.ACCEL_ERR_SHAPE
+	// ErrDType: a tensor's element type is not acceptable for the call.
+	ErrDType Status = C.ACCEL_ERR_DTYPE
+	// ErrRendezvous: the processes could not meet (a rank never came, a port is in use).
+	ErrRendezvous Status = C.ACCEL_ERR_RENDEZVOUS
+	// ErrTimeout: a collective did not complete within the collective timeout.
+	ErrTimeout Status = C.ACCEL_ERR_TIMEOUT
+	// ErrPeerFailed: a peer process died or closed its connection during a collective.
+	ErrPeerFailed Status = C.ACCEL_ERR_PEER_FAILED
+	// ErrState: the call is not valid now (a closed handle, a collective after the process group
+	// failed, a call from a callback that may not make it).
+	ErrState Status = C.ACCEL_ERR_STATE
+	// ErrBufferTooSmall: an output buffer was too small (the package retries by itself).
+	ErrBufferTooSmall Status = C.ACCEL_ERR_BUFFER_TOO_SMALL
+	// ErrCallback: a Go function called by the library (a dataset's or a checkpointed object's)
+	// returned an error or panicked; the *Error's Cause holds what it returned.
+	ErrCallback Status = C.ACCEL_ERR_CALLBACK
+	// ErrOutOfMemory: memory could not be allocated.
+	ErrOutOfMemory Status = C.ACCEL_ERR_OUT_OF_MEMORY
+	// ErrTorch: LibTorch reported an error that fits no other class.
+	ErrTorch Status = C.ACCEL_ERR_TORCH
+	// ErrInternal: a bug in libaccel; the message says what.
+	ErrInternal Status = C.ACCEL_ERR_INTERNAL
+)
+
+// String is the status's constant name in accel.h, e.g. "ACCEL_ERR_CONFIG".
+func (s Status) String() string {
+	return C.GoString(C.accel_status_name(C.accel_status(s)))
+}
+
+// Error makes a Status usable as a sentinel error (errors.Is(err, accel.ErrTimeout)).
+func (s Status) Error() string { return s.String() }
+
+// Error is a failed call: its class, the library's message (read on the OS thread that made
+// the call, so always this call's own), and, for ErrCallback, what the Go callback returned.
+type Error struct {
+	Status  Status
+	Message string
+	// Cause is the error a dataset function or a checkpointed object returned (a *PanicError
+	// when it panicked); nil for failures inside the library.
+	Cause error
+}
+
+// Error is "ACCEL_ERR_<CLASS>: message", followed by the cause when there is one.
+func (e *Error) Error() string {
+	text := e.Status.String() + ": " + e.Message
+	if e.Cause != nil {
+		text += ": " + e.Cause.Error()
+	}
+	return text
+}
+
+// Is reports whether target is this error's Status (the sentinels ErrTimeout, ...).
+func (e *Error) Is(target error) bool {
+	s, ok := target.(Status)
+	return ok && s == e.Status
+}
+
+// Unwrap gives the callback's own error, so errors.Is and errors.As reach it too.
+func (e *Error) Unwrap() error { return e.Cause }
+
+// PanicError is a panic inside a Go function the library called (a dataset function on a worker
+// thread, a checkpoint callback), recovered there and returned as the Cause of an ErrCallback.
+type PanicError struct {
+	Value any    // what was passed to panic
+	Stack []byte // the goroutine's stack where it panicked
+}
+
+func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v", p.Value) }
+
+// Unwrap gives the panic value when it was an error (panic(err)).
+func (p *PanicError) Unwrap() error {
+	err, _ := p.Value.(error)
+	return err
+}
+
+// call makes one library call and, when it fails, reads its message before the goroutine can
+// move to another OS thread: the message is per OS thread (accel.h, "Status and errors"), and
+// Go moves goroutines between threads at any call. Every call into the library goes through here.
+func call(f func() C.accel_status) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if s := f(); s != C.ACCEL_OK {
+		return &Error{Status: Status(s), Message: C.GoString(C.accel_last_error_message())}
+	}
+	return nil
+}
+
+// newError is an error found by the package itself, before any library call.
+func newError(s Status, format string, args ...any) error {
+	return &Error{Status: s, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,92 @@
+package accel
+
+import (
+	"runtime"
+	"sync/atomic"
+)
+
+// handle owns one library handle T (a *C.accel_tensor, ...) for a Go object (a *Tensor, a *Model, ...).
+//
+// The library forbids freeing a handle while another call on it runs (accel.h, "Threads"), and
+// Close may be called from any goroutine, at any time. So every call holds a use of the handle
+// (acquire/release), Close only marks it closed, and whichever of Close and the last running
+// call comes last frees it: Close never waits, and a call that started before Close finishes
+// with a live handle. A call that starts after Close fails with ErrState.
+//
+// A cleanup (runtime.AddCleanup) frees what the program forgot to Close once the Go object is
+// unreachable. It is the safety net, not the plan: the garbage collector does not see the
+// library's memory and may run late, so programs Close what they make (training loops above all).
+type handle[T any] struct {
+	ptr     T
+	free    func(T)
+	cleanup runtime.Cleanup
+	// bit 0: closed; the rest: the number of calls running, times two.
+	state atomic.Int64
+}
+
+const closedBit = 1
+
+// init takes ownership of ptr for owner (the Go object embedding h).
+func initHandle[O any, T any](owner *O, h *handle[T], ptr T, free func(T)) {
+	h.ptr = ptr
+	h.free = free
+	h.cleanup = runtime.AddCleanup(owner, free, ptr)
+}
+
+// acquire starts a use of the handle: its pointer, or ErrState once it is closed. A nil handle
+// (from a nil *Tensor, ...) is ErrInvalidArgument. Every successful acquire has one release.
+func (h *handle[T]) acquire(kind string) (T, error) {
+	var zero T
+	if h == nil {
+		return zero, newError(ErrInvalidArgument, "nil *accel.%s", kind)
+	}
+	for {
+		s := h.state.Load()
+		if s&closedBit != 0 {
+			return zero, newError(ErrState, "the accel.%s was used after Close", kind)
+		}
+		if h.state.CompareAndSwap(s, s+2) {
+			return h.ptr, nil
+		}
+	}
+}
+
+// release ends a use; the last use after Close frees the handle.
+func (h *handle[T]) release() {
+	if h.state.Add(-2) == closedBit {
+		h.free(h.ptr)
+	}
+}
+
+// close marks the handle closed and frees it at once when no call is running. Idempotent.
+func (h *handle[T]) close() {
+	if h == nil {
+		return
+	}
+	for {
+		s := h.state.Load()
+		if s&closedBit != 0 {
+			return
+		}
+		if h.state.CompareAndSwap(s, s|closedBit) {
+			h.cleanup.Stop()
+			if s == 0 {
+				h.free(h.ptr)
+			}
+			return
+		}
+	}
+}
+
+// closed reports whether Close was called.
+func (h *handle[T]) closed() bool { return h == nil || h.state.Load()&closedBit != 0 }
+
+// use runs f with the handle held (acquire, f, release).
+func use[T any](h *handle[T], kind string, f func(p T) error) error {
+	p, err := h.acquire(kind)
+	if err != nil {
+		return err
+	}
+	defer h.release()
+	return f(p)
+}

@@ -1,0 +1,172 @@
+package accel
+
+// #include "shim.h"
+import "C"
+
+import "unsafe"
+
+// Optimizer updates a model's parameters: "sgd", "adam", "adamw", "rmsprop" or "adagrad", with
+// PyTorch's defaults and options set by key (lr, momentum, weight_decay, beta1, beta2, eps, ...).
+// Once prepared it does nothing on accumulation micro-steps.
+type Optimizer struct {
+	h handle[*C.accel_optimizer]
+}
+
+func freeOptimizer(p *C.accel_optimizer) { C.accel_optimizer_free(p) }
+
+func (o *Optimizer) ref() *handle[*C.accel_optimizer] {
+	if o == nil {
+		return nil
+	}
+	return &o.h
+}
+
+// NewOptimizer is an optimizer of kind over model's parameters.
+func NewOptimizer(model *Model, kind string) (*Optimizer, error) {
+	var out *C.accel_optimizer
+	err := model.withStrings([]string{kind}, func(p *C.accel_model, c []*C.char) C.accel_status {
+		return C.accel_optimizer_new(p, c[0], &out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	o := &Optimizer{}
+	initHandle(o, &o.h, out, freeOptimizer)
+	return o, nil
+}
+
+// do runs one call with the optimizer's handle held.
+func (o *Optimizer) do(f func(p *C.accel_optimizer) C.accel_status) error {
+	p, err := o.ref().acquire("Optimizer")
+	if err != nil {
+		return err
+	}
+	defer o.h.release()
+	return call(func() C.accel_status { return f(p) })
+}
+
+// Set sets an option ("lr", 0.01); it takes effect at the next step.
+func (o *Optimizer) Set(key string, value any) error {
+	return use(o.ref(), "Optimizer", func(p *C.accel_optimizer) error {
+		return setOption(key, value, func(k, v *C.char) C.accel_status { return C.accel_optimizer_set(p, k, v) })
+	})
+}
+
+// Step is one optimizer step (skipped on accumulation micro-steps and, under fp16, when a
+// gradient is inf or nan).
+func (o *Optimizer) Step() error {
+	return o.do(func(p *C.accel_optimizer) C.accel_status { return C.accel_optimizer_step(p) })
+}
+
+// ZeroGrad sets the gradients to none (once prepared, only on steps that synchronise).
+func (o *Optimizer) ZeroGrad() error {
+	return o.do(func(p *C.accel_optimizer) C.accel_status { return C.accel_optimizer_zero_grad(p) })
+}
+
+// LR is the current learning rate.
+func (o *Optimizer) LR() (float64, error) {
+	v, err := query(o.ref(), "Optimizer", func(p *C.accel_optimizer, out *C.double) C.accel_status {
+		return C.accel_optimizer_lr(p, out)
+	})
+	return float64(v), err
+}
+
+// SetLR sets the learning rate.
+func (o *Optimizer) SetLR(lr float64) error {
+	return o.do(func(p *C.accel_optimizer) C.accel_status { return C.accel_optimizer_set_lr(p, C.double(lr)) })
+}
+
+// StepWasSkipped reports whether the last prepared step was skipped (an fp16 gradient was inf
+// or nan).
+func (o *Optimizer) StepWasSkipped() (bool, error) {
+	v, err := query(o.ref(), "Optimizer", func(p *C.accel_optimizer, out *C.bool) C.accel_status {
+		return C.accel_optimizer_step_was_skipped(p, out)
+	})
+	return bool(v), err
+}
+
+// Close frees the optimizer handle (schedulers over it, and the accelerator once prepared, keep
+// the optimizer). Idempotent; safe from any goroutine.
+func (o *Optimizer) Close() { o.ref().close() }
+
+func (o *Optimizer) preparable() (unsafe.Pointer, func(), error) {
+	p, err := o.ref().acquire("Optimizer")
+	if err != nil {
+		return nil, nil, err
+	}
+	return unsafe.Pointer(p), o.h.release, nil
+}
+
+// Scheduler drives an optimizer's learning rate with PyTorch's and Hugging Face's schedules:
+// constant, constant_with_warmup, linear, cosine, cosine_with_restarts, polynomial, step,
+// exponential, one_cycle (options: warmup_steps, total_steps, num_cycles, gamma, ...). Prepared,
+// it steps as Accelerate: num_processes times per real optimizer step.
+type Scheduler struct {
+	h handle[*C.accel_scheduler]
+}
+
+func freeScheduler(p *C.accel_scheduler) { C.accel_scheduler_free(p) }
+
+func (s *Scheduler) ref() *handle[*C.accel_scheduler] {
+	if s == nil {
+		return nil
+	}
+	return &s.h
+}
+
+// NewScheduler is a schedule of kind driving opt. Its base rate is the optimizer's rate now.
+func NewScheduler(opt *Optimizer, kind string) (*Scheduler, error) {
+	ckind, free, err := cString(kind, "the kind")
+	if err != nil {
+		return nil, err
+	}
+	defer free()
+	var out *C.accel_scheduler
+	err = opt.do(func(p *C.accel_optimizer) C.accel_status { return C.accel_scheduler_new(p, ckind, &out) })
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{}
+	initHandle(s, &s.h, out, freeScheduler)
+	return s, nil
+}
+
+func (s *Scheduler) do(f func(p *C.accel_scheduler) C.accel_status) error {
+	p, err := s.ref().acquire("Scheduler")
+	if err != nil {
+		return err
+	}
+	defer s.h.release()
+	return call(func() C.accel_status { return f(p) })
+}
+
+// Set sets an option ("warmup_steps", 100) before the first step.
+func (s *Scheduler) Set(key string, value any) error {
+	return use(s.ref(), "Scheduler", func(p *C.accel_scheduler) error {
+		return setOption(key, value, func(k, v *C.char) C.accel_status { return C.accel_scheduler_set(p, k, v) })
+	})
+}
+
+// Step steps the schedule (see accel.h, accel_scheduler_new, for the prepared rules).
+func (s *Scheduler) Step() error {
+	return s.do(func(p *C.accel_scheduler) C.accel_status { return C.accel_scheduler_step(p) })
+}
+
+// LR is the learning rate the schedule has set.
+func (s *Scheduler) LR() (float64, error) {
+	v, err := query(s.ref(), "Scheduler", func(p *C.accel_scheduler, out *C.double) C.accel_status {
+		return C.accel_scheduler_lr(p, out)
+	})
+	return float64(v), err
+}
+
+// Close frees the scheduler handle. Idempotent; safe from any goroutine.
+func (s *Scheduler) Close() { s.ref().close() }
+
+func (s *Scheduler) preparable() (unsafe.Pointer, func(), error) {
+	p, err := s.ref().acquire("Scheduler")
+	if err != nil {
+		return nil, nil, err
+	}
+	return unsafe.Pointer(p), s.h.release, nil
+}

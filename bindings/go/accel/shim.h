@@ -1,0 +1,24 @@
+/* What the package's cgo preambles share: the header, its version check, and the C side of the
+ * callbacks (shim.c). */
+#ifndef ACCEL_GO_SHIM_H
+#define ACCEL_GO_SHIM_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <accel/accel.h>
+
+/* The package binds ABI 0.2 (see accel.h, "Versions"): another header must not compile. */
+#if ACCEL_VERSION_MAJOR != 0 || ACCEL_VERSION_MINOR != 2
+#error "package accel binds libaccel's ABI 0.2; the accel.h found is another version"
+#endif
+
+/* The callbacks' user_data is a C-allocated box holding a runtime/cgo.Handle, never a Go
+ * pointer: C keeps it after the registering call returns. The release function frees both. */
+accel_status goaccel_dataset_from_callback(int64_t sample_count, size_t field_count,
+                                           const accel_dtype* dtypes, const size_t* dim_counts,
+                                           const int64_t* dims, uintptr_t* box,
+                                           accel_dataset** out);
+accel_status goaccel_register_for_checkpointing(accel_accelerator* accelerator, uintptr_t* box);
+
+#endif

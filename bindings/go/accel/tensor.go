@@ -1,0 +1,335 @@
+package accel
+
+// #include "shim.h"
+import "C"
+
+import (
+	"strconv"
+	"unsafe"
+)
+
+// DType is a tensor's element type.
+type DType int32
+
+// Element types (accel.h, accel_dtype). F16 and BF16 have no Go type: use FromBytes and Bytes.
+const (
+	F32  DType = C.ACCEL_DTYPE_F32
+	F64  DType = C.ACCEL_DTYPE_F64
+	F16  DType = C.ACCEL_DTYPE_F16
+	BF16 DType = C.ACCEL_DTYPE_BF16
+	I64  DType = C.ACCEL_DTYPE_I64
+	I32  DType = C.ACCEL_DTYPE_I32
+	I16  DType = C.ACCEL_DTYPE_I16
+	I8   DType = C.ACCEL_DTYPE_I8
+	U8   DType = C.ACCEL_DTYPE_U8
+	Bool DType = C.ACCEL_DTYPE_BOOL
+)
+
+var dtypeNames = map[DType]string{F32: "f32", F64: "f64", F16: "f16", BF16: "bf16", I64: "i64",
+	I32: "i32", I16: "i16", I8: "i8", U8: "u8", Bool: "bool"}
+
+// String is the short name: "f32", "u8", ...
+func (d DType) String() string {
+	if name, ok := dtypeNames[d]; ok {
+		return name
+	}
+	return "DType(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Size is the size of one element in bytes (0 for a value that is no DType).
+func (d DType) Size() int { return int(C.accel_dtype_size(C.accel_dtype(d))) }
+
+// MaxDims is the most dimensions a tensor may have across the interface.
+const MaxDims = C.ACCEL_MAX_DIMS
+
+// Element is a Go type with a tensor element type of the same layout.
+type Element interface {
+	float32 | float64 | int64 | int32 | int16 | int8 | uint8 | bool
+}
+
+// DTypeOf is the element type of T.
+func DTypeOf[T Element]() DType {
+	var zero T
+	switch any(zero).(type) {
+	case float32:
+		return F32
+	case float64:
+		return F64
+	case int64:
+		return I64
+	case int32:
+		return I32
+	case int16:
+		return I16
+	case int8:
+		return I8
+	case uint8:
+		return U8
+	default: // bool: the only other Element
+		return Bool
+	}
+}
+
+// Tensor is a tensor held by the library (a LibTorch tensor). Values cross by copy; no method
+// changes a tensor. Close it when done: its memory is invisible to Go's garbage collector.
+type Tensor struct {
+	h handle[*C.accel_tensor]
+}
+
+func freeTensor(p *C.accel_tensor) { C.accel_tensor_free(p) }
+
+func (t *Tensor) ref() *handle[*C.accel_tensor] {
+	if t == nil {
+		return nil
+	}
+	return &t.h
+}
+
+func newTensor(p *C.accel_tensor) *Tensor {
+	t := &Tensor{}
+	initHandle(t, &t.h, p, freeTensor)
+	return t
+}
+
+// FromSlice copies data into a new CPU tensor of the given shape, row-major (C order): the
+// last dimension varies fastest. Without a shape it is one-dimensional with len(data) elements.
+// The library keeps no reference to data.
+func FromSlice[T Element](data []T, shape ...int64) (*Tensor, error) {
+	var zero T
+	bytes := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), len(data)*int(unsafe.Sizeof(zero)))
+	if shape == nil {
+		shape = []int64{int64(len(data))}
+	}
+	return fromData(bytes, DTypeOf[T](), shape)
+}
+
+// Scalar is a tensor with no dimensions holding v.
+func Scalar[T Element](v T) (*Tensor, error) {
+	return fromData(unsafe.Slice((*byte)(unsafe.Pointer(&v)), unsafe.Sizeof(v)), DTypeOf[T](), []int64{})
+}
+
+// FromBytes copies raw elements of dtype (row-major, native byte order) into a new tensor: the
+// way to make F16 and BF16 tensors. len(data) must be the shape's element count times
+// dtype.Size(). An empty shape makes a scalar.
+func FromBytes(data []byte, dtype DType, shape ...int64) (*Tensor, error) {
+	return fromData(data, dtype, shape)
+}
+
+func fromData(data []byte, dtype DType, shape []int64) (*Tensor, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	var shapePtr *C.int64_t
+	if len(shape) > 0 {
+		shapePtr = (*C.int64_t)(unsafe.Pointer(&shape[0]))
+	}
+	var out *C.accel_tensor
+	// Go memory without Go pointers, read during the call only: allowed by cgo's rules.
+	err := call(func() C.accel_status {
+		return C.accel_tensor_from_data(unsafe.Pointer(unsafe.SliceData(data)), C.size_t(len(data)),
+			C.accel_dtype(dtype), shapePtr, C.size_t(len(shape)), &out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// ToSlice copies the tensor's elements into a new slice, row-major. T must be the tensor's
+// element type (ErrDType otherwise: no conversion happens).
+func ToSlice[T Element](t *Tensor) ([]T, error) {
+	dtype, err := t.DType()
+	if err != nil {
+		return nil, err
+	}
+	if want := DTypeOf[T](); dtype != want {
+		return nil, newError(ErrDType, "the tensor holds %s elements, not %s", dtype, want)
+	}
+	n, err := t.ElementCount()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, n)
+	var zero T
+	if err := t.copyOut(unsafe.Pointer(unsafe.SliceData(out)), int(n)*int(unsafe.Sizeof(zero))); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Bytes copies the tensor's elements as raw bytes, row-major, native byte order.
+func (t *Tensor) Bytes() ([]byte, error) {
+	size, err := t.DataSize()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, size)
+	if err := t.copyOut(unsafe.Pointer(unsafe.SliceData(out)), size); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (t *Tensor) copyOut(buf unsafe.Pointer, capacity int) error {
+	p, err := t.ref().acquire("Tensor")
+	if err != nil {
+		return err
+	}
+	defer t.h.release()
+	var size C.size_t
+	return call(func() C.accel_status { return C.accel_tensor_to_data(p, buf, C.size_t(capacity), &size) })
+}
+
+// query runs one of the tensor's queries with its handle held.
+func query[T any, R any](h *handle[T], kind string, f func(p T, out *R) C.accel_status) (R, error) {
+	var out R
+	p, err := h.acquire(kind)
+	if err != nil {
+		return out, err
+	}
+	defer h.release()
+	err = call(func() C.accel_status { return f(p, &out) })
+	return out, err
+}
+
+// DType is the element type.
+func (t *Tensor) DType() (DType, error) {
+	d, err := query(t.ref(), "Tensor", func(p *C.accel_tensor, out *C.accel_dtype) C.accel_status {
+		return C.accel_tensor_dtype(p, out)
+	})
+	return DType(d), err
+}
+
+// DimCount is the number of dimensions (0 for a scalar).
+func (t *Tensor) DimCount() (int, error) {
+	n, err := query(t.ref(), "Tensor", func(p *C.accel_tensor, out *C.size_t) C.accel_status {
+		return C.accel_tensor_dim_count(p, out)
+	})
+	return int(n), err
+}
+
+// Shape is the size of every dimension (empty for a scalar).
+func (t *Tensor) Shape() ([]int64, error) {
+	p, err := t.ref().acquire("Tensor")
+	if err != nil {
+		return nil, err
+	}
+	defer t.h.release()
+	var dims [MaxDims]int64
+	var count C.size_t
+	err = call(func() C.accel_status {
+		return C.accel_tensor_shape(p, (*C.int64_t)(unsafe.Pointer(&dims[0])), MaxDims, &count)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append([]int64{}, dims[:count]...), nil
+}
+
+// ElementCount is the number of elements.
+func (t *Tensor) ElementCount() (int64, error) {
+	n, err := query(t.ref(), "Tensor", func(p *C.accel_tensor, out *C.int64_t) C.accel_status {
+		return C.accel_tensor_element_count(p, out)
+	})
+	return int64(n), err
+}
+
+// DataSize is the size of the elements in bytes.
+func (t *Tensor) DataSize() (int, error) {
+	n, err := query(t.ref(), "Tensor", func(p *C.accel_tensor, out *C.size_t) C.accel_status {
+		return C.accel_tensor_data_size(p, out)
+	})
+	return int(n), err
+}
+
+// Float64 is the value of a one-element tensor as a float64 (ErrShape for more elements).
+func (t *Tensor) Float64() (float64, error) {
+	v, err := query(t.ref(), "Tensor", func(p *C.accel_tensor, out *C.double) C.accel_status {
+		return C.accel_tensor_item_f64(p, out)
+	})
+	return float64(v), err
+}
+
+// Int64 is the value of a one-element integer or bool tensor (ErrDType for floating point).
+func (t *Tensor) Int64() (int64, error) {
+	v, err := query(t.ref(), "Tensor", func(p *C.accel_tensor, out *C.int64_t) C.accel_status {
+		return C.accel_tensor_item_i64(p, out)
+	})
+	return int64(v), err
+}
+
+// WrapTorch makes a Tensor that shares an existing LibTorch tensor's storage, given as a pointer
+// to an at::Tensor of the very LibTorch libaccel links (as gotch holds them). Anything else is
+// undefined behaviour: this is the one call that trusts its argument.
+func WrapTorch(torchTensor unsafe.Pointer) (*Tensor, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	if torchTensor == nil {
+		return nil, newError(ErrInvalidArgument, "WrapTorch: nil at::Tensor pointer")
+	}
+	var out *C.accel_tensor
+	if err := call(func() C.accel_status { return C.accel_tensor_wrap_torch(torchTensor, &out) }); err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// BorrowTorch is the at::Tensor* inside t, valid until t is closed.
+func (t *Tensor) BorrowTorch() (unsafe.Pointer, error) {
+	return query(t.ref(), "Tensor", func(p *C.accel_tensor, out *unsafe.Pointer) C.accel_status {
+		return C.accel_tensor_borrow_torch(p, out)
+	})
+}
+
+// Close frees the tensor. Idempotent; safe from any goroutine, also while a call using it runs
+// (the tensor is freed when that call returns).
+func (t *Tensor) Close() { t.ref().close() }
+
+// closeAll closes every tensor (nil entries too).
+func closeAll(tensors []*Tensor) {
+	for _, t := range tensors {
+		t.Close()
+	}
+}
+
+// tensorList takes the tensors out of a library-owned list and frees the list.
+func tensorList(list *C.accel_tensor_list) ([]*Tensor, error) {
+	defer C.accel_tensor_list_free(list)
+	var count C.size_t
+	if err := call(func() C.accel_status { return C.accel_tensor_list_count(list, &count) }); err != nil {
+		return nil, err
+	}
+	out := make([]*Tensor, 0, int(count))
+	for i := C.size_t(0); i < count; i++ {
+		var p *C.accel_tensor
+		if err := call(func() C.accel_status { return C.accel_tensor_list_get(list, i, &p) }); err != nil {
+			closeAll(out)
+			return nil, err
+		}
+		out = append(out, newTensor(p))
+	}
+	return out, nil
+}
+
+// rawTensors holds every tensor for one call: their pointers, and a release for all of them.
+func rawTensors(tensors []*Tensor) ([]*C.accel_tensor, func(), error) {
+	raw := make([]*C.accel_tensor, len(tensors))
+	held := 0
+	releaseAll := func() {
+		for _, t := range tensors[:held] {
+			t.h.release()
+		}
+	}
+	for i, t := range tensors {
+		p, err := t.ref().acquire("Tensor")
+		if err != nil {
+			releaseAll()
+			e := err.(*Error)
+			return nil, nil, newError(e.Status, "tensor %d: %s", i, e.Message)
+		}
+		raw[i] = p
+		held++
+	}
+	return raw, releaseAll, nil
+}
