@@ -110,10 +110,18 @@ func (p *PanicError) Unwrap() error {
 func call(f func() C.accel_status) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if s := f(); s != C.ACCEL_OK {
-		return &Error{Status: Status(s), Message: C.GoString(C.accel_last_error_message())}
+	s := f()
+	if s == C.ACCEL_OK {
+		return nil
 	}
-	return nil
+	e := &Error{Status: Status(s), Message: C.GoString(C.accel_last_error_message())}
+	// The thread's record must be this call's: a mismatch would be a library bug, said so
+	// rather than passing on a message that may belong to another call.
+	if recorded := C.accel_last_error_status(); recorded != s {
+		e.Message += fmt.Sprintf(" (the thread's error record says %v, the call returned %v)",
+			Status(recorded), e.Status)
+	}
+	return e
 }
 
 // newError is an error found by the package itself, before any library call.

@@ -1,0 +1,472 @@
+package accel_test
+
+// Real processes over real Gloo: the examples and a training loop of this package under
+// `accel launch -n 2`, and one process x 64 against two x 32. This test binary is also the rank
+// program: TestMain runs runRole when ACCEL_GO_ROLE is set.
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/libaccel/libaccel/bindings/go/accel"
+)
+
+const mlpSource = `
+def forward(self, x):
+    return self.fc2.forward(torch.relu(self.fc1.forward(x)))
+
+def training_step(self, x, y):
+    return torch.cross_entropy_loss(self.forward(x), y.long())
+`
+
+// run runs a command and returns its combined output, failing the test when it exits non-zero.
+func run(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
+	}
+	return string(out)
+}
+
+func launch(t *testing.T, n int, program string, args ...string) *exec.Cmd {
+	return exec.Command(accelCLI(t), append([]string{"launch", "-n", strconv.Itoa(n), program}, args...)...)
+}
+
+// self launches this test binary in a role.
+func self(t *testing.T, n int, role string, env ...string) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := launch(t, n, exe)
+	cmd.Env = append(append(os.Environ(), "ACCEL_GO_ROLE="+role), env...)
+	return cmd
+}
+
+func expectLine(t *testing.T, output, line string) {
+	t.Helper()
+	if !slices.Contains(strings.Split(output, "\n"), line) {
+		t.Fatalf("no line %q in:\n%s", line, output)
+	}
+}
+
+func TestCollectivesExampleOnTwoRanks(t *testing.T) {
+	out := run(t, launch(t, 2, buildExample(t, "collectives")))
+	for _, line := range []string{
+		"rank 0 of 2 (local rank 0) on cpu, main process",
+		"rank 1 of 2 (local rank 1) on cpu",
+		"distributed type MULTI_CPU, mixed precision no, libaccel 0.2.0",
+		"gather                   shape [4] values 0 1 10 11",
+		"pad + gather             shape [4] values 1 -1 1 1",
+		"reduce sum of rank+1     shape [] values 3",
+		"reduce mean of rank+1    shape [] values 1.5",
+		"broadcast from last rank shape [3] values 3.5 4.5 5.5",
+		`gather_object[0]       "hello from rank 0"`,
+		`gather_object[1]       "hello from rank 1"`,
+	} {
+		expectLine(t, out, line)
+	}
+}
+
+// valuesAfter is the number after key in every line that has it ("loss 0.9495" -> 0.9495).
+func valuesAfter(output, key string) []float64 {
+	var values []float64
+	for _, line := range strings.Split(output, "\n") {
+		_, rest, found := strings.Cut(line, key)
+		if !found {
+			continue
+		}
+		if fields := strings.Fields(rest); len(fields) > 0 {
+			if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
+				values = append(values, v)
+			}
+		}
+	}
+	return values
+}
+
+func TestTrainingExampleOnTwoRanks(t *testing.T) {
+	out := run(t, launch(t, 2, buildExample(t, "train_fashion_mnist"), "--max-steps", "300"))
+	losses := valuesAfter(out, " loss ")
+	if len(losses) != 3 || !(losses[2] < losses[0]) {
+		t.Fatalf("the loss does not fall at steps 100, 200, 300:\n%s", out)
+	}
+	if acc := valuesAfter(out, "test accuracy "); len(acc) != 1 || acc[0] < 0.7 {
+		t.Fatalf("test accuracy below 0.7 after 300 steps:\n%s", out)
+	}
+}
+
+// The C and the Go example, one process: the same losses and the same test result.
+func TestTrainingExampleMatchesTheCExample(t *testing.T) {
+	dir := os.Getenv("ACCEL_C_EXAMPLES_DIR")
+	if dir == "" {
+		dir = filepath.Join(repoRoot(t), "build/bin")
+	}
+	args := []string{"--max-steps", "200", "--workers", "0"}
+	fromC := run(t, exec.Command(filepath.Join(dir, "train_fashion_mnist"), args...))
+	fromGo := run(t, exec.Command(buildExample(t, "train_fashion_mnist"), args...))
+	// Everything but the timings: what precedes " samples/s" and " after ", and the loss value.
+	keep := func(out string) []string {
+		var lines []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			l, _, _ = strings.Cut(l, " samples/s")
+			l, _, _ = strings.Cut(l, " after ")
+			if head, tail, found := strings.Cut(l, " loss "); found {
+				l = head + " loss " + strings.Fields(tail)[0]
+			}
+			lines = append(lines, l)
+		}
+		return lines
+	}
+	if a, b := keep(fromC), keep(fromGo); !slices.Equal(a, b) || len(a) != 4 {
+		t.Fatalf("C:\n%s\nGo:\n%s", fromC, fromGo)
+	}
+}
+
+func TestTwoRanksTrainAndAgree(t *testing.T) {
+	out := run(t, self(t, 2, "train"))
+	expectLine(t, out, "rank 0: the loss fell, parameters equal on every rank")
+	expectLine(t, out, "rank 1: the loss fell, parameters equal on every rank")
+}
+
+func paramsOf(t *testing.T, path string) map[string][]float64 {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	params := map[string][]float64{}
+	scanner := bufio.NewScanner(f)
+	scanner.Buffer(nil, 1<<20)
+	for scanner.Scan() {
+		fields := strings.Fields(scanner.Text())
+		for _, w := range fields[1:] {
+			v, err := strconv.ParseFloat(w, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			params[fields[0]] = append(params[fields[0]], v)
+		}
+	}
+	return params
+}
+
+func TestOneBy64EqualsTwoBy32(t *testing.T) {
+	dir := t.TempDir()
+	one, two := filepath.Join(dir, "1x64.txt"), filepath.Join(dir, "2x32.txt")
+	run(t, self(t, 1, "equiv", "ACCEL_GO_BATCH=64", "ACCEL_GO_OUT="+one))
+	run(t, self(t, 2, "equiv", "ACCEL_GO_BATCH=32", "ACCEL_GO_OUT="+two))
+	a, b := paramsOf(t, one), paramsOf(t, two)
+	if len(a) != 4 || len(b) != 4 {
+		t.Fatalf("%d and %d parameters written", len(a), len(b))
+	}
+	for name, x := range a {
+		y := b[name]
+		if len(x) != len(y) {
+			t.Fatalf("%s: %d vs %d values", name, len(x), len(y))
+		}
+		scale, worst := 0.0, 0.0
+		for i := range x {
+			scale = math.Max(scale, math.Abs(x[i]))
+			worst = math.Max(worst, math.Abs(x[i]-y[i]))
+		}
+		if worst > 1e-5*scale {
+			t.Fatalf("%s: 1 x 64 and 2 x 32 differ by %g (scale %g)", name, worst, scale)
+		}
+	}
+}
+
+// ---- the ranks ---------------------------------------------------------------------------
+
+func runRole(role string) error {
+	switch role {
+	case "train":
+		return rankTrain()
+	case "equiv":
+		return rankEquiv()
+	}
+	return fmt.Errorf("unknown role %q", role)
+}
+
+func mlp(hidden, inputs, outputs int) (*accel.Model, error) {
+	m, err := accel.NewModel()
+	if err != nil {
+		return nil, err
+	}
+	for _, layer := range [][3]string{
+		{"fc1", "linear", fmt.Sprintf("in_features=%d out_features=%d", inputs, hidden)},
+		{"fc2", "linear", fmt.Sprintf("in_features=%d out_features=%d", hidden, outputs)},
+	} {
+		if err := m.AddLayer(layer[0], layer[1], layer[2]); err != nil {
+			return nil, err
+		}
+	}
+	return m, m.Define(mlpSource)
+}
+
+// parametersAgree checks that every parameter is equal on every rank, bit for bit.
+func parametersAgree(acc *accel.Accelerator, model *accel.Model) error {
+	names, err := model.TensorNames()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		mine, err := model.Tensor(name)
+		if err != nil {
+			return err
+		}
+		values, err := accel.ToSlice[float32](mine)
+		mine.Close()
+		if err != nil {
+			return err
+		}
+		flat, err := accel.FromSlice(values, 1, int64(len(values)))
+		if err != nil {
+			return err
+		}
+		all, err := acc.Gather(flat)
+		flat.Close()
+		if err != nil {
+			return err
+		}
+		every, err := accel.ToSlice[float32](all)
+		all.Close()
+		if err != nil {
+			return err
+		}
+		n := len(values)
+		for r := 1; r < acc.NumProcesses(); r++ {
+			if !slices.Equal(every[r*n:(r+1)*n], every[:n]) {
+				return fmt.Errorf("%s differs between rank 0 and rank %d", name, r)
+			}
+		}
+	}
+	return nil
+}
+
+// rankTrain: 300 steps of an MLP on Fashion-MNIST with a prefetching loader; the loss falls and
+// the replicas stay identical.
+func rankTrain() error {
+	acc, err := accel.New(nil)
+	if err != nil {
+		return err
+	}
+	defer acc.Close()
+	rank := acc.ProcessIndex()
+	if err := acc.SetSeed(5, false); err != nil {
+		return err
+	}
+	model, err := mlp(64, 784, 10)
+	if err != nil {
+		return err
+	}
+	opt, err := accel.NewOptimizer(model, "adamw")
+	if err != nil {
+		return err
+	}
+	if err := opt.Set("lr", 2e-3); err != nil {
+		return err
+	}
+	data, err := accel.DatasetFromIDX(fashionMNIST+"/train-images-idx3-ubyte.gz", fashionMNIST+"/train-labels-idx1-ubyte.gz")
+	if err != nil {
+		return err
+	}
+	loader, err := accel.NewDataLoader(acc, data)
+	if err != nil {
+		return err
+	}
+	for _, o := range [][2]any{{"batch_size", 32}, {"shuffle", true}, {"num_workers", 1}} {
+		if err := loader.Set(o[0].(string), o[1]); err != nil {
+			return err
+		}
+	}
+	if err := acc.Prepare(model, opt, loader); err != nil {
+		return err
+	}
+	var first, last float64
+	step := 0
+	for batch, err := range loader.All() {
+		if err != nil {
+			return err
+		}
+		if step == 300 {
+			break
+		}
+		value, err := mlpStep(acc, model, opt, batch)
+		if err != nil {
+			return err
+		}
+		if step < 20 {
+			first += value / 20
+		} else if step >= 280 {
+			last += value / 20
+		}
+		step++
+	}
+	if !(last < 0.7*first) {
+		return fmt.Errorf("rank %d: the loss did not fall: %.4f -> %.4f", rank, first, last)
+	}
+	if err := parametersAgree(acc, model); err != nil {
+		return err
+	}
+	fmt.Printf("rank %d: the loss fell, parameters equal on every rank\n", rank)
+	return acc.WaitForEveryone()
+}
+
+// mlpStep trains on one batch of images scaled to [0, 1]; it returns the loss averaged over ranks.
+func mlpStep(acc *accel.Accelerator, model *accel.Model, opt *accel.Optimizer, batch accel.Batch) (float64, error) {
+	pixels, err := accel.ToSlice[uint8](batch[0])
+	if err != nil {
+		return 0, err
+	}
+	scaled := make([]float32, len(pixels))
+	for i, p := range pixels {
+		scaled[i] = float32(p) / 255
+	}
+	x, err := accel.FromSlice(scaled, int64(len(pixels)/784), 784)
+	if err != nil {
+		return 0, err
+	}
+	defer x.Close()
+	if err := acc.Accumulate(); err != nil {
+		return 0, err
+	}
+	loss, err := model.Call("training_step", x, batch[1])
+	if err != nil {
+		return 0, err
+	}
+	defer loss.Close()
+	if err := acc.Backward(loss); err != nil {
+		return 0, err
+	}
+	if err := opt.Step(); err != nil {
+		return 0, err
+	}
+	if err := opt.ZeroGrad(); err != nil {
+		return 0, err
+	}
+	mean, err := acc.Reduce(loss, accel.Mean)
+	if err != nil {
+		return 0, err
+	}
+	defer mean.Close()
+	return mean.Float64()
+}
+
+// rankEquiv: 20 SGD steps on fixed data, no dropout, no shuffle: the parameters depend only on
+// the global batch, not on how many processes share it.
+func rankEquiv() error {
+	batch, err := strconv.Atoi(os.Getenv("ACCEL_GO_BATCH"))
+	if err != nil {
+		return fmt.Errorf("ACCEL_GO_BATCH: %v", err)
+	}
+	acc, err := accel.New(nil)
+	if err != nil {
+		return err
+	}
+	defer acc.Close()
+	if err := acc.SetSeed(11, false); err != nil {
+		return err
+	}
+	const n = 64 * 20
+	xs := make([]float32, n*8)
+	for i := range xs {
+		xs[i] = float32(i*7919%1000)/500 - 1
+	}
+	ys := make([]int64, n)
+	for i := range ys {
+		ys[i] = int64(i * 31 % 4)
+	}
+	x, err := accel.FromSlice(xs, n, 8)
+	if err != nil {
+		return err
+	}
+	y, err := accel.FromSlice(ys, n)
+	if err != nil {
+		return err
+	}
+	data, err := accel.DatasetFromTensors(x, y)
+	if err != nil {
+		return err
+	}
+	loader, err := accel.NewDataLoader(acc, data)
+	if err != nil {
+		return err
+	}
+	if err := loader.Set("batch_size", batch); err != nil {
+		return err
+	}
+	model, err := mlp(16, 8, 4)
+	if err != nil {
+		return err
+	}
+	opt, err := accel.NewOptimizer(model, "sgd")
+	if err != nil {
+		return err
+	}
+	if err := opt.Set("lr", 0.1); err != nil {
+		return err
+	}
+	if err := acc.Prepare(model, opt, loader); err != nil {
+		return err
+	}
+	for b, err := range loader.All() {
+		if err != nil {
+			return err
+		}
+		if err := acc.Accumulate(); err != nil {
+			return err
+		}
+		loss, err := model.Call("training_step", b...)
+		if err != nil {
+			return err
+		}
+		err = acc.Backward(loss)
+		loss.Close()
+		if err == nil {
+			err = opt.Step()
+		}
+		if err == nil {
+			err = opt.ZeroGrad()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if acc.IsMainProcess() {
+		var text strings.Builder
+		names, err := model.TensorNames()
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			t, err := model.Tensor(name)
+			if err != nil {
+				return err
+			}
+			values, err := accel.ToSlice[float32](t)
+			t.Close()
+			if err != nil {
+				return err
+			}
+			text.WriteString(name)
+			for _, v := range values {
+				text.WriteString(" " + strconv.FormatFloat(float64(v), 'e', -1, 32))
+			}
+			text.WriteString("\n")
+		}
+		if err := os.WriteFile(os.Getenv("ACCEL_GO_OUT"), []byte(text.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	return acc.WaitForEveryone()
+}
