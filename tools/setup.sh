@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 packages=(
-  build-essential cmake ninja-build pkg-config ccache
+  build-essential cmake ninja-build pkg-config ccache curl ca-certificates
   libtorch-dev libgloo-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev libcli11-dev
   libgtest-dev libgmock-dev
   # LibTorch's BLAS. The OpenMP build shares LibTorch's thread pool; the reference BLAS runs fp32
@@ -53,6 +53,46 @@ if ! grep -qix 'de_DE\.utf-\?8' <<<"$available_locales"; then
     fi
   fi
   as_root localedef -i de_DE -f UTF-8 de_DE.UTF-8
+fi
+
+# The Go binding needs Go 1.24 or later (runtime.AddCleanup; iter.Seq2 is 1.23); Debian 12's golang
+# is 1.19. Without one on the PATH or in /usr/local/go, fetch the official toolchain from the Go
+# module proxy (golang.org/toolchain: the archive `go` itself downloads when a module asks for a
+# newer toolchain), check it against the digest below, and install it in /opt with a link in
+# /usr/local/bin.
+go_version=1.24.13
+go_zip_sha256=d2b048367a3d1a748b87f756fa06df12ce3b419e1d5f2a3612acb8950d615f9f
+go_new_enough() {
+  local v
+  v=$("$1" env GOVERSION 2>/dev/null) || return 1
+  v=${v#go}
+  [ "$(printf '%s\n1.24\n' "${v%%[!0-9.]*}" | sort -V | head -n1)" = 1.24 ]
+}
+have_go=
+for candidate in "$(command -v go || true)" /usr/local/go/bin/go "/opt/go-$go_version/bin/go"; do
+  if [ -n "$candidate" ] && [ -x "$candidate" ] && go_new_enough "$candidate"; then have_go=$candidate; break; fi
+done
+if [ -z "$have_go" ] && [ "$(dpkg --print-architecture)" = amd64 ]; then
+  tmp=$(mktemp -d)
+  curl -sSfL -o "$tmp/go.zip" \
+    "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-go$go_version.linux-amd64.zip"
+  echo "$go_zip_sha256  $tmp/go.zip" | sha256sum -c --quiet
+  # Python's zipfile, as unzip may be missing; it drops the modes, which are restored from the
+  # archive's entries.
+  python3 - "$tmp/go.zip" "$tmp/out" <<'PY'
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for info in z.infolist():
+        path = z.extract(info, sys.argv[2])
+        mode = info.external_attr >> 16
+        if mode:
+            os.chmod(path, mode & 0o777)
+PY
+  as_root rm -rf "/opt/go-$go_version"
+  as_root mv "$tmp/out/golang.org/toolchain@v0.0.1-go$go_version.linux-amd64" "/opt/go-$go_version"
+  as_root ln -sf "/opt/go-$go_version/bin/go" "/opt/go-$go_version/bin/gofmt" /usr/local/bin/
+  rm -rf "$tmp"
+  "/opt/go-$go_version/bin/go" version
 fi
 
 # The Hugging Face safetensors reader, for the test that reads our files with code that is not ours
