@@ -187,6 +187,10 @@ func TestBadTensorInputIsAnError(t *testing.T) {
 	x.Close() // idempotent
 	_, err = x.Shape()
 	wantStatus(t, err, accel.ErrState, "after Close")
+	var zero accel.Tensor // not made by the package: an error, never a crash
+	_, err = zero.Shape()
+	wantStatus(t, err, accel.ErrInvalidArgument)
+	zero.Close()
 	var none *accel.Tensor
 	_, err = none.Shape()
 	wantStatus(t, err, accel.ErrInvalidArgument, "nil *accel.Tensor")

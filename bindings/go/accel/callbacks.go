@@ -113,9 +113,9 @@ type checkpointState struct {
 //export goaccelSave
 func goaccelSave(writer *C.accel_state_writer, userData unsafe.Pointer) C.int32_t {
 	state := boxValue(userData).(*checkpointState)
-	return state.slot.run(func() error {
-		return state.obj.SaveState(&StateWriter{p: writer})
-	})
+	w := &StateWriter{p: writer}
+	defer func() { w.p = nil }() // the library's writer ends with this call
+	return state.slot.run(func() error { return state.obj.SaveState(w) })
 }
 
 //export goaccelLoad
@@ -135,8 +135,12 @@ type StateWriter struct {
 
 var _ io.Writer = (*StateWriter)(nil)
 
-// Write appends data to the object's saved state.
+// Write appends data to the object's saved state; after SaveState returned it fails with
+// ErrState.
 func (w *StateWriter) Write(data []byte) (int, error) {
+	if w.p == nil {
+		return 0, newError(ErrState, "StateWriter.Write after its SaveState returned")
+	}
 	if len(data) == 0 {
 		return 0, nil
 	}

@@ -54,6 +54,14 @@ func (h *handle[T]) acquire(kind string) (T, error) {
 // release ends a use; the last use after Close frees the handle.
 func (h *handle[T]) release() {
 	if h.state.Add(-2) == closedBit {
+		h.destroy()
+	}
+}
+
+// destroy frees the library handle. A zero value (a Tensor{} never made by this package) has
+// nothing to free.
+func (h *handle[T]) destroy() {
+	if h.free != nil {
 		h.free(h.ptr)
 	}
 }
@@ -71,7 +79,7 @@ func (h *handle[T]) close() {
 		if h.state.CompareAndSwap(s, s|closedBit) {
 			h.cleanup.Stop()
 			if s == 0 {
-				h.free(h.ptr)
+				h.destroy()
 			}
 			return
 		}

@@ -304,12 +304,14 @@ type counter struct {
 	value    []byte
 	failSave error
 	panicked bool
+	kept     io.Writer
 }
 
 func (c *counter) SaveState(w io.Writer) error {
 	if c.failSave != nil {
 		return c.failSave
 	}
+	c.kept = w
 	_, err := w.Write(c.value)
 	return err
 }
@@ -337,6 +339,8 @@ func TestCheckpointsCarryRegisteredObjects(t *testing.T) {
 
 	dir := filepath.Join(t.TempDir(), "ckpt")
 	ok(t, acc.SaveState(dir))
+	_, err := state.kept.Write([]byte("too late"))
+	wantStatus(t, err, accel.ErrState, "after its SaveState returned")
 	before := must(accel.ToSlice[float32](must(model.Tensor("fc.weight"))))
 	state.value = []byte("changed")
 	x := must(accel.FromSlice([]float32{1, 2, 3}, 1, 3))
@@ -356,7 +360,7 @@ func TestCheckpointsCarryRegisteredObjects(t *testing.T) {
 	full := errors.New("disk full")
 	state.failSave = full
 	failed := filepath.Join(t.TempDir(), "failed")
-	err := acc.SaveState(failed)
+	err = acc.SaveState(failed)
 	wantStatus(t, err, accel.ErrCallback)
 	if !errors.Is(err, full) {
 		t.Fatalf("the save's error is not the cause: %v", err)
