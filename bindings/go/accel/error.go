@@ -96,6 +96,7 @@ type PanicError struct {
 	Stack []byte // the goroutine's stack where it panicked
 }
 
+// Error is "panic: " and the value.
 func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v", p.Value) }
 
 // Unwrap gives the panic value when it was an error (panic(err)).
