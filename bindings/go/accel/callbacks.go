@@ -9,6 +9,7 @@ import (
 	"runtime/cgo"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -60,11 +61,16 @@ func (s *failureSlot) resolve(err error) error {
 	return err
 }
 
+// liveBoxes counts the callback boxes the library still holds (the tests watch the release
+// functions run through it).
+var liveBoxes atomic.Int64
+
 // newBox puts a cgo.Handle of v into C memory, the callbacks' user_data: C may keep it after the
 // registering call, which it may not do with a Go pointer.
 func newBox(v any) *C.uintptr_t {
 	box := (*C.uintptr_t)(C.malloc(C.size_t(unsafe.Sizeof(C.uintptr_t(0)))))
 	*box = C.uintptr_t(cgo.NewHandle(v))
+	liveBoxes.Add(1)
 	return box
 }
 
@@ -73,6 +79,7 @@ func newBox(v any) *C.uintptr_t {
 func freeBox(box *C.uintptr_t) {
 	cgo.Handle(*box).Delete()
 	C.free(unsafe.Pointer(box))
+	liveBoxes.Add(-1)
 }
 
 func boxValue(userData unsafe.Pointer) any {

@@ -1,0 +1,64 @@
+package accel
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+// A handle the program forgot to Close is freed once unreachable: for a function dataset the
+// chain is AddCleanup -> accel_dataset_free -> the library's release -> the cgo.Handle deleted.
+func TestCleanupsFreeForgottenHandles(t *testing.T) {
+	before := liveBoxes.Load()
+	fields := []Field{{DType: U8}}
+	for i := 0; i < 10; i++ {
+		if _, err := DatasetFromFunc(4, fields, func(int64, [][]byte) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if liveBoxes.Load() != before+10 {
+		t.Fatalf("%d boxes live, want %d", liveBoxes.Load(), before+10)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for liveBoxes.Load() != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 10 forgotten datasets were never freed", liveBoxes.Load()-before)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Close wins over the cleanup: a closed handle is freed once, by Close.
+func TestCloseStopsTheCleanup(t *testing.T) {
+	before := liveBoxes.Load()
+	d, err := DatasetFromFunc(4, []Field{{DType: U8}}, func(int64, [][]byte) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d.Close()
+	if liveBoxes.Load() != before {
+		t.Fatal("Close did not release the dataset's function")
+	}
+	d = nil
+	runtime.GC()
+	runtime.GC() // a second free would crash or corrupt here
+}
+
+func TestVersionRange(t *testing.T) {
+	for _, v := range []uint32{200, 201, 299} {
+		if err := versionInRange(v); err != nil {
+			t.Fatalf("%d refused: %v", v, err)
+		}
+	}
+	for _, v := range []uint32{100, 199, 300, 10000} {
+		if err := versionInRange(v); err == nil {
+			t.Fatalf("%d accepted", v)
+		}
+	}
+	err := versionInRange(300).(*Error)
+	if err.Status != ErrUnsupported || err.Message != "libaccel 0.3.0 is loaded; package accel supports [0.2.0, 0.3.0)" {
+		t.Fatalf("message %q", err.Message)
+	}
+}
