@@ -3,8 +3,6 @@ package accel
 // #include "shim.h"
 import "C"
 
-import "unsafe"
-
 // Dataset is a number of samples with one or more fields (images, labels, ...); a sample is one
 // row of every field. Dataloaders keep their dataset alive: Close it once they are made.
 type Dataset struct {
@@ -156,5 +154,3 @@ func (d *Dataset) FieldCount() (int, error) {
 // Close frees the dataset handle; dataloaders made over it keep using it until they are closed.
 // Idempotent; safe from any goroutine.
 func (d *Dataset) Close() { d.ref().close() }
-
-var _ = unsafe.Pointer(nil)

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 )
 
-// handle owns one library handle T (a *C.accel_tensor, ...) for a Go object (a *Tensor, a *Model, ...).
+// handle owns one library handle T (a *C.accel_tensor, ...) for a Go object (a *Tensor, ...).
 //
 // The library forbids freeing a handle while another call on it runs (accel.h, "Threads"), and
 // Close may be called from any goroutine, at any time. So every call holds a use of the handle
@@ -26,7 +26,7 @@ type handle[T any] struct {
 
 const closedBit = 1
 
-// init takes ownership of ptr for owner (the Go object embedding h).
+// initHandle makes h own ptr for owner (the Go object embedding h).
 func initHandle[O any, T any](owner *O, h *handle[T], ptr T, free func(T)) {
 	h.ptr = ptr
 	h.free = free
