@@ -182,9 +182,7 @@ func (a *Accelerator) MixedPrecision() Precision { return a.mixedPrecision }
 
 // do runs one call with the accelerator's handle held.
 func (a *Accelerator) do(f func(p *C.accel_accelerator) C.accel_status) error {
-	return use(a.ref(), "Accelerator", func(p *C.accel_accelerator) error {
-		return call(func() C.accel_status { return f(p) })
-	})
+	return do(a.ref(), "Accelerator", f)
 }
 
 // EffectiveConfig is the configuration in force, as Config.Dump writes it (each setting with its

@@ -45,6 +45,15 @@ func cString(s, what string) (*C.char, func(), error) {
 	return p, func() { C.free(unsafe.Pointer(p)) }, nil
 }
 
+// optionalCString is cString, or NULL for "" (the library's default: a project directory, the
+// default shard size, Accelerate's default configuration file).
+func optionalCString(s, what string) (*C.char, func(), error) {
+	if s == "" {
+		return nil, func() {}, nil
+	}
+	return cString(s, what)
+}
+
 // optionText writes an option value as the library reads it ("0.001", "true", "64"): in the C
 // locale's format, which strconv always uses.
 func optionText(value any) (string, error) {

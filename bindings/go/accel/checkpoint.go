@@ -33,16 +33,12 @@ func (a *Accelerator) RegisterForCheckpointing(obj Stateful) error {
 
 // stateCall runs save_state or load_state; an empty dir lets the project settings decide.
 func (a *Accelerator) stateCall(dir string, f func(p *C.accel_accelerator, dir *C.char) C.accel_status) error {
-	var cdir *C.char
-	if dir != "" {
-		d, free, err := cString(dir, "the directory")
-		if err != nil {
-			return err
-		}
-		defer free()
-		cdir = d
+	cdir, free, err := optionalCString(dir, "the directory")
+	if err != nil {
+		return err
 	}
-	err := a.do(func(p *C.accel_accelerator) C.accel_status { return f(p, cdir) })
+	defer free()
+	err = a.do(func(p *C.accel_accelerator) C.accel_status { return f(p, cdir) })
 	return a.slot.resolve(err)
 }
 
@@ -69,15 +65,11 @@ func (a *Accelerator) SaveModel(model *Model, dir, maxShardSize string) error {
 		return err
 	}
 	defer free()
-	var shard *C.char
-	if maxShardSize != "" {
-		s, freeShard, err := cString(maxShardSize, "the shard size")
-		if err != nil {
-			return err
-		}
-		defer freeShard()
-		shard = s
+	shard, freeShard, err := optionalCString(maxShardSize, "the shard size")
+	if err != nil {
+		return err
 	}
+	defer freeShard()
 	return use(model.ref(), "Model", func(m *C.accel_model) error {
 		return a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_save_model(p, m, cdir, shard) })
 	})

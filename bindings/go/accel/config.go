@@ -37,32 +37,21 @@ func NewConfig() (*Config, error) {
 // An unknown key or a bad value is ErrConfig, naming the key and what it allows, and changes
 // nothing.
 func (c *Config) Set(key string, value any) error {
-	p, err := c.ref().acquire("Config")
-	if err != nil {
-		return err
-	}
-	defer c.h.release()
-	return setOption(key, value, func(k, v *C.char) C.accel_status { return C.accel_config_set(p, k, v) })
+	return use(c.ref(), "Config", func(p *C.accel_config) error {
+		return setOption(key, value, func(k, v *C.char) C.accel_status { return C.accel_config_set(p, k, v) })
+	})
 }
 
 // LoadFile loads an Accelerate YAML (or JSON) configuration file as the file layer. An empty
 // path means Accelerate's default location ($HF_HOME/accelerate/default_config.yaml, ...), where
 // a missing file is no error.
 func (c *Config) LoadFile(path string) error {
-	p, err := c.ref().acquire("Config")
-	if err != nil {
-		return err
-	}
-	defer c.h.release()
-	if path == "" {
-		return call(func() C.accel_status { return C.accel_config_load_file(p, nil) })
-	}
-	cpath, free, err := cString(path, "the path")
+	cpath, free, err := optionalCString(path, "the path")
 	if err != nil {
 		return err
 	}
 	defer free()
-	return call(func() C.accel_status { return C.accel_config_load_file(p, cpath) })
+	return do(c.ref(), "Config", func(p *C.accel_config) C.accel_status { return C.accel_config_load_file(p, cpath) })
 }
 
 // Get is the resolved value of key as text.

@@ -60,12 +60,9 @@ func NewDataLoader(acc *Accelerator, ds *Dataset) (*DataLoader, error) {
 // Set sets an option (see DataLoader); an epoch in progress ends. An unknown key or a bad value
 // is ErrInvalidArgument naming the key and what it allows.
 func (l *DataLoader) Set(key string, value any) error {
-	p, err := l.ref().acquire("DataLoader")
-	if err != nil {
-		return err
-	}
-	defer l.h.release()
-	return setOption(key, value, func(k, v *C.char) C.accel_status { return C.accel_dataloader_set(p, k, v) })
+	return use(l.ref(), "DataLoader", func(p *C.accel_dataloader) error {
+		return setOption(key, value, func(k, v *C.char) C.accel_status { return C.accel_dataloader_set(p, k, v) })
+	})
 }
 
 // Next is the next batch of the epoch; ok is false at the end of the epoch (the following call
@@ -153,12 +150,9 @@ func (l *DataLoader) BatchCount() (int64, error) {
 
 // SetEpoch sets the epoch the next iteration uses (its shuffle); an epoch in progress ends.
 func (l *DataLoader) SetEpoch(epoch int64) error {
-	p, err := l.ref().acquire("DataLoader")
-	if err != nil {
-		return err
-	}
-	defer l.h.release()
-	return call(func() C.accel_status { return C.accel_dataloader_set_epoch(p, C.int64_t(epoch)) })
+	return do(l.ref(), "DataLoader", func(p *C.accel_dataloader) C.accel_status {
+		return C.accel_dataloader_set_epoch(p, C.int64_t(epoch))
+	})
 }
 
 // Epoch is the current epoch (it advances after each complete pass).
@@ -190,35 +184,24 @@ func (l *DataLoader) Remainder() (int64, error) {
 // SkipFirstBatches makes the next iteration skip this process's first n batches (n global
 // steps): a resume in the middle of an epoch.
 func (l *DataLoader) SkipFirstBatches(n int64) error {
-	p, err := l.ref().acquire("DataLoader")
-	if err != nil {
-		return err
-	}
-	defer l.h.release()
-	return call(func() C.accel_status { return C.accel_dataloader_skip_first_batches(p, C.int64_t(n)) })
+	return do(l.ref(), "DataLoader", func(p *C.accel_dataloader) C.accel_status {
+		return C.accel_dataloader_skip_first_batches(p, C.int64_t(n))
+	})
 }
 
 // Position is the global sample cursor: the epoch and how many of its samples all processes
 // together have consumed. Save it to resume exactly, even with another number of processes.
 func (l *DataLoader) Position() (epoch, samples int64, err error) {
-	p, err := l.ref().acquire("DataLoader")
-	if err != nil {
-		return 0, 0, err
-	}
-	defer l.h.release()
 	var e, s C.int64_t
-	err = call(func() C.accel_status { return C.accel_dataloader_position(p, &e, &s) })
+	err = do(l.ref(), "DataLoader", func(p *C.accel_dataloader) C.accel_status {
+		return C.accel_dataloader_position(p, &e, &s)
+	})
 	return int64(e), int64(s), err
 }
 
 // SetPosition continues at a saved cursor: the next iteration starts samples into epoch.
 func (l *DataLoader) SetPosition(epoch, samples int64) error {
-	p, err := l.ref().acquire("DataLoader")
-	if err != nil {
-		return err
-	}
-	defer l.h.release()
-	return call(func() C.accel_status {
+	return do(l.ref(), "DataLoader", func(p *C.accel_dataloader) C.accel_status {
 		return C.accel_dataloader_set_position(p, C.int64_t(epoch), C.int64_t(samples))
 	})
 }
@@ -227,12 +210,7 @@ func (l *DataLoader) SetPosition(epoch, samples int64) error {
 // with ErrState. It waits for the sample functions already running (at most one per worker).
 // A prepared dataloader stays in the checkpoints with its cursor as it was. Idempotent.
 func (l *DataLoader) Stop() error {
-	p, err := l.ref().acquire("DataLoader")
-	if err != nil {
-		return err
-	}
-	defer l.h.release()
-	return call(func() C.accel_status { return C.accel_dataloader_close(p) })
+	return do(l.ref(), "DataLoader", func(p *C.accel_dataloader) C.accel_status { return C.accel_dataloader_close(p) })
 }
 
 // Close stops the workers and frees the dataloader. Idempotent; safe from any goroutine, also
@@ -241,9 +219,5 @@ func (l *DataLoader) Stop() error {
 func (l *DataLoader) Close() { l.ref().close() }
 
 func (l *DataLoader) preparable() (unsafe.Pointer, func(), error) {
-	p, err := l.ref().acquire("DataLoader")
-	if err != nil {
-		return nil, nil, err
-	}
-	return unsafe.Pointer(p), l.h.release, nil
+	return prepared(l.ref(), "DataLoader", func(p *C.accel_dataloader) unsafe.Pointer { return unsafe.Pointer(p) })
 }

@@ -125,6 +125,13 @@ func call(f func() C.accel_status) error {
 	return e
 }
 
+// do makes one library call with h held: use and call together, the shape of most methods.
+func do[T any](h *handle[T], kind string, f func(p T) C.accel_status) error {
+	return use(h, kind, func(p T) error {
+		return call(func() C.accel_status { return f(p) })
+	})
+}
+
 // newError is an error found by the package itself, before any library call.
 func newError(s Status, format string, args ...any) error {
 	return &Error{Status: s, Message: fmt.Sprintf(format, args...)}

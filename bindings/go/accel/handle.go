@@ -3,6 +3,7 @@ package accel
 import (
 	"runtime"
 	"sync/atomic"
+	"unsafe"
 )
 
 // handle owns one library handle T (a *C.accel_tensor, ...) for a Go object (a *Tensor, ...).
@@ -88,6 +89,15 @@ func (h *handle[T]) close() {
 
 // closed reports whether Close was called.
 func (h *handle[T]) closed() bool { return h == nil || h.state.Load()&closedBit != 0 }
+
+// prepared holds the handle for accel_prepare: its pointer and the release to call afterwards.
+func prepared[T any](h *handle[T], kind string, raw func(T) unsafe.Pointer) (unsafe.Pointer, func(), error) {
+	p, err := h.acquire(kind)
+	if err != nil {
+		return nil, nil, err
+	}
+	return raw(p), h.release, nil
+}
 
 // use runs f with the handle held (acquire, f, release).
 func use[T any](h *handle[T], kind string, f func(p T) error) error {

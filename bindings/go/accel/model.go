@@ -133,12 +133,7 @@ func (m *Model) Call(method string, inputs ...*Tensor) (*Tensor, error) {
 // Train switches between train mode (dropout active, batch-norm statistics updated) and eval
 // mode.
 func (m *Model) Train(training bool) error {
-	p, err := m.ref().acquire("Model")
-	if err != nil {
-		return err
-	}
-	defer m.h.release()
-	return call(func() C.accel_status { return C.accel_model_train(p, C.bool(training)) })
+	return do(m.ref(), "Model", func(p *C.accel_model) C.accel_status { return C.accel_model_train(p, C.bool(training)) })
 }
 
 // ParameterElementCount is the total number of parameter elements.
@@ -207,9 +202,5 @@ func LoadCheckpointInModel(m *Model, path string) error {
 func (m *Model) Close() { m.ref().close() }
 
 func (m *Model) preparable() (unsafe.Pointer, func(), error) {
-	p, err := m.ref().acquire("Model")
-	if err != nil {
-		return nil, nil, err
-	}
-	return unsafe.Pointer(p), m.h.release, nil
+	return prepared(m.ref(), "Model", func(p *C.accel_model) unsafe.Pointer { return unsafe.Pointer(p) })
 }

@@ -37,12 +37,7 @@ func NewOptimizer(model *Model, kind string) (*Optimizer, error) {
 
 // do runs one call with the optimizer's handle held.
 func (o *Optimizer) do(f func(p *C.accel_optimizer) C.accel_status) error {
-	p, err := o.ref().acquire("Optimizer")
-	if err != nil {
-		return err
-	}
-	defer o.h.release()
-	return call(func() C.accel_status { return f(p) })
+	return do(o.ref(), "Optimizer", f)
 }
 
 // Set sets an option ("lr", 0.01); it takes effect at the next step.
@@ -90,11 +85,7 @@ func (o *Optimizer) StepWasSkipped() (bool, error) {
 func (o *Optimizer) Close() { o.ref().close() }
 
 func (o *Optimizer) preparable() (unsafe.Pointer, func(), error) {
-	p, err := o.ref().acquire("Optimizer")
-	if err != nil {
-		return nil, nil, err
-	}
-	return unsafe.Pointer(p), o.h.release, nil
+	return prepared(o.ref(), "Optimizer", func(p *C.accel_optimizer) unsafe.Pointer { return unsafe.Pointer(p) })
 }
 
 // Scheduler drives an optimizer's learning rate with PyTorch's and Hugging Face's schedules:
@@ -132,12 +123,7 @@ func NewScheduler(opt *Optimizer, kind string) (*Scheduler, error) {
 }
 
 func (s *Scheduler) do(f func(p *C.accel_scheduler) C.accel_status) error {
-	p, err := s.ref().acquire("Scheduler")
-	if err != nil {
-		return err
-	}
-	defer s.h.release()
-	return call(func() C.accel_status { return f(p) })
+	return do(s.ref(), "Scheduler", f)
 }
 
 // Set sets an option ("warmup_steps", 100) before the first step.
@@ -164,9 +150,5 @@ func (s *Scheduler) LR() (float64, error) {
 func (s *Scheduler) Close() { s.ref().close() }
 
 func (s *Scheduler) preparable() (unsafe.Pointer, func(), error) {
-	p, err := s.ref().acquire("Scheduler")
-	if err != nil {
-		return nil, nil, err
-	}
-	return unsafe.Pointer(p), s.h.release, nil
+	return prepared(s.ref(), "Scheduler", func(p *C.accel_scheduler) unsafe.Pointer { return unsafe.Pointer(p) })
 }

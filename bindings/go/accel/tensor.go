@@ -171,13 +171,10 @@ func (t *Tensor) Bytes() ([]byte, error) {
 }
 
 func (t *Tensor) copyOut(buf unsafe.Pointer, capacity int) error {
-	p, err := t.ref().acquire("Tensor")
-	if err != nil {
-		return err
-	}
-	defer t.h.release()
 	var size C.size_t
-	return call(func() C.accel_status { return C.accel_tensor_to_data(p, buf, C.size_t(capacity), &size) })
+	return do(t.ref(), "Tensor", func(p *C.accel_tensor) C.accel_status {
+		return C.accel_tensor_to_data(p, buf, C.size_t(capacity), &size)
+	})
 }
 
 // query runs one of the tensor's queries with its handle held.
