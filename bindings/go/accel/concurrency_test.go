@@ -28,17 +28,25 @@ func squares(calls *atomic.Int64) func(int64, [][]byte) error {
 
 var squareFields = []accel.Field{{DType: accel.F32, Shape: []int64{2}}, {DType: accel.I64}}
 
+// funcLoader is a dataloader over a function dataset of n samples with squareFields, batches of
+// batch on workers threads. The dataset handle is closed at once: the loader keeps it.
+func funcLoader(t *testing.T, acc *accel.Accelerator, n int64, fn func(int64, [][]byte) error, batch, workers int) *accel.DataLoader {
+	t.Helper()
+	data := must(accel.DatasetFromFunc(n, squareFields, fn))
+	loader := must(accel.NewDataLoader(acc, data))
+	data.Close()
+	ok(t, loader.Set("batch_size", batch))
+	ok(t, loader.Set("num_workers", workers))
+	return loader
+}
+
 func TestFunctionDatasetsFillSamplesOnWorkers(t *testing.T) {
 	begin(t)
 	acc := must(accel.New(nil))
 	defer acc.Close()
 	var calls atomic.Int64
-	data := must(accel.DatasetFromFunc(100, squareFields, squares(&calls)))
-	loader := must(accel.NewDataLoader(acc, data))
-	data.Close() // the loader keeps it
+	loader := funcLoader(t, acc, 100, squares(&calls), 10, 3)
 	defer loader.Close()
-	ok(t, loader.Set("batch_size", 10))
-	ok(t, loader.Set("num_workers", 3))
 	ok(t, loader.Set("shuffle", true))
 	seen := map[int64]bool{}
 	for batch, err := range loader.All() {
@@ -69,16 +77,13 @@ func TestAFunctionErrorComesBackFromNext(t *testing.T) {
 	defer acc.Close()
 	var calls atomic.Int64
 	fill := squares(&calls)
-	data := must(accel.DatasetFromFunc(40, squareFields, func(i int64, f [][]byte) error {
+	loader := funcLoader(t, acc, 40, func(i int64, f [][]byte) error {
 		if i == 13 {
 			return errBadSample
 		}
 		return fill(i, f)
-	}))
-	defer data.Close()
-	loader := must(accel.NewDataLoader(acc, data))
+	}, 4, 0)
 	defer loader.Close()
-	ok(t, loader.Set("batch_size", 4))
 	batches := 0
 	var last error
 	for _, err := range loader.All() {
@@ -110,18 +115,14 @@ func TestAPanicInADatasetFunctionOnAWorkerThreadIsAnError(t *testing.T) {
 	defer acc.Close()
 	var calls atomic.Int64
 	fill := squares(&calls)
-	data := must(accel.DatasetFromFunc(64, squareFields, func(i int64, f [][]byte) error {
+	loader := funcLoader(t, acc, 64, func(i int64, f [][]byte) error {
 		if i == 37 {
 			var m map[string]int
 			m["boom"] = 1 // a real runtime panic: assignment to a nil map
 		}
 		return fill(i, f)
-	}))
-	defer data.Close()
-	loader := must(accel.NewDataLoader(acc, data))
+	}, 8, 2)
 	defer loader.Close()
-	ok(t, loader.Set("batch_size", 8))
-	ok(t, loader.Set("num_workers", 2))
 	var failure error
 	for _, err := range loader.All() {
 		if err != nil {
@@ -153,11 +154,7 @@ func TestCloseRacesWithARunningDataLoader(t *testing.T) {
 		return fill(i, f)
 	}
 	for round := 0; round < 20; round++ {
-		data := must(accel.DatasetFromFunc(1<<20, squareFields, slow))
-		loader := must(accel.NewDataLoader(acc, data))
-		data.Close()
-		ok(t, loader.Set("batch_size", 4))
-		ok(t, loader.Set("num_workers", 2))
+		loader := funcLoader(t, acc, 1<<20, slow, 4, 2)
 		done := make(chan error)
 		go func() {
 			var last error
