@@ -190,50 +190,46 @@ impl Accelerator {
         self.raw.as_ptr()
     }
 
-    fn ptr(&self) -> *mut sys::accel_accelerator {
-        self.raw.as_ptr()
-    }
-
     /// Global rank of this process.
     pub fn process_index(&self) -> Result<i32> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_process_index(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_process_index(self.as_raw(), out) })
     }
 
     /// Rank of this process on its machine.
     pub fn local_process_index(&self) -> Result<i32> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_local_process_index(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_local_process_index(self.as_raw(), out) })
     }
 
     /// Number of processes in the job.
     pub fn num_processes(&self) -> Result<i32> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_num_processes(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_num_processes(self.as_raw(), out) })
     }
 
     /// Whether this is the main process (global rank 0).
     pub fn is_main_process(&self) -> Result<bool> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_is_main_process(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_is_main_process(self.as_raw(), out) })
     }
 
     /// Whether this is the main process of its machine.
     pub fn is_local_main_process(&self) -> Result<bool> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_is_local_main_process(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_is_local_main_process(self.as_raw(), out) })
     }
 
     /// The device this process computes on (`"cpu"`, `"cuda:1"`).
     pub fn device(&self) -> Result<String> {
         // SAFETY: live handle; buffer from read_text.
-        read_text(|buf, cap, size| unsafe { sys::accel_device(self.ptr(), buf, cap, size) })
+        read_text(|buf, cap, size| unsafe { sys::accel_device(self.as_raw(), buf, cap, size) })
     }
 
     /// How the job is distributed.
     pub fn distributed_type(&self) -> Result<DistributedType> {
         // SAFETY: live handle, valid out pointer.
-        let raw = query(|out| unsafe { sys::accel_distributed_type(self.ptr(), out) })?;
+        let raw = query(|out| unsafe { sys::accel_distributed_type(self.as_raw(), out) })?;
         match raw {
             sys::ACCEL_DISTRIBUTED_NO => Ok(DistributedType::No),
             sys::ACCEL_DISTRIBUTED_MULTI_CPU => Ok(DistributedType::MultiCpu),
@@ -248,7 +244,7 @@ impl Accelerator {
     /// The mixed precision mode in force.
     pub fn mixed_precision(&self) -> Result<Precision> {
         // SAFETY: live handle, valid out pointer.
-        let raw = query(|out| unsafe { sys::accel_mixed_precision(self.ptr(), out) })?;
+        let raw = query(|out| unsafe { sys::accel_mixed_precision(self.as_raw(), out) })?;
         match raw {
             sys::ACCEL_PRECISION_NO => Ok(Precision::No),
             sys::ACCEL_PRECISION_FP16 => Ok(Precision::Fp16),
@@ -264,38 +260,38 @@ impl Accelerator {
     pub fn effective_config(&self) -> Result<String> {
         // SAFETY: live handle; buffer from read_text.
         read_text(|buf, cap, size| unsafe {
-            sys::accel_effective_config(self.ptr(), buf, cap, size)
+            sys::accel_effective_config(self.as_raw(), buf, cap, size)
         })
     }
 
     /// Blocks until every rank has called it.
     pub fn wait_for_everyone(&self) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_wait_for_everyone(self.ptr()) })
+        check(unsafe { sys::accel_wait_for_everyone(self.as_raw()) })
     }
 
     /// Prints `message` and a newline on the local main process only.
     pub fn print(&self, message: &str) -> Result<()> {
         let message = c_string(message, "message")?;
         // SAFETY: live handle, NUL-terminated message.
-        check(unsafe { sys::accel_print(self.ptr(), message.as_ptr()) })
+        check(unsafe { sys::accel_print(self.as_raw(), message.as_ptr()) })
     }
 
     /// Runs `f` on the main process first and on the others once it is done (Accelerate's
     /// `main_process_first`); a collective: every rank calls it.
     pub fn main_process_first<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_main_process_first_begin(self.ptr()) })?;
+        check(unsafe { sys::accel_main_process_first_begin(self.as_raw()) })?;
         let result = f();
         // SAFETY: live handle.
-        check(unsafe { sys::accel_main_process_first_end(self.ptr()) })?;
+        check(unsafe { sys::accel_main_process_first_end(self.as_raw()) })?;
         Ok(result)
     }
 
     /// Seeds LibTorch's generators and libaccel's own; `device_specific` adds the rank.
     pub fn set_seed(&self, seed: u64, device_specific: bool) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_set_seed(self.ptr(), seed, device_specific) })
+        check(unsafe { sys::accel_set_seed(self.as_raw(), seed, device_specific) })
     }
 
     fn tensor_op(
@@ -310,7 +306,7 @@ impl Accelerator {
     /// Every rank's tensor concatenated along dimension 0, in rank order, on every rank.
     pub fn gather(&self, tensor: &Tensor) -> Result<Tensor> {
         // SAFETY: live handles, valid out pointer.
-        self.tensor_op(|out| unsafe { sys::accel_gather(self.ptr(), tensor.as_raw(), out) })
+        self.tensor_op(|out| unsafe { sys::accel_gather(self.as_raw(), tensor.as_raw(), out) })
     }
 
     /// Pads `tensor` along `dim` to the largest size any rank has there.
@@ -324,7 +320,7 @@ impl Accelerator {
         // SAFETY: live handles, valid out pointer.
         self.tensor_op(|out| unsafe {
             sys::accel_pad_across_processes(
-                self.ptr(),
+                self.as_raw(),
                 tensor.as_raw(),
                 dim,
                 pad_value,
@@ -343,7 +339,7 @@ impl Accelerator {
             Reduction::Min => sys::ACCEL_REDUCE_MIN,
         };
         // SAFETY: live handles, valid out pointer.
-        self.tensor_op(|out| unsafe { sys::accel_reduce(self.ptr(), tensor.as_raw(), op, out) })
+        self.tensor_op(|out| unsafe { sys::accel_reduce(self.as_raw(), tensor.as_raw(), op, out) })
     }
 
     /// Rank `from_process`'s tensor on every rank; `tensor` is read there only (`None`
@@ -351,14 +347,14 @@ impl Accelerator {
     pub fn broadcast(&self, tensor: Option<&Tensor>, from_process: i32) -> Result<Tensor> {
         let raw = tensor.map_or(std::ptr::null(), |t| t.as_raw() as *const _);
         // SAFETY: live handle, `raw` NULL or live, valid out pointer.
-        self.tensor_op(|out| unsafe { sys::accel_broadcast(self.ptr(), raw, from_process, out) })
+        self.tensor_op(|out| unsafe { sys::accel_broadcast(self.as_raw(), raw, from_process, out) })
     }
 
     /// Every rank's bytes (any length), in rank order (Accelerate's `gather_object`).
     pub fn gather_object(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         // SAFETY: `data` valid for its length; valid out pointer.
         let list = make(|out| unsafe {
-            sys::accel_gather_object(self.ptr(), data.as_ptr().cast(), data.len(), out)
+            sys::accel_gather_object(self.as_raw(), data.as_ptr().cast(), data.len(), out)
         })?;
         struct Guard(*mut sys::accel_bytes_list);
         impl Drop for Guard {
@@ -387,7 +383,7 @@ impl Accelerator {
     pub fn gather_for_metrics(&self, tensor: &Tensor) -> Result<Tensor> {
         // SAFETY: live handles, valid out pointer.
         self.tensor_op(|out| unsafe {
-            sys::accel_gather_for_metrics(self.ptr(), tensor.as_raw(), out)
+            sys::accel_gather_for_metrics(self.as_raw(), tensor.as_raw(), out)
         })
     }
 
@@ -404,39 +400,39 @@ impl Accelerator {
     pub fn prepare(&self, objects: &[&dyn Prepare]) -> Result<()> {
         let raws: Vec<*mut std::ffi::c_void> = objects.iter().map(|o| o.raw_handle()).collect();
         // SAFETY: live handles of the kinds the call takes.
-        check(unsafe { sys::accel_prepare(self.ptr(), raws.as_ptr(), raws.len()) })
+        check(unsafe { sys::accel_prepare(self.as_raw(), raws.as_ptr(), raws.len()) })
     }
 
     /// Opens a micro-step (Accelerate's `accumulate()`): call once per batch, before forward.
     pub fn accumulate(&self) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_accumulate(self.ptr()) })
+        check(unsafe { sys::accel_accumulate(self.as_raw()) })
     }
 
     /// Whether the current micro-step synchronises gradients.
     pub fn sync_gradients(&self) -> Result<bool> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_sync_gradients(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_sync_gradients(self.as_raw(), out) })
     }
 
     /// Backward of a one-element loss, gradients averaged across processes.
     pub fn backward(&self, loss: &Tensor) -> Result<()> {
         // SAFETY: live handles.
-        check(unsafe { sys::accel_backward(self.ptr(), loss.as_raw()) })
+        check(unsafe { sys::accel_backward(self.as_raw(), loss.as_raw()) })
     }
 
     /// Clips the gradient norm of `model` to `max_norm`; returns the norm before clipping.
     pub fn clip_grad_norm(&self, model: &Model, max_norm: f64, norm_type: f64) -> Result<f64> {
         // SAFETY: live handles, valid out pointer.
         query(|out| unsafe {
-            sys::accel_clip_grad_norm(self.ptr(), model.as_raw(), max_norm, norm_type, out)
+            sys::accel_clip_grad_norm(self.as_raw(), model.as_raw(), max_norm, norm_type, out)
         })
     }
 
     /// Clamps every gradient element of `model` to `[-clip_value, clip_value]`.
     pub fn clip_grad_value(&self, model: &Model, clip_value: f64) -> Result<()> {
         // SAFETY: live handles.
-        check(unsafe { sys::accel_clip_grad_value(self.ptr(), model.as_raw(), clip_value) })
+        check(unsafe { sys::accel_clip_grad_value(self.as_raw(), model.as_raw(), clip_value) })
     }
 
     /// Runs a checkpoint call and turns a closure's failure back into its error or panic.

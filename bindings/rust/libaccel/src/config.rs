@@ -47,7 +47,7 @@ impl Config {
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
         // SAFETY: live handle; the strings live for the call.
         set_option(key, &value, |k, v| unsafe {
-            sys::accel_config_set(self.ptr(), k, v)
+            sys::accel_config_set(self.as_raw(), k, v)
         })
     }
 
@@ -55,14 +55,14 @@ impl Config {
     pub fn load_file(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = path_string(path.as_ref())?;
         // SAFETY: live handle and NUL-terminated path.
-        check(unsafe { sys::accel_config_load_file(self.ptr(), path.as_ptr()) })
+        check(unsafe { sys::accel_config_load_file(self.as_raw(), path.as_ptr()) })
     }
 
     /// Loads Accelerate's default file ($HF_HOME/accelerate/default_config.yaml, ...) when there
     /// is one; nothing when there is none.
     pub fn load_default_file(&mut self) -> Result<()> {
         // SAFETY: live handle; NULL asks for the default location.
-        check(unsafe { sys::accel_config_load_file(self.ptr(), std::ptr::null()) })
+        check(unsafe { sys::accel_config_load_file(self.as_raw(), std::ptr::null()) })
     }
 
     /// The resolved value of `key` (setter > environment > file > default), as text.
@@ -70,13 +70,13 @@ impl Config {
         let key = c_string(key, "key")?;
         // SAFETY: live handle; the buffer and its capacity come from read_text.
         read_text(|buf, cap, size| unsafe {
-            sys::accel_config_get(self.ptr(), key.as_ptr(), buf, cap, size)
+            sys::accel_config_get(self.as_raw(), key.as_ptr(), buf, cap, size)
         })
     }
 
     /// The effective configuration as YAML, each key with the source of its value.
     pub fn dump(&self) -> Result<String> {
         // SAFETY: as in `get`.
-        read_text(|buf, cap, size| unsafe { sys::accel_config_dump(self.ptr(), buf, cap, size) })
+        read_text(|buf, cap, size| unsafe { sys::accel_config_dump(self.as_raw(), buf, cap, size) })
     }
 }

@@ -310,7 +310,7 @@ impl DataLoader {
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
         // SAFETY: live handle; the strings live for the call.
         set_option(key, &value, |k, v| unsafe {
-            sys::accel_dataloader_set(self.ptr(), k, v)
+            sys::accel_dataloader_set(self.as_raw(), k, v)
         })
     }
 
@@ -321,7 +321,7 @@ impl DataLoader {
         let mut count = 0usize;
         // SAFETY: `fields` has room for `field_count` handles, the number the dataset has.
         let status = unsafe {
-            sys::accel_dataloader_next(self.ptr(), fields.as_mut_ptr(), fields.len(), &mut count)
+            sys::accel_dataloader_next(self.as_raw(), fields.as_mut_ptr(), fields.len(), &mut count)
         };
         if let Err(e) = check(status) {
             return Err(match &self.callback {
@@ -357,66 +357,62 @@ impl DataLoader {
     /// The number of batches this process gets in a whole epoch.
     pub fn batch_count(&self) -> Result<i64> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_dataloader_batch_count(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_dataloader_batch_count(self.as_raw(), out) })
     }
 
     /// Sets the epoch the next iteration uses (its shuffle); ends an iteration in progress.
     pub fn set_epoch(&mut self, epoch: i64) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_dataloader_set_epoch(self.ptr(), epoch) })
+        check(unsafe { sys::accel_dataloader_set_epoch(self.as_raw(), epoch) })
     }
 
     /// The current epoch.
     pub fn epoch(&self) -> Result<i64> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_dataloader_epoch(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_dataloader_epoch(self.as_raw(), out) })
     }
 
     /// Whether the last batch of the epoch is in use (Accelerate's `end_of_dataloader`).
     pub fn end_of_epoch(&self) -> Result<bool> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_dataloader_end_of_epoch(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_dataloader_end_of_epoch(self.as_raw(), out) })
     }
 
     /// How many samples of the last global step are real rather than padding; -1 with drop_last.
     pub fn remainder(&self) -> Result<i64> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_dataloader_remainder(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_dataloader_remainder(self.as_raw(), out) })
     }
 
     /// The next iteration skips this process's first `n` batches (a mid-epoch resume).
     pub fn skip_first_batches(&mut self, n: i64) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_dataloader_skip_first_batches(self.ptr(), n) })
+        check(unsafe { sys::accel_dataloader_skip_first_batches(self.as_raw(), n) })
     }
 
     /// The global sample cursor: `(epoch, samples consumed by all processes in it)`.
     pub fn position(&self) -> Result<(i64, i64)> {
         let (mut epoch, mut samples) = (0i64, 0i64);
         // SAFETY: live handle, valid out pointers.
-        check(unsafe { sys::accel_dataloader_position(self.ptr(), &mut epoch, &mut samples) })?;
+        check(unsafe { sys::accel_dataloader_position(self.as_raw(), &mut epoch, &mut samples) })?;
         Ok((epoch, samples))
     }
 
     /// Continues at a saved cursor: the next iteration starts `samples` into `epoch`.
     pub fn set_position(&mut self, epoch: i64, samples: i64) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_dataloader_set_position(self.ptr(), epoch, samples) })
+        check(unsafe { sys::accel_dataloader_set_position(self.as_raw(), epoch, samples) })
     }
 
     /// Stops the workers and releases the dataset; later calls fail with a `State` error.
     /// Waits only for sample closures already running. Idempotent.
     pub fn close(&mut self) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_dataloader_close(self.ptr()) })
+        check(unsafe { sys::accel_dataloader_close(self.as_raw()) })
     }
 
     /// The raw handle, for calls through `libaccel-sys`; still owned by `self`.
     pub fn as_raw(&self) -> *mut sys::accel_dataloader {
-        self.raw.as_ptr()
-    }
-
-    fn ptr(&self) -> *mut sys::accel_dataloader {
         self.raw.as_ptr()
     }
 }

@@ -139,11 +139,6 @@ macro_rules! owned_handle {
             pub unsafe fn from_raw(raw: *mut $raw) -> Option<Self> {
                 std::ptr::NonNull::new(raw).map(|raw| $name { raw })
             }
-
-            #[allow(dead_code)]
-            pub(crate) fn ptr(&self) -> *mut $raw {
-                self.raw.as_ptr()
-            }
         }
     };
 }

@@ -65,7 +65,7 @@ impl Model {
         );
         // SAFETY: live handle, NUL-terminated strings.
         check(unsafe {
-            sys::accel_model_add_layer(self.ptr(), name.as_ptr(), kind.as_ptr(), spec.as_ptr())
+            sys::accel_model_add_layer(self.as_raw(), name.as_ptr(), kind.as_ptr(), spec.as_ptr())
         })
     }
 
@@ -74,7 +74,7 @@ impl Model {
     pub fn define(&mut self, source: &str) -> Result<()> {
         let source = c_string(source, "source")?;
         // SAFETY: live handle, NUL-terminated source.
-        check(unsafe { sys::accel_model_define(self.ptr(), source.as_ptr()) })
+        check(unsafe { sys::accel_model_define(self.as_raw(), source.as_ptr()) })
     }
 
     /// Calls `method` once with `inputs` and returns its results (a tensor, or each tensor of a
@@ -87,7 +87,13 @@ impl Model {
             inputs.iter().map(|t| t.as_raw() as *const _).collect();
         // SAFETY: live handles; `raws` valid for its length.
         let list = make(|out| unsafe {
-            sys::accel_model_call(self.ptr(), method.as_ptr(), raws.as_ptr(), raws.len(), out)
+            sys::accel_model_call(
+                self.as_raw(),
+                method.as_ptr(),
+                raws.as_ptr(),
+                raws.len(),
+                out,
+            )
         })?;
         take_list(list)
     }
@@ -107,26 +113,26 @@ impl Model {
     /// Train mode (dropout active, batch-norm statistics updated) or eval mode.
     pub fn train(&mut self, training: bool) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_model_train(self.ptr(), training) })
+        check(unsafe { sys::accel_model_train(self.as_raw(), training) })
     }
 
     /// The total number of parameter elements.
     pub fn parameter_element_count(&self) -> Result<i64> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_model_parameter_element_count(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_model_parameter_element_count(self.as_raw(), out) })
     }
 
     /// The number of named parameters and buffers.
     pub fn tensor_count(&self) -> Result<usize> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_model_tensor_count(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_model_tensor_count(self.as_raw(), out) })
     }
 
     /// The name of parameter or buffer `index` (parameters first, in registration order).
     pub fn tensor_name(&self, index: usize) -> Result<String> {
         // SAFETY: live handle; buffer from read_text.
         read_text(|buf, cap, size| unsafe {
-            sys::accel_model_tensor_name(self.ptr(), index, buf, cap, size)
+            sys::accel_model_tensor_name(self.as_raw(), index, buf, cap, size)
         })
     }
 
@@ -141,7 +147,8 @@ impl Model {
     pub fn tensor(&self, name: &str) -> Result<Tensor> {
         let name = c_string(name, "name")?;
         // SAFETY: live handle, NUL-terminated name, valid out pointer.
-        let raw = make(|out| unsafe { sys::accel_model_tensor(self.ptr(), name.as_ptr(), out) })?;
+        let raw =
+            make(|out| unsafe { sys::accel_model_tensor(self.as_raw(), name.as_ptr(), out) })?;
         // SAFETY: a new handle nothing else owns.
         Ok(unsafe { Tensor::from_raw(raw) }.expect("non-null"))
     }
@@ -150,7 +157,7 @@ impl Model {
     pub fn save_torchscript(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path_string(path.as_ref())?;
         // SAFETY: live handle, NUL-terminated path.
-        check(unsafe { sys::accel_model_save_torchscript(self.ptr(), path.as_ptr()) })
+        check(unsafe { sys::accel_model_save_torchscript(self.as_raw(), path.as_ptr()) })
     }
 }
 
@@ -160,5 +167,5 @@ impl Model {
 pub fn load_checkpoint_in_model(model: &mut Model, path: impl AsRef<Path>) -> Result<()> {
     let path = path_string(path.as_ref())?;
     // SAFETY: live handle, NUL-terminated path.
-    check(unsafe { sys::accel_load_checkpoint_in_model(model.ptr(), path.as_ptr()) })
+    check(unsafe { sys::accel_load_checkpoint_in_model(model.as_raw(), path.as_ptr()) })
 }

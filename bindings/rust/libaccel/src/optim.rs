@@ -32,38 +32,38 @@ impl Optimizer {
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
         // SAFETY: live handle; the strings live for the call.
         set_option(key, &value, |k, v| unsafe {
-            sys::accel_optimizer_set(self.ptr(), k, v)
+            sys::accel_optimizer_set(self.as_raw(), k, v)
         })
     }
 
     /// One optimizer step (see the type's documentation for prepared optimizers).
     pub fn step(&mut self) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_optimizer_step(self.ptr()) })
+        check(unsafe { sys::accel_optimizer_step(self.as_raw()) })
     }
 
     /// Sets the gradients to none.
     pub fn zero_grad(&mut self) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_optimizer_zero_grad(self.ptr()) })
+        check(unsafe { sys::accel_optimizer_zero_grad(self.as_raw()) })
     }
 
     /// The current learning rate.
     pub fn lr(&self) -> Result<f64> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_optimizer_lr(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_optimizer_lr(self.as_raw(), out) })
     }
 
     /// Sets the learning rate.
     pub fn set_lr(&mut self, lr: f64) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_optimizer_set_lr(self.ptr(), lr) })
+        check(unsafe { sys::accel_optimizer_set_lr(self.as_raw(), lr) })
     }
 
     /// Whether the last prepared step was skipped because an fp16 gradient was inf/nan.
     pub fn step_was_skipped(&self) -> Result<bool> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_optimizer_step_was_skipped(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_optimizer_step_was_skipped(self.as_raw(), out) })
     }
 }
 
@@ -107,19 +107,19 @@ impl Scheduler {
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
         // SAFETY: live handle; the strings live for the call.
         set_option(key, &value, |k, v| unsafe {
-            sys::accel_scheduler_set(self.ptr(), k, v)
+            sys::accel_scheduler_set(self.as_raw(), k, v)
         })
     }
 
     /// Steps the schedule.
     pub fn step(&mut self) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_scheduler_step(self.ptr()) })
+        check(unsafe { sys::accel_scheduler_step(self.as_raw()) })
     }
 
     /// The learning rate the schedule has set.
     pub fn lr(&self) -> Result<f64> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_scheduler_lr(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_scheduler_lr(self.as_raw(), out) })
     }
 }

@@ -199,7 +199,7 @@ impl Tensor {
     fn copy_raw(&self, buf: *mut c_void, capacity: usize) -> Result<usize> {
         let mut written = 0usize;
         // SAFETY: `buf` has room for `capacity` bytes.
-        check(unsafe { sys::accel_tensor_to_data(self.ptr(), buf, capacity, &mut written) })?;
+        check(unsafe { sys::accel_tensor_to_data(self.as_raw(), buf, capacity, &mut written) })?;
         Ok(written)
     }
 
@@ -221,7 +221,7 @@ impl Tensor {
         let mut count = 0usize;
         // SAFETY: `shape` holds ACCEL_MAX_DIMS elements, the most a tensor may have.
         check(unsafe {
-            sys::accel_tensor_shape(self.ptr(), shape.as_mut_ptr(), shape.len(), &mut count)
+            sys::accel_tensor_shape(self.as_raw(), shape.as_mut_ptr(), shape.len(), &mut count)
         })?;
         Ok(shape[..count].to_vec())
     }
@@ -229,13 +229,13 @@ impl Tensor {
     /// The number of dimensions (0 for a scalar).
     pub fn dim_count(&self) -> Result<usize> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_tensor_dim_count(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_tensor_dim_count(self.as_raw(), out) })
     }
 
     /// The element type. A LibTorch type with no [`Dtype`] is a `Dtype` error.
     pub fn dtype(&self) -> Result<Dtype> {
         // SAFETY: live handle, valid out pointer.
-        let raw = query(|out| unsafe { sys::accel_tensor_dtype(self.ptr(), out) })?;
+        let raw = query(|out| unsafe { sys::accel_tensor_dtype(self.as_raw(), out) })?;
         Dtype::from_raw(raw)
             .ok_or_else(|| Error::new(Status::Dtype, format!("unknown dtype value {raw}")))
     }
@@ -243,25 +243,25 @@ impl Tensor {
     /// The number of elements.
     pub fn element_count(&self) -> Result<i64> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_tensor_element_count(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_tensor_element_count(self.as_raw(), out) })
     }
 
     /// The size of the elements in bytes.
     pub fn data_size(&self) -> Result<usize> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_tensor_data_size(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_tensor_data_size(self.as_raw(), out) })
     }
 
     /// The value of a one-element tensor as `f64` (a loss, say).
     pub fn item_f64(&self) -> Result<f64> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_tensor_item_f64(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_tensor_item_f64(self.as_raw(), out) })
     }
 
     /// The value of a one-element integer or bool tensor as `i64`.
     pub fn item_i64(&self) -> Result<i64> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_tensor_item_i64(self.ptr(), out) })
+        query(|out| unsafe { sys::accel_tensor_item_i64(self.as_raw(), out) })
     }
 
     /// Wraps an existing LibTorch tensor without copying (tch-rs's `Tensor::as_ptr` gives one).
@@ -279,7 +279,7 @@ impl Tensor {
     pub fn as_torch_ptr(&self) -> Result<*mut c_void> {
         let mut out: *mut c_void = std::ptr::null_mut();
         // SAFETY: live handle, valid out pointer.
-        check(unsafe { sys::accel_tensor_borrow_torch(self.ptr(), &mut out) })?;
+        check(unsafe { sys::accel_tensor_borrow_torch(self.as_raw(), &mut out) })?;
         Ok(out)
     }
 }
