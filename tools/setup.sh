@@ -95,6 +95,51 @@ PY
   "/opt/go-$go_version/bin/go" version
 fi
 
+# The Julia binding's tests need julia. Debian 12 has none; Debian 11's julia 1.5.3 installs from
+# Debian's archive with a bullseye source pinned at priority 100, so that nothing else is ever taken
+# from it. That julia was built against bullseye's libunwind 1.3: with bookworm's 1.6 it crashes
+# (SIGSEGV in libunwind) while collecting the backtrace of a thrown exception. So bullseye's
+# libunwind is unpacked into /opt/julia-1.5-libunwind, beside the system's, and /usr/local/bin/julia
+# runs /usr/bin/julia with it on LD_LIBRARY_PATH.
+if ! command -v julia >/dev/null 2>&1; then
+  if [ ! -e /etc/apt/sources.list.d/libaccel-bullseye.sources ]; then
+    as_root tee /etc/apt/sources.list.d/libaccel-bullseye.sources >/dev/null <<'SOURCES'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bullseye
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+    as_root tee /etc/apt/preferences.d/libaccel-bullseye >/dev/null <<'PIN'
+Package: *
+Pin: release n=bullseye
+Pin-Priority: 100
+PIN
+  fi
+  as_root apt-get update
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends julia
+fi
+if [ -x /usr/bin/julia ] && /usr/bin/julia --version 2>/dev/null | grep -q '^julia version 1\.5\.' \
+   && [ ! -e /opt/julia-1.5-libunwind/libunwind.so.8 ]; then
+  tmp=$(mktemp -d)
+  chmod 755 "$tmp"  # apt's download runs as _apt
+  (cd "$tmp" && as_root apt-get download libunwind8/bullseye)
+  dpkg-deb -x "$tmp"/libunwind8_*.deb "$tmp/x"
+  as_root mkdir -p /opt/julia-1.5-libunwind
+  as_root cp -a "$tmp"/x/usr/lib/x86_64-linux-gnu/libunwind*.so.* /opt/julia-1.5-libunwind/
+  rm -rf "$tmp"
+fi
+if [ -e /opt/julia-1.5-libunwind/libunwind.so.8 ] && [ ! -e /usr/local/bin/julia ]; then
+  as_root tee /usr/local/bin/julia >/dev/null <<'WRAPPER'
+#!/bin/sh
+# Debian 11's julia 1.5.3 with the libunwind it was built for (tools/setup.sh says why).
+LD_LIBRARY_PATH=/opt/julia-1.5-libunwind${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH
+exec /usr/bin/julia "$@"
+WRAPPER
+  as_root chmod 755 /usr/local/bin/julia
+fi
+
 # The Hugging Face safetensors reader, for the test that reads our files with code that is not ours
 # (PyPI; the test falls back to a reader written from the format specification without it).
 if [ ! -d build/pylib/safetensors ]; then

@@ -1,0 +1,54 @@
+# libaccel's runtime from Julia: where am I, and every collective once.
+#
+#     accel launch -n 2 julia --project=bindings/julia/Accel bindings/julia/Accel/examples/collectives.jl
+#
+# Each rank contributes a tensor that depends on its rank; the main process prints what came back.
+# Run alone it is a world of one and every collective is the identity. The same program as
+# examples/c/collectives.c, line for line the same output.
+using Accel
+using Printf
+
+# One line per tensor as the C example prints it: the library's shape, then %g of each value.
+function print_tensor(acc, label, t)
+    line = rpad(label, 24) * " shape [" * join(shape(t), ", ") * "] values"
+    if dtype(t) == Accel.F32
+        for v in vec(Array(t))
+            line *= " " * @sprintf("%g", v)
+        end
+    end
+    close(t)
+    println(acc, line)
+end
+
+Accelerator() do acc
+    rank, world = process_index(acc), num_processes(acc)
+    set_seed(acc, 42)
+    main = is_main_process(acc) ? ", main process" : ""
+    # One write: the ranks share the launcher's pipe, and println writes the newline apart.
+    print("rank $rank of $world (local rank $(local_process_index(acc))) on $(device(acc))$main\n")
+    flush(stdout)
+    wait_for_everyone(acc)
+    println(acc, "distributed type $(distributed_type(acc)), mixed precision $(mixed_precision(acc)), ",
+            "libaccel $(Accel.library_version())")
+
+    # gather: rank r contributes [r*10, r*10+1]; everyone gets [0, 1, 10, 11, ...].
+    print_tensor(acc, "gather", gather(acc, Float32[rank * 10, rank * 10 + 1]))
+
+    # pad_across_processes: rank r holds r+1 ones; padded with -1 to the longest, then gathered.
+    padded = pad_across_processes(acc, ones(Float32, min(rank + 1, 16)); pad_value = -1)
+    print_tensor(acc, "pad + gather", gather(acc, padded))
+
+    # reduce: sum and mean of (rank + 1).
+    print_tensor(acc, "reduce sum of rank+1", reduce(acc, Float32(rank + 1); reduction = :sum))
+    print_tensor(acc, "reduce mean of rank+1", reduce(acc, Float32(rank + 1); reduction = :mean))
+
+    # broadcast from the last rank: only it needs a tensor.
+    source = rank == world - 1 ? Float32[3.5, 4.5, 5.5] : nothing
+    print_tensor(acc, "broadcast from last rank", broadcast(acc, source; from = world - 1))
+
+    # gather_object: any Julia value per rank.
+    for (i, text) in enumerate(gather_object(acc, "hello from rank $rank"))
+        println(acc, "gather_object[$(i - 1)]       \"$text\"")
+    end
+    wait_for_everyone(acc)
+end

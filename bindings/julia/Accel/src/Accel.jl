@@ -1,0 +1,68 @@
+"""
+    Accel
+
+Julia binding of libaccel: Hugging Face Accelerate's training loop (one program on one CPU, many
+processes, many machines) on LibTorch, through libaccel's C interface (accel.h, ABI 0.2) alone.
+
+    using Accel
+    Accelerator() do acc
+        model, opt, loader = prepare(acc, model, opt, loader)
+        for (x, y) in loader
+            accumulate!(acc)
+            loss = model(:training_step, x, y)
+            backward(acc, loss)
+            step!(opt); zero_grad!(opt)
+            close(loss)
+        end
+    end
+
+Run it on several processes with `accel launch -n 2 julia --project=... train.jl`. The library is
+found through `ENV["ACCEL_LIBRARY"]`, else pkg-config's libdir for `accel`, else the system's
+search path. Failures throw `AccelError`. Arrays cross with their dimensions reversed (see
+`Tensor`). Standard library only; Julia 1.5 and later.
+"""
+module Accel
+
+using Libdl
+import Serialization
+
+const PACKAGE_VERSION = v"0.2.0"
+
+export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
+       Config, load_file!, dump_yaml,
+       Accelerator, process_index, local_process_index, num_processes, is_main_process,
+       is_local_main_process, device, distributed_type, mixed_precision, effective_config,
+       wait_for_everyone, main_process_first, set_seed,
+       gather, pad_across_processes, gather_object, gather_bytes, gather_for_metrics,
+       Dataset, idx_dataset, DataLoader, next_batch, set!, set_epoch!, epoch, end_of_epoch,
+       remainder, skip_first_batches!, set_position!, field_count,
+       Model, load_torchscript, add_layer!, define!, call, trainmode!, testmode!,
+       parameter_count, tensor_names, save_torchscript,
+       Optimizer, Scheduler, step!, zero_grad!, lr, set_lr!, step_was_skipped,
+       prepare, sync_gradients, backward, clip_grad_norm!, clip_grad_value!,
+       save_model, load_checkpoint_in_model, save_state, load_state, register_for_checkpointing
+
+include("library.jl")
+include("errors.jl")
+include("handles.jl")
+include("text.jl")
+include("config.jl")
+include("tensor.jl")
+include("dataset.jl")
+include("dataloader.jl")
+include("model.jl")
+include("optim.jl")
+include("accelerator.jl")
+include("collectives.jl")
+include("checkpoint.jl")
+
+function __init__()
+    load_library()
+    # C function pointers of the trampolines exist only in the running process.
+    SAMPLE_TRAMPOLINE[] = @cfunction(sample_trampoline, Int32,
+                                     (Int64, Ptr{Ptr{Cvoid}}, Ptr{Csize_t}, Csize_t, Ptr{Cvoid}))
+    SAVE_TRAMPOLINE[] = @cfunction(save_trampoline, Int32, (Ptr{Cvoid}, Ptr{Cvoid}))
+    LOAD_TRAMPOLINE[] = @cfunction(load_trampoline, Int32, (Ptr{Cvoid}, Csize_t, Ptr{Cvoid}))
+end
+
+end # module

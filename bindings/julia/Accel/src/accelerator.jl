@@ -1,0 +1,205 @@
+# The accelerator: this process's place among the ranks, and the training verbs.
+
+# A checkpoint callback pair, passed to the library as user_data; rooted by the Accelerator.
+mutable struct Checkpointed
+    save::Any
+    load::Any
+    failure::Any
+end
+
+"""
+    Accelerator(; settings...)
+    Accelerator(config::Config)
+    Accelerator(; settings...) do acc ... end
+
+The runtime of this process (Accelerate's Accelerator). It learns its place from the
+environment `accel launch`, torchrun or a cluster sets (RANK, WORLD_SIZE, ...), or is a world of
+one. `settings` are configuration keys (`mixed_precision = "bf16"`, ...; see `Config`). One
+accelerator may exist in a process at a time: close it (or let the do-block end) before making
+another.
+
+Queries: `process_index`, `local_process_index`, `num_processes` (ranks count from 0, as
+Accelerate's), `is_main_process`, `is_local_main_process`, `device`, `distributed_type`,
+`mixed_precision`, `effective_config`.
+"""
+mutable struct Accelerator <: Handle
+    ptr::Ptr{Cvoid}
+    checkpointed::Vector{Checkpointed}
+    Accelerator(pointer::Ptr{Cvoid}) = own(new(pointer, Checkpointed[]))
+end
+
+function Accelerator(config::Union{Nothing,Config})
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    @check accel_init(optional(config)::Ptr{Cvoid}, out::Ptr{Ptr{Cvoid}})
+    Accelerator(out[])
+end
+
+function Accelerator(; settings...)
+    isempty(settings) && return Accelerator(nothing)
+    Config(cfg -> Accelerator(cfg); settings...)
+end
+Accelerator(f::Function, args...; settings...) = with_handle(f, Accelerator(args...; settings...))
+
+free_handle(::Accelerator, p) = @acall accel_accelerator_free(p::Ptr{Cvoid})::Cvoid
+
+function query(f, ::Type{T}) where {T}
+    out = Ref{T}(zero(T))
+    status = f(out)
+    status == 0 || throw_status(status)
+    out[]
+end
+
+"Global rank of this process, from 0."
+process_index(acc::Accelerator) =
+    Int(query(out -> @acall(accel_process_index(acc::Ptr{Cvoid}, out::Ptr{Int32})::Int32), Int32))
+"Rank of this process on its machine, from 0."
+local_process_index(acc::Accelerator) =
+    Int(query(out -> @acall(accel_local_process_index(acc::Ptr{Cvoid}, out::Ptr{Int32})::Int32), Int32))
+"Number of processes in the job."
+num_processes(acc::Accelerator) =
+    Int(query(out -> @acall(accel_num_processes(acc::Ptr{Cvoid}, out::Ptr{Int32})::Int32), Int32))
+"Whether this is the main process (rank 0)."
+is_main_process(acc::Accelerator) =
+    query(out -> @acall(accel_is_main_process(acc::Ptr{Cvoid}, out::Ptr{Bool})::Int32), Bool)
+"Whether this is the main process of its machine (local rank 0)."
+is_local_main_process(acc::Accelerator) =
+    query(out -> @acall(accel_is_local_main_process(acc::Ptr{Cvoid}, out::Ptr{Bool})::Int32), Bool)
+
+"The device this process computes on: \"cpu\", \"cuda:1\", ..."
+function device(acc::Accelerator)
+    read_text() do buffer, capacity, size
+        @acall accel_device(acc::Ptr{Cvoid}, buffer::Ptr{UInt8}, capacity::Csize_t, size::Ptr{Csize_t})::Int32
+    end
+end
+
+"How the job is distributed, as Accelerate names it: `:NO`, `:MULTI_CPU` or `:MULTI_GPU`."
+function distributed_type(acc::Accelerator)
+    value = query(out -> @acall(accel_distributed_type(acc::Ptr{Cvoid}, out::Ptr{Int32})::Int32), Int32)
+    (:NO, :MULTI_CPU, :MULTI_GPU)[value+1]
+end
+
+"The mixed precision in force: `:no`, `:fp16` or `:bf16`."
+function mixed_precision(acc::Accelerator)
+    value = query(out -> @acall(accel_mixed_precision(acc::Ptr{Cvoid}, out::Ptr{Int32})::Int32), Int32)
+    (:no, :fp16, :bf16)[value+1]
+end
+
+"The configuration the accelerator was made with, as YAML with each setting's source."
+function effective_config(acc::Accelerator)
+    read_text() do buffer, capacity, size
+        @acall accel_effective_config(acc::Ptr{Cvoid}, buffer::Ptr{UInt8}, capacity::Csize_t,
+                                      size::Ptr{Csize_t})::Int32
+    end
+end
+
+"Blocks until every rank has called it (bounded by the collective timeout)."
+function wait_for_everyone(acc::Accelerator)
+    @check accel_wait_for_everyone(acc::Ptr{Cvoid})
+    nothing
+end
+
+"""
+    println(acc, xs...)
+
+Prints `xs` and a newline on the local main process only (Accelerate's `accelerator.print`).
+"""
+function Base.println(acc::Accelerator, xs...)
+    @check accel_print(acc::Ptr{Cvoid}, c_text(string(xs...))::Cstring)
+end
+
+"""
+    main_process_first(f, acc)
+
+Runs `f()` on the main process first and on the others once it is done (Accelerate's
+`main_process_first`): `main_process_first(acc) do ... end`. A collective: every rank calls it.
+"""
+function main_process_first(f, acc::Accelerator)
+    @check accel_main_process_first_begin(acc::Ptr{Cvoid})
+    result = try
+        f()
+    finally
+        # The others wait in begin for this end: it runs even when f failed.
+        @check accel_main_process_first_end(acc::Ptr{Cvoid})
+    end
+    result
+end
+
+"""
+    set_seed(acc, seed; device_specific = false)
+
+Seeds LibTorch's generators and libaccel's (data shuffling); `device_specific` adds the process
+index (do not use it when ranks must agree).
+"""
+function set_seed(acc::Accelerator, seed::Integer; device_specific::Bool = false)
+    @check accel_set_seed(acc::Ptr{Cvoid}, UInt64(seed)::UInt64, device_specific::Bool)
+    nothing
+end
+
+const Preparable = Union{Model,Optimizer,Scheduler,DataLoader}
+
+"""
+    prepare(acc, objects...) -> objects
+
+Accelerate's prepare: models (placed, synchronised across ranks), optimizers, schedulers and
+dataloaders, in any order. Returns its arguments, so `model, opt = prepare(acc, model, opt)`
+reads as in Python. Everything is checked before anything is prepared.
+"""
+function prepare(acc::Accelerator, objects::Preparable...)
+    pointers = Ptr{Cvoid}[Base.unsafe_convert(Ptr{Cvoid}, o) for o in objects]
+    GC.@preserve objects begin
+        @check accel_prepare(acc::Ptr{Cvoid}, pointers::Ptr{Ptr{Cvoid}}, length(pointers)::Csize_t)
+    end
+    length(objects) == 1 ? objects[1] : objects
+end
+
+"""
+    accumulate!(acc)
+    accumulate(f, acc)
+
+Opens a micro-step (Accelerate's `accumulate`): with gradient_accumulation_steps K, gradients
+synchronise and optimizers and schedulers step every K-th time. Call it once per batch, before the
+forward; the do-block form runs `f()` after it.
+"""
+function Base.accumulate!(acc::Accelerator)
+    @check accel_accumulate(acc::Ptr{Cvoid})
+    acc
+end
+Base.accumulate(f::Function, acc::Accelerator) = (accumulate!(acc); f())
+
+"Whether the current micro-step synchronises gradients."
+sync_gradients(acc::Accelerator) =
+    query(out -> @acall(accel_sync_gradients(acc::Ptr{Cvoid}, out::Ptr{Bool})::Int32), Bool)
+
+"""
+    backward(acc, loss)
+
+Backward of a one-element loss: divided by the accumulation steps, scaled under fp16, gradients
+averaged across processes while it runs.
+"""
+function backward(acc::Accelerator, loss::Tensor)
+    @check accel_backward(acc::Ptr{Cvoid}, loss::Ptr{Cvoid})
+    nothing
+end
+
+"""
+    clip_grad_norm!(acc, model, max_norm; norm_type = 2) -> Float64
+
+Clips the gradient norm of `model`'s parameters (unscaled first under fp16); returns the norm
+before clipping.
+"""
+function clip_grad_norm!(acc::Accelerator, model::Model, max_norm::Real; norm_type::Real = 2)
+    out = Ref{Float64}(0)
+    @check accel_clip_grad_norm(acc::Ptr{Cvoid}, model::Ptr{Cvoid}, Float64(max_norm)::Float64,
+                                Float64(norm_type)::Float64, out::Ptr{Float64})
+    out[]
+end
+
+"""
+    clip_grad_value!(acc, model, clip_value)
+
+Clamps every gradient element of `model` to [-clip_value, clip_value].
+"""
+function clip_grad_value!(acc::Accelerator, model::Model, clip_value::Real)
+    @check accel_clip_grad_value(acc::Ptr{Cvoid}, model::Ptr{Cvoid}, Float64(clip_value)::Float64)
+    nothing
+end

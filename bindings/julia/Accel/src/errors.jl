@@ -1,0 +1,70 @@
+# The library's statuses and the one exception every failing call throws.
+
+"""
+    Status
+
+The class of a failure: the `accel_status` values of accel.h (`Accel.ERR_SHAPE`, ...).
+"""
+@enum Status::Int32 begin
+    OK = 0
+    ERR_INVALID_ARGUMENT = 1
+    ERR_WRONG_HANDLE = 2
+    ERR_CONFIG = 3
+    ERR_UNSUPPORTED = 4
+    ERR_IO = 5
+    ERR_SHAPE = 6
+    ERR_DTYPE = 7
+    ERR_RENDEZVOUS = 8
+    ERR_TIMEOUT = 9
+    ERR_PEER_FAILED = 10
+    ERR_STATE = 11
+    ERR_BUFFER_TOO_SMALL = 12
+    ERR_CALLBACK = 13
+    ERR_OUT_OF_MEMORY = 14
+    ERR_TORCH = 15
+    ERR_INTERNAL = 16
+end
+
+"""
+    AccelError(status, message, cause = nothing)
+
+What a failing libaccel call throws: `status` (a `Status`), the library's `message`, and, when
+Julia code called by the library failed (a dataset function, a checkpoint callback), the original
+exception and its backtrace in `cause` (`(exception, backtrace)`), shown with the error.
+"""
+struct AccelError <: Exception
+    status::Status
+    message::String
+    cause::Any
+end
+AccelError(status::Status, message::AbstractString) = AccelError(status, String(message), nothing)
+
+function Base.showerror(io::IO, e::AccelError)
+    print(io, "AccelError(", e.status, "): ", e.message)
+    if e.cause !== nothing
+        exception, backtrace = e.cause
+        print(io, "\ncaused by: ")
+        showerror(io, exception, backtrace)
+    end
+end
+
+status_of(code::Integer) = code in 0:16 ? Status(code) : ERR_INTERNAL
+
+# Reads the message of the call that just failed on this thread: called right after the ccall,
+# before anything that could yield or make another libaccel call.
+@noinline function throw_status(code::Integer, cause = nothing)
+    message = unsafe_string(@acall accel_last_error_message()::Cstring)
+    recorded = @acall accel_last_error_status()::Int32
+    if recorded != code   # the message is another call's: say so rather than mislead
+        message = "(no message: this thread's last error is $(status_of(recorded)), not $(status_of(code)))"
+    end
+    throw(AccelError(status_of(code), message, cause))
+end
+
+"""
+    status_name(status) -> String
+
+The library's name of a status ("ACCEL_ERR_SHAPE").
+"""
+status_name(status::Union{Status,Integer}) =
+    unsafe_string(@acall accel_status_name(Int32(status)::Int32)::Cstring)

@@ -1,0 +1,176 @@
+# Finding libaccel, checking its version, and calling it.
+#
+# The library is found at run time (no JLL package or Preferences without a registry): every
+# function pointer is looked up once in __init__ and kept in a constant Ref per symbol, so a call is
+# a ccall through a pointer, no lookup.
+
+"The library versions this package supports: the ABI 0.2, as accel_version_number() counts."
+const SUPPORTED_VERSIONS = (200, 300)   # [0.2.0, 0.3.0)
+
+# Every C function the package calls. @acall refuses a name that is not listed here.
+const SYMBOLS = (
+    :accel_version, :accel_version_number, :accel_last_error_message, :accel_last_error_status,
+    :accel_status_name,
+    :accel_config_new, :accel_config_free, :accel_config_set, :accel_config_load_file,
+    :accel_config_get, :accel_config_dump,
+    :accel_dtype_size, :accel_tensor_from_data, :accel_tensor_to_data, :accel_tensor_free,
+    :accel_tensor_dim_count, :accel_tensor_shape, :accel_tensor_dtype,
+    :accel_tensor_element_count, :accel_tensor_data_size, :accel_tensor_item_f64,
+    :accel_tensor_item_i64, :accel_tensor_wrap_torch, :accel_tensor_borrow_torch,
+    :accel_tensor_list_count, :accel_tensor_list_get, :accel_tensor_list_free,
+    :accel_init, :accel_accelerator_free, :accel_process_index, :accel_local_process_index,
+    :accel_num_processes, :accel_is_main_process, :accel_is_local_main_process, :accel_device,
+    :accel_distributed_type, :accel_mixed_precision, :accel_effective_config,
+    :accel_wait_for_everyone, :accel_print, :accel_main_process_first_begin,
+    :accel_main_process_first_end, :accel_set_seed,
+    :accel_gather, :accel_pad_across_processes, :accel_reduce, :accel_broadcast,
+    :accel_gather_object, :accel_bytes_list_count, :accel_bytes_list_get, :accel_bytes_list_free,
+    :accel_dataset_from_tensors, :accel_dataset_from_callback, :accel_dataset_from_idx,
+    :accel_dataset_sample_count, :accel_dataset_field_count, :accel_dataset_free,
+    :accel_dataloader_new, :accel_dataloader_set, :accel_dataloader_next,
+    :accel_dataloader_field_count, :accel_dataloader_batch_count, :accel_dataloader_set_epoch,
+    :accel_dataloader_epoch, :accel_dataloader_end_of_epoch, :accel_dataloader_remainder,
+    :accel_dataloader_skip_first_batches, :accel_dataloader_position,
+    :accel_dataloader_set_position, :accel_dataloader_close, :accel_dataloader_free,
+    :accel_gather_for_metrics,
+    :accel_model_new, :accel_model_load_torchscript, :accel_model_add_layer, :accel_model_define,
+    :accel_model_call, :accel_model_train, :accel_model_parameter_element_count,
+    :accel_model_tensor_count, :accel_model_tensor_name, :accel_model_tensor,
+    :accel_model_save_torchscript, :accel_model_free,
+    :accel_optimizer_new, :accel_optimizer_set, :accel_optimizer_step, :accel_optimizer_zero_grad,
+    :accel_optimizer_lr, :accel_optimizer_set_lr, :accel_optimizer_step_was_skipped,
+    :accel_optimizer_free,
+    :accel_scheduler_new, :accel_scheduler_set, :accel_scheduler_step, :accel_scheduler_lr,
+    :accel_scheduler_free,
+    :accel_prepare, :accel_accumulate, :accel_sync_gradients, :accel_backward,
+    :accel_clip_grad_norm, :accel_clip_grad_value,
+    :accel_save_model, :accel_load_checkpoint_in_model, :accel_save_state, :accel_load_state,
+    :accel_state_writer_write, :accel_register_for_checkpointing,
+)
+
+pointer_ref(name::Symbol) = Symbol("fp_", name)
+for name in SYMBOLS
+    @eval const $(pointer_ref(name)) = Ref{Ptr{Cvoid}}(C_NULL)
+end
+
+"The path of the libaccel that was loaded."
+const LIBRARY_PATH = Ref{String}("")
+const LIBRARY_HANDLE = Ref{Ptr{Cvoid}}(C_NULL)
+
+"""
+    @acall accel_name(arg::CType, ...)::ReturnType
+
+A ccall of the libaccel function `accel_name` with the given C argument types. Handles
+(`Tensor`, `Model`, ...) may be passed where the type is `Ptr{Cvoid}`: ccall keeps them alive
+for the call and a closed one is refused before the call.
+"""
+macro acall(expr)
+    Meta.isexpr(expr, :(::)) || error("@acall wants name(args...)::ReturnType")
+    ccall_expr(expr.args[1], esc(expr.args[2]))
+end
+
+"""
+    @check accel_name(arg::CType, ...)
+
+@acall of a function that returns an accel_status: anything but ACCEL_OK throws an `AccelError`
+with the library's message, read at once on the thread of the call (nothing yields in between).
+"""
+macro check(call)
+    quote
+        local status = $(ccall_expr(call, :Int32))
+        status == 0 || throw_status(status)
+        nothing
+    end
+end
+
+# The ccall expression of both macros (one macro expanding the other trips Julia 1.5's
+# precompilation over the escaped arguments).
+function ccall_expr(call, rettype)
+    Meta.isexpr(call, :call) || error("libaccel calls are written name(args...)")
+    name = call.args[1]
+    name in SYMBOLS || error("$name is not in Accel.SYMBOLS")
+    types, values = [], []
+    for arg in call.args[2:end]
+        Meta.isexpr(arg, :(::)) || error("argument $arg of $name has no C type")
+        push!(values, esc(arg.args[1]))
+        push!(types, esc(arg.args[2]))
+    end
+    :(ccall($(pointer_ref(name))[], $rettype, ($(types...),), $(values...)))
+end
+
+# The handle, or C_NULL and the loader's reason.
+function try_open(path::AbstractString)
+    try
+        Libdl.dlopen(path, Libdl.RTLD_LAZY | Libdl.RTLD_GLOBAL), ""
+    catch e
+        C_NULL, sprint(showerror, e)
+    end
+end
+
+function pkg_config_libdir()
+    Sys.which("pkg-config") === nothing && return nothing
+    out = IOBuffer()
+    ok = success(pipeline(`pkg-config --variable=libdir accel`, stdout = out, stderr = devnull))
+    dir = strip(String(take!(out)))
+    ok && !isempty(dir) ? dir : nothing
+end
+
+# ACCEL_LIBRARY, else pkg-config's libdir for accel, else the system's search path. A library named
+# by ACCEL_LIBRARY that does not open is an error at once: never silently another one.
+function find_library()
+    explicit = get(ENV, "ACCEL_LIBRARY", "")
+    if !isempty(explicit)
+        handle, reason = try_open(explicit)
+        handle != C_NULL && return handle, explicit
+        error("Accel.jl cannot open ACCEL_LIBRARY=$explicit: $reason")
+    end
+    tried = ["ACCEL_LIBRARY (not set)"]
+    libdir = pkg_config_libdir()
+    if libdir !== nothing
+        for file in ("libaccel.so.0.2", "libaccel.so", "libaccel.dylib")
+            path = joinpath(libdir, file)
+            isfile(path) || continue
+            handle, _ = try_open(path)
+            handle != C_NULL && return handle, path
+        end
+        push!(tried, "pkg-config's libdir for accel ($libdir: no loadable libaccel there)")
+    else
+        push!(tried, "pkg-config (no pkg-config, or no accel.pc on PKG_CONFIG_PATH)")
+    end
+    for name in ("libaccel.so.0.2", "libaccel")
+        handle, _ = try_open(name)
+        handle != C_NULL && return handle, Libdl.dlpath(handle)
+    end
+    push!(tried, "the system's library search path (no libaccel.so.0.2)")
+    error("Accel.jl cannot find libaccel. Tried, in order:\n  " * join(tried, "\n  ") *
+          "\nSet ACCEL_LIBRARY to the library's path, or PKG_CONFIG_PATH to the directory of accel.pc.")
+end
+
+function load_library()
+    handle, path = find_library()
+    missing = String[]
+    for name in SYMBOLS
+        pointer = Libdl.dlsym(handle, name; throw_error = false)
+        if pointer === nothing
+            push!(missing, String(name))
+        else
+            getfield(@__MODULE__, pointer_ref(name))[] = pointer
+        end
+    end
+    isempty(missing) || error("$path is not libaccel 0.2: it lacks $(join(missing, ", "))")
+    number = Int(@acall accel_version_number()::UInt32)
+    if !(SUPPORTED_VERSIONS[1] <= number < SUPPORTED_VERSIONS[2])
+        error("$path is libaccel $(unsafe_string(@acall accel_version()::Cstring)); Accel.jl " *
+              "$(PACKAGE_VERSION) supports [0.2.0, 0.3.0)")
+    end
+    LIBRARY_HANDLE[] = handle
+    LIBRARY_PATH[] = path
+    nothing
+end
+
+"""
+    library_version() -> VersionNumber
+
+The version of the libaccel that was loaded (`accel_version`).
+"""
+library_version() = VersionNumber(unsafe_string(@acall accel_version()::Cstring))

@@ -1,0 +1,133 @@
+# Models: TorchScript modules, loaded or built from layers and TorchScript source.
+
+"""
+    Model()
+    load_torchscript(path) -> Model
+
+A TorchScript module (see accel.h, "Models"). Build one with `add_layer!` and `define!`:
+
+    m = Model()
+    add_layer!(m, "fc1", :linear; in_features = 784, out_features = 64)
+    define!(m, \"\"\"
+    def forward(self, x):
+        return self.fc1.forward(x)
+    \"\"\")
+
+Call a method with `m(x...)` (forward) or `m(:method, x...)`: inputs are tensors, arrays or
+numbers; a method with one result returns a `Tensor`, with several a tuple of them. Results keep
+their autograd history (close a loss once `backward` is done: it holds the step's graph).
+`trainmode!(m)`, `testmode!(m)`, `parameter_count(m)`, `tensor_names(m)`, `m[name]` (a copy of
+a parameter or buffer), `save_torchscript(m, path)`.
+"""
+mutable struct Model <: Handle
+    ptr::Ptr{Cvoid}
+    Model(pointer::Ptr{Cvoid}) = own(new(pointer))
+end
+
+function Model()
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    @check accel_model_new(out::Ptr{Ptr{Cvoid}})
+    Model(out[])
+end
+Model(f::Function) = with_handle(f, Model())
+
+free_handle(::Model, p) = @acall accel_model_free(p::Ptr{Cvoid})::Cvoid
+
+function load_torchscript(path::AbstractString)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    @check accel_model_load_torchscript(c_text(path)::Cstring, out::Ptr{Ptr{Cvoid}})
+    Model(out[])
+end
+
+"""
+    add_layer!(model, name, kind; options...)
+    add_layer!(model, name, kind, spec::AbstractString)
+
+Adds layer `name` of `kind` (`:linear`, `:conv2d`, `:batch_norm2d`, `:layer_norm`,
+`:embedding`), initialised as the matching torch.nn layer: `add_layer!(m, "conv1", :conv2d;
+in_channels = 1, out_channels = 32, kernel_size = 3)`.
+"""
+function add_layer!(model::Model, name, kind, spec::AbstractString)
+    @check accel_model_add_layer(model::Ptr{Cvoid}, c_text(name)::Cstring, c_text(kind)::Cstring,
+                                 c_text(spec)::Cstring)
+    model
+end
+add_layer!(model::Model, name, kind; options...) =
+    add_layer!(model, name, kind, join(("$key=$(option_text(value))" for (key, value) in options), " "))
+
+"""
+    define!(model, source)
+
+Compiles TorchScript source defining methods of the model (forward, training_step, ...). Source
+that does not compile throws `ERR_INVALID_ARGUMENT` with TorchScript's message.
+"""
+function define!(model::Model, source::AbstractString)
+    @check accel_model_define(model::Ptr{Cvoid}, c_text(source)::Cstring)
+    model
+end
+
+"""
+    call(model, method, inputs...) -> Tensor or Tuple of Tensors
+
+Calls `method` (a Symbol or string) once; `model(inputs...)` is `call(model, :forward, ...)`.
+"""
+function call(model::Model, method::Union{Symbol,AbstractString}, inputs...)
+    name = c_text(method)
+    list = with_tensors(inputs) do tensors
+        pointers = Ptr{Cvoid}[Base.unsafe_convert(Ptr{Cvoid}, t) for t in tensors]
+        out = Ref{Ptr{Cvoid}}(C_NULL)
+        GC.@preserve tensors begin
+            @check accel_model_call(model::Ptr{Cvoid}, name::Cstring, pointers::Ptr{Ptr{Cvoid}},
+                                    length(pointers)::Csize_t, out::Ptr{Ptr{Cvoid}})
+        end
+        out[]
+    end
+    results = take_tensor_list(list)
+    length(results) == 1 ? results[1] : Tuple(results)
+end
+(model::Model)(method::Symbol, inputs...) = call(model, method, inputs...)
+(model::Model)(inputs...) = call(model, :forward, inputs...)
+
+"""
+    trainmode!(model, on = true)
+    testmode!(model)
+
+Train mode (dropout active, batch-norm statistics updated) or eval mode.
+"""
+function trainmode!(model::Model, on::Bool = true)
+    @check accel_model_train(model::Ptr{Cvoid}, on::Bool)
+    model
+end
+testmode!(model::Model) = trainmode!(model, false)
+
+"The total number of parameter elements."
+function parameter_count(model::Model)
+    out = Ref{Int64}(0)
+    @check accel_model_parameter_element_count(model::Ptr{Cvoid}, out::Ptr{Int64})
+    Int(out[])
+end
+
+"The names of the parameters and buffers (\"fc1.weight\", ...), parameters first."
+function tensor_names(model::Model)
+    count = Ref{Csize_t}(0)
+    @check accel_model_tensor_count(model::Ptr{Cvoid}, count::Ptr{Csize_t})
+    map(0:Int(count[])-1) do i
+        read_text() do buffer, capacity, size
+            @acall accel_model_tensor_name(model::Ptr{Cvoid}, i::Csize_t, buffer::Ptr{UInt8},
+                                           capacity::Csize_t, size::Ptr{Csize_t})::Int32
+        end
+    end
+end
+
+"A copy of parameter or buffer `name` (detached; later training does not change it)."
+function Base.getindex(model::Model, name::AbstractString)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    @check accel_model_tensor(model::Ptr{Cvoid}, c_text(name)::Cstring, out::Ptr{Ptr{Cvoid}})
+    Tensor(out[], Val(:own))
+end
+
+"Saves the model as a TorchScript archive (torch.jit.load and `load_torchscript` read it)."
+function save_torchscript(model::Model, path::AbstractString)
+    @check accel_model_save_torchscript(model::Ptr{Cvoid}, c_text(path)::Cstring)
+    path
+end

@@ -1,0 +1,226 @@
+# Tensors, and the one layout rule between Julia's arrays and the library's.
+#
+# Julia arrays are column-major, the library's tensors row-major. A tensor is made from an array's
+# memory as it is, with the dimensions reversed: a Julia array of size (28, 28, N) is the library's
+# tensor of shape [N, 28, 28], and the first index of the library (the sample) is Julia's last.
+# `Array(t)` applies the same rule back. No transposing copy, in either direction.
+
+"""
+    DType
+
+Element types of the library (`Accel.F32`, `Accel.BF16`, ...). Julia's `Float32`, `Float64`,
+`Float16`, `Int64`, `Int32`, `Int16`, `Int8`, `UInt8` and `Bool` map to them one to one; `BF16`
+has no Julia type here and is read and written as raw bytes (`Tensor(BF16, bytes, dims)`, `rawdata`).
+"""
+@enum DType::Int32 F32 = 1 F64 = 2 F16 = 3 BF16 = 4 I64 = 5 I32 = 6 I16 = 7 I8 = 8 U8 = 9 BOOL = 10
+
+const ELEMENT_TYPES = (Float32 => F32, Float64 => F64, Float16 => F16, Int64 => I64, Int32 => I32,
+                       Int16 => I16, Int8 => I8, UInt8 => U8, Bool => BOOL)
+
+"The Julia element types a tensor converts from and to."
+const Element = Union{Float32,Float64,Float16,Int64,Int32,Int16,Int8,UInt8,Bool}
+
+dtype_of(::Type{T}) where {T<:Element} = last(ELEMENT_TYPES[findfirst(p -> first(p) === T, ELEMENT_TYPES)])
+function julia_type(dtype::DType)
+    i = findfirst(p -> last(p) === dtype, ELEMENT_TYPES)
+    i === nothing && throw(AccelError(ERR_DTYPE, "$dtype has no Julia element type: use rawdata"))
+    first(ELEMENT_TYPES[i])
+end
+
+"""
+    Tensor(A::AbstractArray)
+    Tensor(x::Number)
+    Tensor(dtype::DType, bytes::AbstractVector{UInt8}, dims)
+
+A library tensor holding a copy of `A`, with the dimensions reversed (see the layout rule: size
+(28, 28, N) in Julia is the library's [N, 28, 28]). A number makes a scalar (0 dimensions). The
+third form takes raw little-endian elements of any dtype (BF16 included), `dims` in Julia's order.
+
+`Array(t)` copies back; `size(t)`, `ndims(t)`, `length(t)` and `eltype(t)` are Julia's view of
+it, `shape(t)` the library's (row-major) shape, `item(t)` the value of a one-element tensor.
+"""
+mutable struct Tensor <: Handle
+    ptr::Ptr{Cvoid}
+    Tensor(pointer::Ptr{Cvoid}, ::Val{:own}) = own(new(pointer))
+end
+
+free_handle(::Tensor, p) = @acall accel_tensor_free(p::Ptr{Cvoid})::Cvoid
+
+function make_tensor(data, bytes::Integer, dtype::DType, juliadims)
+    shape = Int64[reverse(Tuple(juliadims))...]
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    @check accel_tensor_from_data(data::Ptr{Cvoid}, bytes::Csize_t, Int32(dtype)::Int32,
+                                  shape::Ptr{Int64}, length(shape)::Csize_t, out::Ptr{Ptr{Cvoid}})
+    Tensor(out[], Val(:own))
+end
+
+Tensor(A::Array{T}) where {T<:Element} = make_tensor(A, sizeof(A), dtype_of(T), size(A))
+Tensor(A::AbstractArray{T}) where {T<:Element} = Tensor(Array{T}(A))
+Tensor(A::AbstractArray{T}) where {T} = throw(AccelError(ERR_DTYPE,
+    "Julia element type $T has no library dtype (use one of $(join(first.(ELEMENT_TYPES), ", ")))"))
+Tensor(x::Element) = Tensor(fill(x))
+Tensor(t::Tensor) = t
+function Tensor(dtype::DType, bytes::AbstractVector{UInt8}, dims)
+    data = Vector{UInt8}(bytes)
+    make_tensor(data, length(data), dtype, dims)
+end
+Tensor(f::Function, args...) = with_handle(f, Tensor(args...))
+
+"""
+    dtype(t) -> DType
+
+The tensor's element type as the library names it.
+"""
+function dtype(t::Tensor)
+    out = Ref{Int32}(0)
+    @check accel_tensor_dtype(t::Ptr{Cvoid}, out::Ptr{Int32})
+    DType(out[])
+end
+
+Base.eltype(t::Tensor) = julia_type(dtype(t))
+
+"""
+    shape(t) -> Vector{Int64}
+
+The library's shape (row-major order: samples first). `size(t)` is the same reversed.
+"""
+function shape(t::Tensor)
+    count = Ref{Csize_t}(0)
+    @check accel_tensor_dim_count(t::Ptr{Cvoid}, count::Ptr{Csize_t})
+    dims = Vector{Int64}(undef, count[])
+    @check accel_tensor_shape(t::Ptr{Cvoid}, dims::Ptr{Int64}, length(dims)::Csize_t, count::Ptr{Csize_t})
+    dims
+end
+
+Base.size(t::Tensor) = Tuple(Int.(reverse(shape(t))))
+Base.ndims(t::Tensor) = length(shape(t))
+function Base.length(t::Tensor)
+    out = Ref{Int64}(0)
+    @check accel_tensor_element_count(t::Ptr{Cvoid}, out::Ptr{Int64})
+    Int(out[])
+end
+
+"""
+    datasize(t) -> Int
+
+The size of the tensor's elements in bytes.
+"""
+function datasize(t::Tensor)
+    out = Ref{Csize_t}(0)
+    @check accel_tensor_data_size(t::Ptr{Cvoid}, out::Ptr{Csize_t})
+    Int(out[])
+end
+
+"""
+    dtype_size(dtype) -> Int
+
+The size of one element of `dtype` in bytes.
+"""
+dtype_size(d::DType) = Int(@acall accel_dtype_size(Int32(d)::Int32)::Csize_t)
+
+function copy_out!(dest, t::Tensor)
+    written = Ref{Csize_t}(0)
+    @check accel_tensor_to_data(t::Ptr{Cvoid}, dest::Ptr{Cvoid}, sizeof(dest)::Csize_t, written::Ptr{Csize_t})
+    dest
+end
+
+function Base.Array(t::Tensor)
+    T = eltype(t)
+    copy_out!(Array{T}(undef, size(t)), t)
+end
+
+function Base.Array{T}(t::Tensor) where {T}
+    A = Array(t)
+    eltype(A) === T ? A : convert(Array{T}, A)
+end
+
+"""
+    rawdata(t) -> Vector{UInt8}
+
+The tensor's elements as bytes, row-major (the library's order; for BF16 and for interop).
+"""
+rawdata(t::Tensor) = copy_out!(Vector{UInt8}(undef, datasize(t)), t)
+
+"""
+    item(t)
+    item(T::Type{Float64}, t), item(T::Type{Int64}, t)
+
+The value of a one-element tensor: a Float64 for floating-point tensors, an Int64 for integer and
+Bool tensors. More than one element throws `ERR_SHAPE`.
+"""
+item(t::Tensor) = dtype(t) in (F32, F64, F16, BF16) ? item(Float64, t) : item(Int64, t)
+function item(::Type{Float64}, t::Tensor)
+    out = Ref{Float64}(0)
+    @check accel_tensor_item_f64(t::Ptr{Cvoid}, out::Ptr{Float64})
+    out[]
+end
+function item(::Type{Int64}, t::Tensor)
+    out = Ref{Int64}(0)
+    @check accel_tensor_item_i64(t::Ptr{Cvoid}, out::Ptr{Int64})
+    out[]
+end
+
+function Base.show(io::IO, t::Tensor)
+    if isopen(t)
+        print(io, "Tensor{", dtype(t), "}(size ", size(t), ")")
+    else
+        print(io, "Tensor (closed)")
+    end
+end
+
+"""
+    wrap_torch(pointer::Ptr{Cvoid}) -> Tensor
+
+Interop, no copy: a tensor sharing the storage of the LibTorch `at::Tensor` at `pointer` (as
+Torch.jl holds them), from the very LibTorch build libaccel links. Anything else is undefined
+behaviour: the one call that trusts its argument.
+"""
+function wrap_torch(pointer::Ptr{Cvoid})
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    @check accel_tensor_wrap_torch(pointer::Ptr{Cvoid}, out::Ptr{Ptr{Cvoid}})
+    Tensor(out[], Val(:own))
+end
+
+"""
+    borrow_torch(t) -> Ptr{Cvoid}
+
+Interop, no copy: the `at::Tensor*` inside `t`, valid while `t` is open.
+"""
+function borrow_torch(t::Tensor)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    @check accel_tensor_borrow_torch(t::Ptr{Cvoid}, out::Ptr{Ptr{Cvoid}})
+    out[]
+end
+
+# Takes every entry of a library-owned tensor list, then frees the list.
+function take_tensor_list(list::Ptr{Cvoid})
+    try
+        count = Ref{Csize_t}(0)
+        @check accel_tensor_list_count(list::Ptr{Cvoid}, count::Ptr{Csize_t})
+        tensors = Vector{Tensor}(undef, count[])
+        for i in 1:count[]
+            out = Ref{Ptr{Cvoid}}(C_NULL)
+            @check accel_tensor_list_get(list::Ptr{Cvoid}, (i - 1)::Csize_t, out::Ptr{Ptr{Cvoid}})
+            tensors[i] = Tensor(out[], Val(:own))
+        end
+        tensors
+    finally
+        @acall accel_tensor_list_free(list::Ptr{Cvoid})::Cvoid
+    end
+end
+
+# Tensors for a call: arrays and numbers are converted (and closed after the call by `f`).
+function with_tensors(f, inputs)
+    made = Tensor[]
+    tensors = map(inputs) do x
+        x isa Tensor && return x
+        t = Tensor(x)
+        push!(made, t)
+        t
+    end
+    try
+        f(tensors)
+    finally
+        foreach(close, made)
+    end
+end

@@ -1,0 +1,97 @@
+# The rank programs of the multi-process tests, run under `accel launch`:
+#   julia --project=... test/ranks.jl train        300 steps on Fashion-MNIST; the loss falls and
+#                                                  every parameter is equal on every rank
+#   julia --project=... test/ranks.jl equiv B OUT  20 SGD steps of global batch 64 as ranks x B;
+#                                                  the main rank writes the parameters to OUT
+using Accel
+include("helpers.jl")
+
+# Every parameter equal on every rank, bit for bit.
+function parameters_agree(acc, model)
+    for name in tensor_names(model)
+        mine = vec(Array(model[name]))
+        every = Array(gather(acc, reshape(mine, :, 1)))   # one column per rank
+        for r in 2:num_processes(acc)
+            every[:, r] == every[:, 1] || error("$name differs between rank 0 and rank $(r - 1)")
+        end
+    end
+end
+
+function rank_train()
+    Accelerator() do acc
+        rank = process_index(acc)
+        set_seed(acc, 5)
+        model = mlp(64, 784, 10)
+        opt = Optimizer(model, :adamw; lr = 2e-3)
+        data = idx_dataset("$FASHION_MNIST/train-images-idx3-ubyte.gz",
+                           "$FASHION_MNIST/train-labels-idx1-ubyte.gz")
+        loader = DataLoader(acc, data; batch_size = 32, shuffle = true, num_workers = 1)
+        prepare(acc, model, opt, loader)
+        first, last, step = 0.0, 0.0, 0
+        for (images, labels) in loader
+            step == 300 && break
+            x = Float32.(reshape(Array(images), 784, :)) ./ 255
+            accumulate!(acc)
+            loss = model(:training_step, x, labels)
+            backward(acc, loss)
+            step!(opt)
+            zero_grad!(opt)
+            mean = reduce(acc, loss; reduction = :mean)
+            value = item(mean)
+            close(mean)
+            close(loss)
+            if step < 20
+                first += value / 20
+            elseif step >= 280
+                last += value / 20
+            end
+            step += 1
+        end
+        last < 0.7 * first || error("rank $rank: the loss did not fall: $first -> $last")
+        parameters_agree(acc, model)
+        # One write: the ranks share the launcher's pipe, and println writes the newline apart.
+        print("rank $rank: the loss fell, parameters equal on every rank\n")
+        flush(stdout)
+        wait_for_everyone(acc)
+    end
+end
+
+# No dropout, no shuffle: the parameters depend only on the global batch, not on how many
+# processes share it.
+function rank_equiv(batch, out)
+    Accelerator() do acc
+        set_seed(acc, 11)
+        n = 64 * 20
+        xs = Float32[((i * 7919) % 1000) / 500 - 1 for i in 0:n*8-1]
+        ys = Int64[(i * 31) % 4 for i in 0:n-1]
+        data = Dataset(reshape(xs, 8, n), ys)     # samples along Julia's last dimension
+        loader = DataLoader(acc, data; batch_size = batch)
+        model = mlp(16, 8, 4)
+        opt = Optimizer(model, :sgd; lr = 0.1)
+        prepare(acc, model, opt, loader)
+        for (x, y) in loader
+            accumulate!(acc)
+            loss = model(:training_step, x, y)
+            backward(acc, loss)
+            close(loss)
+            step!(opt)
+            zero_grad!(opt)
+        end
+        if is_main_process(acc)
+            open(out, "w") do io
+                for name in tensor_names(model)
+                    println(io, name, " ", join(vec(Array(model[name])), " "))
+                end
+            end
+        end
+        wait_for_everyone(acc)
+    end
+end
+
+if ARGS[1] == "train"
+    rank_train()
+elseif ARGS[1] == "equiv"
+    rank_equiv(parse(Int, ARGS[2]), ARGS[3])
+else
+    error("unknown role $(ARGS[1])")
+end

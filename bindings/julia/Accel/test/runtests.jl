@@ -1,0 +1,461 @@
+# The Julia binding's tests: julia --project=bindings/julia/Accel bindings/julia/Accel/test/runtests.jl
+# (not Pkg.test, which wants the registry). Single-process tests first, then real processes over
+# real Gloo under `accel launch`. The last line is "N passed, N failed".
+using Accel
+using Test
+include("counting.jl")
+include("helpers.jl")
+
+# The AccelError a call throws (or nothing).
+function error_of(f)
+    try
+        f()
+    catch e
+        e isa AccelError && return e
+        rethrow()
+    end
+    nothing
+end
+
+@testset CountingTestSet "Accel.jl" begin
+
+@testset "library" begin
+    @test Accel.library_version() == v"0.2.0"
+    @test isfile(Accel.LIBRARY_PATH[])
+    @test Accel.status_name(Accel.ERR_SHAPE) == "ACCEL_ERR_SHAPE"
+    # Each way of finding the library, in a fresh process.
+    probe = `$(julia_cmd()) -e 'using Accel; print(Accel.LIBRARY_PATH[])'`
+    env = copy(ENV)
+    delete!(env, "ACCEL_LIBRARY")
+    env["PKG_CONFIG_PATH"] = joinpath(REPO_ROOT, "build", "uninstalled")
+    code, out = run_output(setenv(probe, env))
+    @test code == 0 && realpath(out) == realpath(joinpath(REPO_ROOT, "build", "lib", "libaccel.so.0.2"))
+    env["ACCEL_LIBRARY"] = "/nonexistent/libaccel.so"
+    code, out = run_output(setenv(probe, env))
+    @test code != 0 && occursin("cannot open ACCEL_LIBRARY=/nonexistent/libaccel.so", out)
+    delete!(env, "ACCEL_LIBRARY")
+    env["PKG_CONFIG_PATH"] = mktempdir()
+    code, out = run_output(setenv(probe, env))
+    if code != 0   # unless a libaccel is installed system-wide
+        @test occursin("ACCEL_LIBRARY (not set)", out) && occursin("pkg-config", out) &&
+              occursin("system's library search path", out)
+    end
+end
+
+@testset "every symbol of the header is called" begin
+    listed = filter(l -> !isempty(l) && !startswith(l, "#"),
+                    strip.(readlines(joinpath(REPO_ROOT, "tests", "abi", "symbols.txt"))))
+    @test length(listed) >= 100
+    source = join((read(joinpath(PACKAGE_DIR, "src", f), String)
+                   for f in readdir(joinpath(PACKAGE_DIR, "src"))), "\n")
+    # @acall/@check write calls as name(args::T); the SYMBOLS list alone does not count.
+    uncalled = filter(name -> !occursin(Regex("(@acall|@check)\\(?\\s*$name\\("), source), listed)
+    @test isempty(uncalled)
+    isempty(uncalled) || println("never called: ", join(uncalled, ", "))
+end
+
+@testset "layout rule: Julia's dimensions reversed" begin
+    A = reshape(Float32.(1:24), 2, 3, 4)
+    t = Tensor(A)
+    @test shape(t) == [4, 3, 2]
+    @test size(t) == (2, 3, 4) && ndims(t) == 3 && length(t) == 24
+    @test Array(t) == A
+    # Row-major bytes of the library's [4, 3, 2] are Julia's column-major memory as it is.
+    @test reinterpret(Float32, rawdata(t)) == vec(A)
+    close(t)
+    # A linear layer on a (features, batch) array: the library computes x W' + b on [batch,
+    # features]; in Julia that is W' x .+ b with W of Julia size (in, out).
+    m = Model()
+    add_layer!(m, "fc", :linear; in_features = 3, out_features = 2)
+    define!(m, "def forward(self, x):\n    return self.fc.forward(x)\n")
+    x = rand(Float32, 3, 5)
+    W, b = Array(m["fc.weight"]), Array(m["fc.bias"])
+    @test size(W) == (3, 2)
+    y = m(x)
+    @test size(y) == (2, 5)
+    @test Array(y) ≈ transpose(W) * x .+ b
+    close(m)
+    # Images of Julia size (28, 28, N) are the library's [N, 28, 28]: a batch of B is (28, 28, B).
+    images = rand(UInt8, 28, 28, 10)
+    labels = collect(UInt8, 0:9)
+    Accelerator() do acc
+        loader = DataLoader(acc, Dataset(images, labels); batch_size = 4)
+        batches = [(Array(x), Array(y)) for (x, y) in loader]
+        @test length(batches) == 3
+        @test batches[1][1] == images[:, :, 1:4] && batches[1][2] == labels[1:4]
+        @test size(batches[3][1]) == (28, 28, 2)
+        idx = idx_dataset("$FASHION_MNIST/t10k-images-idx3-ubyte.gz", "$FASHION_MNIST/t10k-labels-idx1-ubyte.gz")
+        @test length(idx) == 10000 && field_count(idx) == 2
+        for (x, y) in DataLoader(acc, idx; batch_size = 8)
+            @test size(x) == (28, 28, 8) && shape(x) == [8, 28, 28] && eltype(x) == UInt8
+            @test size(y) == (8,)
+            break
+        end
+    end
+end
+
+@testset "tensors" begin
+    for T in (Float32, Float64, Float16, Int64, Int32, Int16, Int8, UInt8, Bool)
+        A = T == Bool ? rand(Bool, 3, 2) : T.(reshape(0:5, 3, 2))
+        Tensor(A) do t
+            @test eltype(t) == T && Array(t) == A && Array{T}(t) == A
+            @test Accel.datasize(t) == 6 * sizeof(T) == 6 * Accel.dtype_size(dtype(t))
+        end
+    end
+    s = Tensor(2.5)
+    @test shape(s) == Int64[] && size(s) == () && item(s) == 2.5 && Array(s)[] == 2.5
+    @test item(Tensor(Int32(7))) === 7
+    @test Array{Float64}(Tensor(Int32[1, 2])) == [1.0, 2.0]
+    bf = Tensor(Accel.BF16, UInt8[0x80, 0x3f, 0x00, 0x40], (2,))   # 1.0 and 2.0
+    @test dtype(bf) == Accel.BF16 && rawdata(bf) == UInt8[0x80, 0x3f, 0x00, 0x40]
+    @test item(Float64, Tensor(Accel.BF16, UInt8[0x80, 0x3f], ())) == 1.0
+    @test error_of(() -> Array(bf)).status == Accel.ERR_DTYPE
+    @test error_of(() -> Tensor(Accel.F32, UInt8[1, 2, 3], (1,))).status == Accel.ERR_INVALID_ARGUMENT ||
+          error_of(() -> Tensor(Accel.F32, UInt8[1, 2, 3], (1,))).status == Accel.ERR_SHAPE
+    @test error_of(() -> Tensor([1 + 2im])).status == Accel.ERR_DTYPE
+    e = error_of(() -> item(Tensor(Float32[1, 2])))
+    @test e.status == Accel.ERR_SHAPE && !isempty(e.message)
+    @test error_of(() -> item(Int64, Tensor(1.5))).status == Accel.ERR_DTYPE
+    p = Accel.borrow_torch(s)
+    @test p != C_NULL
+    w = Accel.wrap_torch(p)
+    @test item(w) == 2.5
+    close(w)
+    close(s)
+    close(s)   # idempotent
+    @test !isopen(s)
+    e = error_of(() -> item(s))
+    @test e.status == Accel.ERR_STATE && occursin("used after close", e.message)
+    @test occursin("closed", sprint(show, s))
+end
+
+@testset "configuration" begin
+    Config(mixed_precision = "bf16") do cfg
+        @test cfg["mixed_precision"] == "bf16"
+        cfg[:gradient_accumulation_steps] = 4
+        @test cfg["gradient_accumulation_steps"] == "4"
+        cfg["rendezvous_timeout"] = 2.5
+        @test parse(Float64, cfg["rendezvous_timeout"]) == 2.5
+        @test occursin("mixed_precision: bf16", dump_yaml(cfg))
+        e = error_of(() -> (cfg["mixed_precisoin"] = "bf16"))
+        @test e.status == Accel.ERR_CONFIG && occursin("mixed_precisoin", e.message)
+        e = error_of(() -> (cfg["mixed_precision"] = "fp9"))
+        @test e.status == Accel.ERR_CONFIG && occursin("fp9", e.message)
+        @test cfg["mixed_precision"] == "bf16"   # unchanged
+        @test_throws ArgumentError (cfg["mixed_precision"] = [1])
+        @test_throws ArgumentError (cfg["mixed_precision"] = "bf\0 16")
+    end
+    dir = mktempdir()
+    path = joinpath(dir, "config.yaml")
+    write(path, "compute_environment: LOCAL_MACHINE\nmixed_precision: bf16\nnum_processes: 1\n")
+    Config(path) do cfg
+        @test cfg["mixed_precision"] == "bf16"
+    end
+    write(path, "mixed_precision: bf16\nnum_procesess: 2\n")
+    e = error_of(() -> Config(path))
+    @test e.status == Accel.ERR_CONFIG && occursin("num_procesess", e.message) && occursin("config.yaml:2", e.message)
+    @test error_of(() -> Config(joinpath(dir, "missing.yaml"))).status == Accel.ERR_IO
+end
+
+@testset "models, optimizers, schedulers" begin
+    m = mlp(4, 3, 2)
+    @test tensor_names(m) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    @test parameter_count(m) == 3 * 4 + 4 + 4 * 2 + 2
+    @test error_of(() -> add_layer!(m, "x", :transformer; width = 3)).status == Accel.ERR_INVALID_ARGUMENT
+    e = error_of(() -> define!(m, "def broken(self, x):\n    return x +\n"))
+    @test e.status == Accel.ERR_INVALID_ARGUMENT && !isempty(e.message)
+    @test error_of(() -> m(:nope, rand(Float32, 3, 1))).status == Accel.ERR_INVALID_ARGUMENT
+    @test error_of(() -> m(rand(Float32, 5, 2))).status == Accel.ERR_SHAPE
+    @test error_of(() -> m["nope"]).status == Accel.ERR_INVALID_ARGUMENT
+    dir = mktempdir()
+    save_torchscript(m, joinpath(dir, "m.pt"))
+    m2 = load_torchscript(joinpath(dir, "m.pt"))
+    @test Array(m2["fc1.weight"]) == Array(m["fc1.weight"])
+    x = rand(Float32, 3, 4)
+    @test Array(m2(x)) == Array(m(x))
+    @test error_of(() -> load_torchscript(joinpath(dir, "none.pt"))).status == Accel.ERR_IO
+    testmode!(m)
+    trainmode!(m)
+
+    opt = Optimizer(m, :sgd; lr = 0.5, momentum = 0.9)
+    @test lr(opt) == 0.5
+    set_lr!(opt, 0.25)
+    @test lr(opt) == 0.25
+    @test error_of(() -> Optimizer(m, :lion)).status == Accel.ERR_INVALID_ARGUMENT
+    @test error_of(() -> set!(opt, :betas, 1)).status == Accel.ERR_INVALID_ARGUMENT
+    sched = Scheduler(opt, :linear; warmup_steps = 10, total_steps = 100)
+    @test lr(sched) == 0.0
+    step!(sched)
+    @test lr(sched) ≈ 0.025
+    @test lr(opt) ≈ 0.025
+    @test !step_was_skipped(opt)
+    foreach(close, (sched, opt, m, m2))
+end
+
+@testset "function datasets" begin
+    Accelerator() do acc
+        seen = Int[]
+        ds = Dataset(10, Float32 => (3,), Int64 => ()) do i, x, y
+            push!(seen, i)
+            x .= Float32[i, 2i, 3i]
+            y[] = 100 + i
+        end
+        @test length(ds) == 10 && field_count(ds) == 2
+        loader = DataLoader(acc, ds; batch_size = 4)
+        @test length(loader) == 3 && field_count(loader) == 2
+        got = [(Array(x), Array(y)) for (x, y) in loader]
+        @test sort(seen) == 1:10
+        @test got[1][1] == Float32[1 2 3 4; 2 4 6 8; 3 6 9 12] && got[1][2] == 101:104
+        @test size(got[3][1]) == (3, 2)
+
+        # An exception inside becomes an AccelError of the iteration, the original attached.
+        failing = Dataset(8, Float32 => ()) do i, x
+            i == 6 && throw(DomainError(i, "sample six is bad"))
+            x[] = i
+        end
+        fl = DataLoader(acc, failing; batch_size = 2)
+        got = Float32[]
+        e = error_of(() -> for (x,) in fl
+            append!(got, Array(x))
+        end)
+        @test e.status == Accel.ERR_CALLBACK
+        @test e.cause !== nothing && e.cause[1] isa DomainError && e.cause[1].val == 6
+        @test occursin("sample six is bad", sprint(showerror, e))
+        @test got == Float32[1, 2, 3, 4]
+        # The next iteration starts that epoch again, and fails at the same place.
+        e = error_of(() -> foreach(identity, fl))
+        @test e.status == Accel.ERR_CALLBACK && e.cause[1] isa DomainError
+
+        # A function returning nothing useful still works; a wrong field type is refused.
+        @test error_of(() -> Dataset((i, x) -> nothing, 4, ComplexF64 => ())).status == Accel.ERR_DTYPE
+
+        # Workers: refused before Julia 1.9 (callbacks on foreign threads), allowed from 1.9.
+        if VERSION < v"1.9"
+            e = error_of(() -> DataLoader(acc, ds; num_workers = 2))
+            @test e.status == Accel.ERR_UNSUPPORTED && occursin("num_workers = 0", e.message)
+            e = error_of(() -> set!(loader, :num_workers, 1))
+            @test e.status == Accel.ERR_UNSUPPORTED
+            set!(loader, :num_workers, 0)
+        else
+            threaded = DataLoader(acc, ds; batch_size = 4, num_workers = 2)
+            @test sum(sum(Array(y)) for (x, y) in threaded) == sum(101:110)
+            close(threaded)
+        end
+        # Arrays and IDX datasets take workers on every Julia.
+        arrays = DataLoader(acc, Dataset(rand(Float32, 2, 16)); batch_size = 4, num_workers = 2)
+        @test count(_ -> true, arrays) == 4
+        close(arrays)
+        foreach(close, (loader, fl, ds, failing))
+    end
+end
+
+@testset "dataloaders" begin
+    Accelerator() do acc
+        data = Dataset(Float32.(reshape(1:20, 2, 10)), collect(Int64, 1:10))
+        loader = DataLoader(acc, data; batch_size = 3, shuffle = true, seed = 7)
+        @test length(loader) == 4 && epoch(loader) == 0 && remainder(loader) == 1
+        order(l) = vcat((Array(y) for (x, y) in l)...)
+        first = order(loader)
+        @test sort(first) == 1:10 && epoch(loader) == 1
+        set_epoch!(loader, 0)
+        @test order(loader) == first
+        second = order(loader)
+        @test second != first && sort(second) == 1:10
+        # A batch lives for one turn of the loop.
+        kept = nothing
+        for (x, y) in loader
+            kept = x
+            @test isopen(x)
+            @test end_of_epoch(loader) == false
+            break
+        end
+        next_batch(loader)   # the loop's batch is closed when the loader moves on
+        @test !isopen(kept)
+        owned = next_batch(loader)
+        @test all(isopen, owned)
+        foreach(close, owned)
+        @test position(loader)[2] == 9
+        set_position!(loader, 3, 6)
+        @test position(loader) == (3, 6)
+        @test length(collect(Array(y) for (x, y) in loader)) == 2
+        skip_first_batches!(loader, 2)
+        @test length(collect(Array(y) for (x, y) in loader)) == 2
+        @test error_of(() -> set!(loader, :batch_size, 0)).status == Accel.ERR_INVALID_ARGUMENT
+        @test error_of(() -> set!(loader, :shuffel, true)).status == Accel.ERR_INVALID_ARGUMENT
+        @test error_of(() -> Dataset(rand(Float32, 2, 3), rand(Float32, 4))).status == Accel.ERR_SHAPE
+        @test error_of(() -> idx_dataset("/nonexistent/train-images-idx3-ubyte.gz")).status == Accel.ERR_IO
+        close(loader)
+        close(loader)
+        @test error_of(() -> next_batch(loader)).status == Accel.ERR_STATE
+    end
+end
+
+@testset "accelerator, one process" begin
+    acc = Accelerator(gradient_accumulation_steps = 2)
+    @test process_index(acc) == 0 && local_process_index(acc) == 0 && num_processes(acc) == 1
+    @test is_main_process(acc) && is_local_main_process(acc)
+    @test device(acc) == "cpu" && distributed_type(acc) == :NO && mixed_precision(acc) == :no
+    @test occursin("gradient_accumulation_steps: 2", effective_config(acc))
+    @test error_of(() -> Accelerator()).status == Accel.ERR_STATE   # one per process
+    @test error_of(() -> Accelerator(mixed_precision = "fp8")).status in (Accel.ERR_UNSUPPORTED, Accel.ERR_CONFIG)
+
+    set_seed(acc, 3)
+    model = mlp(8, 4, 3)
+    opt = Optimizer(model, :sgd; lr = 0.1)
+    loader = DataLoader(acc, Dataset(rand(Float32, 4, 32), rand(0:2, 32)); batch_size = 8)
+    @test prepare(acc, model, opt, loader) == (model, opt, loader)
+    syncs = Bool[]
+    before = Array(model["fc1.weight"])
+    for (x, y) in loader
+        accumulate(acc) do
+            loss = model(:training_step, x, y)
+            backward(acc, loss)
+            push!(syncs, sync_gradients(acc))
+            norm = clip_grad_norm!(acc, model, 1e-3)
+            syncs[end] && @test norm > 0
+            clip_grad_value!(acc, model, 1.0)
+            step!(opt)
+            zero_grad!(opt)
+            close(loss)
+        end
+    end
+    @test syncs == [false, true, false, true]
+    @test Array(model["fc1.weight"]) != before
+
+    # Collectives are the identity on one process.
+    @test Array(gather(acc, Float32[1, 2])) == Float32[1, 2]
+    @test Array(reduce(acc, [1.0, 2.0]; reduction = :max)) == [1.0, 2.0]
+    @test error_of(() -> reduce(acc, [1.0]; reduction = :median)).status == Accel.ERR_INVALID_ARGUMENT
+    @test Array(broadcast(acc, Int32[4, 5])) == Int32[4, 5]
+    @test Array(pad_across_processes(acc, ones(Float32, 2, 3); dim = 1, pad_value = -1)) == ones(Float32, 2, 3)
+    @test error_of(() -> pad_across_processes(acc, ones(Float32, 2); dim = 2)).status == Accel.ERR_INVALID_ARGUMENT
+    @test gather_object(acc, Dict("a" => [1, 2])) == [Dict("a" => [1, 2])]
+    @test gather_bytes(acc, UInt8[]) == [UInt8[]]
+    @test Array(gather_for_metrics(acc, Int64[1, 0, 1])) == [1, 0, 1]
+    @test main_process_first(() -> 42, acc) == 42
+    @test_throws ErrorException main_process_first(() -> error("inside"), acc)
+    wait_for_everyone(acc)   # main_process_first's end ran despite the error
+    println(acc, "printed by the main process: ", 1, " ", 2.5)
+
+    # Checkpoints: weights, the whole state, and the program's own objects.
+    dir = mktempdir()
+    save_model(acc, model, joinpath(dir, "weights"))
+    @test isfile(joinpath(dir, "weights", "model.safetensors"))
+    other = mlp(8, 4, 3)
+    load_checkpoint_in_model(other, joinpath(dir, "weights"))
+    @test Array(other["fc2.weight"]) == Array(model["fc2.weight"])
+    @test error_of(() -> load_checkpoint_in_model(mlp(9, 4, 3), joinpath(dir, "weights"))).status == Accel.ERR_SHAPE
+    counter = Ref(17)
+    register_for_checkpointing(acc; save = io -> write(io, counter[]),
+                                    load = bytes -> (counter[] = reinterpret(Int, bytes)[1]))
+    saved = Array(model["fc1.weight"])
+    save_state(acc, joinpath(dir, "state"))
+    counter[] = 0
+    for (x, y) in loader
+        accumulate!(acc)
+        loss = model(:training_step, x, y)
+        backward(acc, loss)
+        close(loss)
+        step!(opt)
+        zero_grad!(opt)
+    end
+    @test Array(model["fc1.weight"]) != saved
+    load_state(acc, joinpath(dir, "state"))
+    @test Array(model["fc1.weight"]) == saved && counter[] == 17
+    @test error_of(() -> load_state(acc, joinpath(dir, "nowhere"))).status == Accel.ERR_IO
+    register_for_checkpointing(acc; save = io -> throw(ArgumentError("cannot save this")), load = bytes -> nothing)
+    e = error_of(() -> save_state(acc, joinpath(dir, "state2")))
+    @test e.status == Accel.ERR_CALLBACK && e.cause[1] isa ArgumentError
+    @test !isdir(joinpath(dir, "state2"))
+    foreach(close, (loader, opt, model, other))
+    close(acc)
+    @test error_of(() -> process_index(acc)).status == Accel.ERR_STATE
+end
+
+@testset "garbage collection frees forgotten handles" begin
+    # Handles left to the finalizers, function datasets and their loaders included: no crash, no
+    # call into a freed function's state.
+    Accelerator() do acc
+        for round in 1:5
+            for i in 1:200
+                Tensor(rand(Float32, 16))
+            end
+            ds = Dataset((i, x) -> (x[] = i), 32, Float64 => ())
+            loader = DataLoader(acc, ds; batch_size = 8)
+            next_batch(loader)
+            ds = loader = nothing
+            GC.gc()
+        end
+        @test true
+    end
+end
+
+@testset "two processes under accel launch" begin
+    code, out = run_output(launch(2, joinpath(PACKAGE_DIR, "examples", "collectives.jl")))
+    @test code == 0
+    lines = split(out, '\n')
+    for line in ["rank 0 of 2 (local rank 0) on cpu, main process",
+                 "rank 1 of 2 (local rank 1) on cpu",
+                 "distributed type MULTI_CPU, mixed precision no, libaccel 0.2.0",
+                 "gather                   shape [4] values 0 1 10 11",
+                 "pad + gather             shape [4] values 1 -1 1 1",
+                 "reduce sum of rank+1     shape [] values 3",
+                 "reduce mean of rank+1    shape [] values 1.5",
+                 "broadcast from last rank shape [3] values 3.5 4.5 5.5",
+                 "gather_object[0]       \"hello from rank 0\"",
+                 "gather_object[1]       \"hello from rank 1\""]
+        @test line in lines
+    end
+    code == 0 || println(out)
+
+    code, out = run_output(launch(2, joinpath(@__DIR__, "ranks.jl"), "train"))
+    @test code == 0
+    @test "rank 0: the loss fell, parameters equal on every rank" in split(out, '\n')
+    @test "rank 1: the loss fell, parameters equal on every rank" in split(out, '\n')
+    code == 0 || println(out)
+
+    # One process x 64 against two x 32: the same parameters.
+    dir = mktempdir()
+    one, two = joinpath(dir, "1x64.txt"), joinpath(dir, "2x32.txt")
+    c1, o1 = run_output(launch(1, joinpath(@__DIR__, "ranks.jl"), "equiv", "64", one))
+    c2, o2 = run_output(launch(2, joinpath(@__DIR__, "ranks.jl"), "equiv", "32", two))
+    @test c1 == 0 && c2 == 0
+    read_params(path) = Dict(let w = split(l); w[1] => parse.(Float64, w[2:end]) end for l in readlines(path))
+    if c1 == 0 && c2 == 0
+        a, b = read_params(one), read_params(two)
+        @test length(a) == 4 && keys(a) == keys(b)
+        for (name, x) in a
+            @test maximum(abs.(x .- b[name])) <= 1e-5 * maximum(abs.(x))
+        end
+    else
+        println(o1, o2)
+    end
+
+    # The example on two ranks: the loss falls, the accuracy is already well above chance.
+    code, out = run_output(launch(2, joinpath(PACKAGE_DIR, "examples", "train_fashion_mnist.jl"), "--max-steps", "300"))
+    @test code == 0
+    losses = values_after(out, " loss ")
+    @test length(losses) == 3 && losses[3] < losses[1]
+    accuracy = values_after(out, "test accuracy ")
+    @test length(accuracy) == 1 && accuracy[1] >= 0.7
+    code == 0 || println(out)
+end
+
+@testset "the Julia example prints what the C example prints" begin
+    args = ["--max-steps", "200", "--workers", "0"]
+    c_code, from_c = run_output(`$(joinpath(c_examples_dir(), "train_fashion_mnist")) $args`)
+    j_code, from_julia = run_output(`$(julia_cmd()) $(joinpath(PACKAGE_DIR, "examples", "train_fashion_mnist.jl")) $args`)
+    # Everything but the timings.
+    function keep(out)
+        map(split(strip(out), '\n')) do line
+            line = split(line, " after ")[1]
+            parts = split(line, " loss ")
+            length(parts) == 2 ? parts[1] * " loss " * split(parts[2])[1] : line
+        end
+    end
+    @test c_code == 0 && j_code == 0
+    @test keep(from_c) == keep(from_julia) && length(keep(from_c)) == 4
+    keep(from_c) == keep(from_julia) || println("C:\n", from_c, "\nJulia:\n", from_julia)
+end
+
+end # the top test set
