@@ -17,7 +17,7 @@ function error_of(f)
     nothing
 end
 
-@testset CountingTestSet "Accel.jl" begin
+results = @testset CountingTestSet "Accel.jl" begin
 
 @testset "library" begin
     @test Accel.library_version() == v"0.2.0"
@@ -459,3 +459,5 @@ end
 end
 
 end # the top test set
+
+exit(results.failed == 0 ? 0 : 1)
