@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A binding's cost: its Fashion-MNIST example against the C one, same model, data, schedule and
 # threads, in one run, interleaved C B / B C per round so drift hits both alike.
-#   bench/binding_vs_c.sh rust|go [rounds (5)] [steps (300)] [processes (2)]
-# Prints each run's training rate (the example's own samples/s at its last step, which excludes
-# start-up and evaluation), the medians, and the ratio binding / C.
+#   bench/binding_vs_c.sh rust|go|julia [rounds (5)] [steps (300)] [processes (2)]
+# Per run: the training rate from step 100 to the last step (computed from the example's own
+# cumulative samples/s lines, so start-up, compilation and the first 100 steps are left out: Julia
+# compiles its loop during step 1), and the seconds the run spent outside training (start-up,
+# compilation, evaluation: wall time minus training time). Prints the medians and the ratio B / C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lang=${1:-} rounds=${2:-5} steps=${3:-300} procs=${4:-2}
@@ -11,35 +13,53 @@ if [ ! -f build/CMakeCache.txt ]; then
   echo "build/ is not configured: run tools/setup.sh first (README.md)" >&2
   exit 2
 fi
-cmake --build build --target accel_cli train_fashion_mnist >/dev/null
+if ((steps < 200)); then echo "steps must be at least 200" >&2; exit 2; fi
+cmake --build build --target accel accel_cli train_fashion_mnist >/dev/null
+export HF_HOME=$PWD/build/no-hf-home
 case $lang in
   rust)
     ACCEL_LIB_DIR=$PWD/build/lib cargo build --quiet --release --examples \
       --manifest-path bindings/rust/Cargo.toml --target-dir build/rust
-    binding=build/rust/release/examples/train_fashion_mnist name=Rust ;;
+    binding=(build/rust/release/examples/train_fashion_mnist) name=Rust ;;
   go)
     (cd bindings/go && PKG_CONFIG_PATH=$PWD/../../build/uninstalled \
       go build -o ../../build/go/train_fashion_mnist ./examples/train_fashion_mnist)
-    binding=build/go/train_fashion_mnist name=Go ;;
-  *) echo "usage: $0 rust|go [rounds] [steps] [processes]" >&2; exit 2 ;;
+    binding=(build/go/train_fashion_mnist) name=Go ;;
+  julia)
+    export ACCEL_LIBRARY=$PWD/build/lib/libaccel.so JULIA_DEPOT_PATH=$PWD/build/julia/depot
+    julia --project=bindings/julia/Accel -e 'using Accel'   # precompiled once, outside the runs
+    binding=(julia --project=bindings/julia/Accel bindings/julia/Accel/examples/train_fashion_mnist.jl)
+    name=Julia ;;
+  *) echo "usage: $0 rust|go|julia [rounds] [steps] [processes]" >&2; exit 2 ;;
 esac
-c=build/bin/train_fashion_mnist
-export HF_HOME=$PWD/build/no-hf-home
+c=(build/bin/train_fashion_mnist)
 
-rate() {  # program -> samples/s at the last step
-  build/bin/accel launch -n "$procs" "$1" --max-steps "$steps" --workers 1 |
-    awk '/samples\/s/ { for (i = 1; i <= NF; ++i) if ($i == "samples/s") r = $(i - 1) } END { print r }'
+run() {  # program... -> "steady-rate outside-seconds"
+  local start end out
+  start=$(date +%s.%N)
+  out=$(build/bin/accel launch -n "$procs" "$@" --max-steps "$steps" --workers 1)
+  end=$(date +%s.%N)
+  awk -v start="$start" -v end="$end" -v world="$procs" '
+    / step [0-9]+\/[0-9]+ / {
+      for (i = 1; i <= NF; ++i) {
+        if ($i == "step") { split($(i + 1), s, "/"); k = s[1] }
+        if ($i == "samples/s") r = $(i - 1)
+      }
+      elapsed[k] = k * 64 * world / r; last = k
+    }
+    END {
+      printf "%.1f %.1f\n", (last - 100) * 64 * world / (elapsed[last] - elapsed[100]), end - start - elapsed[last]
+    }' <<<"$out"
 }
-c_rates=() b_rates=()
+c_rates=() b_rates=() c_out=() b_out=()
 for ((r = 1; r <= rounds; ++r)); do
-  if ((r % 2)); then
-    c_rates+=("$(rate $c)"); b_rates+=("$(rate $binding)")
-  else
-    b_rates+=("$(rate $binding)"); c_rates+=("$(rate $c)")
-  fi
-  echo "round $r: C ${c_rates[-1]} samples/s, $name ${b_rates[-1]} samples/s"
+  if ((r % 2)); then a=$(run "${c[@]}"); b=$(run "${binding[@]}")
+  else b=$(run "${binding[@]}"); a=$(run "${c[@]}"); fi
+  c_rates+=("${a% *}") c_out+=("${a#* }") b_rates+=("${b% *}") b_out+=("${b#* }")
+  echo "round $r: C ${a% *} samples/s (${a#* }s outside training), $name ${b% *} samples/s (${b#* }s outside training)"
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-mc=$(median "${c_rates[@]}") mb=$(median "${b_rates[@]}")
-awk -v c="$mc" -v b="$mb" -v n="$rounds" -v p="$procs" -v s="$steps" -v name="$name" 'BEGIN {
-  printf "median of %d rounds, %d processes, %d steps of 64: C %.0f samples/s, %s %.0f samples/s, %s/C %.3f\n", n, p, s, c, name, b, name, b / c }'
+mc=$(median "${c_rates[@]}") mb=$(median "${b_rates[@]}") oc=$(median "${c_out[@]}") ob=$(median "${b_out[@]}")
+awk -v c="$mc" -v b="$mb" -v oc="$oc" -v ob="$ob" -v n="$rounds" -v p="$procs" -v s="$steps" -v name="$name" 'BEGIN {
+  printf "median of %d rounds, %d processes, steps 100-%d of 64: C %.0f samples/s, %s %.0f samples/s, %s/C %.3f\n", n, p, s, c, name, b, name, b / c
+  printf "outside training (start-up, compilation, evaluation): C %.1fs, %s %.1fs\n", oc, name, ob }'

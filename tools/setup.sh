@@ -122,8 +122,7 @@ fi
 if [ -x /usr/bin/julia ] && /usr/bin/julia --version 2>/dev/null | grep -q '^julia version 1\.5\.' \
    && [ ! -e /opt/julia-1.5-libunwind/libunwind.so.8 ]; then
   tmp=$(mktemp -d)
-  chmod 755 "$tmp"  # apt's download runs as _apt
-  (cd "$tmp" && as_root apt-get download libunwind8/bullseye)
+  (cd "$tmp" && as_root apt-get -o APT::Sandbox::User=root download libunwind8/bullseye)
   dpkg-deb -x "$tmp"/libunwind8_*.deb "$tmp/x"
   as_root mkdir -p /opt/julia-1.5-libunwind
   as_root cp -a "$tmp"/x/usr/lib/x86_64-linux-gnu/libunwind*.so.* /opt/julia-1.5-libunwind/
