@@ -40,7 +40,8 @@ end
 DataLoader(f::Function, acc, dataset::Dataset; options...) =
     with_handle(f, DataLoader(acc, dataset; options...))
 
-free_handle(::DataLoader, p) = @acall accel_dataloader_free(p::Ptr{Cvoid})::Cvoid
+# Free waits for the samples the workers are making: see paused_gc.
+free_handle(loader::DataLoader, p) = paused_gc(() -> @acall(accel_dataloader_free(p::Ptr{Cvoid})::Cvoid), loader)
 
 """
     close(loader)
@@ -51,7 +52,9 @@ prepared dataloader stays in the accelerator's checkpoints with its cursor as it
 function Base.close(loader::DataLoader)
     release_batch!(loader)
     if isopen(loader)
-        @check accel_dataloader_close(loader::Ptr{Cvoid})
+        paused_gc(loader) do
+            @check accel_dataloader_close(loader::Ptr{Cvoid})
+        end
     end
     release!(loader)
 end
@@ -66,15 +69,18 @@ Sets an option of a `DataLoader`, `Optimizer`, `Scheduler` (or a `Config`, as `c
 by key: `set!(loader, :batch_size, 64)`. Values are Bool, numbers, strings or symbols.
 """
 function set!(loader::DataLoader, key::Union{AbstractString,Symbol}, value)
-    if String(key) == "num_workers" && !FOREIGN_THREAD_CALLBACKS && loader.dataset.source !== nothing &&
-       value isa Integer && value > 0
+    text = c_text(value)
+    workers = String(key) == "num_workers" ? tryparse(Int, strip(text)) : nothing
+    if workers !== nothing && workers > 0 && !FOREIGN_THREAD_CALLBACKS && loader.dataset.source !== nothing
         throw(AccelError(ERR_UNSUPPORTED,
             "num_workers = $value: the dataset is a Julia function, and Julia $VERSION cannot run " *
             "it on the dataloader's threads (that needs Julia 1.9); use num_workers = 0, or a " *
             "dataset of arrays or IDX files"))
     end
     release_batch!(loader)     # the library ends an iteration in progress
-    @check accel_dataloader_set(loader::Ptr{Cvoid}, c_text(key)::Cstring, c_text(value)::Cstring)
+    paused_gc(loader) do
+        @check accel_dataloader_set(loader::Ptr{Cvoid}, c_text(key)::Cstring, text::Cstring)
+    end
     loader
 end
 
@@ -106,8 +112,9 @@ function next_batch(loader::DataLoader)
 end
 
 # On Julia >= 1.9 a function dataset's workers run Julia code on the library's threads while this
-# thread waits inside a ccall, where it cannot take part in a garbage collection (julia #51574):
-# a collection started by a worker would wait for it forever. Collections wait for the call.
+# thread waits inside a ccall (for a batch, or for the workers to stop), where it cannot take part
+# in a garbage collection (julia #51574): a collection started by a worker would wait for it
+# forever. Collections wait for the call instead.
 function paused_gc(f, loader::DataLoader)
     FOREIGN_THREAD_CALLBACKS && loader.dataset.source !== nothing || return f()
     previous = GC.enable(false)
@@ -147,7 +154,9 @@ The epoch the next iteration uses (its shuffle). Epochs count from 0, as Acceler
 """
 function set_epoch!(loader::DataLoader, epoch::Integer)
     release_batch!(loader)
-    @check accel_dataloader_set_epoch(loader::Ptr{Cvoid}, Int64(epoch)::Int64)
+    paused_gc(loader) do
+        @check accel_dataloader_set_epoch(loader::Ptr{Cvoid}, Int64(epoch)::Int64)
+    end
     loader
 end
 

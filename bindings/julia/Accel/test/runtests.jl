@@ -235,6 +235,7 @@ end
             @test e.status == Accel.ERR_UNSUPPORTED && occursin("num_workers = 0", e.message)
             e = error_of(() -> set!(loader, :num_workers, 1))
             @test e.status == Accel.ERR_UNSUPPORTED
+            @test error_of(() -> set!(loader, "num_workers", " 3")).status == Accel.ERR_UNSUPPORTED
             set!(loader, :num_workers, 0)
         else
             threaded = DataLoader(acc, ds; batch_size = 4, num_workers = 2)
