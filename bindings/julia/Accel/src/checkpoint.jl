@@ -41,6 +41,12 @@ function save_state(acc::Accelerator, dir::Union{Nothing,AbstractString} = nothi
     nothing
 end
 
+"""
+    load_state(acc, dir = nothing)
+
+Restores a `save_state` directory into the prepared objects (the same kinds, prepared in the same
+order) and the registered objects; checksums are verified first. See `save_state`.
+"""
 function load_state(acc::Accelerator, dir::Union{Nothing,AbstractString} = nothing)
     path = dir === nothing ? C_NULL : c_text(dir)
     status = @acall accel_load_state(acc::Ptr{Cvoid}, path::Cstring)::Int32

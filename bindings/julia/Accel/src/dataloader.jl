@@ -203,6 +203,12 @@ function Base.position(loader::DataLoader)
     (Int(epoch[]), Int(samples[]))
 end
 
+"""
+    set_position!(loader, epoch, samples)
+
+Continues at a saved global cursor (see `position`): the next iteration starts `samples` into
+`epoch`, whatever the number of processes now.
+"""
 function set_position!(loader::DataLoader, epoch::Integer, samples::Integer)
     release_batch!(loader)
     @check accel_dataloader_set_position(loader::Ptr{Cvoid}, Int64(epoch)::Int64, Int64(samples)::Int64)

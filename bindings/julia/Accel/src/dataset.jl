@@ -53,6 +53,13 @@ function Dataset(fields::Union{Tensor,AbstractArray}...)
     end
 end
 
+"""
+    idx_dataset(paths...) -> Dataset
+
+A dataset from IDX files (the MNIST family, plain or gzip), one field per file in the file's own
+dtype: Fashion-MNIST's images are UInt8 of Julia size (28, 28, N), its labels UInt8 of length N.
+A missing, truncated or foreign file throws `ERR_IO` naming it.
+"""
 function idx_dataset(paths::AbstractString...)
     isempty(paths) && throw(ArgumentError("idx_dataset needs at least one file"))
     texts = [c_text(p) for p in paths]

@@ -33,6 +33,12 @@ Model(f::Function) = with_handle(f, Model())
 
 free_handle(::Model, p) = @acall accel_model_free(p::Ptr{Cvoid})::Cvoid
 
+"""
+    load_torchscript(path) -> Model
+
+Loads a TorchScript archive (torch.jit.save, tch-rs, `save_torchscript`). An unreadable or
+invalid file throws `ERR_IO` naming it.
+"""
 function load_torchscript(path::AbstractString)
     out = Ref{Ptr{Cvoid}}(C_NULL)
     @check accel_model_load_torchscript(c_text(path)::Cstring, out::Ptr{Ptr{Cvoid}})
@@ -98,6 +104,7 @@ function trainmode!(model::Model, on::Bool = true)
     @check accel_model_train(model::Ptr{Cvoid}, on::Bool)
     model
 end
+"Eval mode: `trainmode!(model, false)`."
 testmode!(model::Model) = trainmode!(model, false)
 
 "The total number of parameter elements."
