@@ -119,8 +119,8 @@ PIN
   as_root apt-get update
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends julia
 fi
-if [ -x /usr/bin/julia ] && /usr/bin/julia --version 2>/dev/null | grep -q '^julia version 1\.5\.' \
-   && [ ! -e /opt/julia-1.5-libunwind/libunwind.so.8 ]; then
+debian_julia=$( [ -x /usr/bin/julia ] && /usr/bin/julia --version 2>/dev/null || true)  # no pipe: pipefail
+if [[ $debian_julia == "julia version 1.5."* ]] && [ ! -e /opt/julia-1.5-libunwind/libunwind.so.8 ]; then
   tmp=$(mktemp -d)
   (cd "$tmp" && as_root apt-get -o APT::Sandbox::User=root download libunwind8/bullseye)
   dpkg-deb -x "$tmp"/libunwind8_*.deb "$tmp/x"
