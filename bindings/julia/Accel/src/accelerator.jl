@@ -29,9 +29,7 @@ mutable struct Accelerator <: Handle
 end
 
 function Accelerator(config::Union{Nothing,Config})
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    @check accel_init(optional(config)::Ptr{Cvoid}, out::Ptr{Ptr{Cvoid}})
-    Accelerator(out[])
+    Accelerator(@out(Ptr{Cvoid}, accel_init(optional(config)::Ptr{Cvoid})))
 end
 
 function Accelerator(; settings...)
@@ -42,28 +40,21 @@ Accelerator(f::Function, args...; settings...) = with_handle(f, Accelerator(args
 
 free_handle(::Accelerator, p) = @acall accel_accelerator_free(p::Ptr{Cvoid})::Cvoid
 
-function query(f, ::Type{T}) where {T}
-    out = Ref{T}(zero(T))
-    status = f(out)
-    status == 0 || throw_status(status)
-    out[]
-end
-
 "Global rank of this process, from 0."
 process_index(acc::Accelerator) =
-    Int(query(out -> @acall(accel_process_index(acc::Ptr{Cvoid}, out::Ptr{Int32})::Int32), Int32))
+    Int(@out Int32 accel_process_index(acc::Ptr{Cvoid}))
 "Rank of this process on its machine, from 0."
 local_process_index(acc::Accelerator) =
-    Int(query(out -> @acall(accel_local_process_index(acc::Ptr{Cvoid}, out::Ptr{Int32})::Int32), Int32))
+    Int(@out Int32 accel_local_process_index(acc::Ptr{Cvoid}))
 "Number of processes in the job."
 num_processes(acc::Accelerator) =
-    Int(query(out -> @acall(accel_num_processes(acc::Ptr{Cvoid}, out::Ptr{Int32})::Int32), Int32))
+    Int(@out Int32 accel_num_processes(acc::Ptr{Cvoid}))
 "Whether this is the main process (rank 0)."
 is_main_process(acc::Accelerator) =
-    query(out -> @acall(accel_is_main_process(acc::Ptr{Cvoid}, out::Ptr{Bool})::Int32), Bool)
+    @out Bool accel_is_main_process(acc::Ptr{Cvoid})
 "Whether this is the main process of its machine (local rank 0)."
 is_local_main_process(acc::Accelerator) =
-    query(out -> @acall(accel_is_local_main_process(acc::Ptr{Cvoid}, out::Ptr{Bool})::Int32), Bool)
+    @out Bool accel_is_local_main_process(acc::Ptr{Cvoid})
 
 "The device this process computes on: \"cpu\", \"cuda:1\", ..."
 function device(acc::Accelerator)
@@ -74,13 +65,13 @@ end
 
 "How the job is distributed, as Accelerate names it: `:NO`, `:MULTI_CPU` or `:MULTI_GPU`."
 function distributed_type(acc::Accelerator)
-    value = query(out -> @acall(accel_distributed_type(acc::Ptr{Cvoid}, out::Ptr{Int32})::Int32), Int32)
+    value = @out Int32 accel_distributed_type(acc::Ptr{Cvoid})
     (:NO, :MULTI_CPU, :MULTI_GPU)[value+1]
 end
 
 "The mixed precision in force: `:no`, `:fp16` or `:bf16`."
 function mixed_precision(acc::Accelerator)
-    value = query(out -> @acall(accel_mixed_precision(acc::Ptr{Cvoid}, out::Ptr{Int32})::Int32), Int32)
+    value = @out Int32 accel_mixed_precision(acc::Ptr{Cvoid})
     (:no, :fp16, :bf16)[value+1]
 end
 
@@ -145,10 +136,8 @@ dataloaders, in any order. Returns its arguments, so `model, opt = prepare(acc, 
 reads as in Python. Everything is checked before anything is prepared.
 """
 function prepare(acc::Accelerator, objects::Preparable...)
-    pointers = Ptr{Cvoid}[Base.unsafe_convert(Ptr{Cvoid}, o) for o in objects]
-    GC.@preserve objects begin
-        @check accel_prepare(acc::Ptr{Cvoid}, pointers::Ptr{Ptr{Cvoid}}, length(pointers)::Csize_t)
-    end
+    handles = HandleArray(objects)
+    @check accel_prepare(acc::Ptr{Cvoid}, handles::Ptr{Ptr{Cvoid}}, length(handles)::Csize_t)
     length(objects) == 1 ? objects[1] : objects
 end
 
@@ -168,7 +157,7 @@ Base.accumulate(f::Function, acc::Accelerator) = (accumulate!(acc); f())
 
 "Whether the current micro-step synchronises gradients."
 sync_gradients(acc::Accelerator) =
-    query(out -> @acall(accel_sync_gradients(acc::Ptr{Cvoid}, out::Ptr{Bool})::Int32), Bool)
+    @out Bool accel_sync_gradients(acc::Ptr{Cvoid})
 
 """
     backward(acc, loss)
@@ -188,10 +177,8 @@ Clips the gradient norm of `model`'s parameters (unscaled first under fp16); ret
 before clipping.
 """
 function clip_grad_norm!(acc::Accelerator, model::Model, max_norm::Real; norm_type::Real = 2)
-    out = Ref{Float64}(0)
-    @check accel_clip_grad_norm(acc::Ptr{Cvoid}, model::Ptr{Cvoid}, Float64(max_norm)::Float64,
-                                Float64(norm_type)::Float64, out::Ptr{Float64})
-    out[]
+    @out Float64 accel_clip_grad_norm(acc::Ptr{Cvoid}, model::Ptr{Cvoid}, Float64(max_norm)::Float64,
+                                      Float64(norm_type)::Float64)
 end
 
 """

@@ -9,8 +9,8 @@ main process writes; every process returns once it is written.
 """
 function save_model(acc::Accelerator, model::Model, dir::AbstractString;
                     max_shard_size::Union{Nothing,AbstractString} = nothing)
-    limit = max_shard_size === nothing ? C_NULL : c_text(max_shard_size)
-    @check accel_save_model(acc::Ptr{Cvoid}, model::Ptr{Cvoid}, c_text(dir)::Cstring, limit::Cstring)
+    @check accel_save_model(acc::Ptr{Cvoid}, model::Ptr{Cvoid}, c_text(dir)::Cstring,
+                            optional_text(max_shard_size)::Cstring)
     dir
 end
 
@@ -34,12 +34,8 @@ cursors and the registered objects, with a manifest of checksums. `nothing` uses
 settings (`project_dir`, `automatic_checkpoint_naming`, `total_limit`). Collectives. A failing
 registered callback throws `ERR_CALLBACK` with its exception as `cause`.
 """
-function save_state(acc::Accelerator, dir::Union{Nothing,AbstractString} = nothing)
-    path = dir === nothing ? C_NULL : c_text(dir)
-    status = @acall accel_save_state(acc::Ptr{Cvoid}, path::Cstring)::Int32
-    status == 0 || throw_status(status, take_checkpoint_failure!(acc))
-    nothing
-end
+save_state(acc::Accelerator, dir::Union{Nothing,AbstractString} = nothing) =
+    check_with_callbacks(acc, @acall(accel_save_state(acc::Ptr{Cvoid}, optional_text(dir)::Cstring)::Int32))
 
 """
     load_state(acc, dir = nothing)
@@ -47,9 +43,11 @@ end
 Restores a `save_state` directory into the prepared objects (the same kinds, prepared in the same
 order) and the registered objects; checksums are verified first. See `save_state`.
 """
-function load_state(acc::Accelerator, dir::Union{Nothing,AbstractString} = nothing)
-    path = dir === nothing ? C_NULL : c_text(dir)
-    status = @acall accel_load_state(acc::Ptr{Cvoid}, path::Cstring)::Int32
+load_state(acc::Accelerator, dir::Union{Nothing,AbstractString} = nothing) =
+    check_with_callbacks(acc, @acall(accel_load_state(acc::Ptr{Cvoid}, optional_text(dir)::Cstring)::Int32))
+
+# The status of a call that ran the registered callbacks: a failure carries what one of them threw.
+function check_with_callbacks(acc::Accelerator, status::Int32)
     status == 0 || throw_status(status, take_checkpoint_failure!(acc))
     nothing
 end

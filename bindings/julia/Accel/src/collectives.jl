@@ -1,11 +1,5 @@
 # Collectives: every rank makes the same calls in the same order.
 
-function tensor_out(f)
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    f(out)
-    Tensor(out[], Val(:own))
-end
-
 """
     gather(acc, t) -> Tensor
 
@@ -14,9 +8,8 @@ order, on every rank. Shapes and dtypes must agree (see `pad_across_processes`).
 numbers are converted to tensors.
 """
 gather(acc::Accelerator, t) = with_tensors((t,)) do (x,)
-    tensor_out() do out
-        @check accel_gather(acc::Ptr{Cvoid}, x::Ptr{Cvoid}, out::Ptr{Ptr{Cvoid}})
-    end
+    pointer = @out Ptr{Cvoid} accel_gather(acc::Ptr{Cvoid}, x::Ptr{Cvoid})
+    Tensor(pointer, Val(:own))
 end
 
 """
@@ -32,11 +25,9 @@ function pad_across_processes(acc::Accelerator, t; dim::Union{Nothing,Integer} =
         d = dim === nothing ? n : Int(dim)
         1 <= d <= n || throw(AccelError(ERR_INVALID_ARGUMENT,
             "pad_across_processes: dim $d is not a dimension of a $n-dimensional tensor"))
-        tensor_out() do out
-            @check accel_pad_across_processes(acc::Ptr{Cvoid}, x::Ptr{Cvoid}, Int64(n - d)::Int64,
-                                              Float64(pad_value)::Float64, pad_first::Bool,
-                                              out::Ptr{Ptr{Cvoid}})
-        end
+        pointer = @out Ptr{Cvoid} accel_pad_across_processes(acc::Ptr{Cvoid}, x::Ptr{Cvoid}, Int64(n - d)::Int64,
+                                                             Float64(pad_value)::Float64, pad_first::Bool)
+        Tensor(pointer, Val(:own))
     end
 end
 
@@ -48,19 +39,20 @@ const REDUCTIONS = (sum = 0, mean = 1, max = 2, min = 3)
 The element-wise `:sum`, `:mean`, `:max` or `:min` of every rank's tensor, on every rank
 (Accelerate's `reduce`).
 """
-function Base.reduce(acc::Accelerator, t::Union{Tensor,Number}; reduction::Symbol = :sum)
+Base.reduce(acc::Accelerator, t::Tensor; reduction::Symbol = :sum) = reduce_across(acc, t, reduction)
+# Base has reduce(op, a::Number) and reduce(op, A::AbstractArray): these are the more specific.
+Base.reduce(acc::Accelerator, x::Number; reduction::Symbol = :sum) = reduce_across(acc, x, reduction)
+Base.reduce(acc::Accelerator, A::AbstractArray; reduction::Symbol = :sum) = reduce_across(acc, A, reduction)
+
+function reduce_across(acc::Accelerator, t, reduction::Symbol)
     haskey(REDUCTIONS, reduction) || throw(AccelError(ERR_INVALID_ARGUMENT,
         "reduce: reduction $(repr(reduction)) is not one of :sum, :mean, :max, :min"))
     with_tensors((t,)) do (x,)
-        tensor_out() do out
-            @check accel_reduce(acc::Ptr{Cvoid}, x::Ptr{Cvoid}, Int32(REDUCTIONS[reduction])::Int32,
-                                out::Ptr{Ptr{Cvoid}})
-        end
+        pointer = @out Ptr{Cvoid} accel_reduce(acc::Ptr{Cvoid}, x::Ptr{Cvoid},
+                                               Int32(REDUCTIONS[reduction])::Int32)
+        Tensor(pointer, Val(:own))
     end
 end
-# Base has reduce(op, A::AbstractArray): this one is the more specific for arrays.
-Base.reduce(acc::Accelerator, A::AbstractArray; reduction::Symbol = :sum) =
-    invoke(reduce, Tuple{Accelerator,Union{Tensor,Number}}, acc, Tensor(A); reduction = reduction)
 
 """
     broadcast(acc, t; from = 0) -> Tensor
@@ -71,10 +63,8 @@ and may be `nothing` on the others.
 function Base.broadcast(acc::Accelerator, t; from::Integer = 0)
     with_tensors(t === nothing ? () : (t,)) do tensors
         source = isempty(tensors) ? C_NULL : tensors[1]
-        tensor_out() do out
-            @check accel_broadcast(acc::Ptr{Cvoid}, source::Ptr{Cvoid}, Int32(from)::Int32,
-                                   out::Ptr{Ptr{Cvoid}})
-        end
+        pointer = @out Ptr{Cvoid} accel_broadcast(acc::Ptr{Cvoid}, source::Ptr{Cvoid}, Int32(from)::Int32)
+        Tensor(pointer, Val(:own))
     end
 end
 
@@ -85,20 +75,17 @@ Every rank's bytes (any length, may differ), in rank order.
 """
 function gather_bytes(acc::Accelerator, data::AbstractVector{UInt8})
     bytes = Vector{UInt8}(data)
-    list = Ref{Ptr{Cvoid}}(C_NULL)
-    @check accel_gather_object(acc::Ptr{Cvoid}, bytes::Ptr{Cvoid}, length(bytes)::Csize_t,
-                               list::Ptr{Ptr{Cvoid}})
+    list = @out Ptr{Cvoid} accel_gather_object(acc::Ptr{Cvoid}, bytes::Ptr{Cvoid}, length(bytes)::Csize_t)
     try
-        count = Ref{Csize_t}(0)
-        @check accel_bytes_list_count(list[]::Ptr{Cvoid}, count::Ptr{Csize_t})
-        map(0:Int(count[])-1) do i
+        count = @out Csize_t accel_bytes_list_count(list::Ptr{Cvoid})
+        map(0:Int(count)-1) do i
             entry, size = Ref{Ptr{Cvoid}}(C_NULL), Ref{Csize_t}(0)
-            @check accel_bytes_list_get(list[]::Ptr{Cvoid}, i::Csize_t, entry::Ptr{Ptr{Cvoid}},
+            @check accel_bytes_list_get(list::Ptr{Cvoid}, i::Csize_t, entry::Ptr{Ptr{Cvoid}},
                                         size::Ptr{Csize_t})
             copy(unsafe_wrap(Array, Ptr{UInt8}(entry[]), Int(size[])))
         end
     finally
-        @acall accel_bytes_list_free(list[]::Ptr{Cvoid})::Cvoid
+        @acall accel_bytes_list_free(list::Ptr{Cvoid})::Cvoid
     end
 end
 
@@ -121,7 +108,6 @@ Gathers like `gather` (ranks may hold different numbers of samples) and, on a da
 batch, drops the samples duplicated to even it out: each sample of the dataset counts once.
 """
 gather_for_metrics(acc::Accelerator, t) = with_tensors((t,)) do (x,)
-    tensor_out() do out
-        @check accel_gather_for_metrics(acc::Ptr{Cvoid}, x::Ptr{Cvoid}, out::Ptr{Ptr{Cvoid}})
-    end
+    pointer = @out Ptr{Cvoid} accel_gather_for_metrics(acc::Ptr{Cvoid}, x::Ptr{Cvoid})
+    Tensor(pointer, Val(:own))
 end

@@ -15,9 +15,7 @@ every key with its value and source.
 mutable struct Config <: Handle
     ptr::Ptr{Cvoid}
     function Config(; settings...)
-        out = Ref{Ptr{Cvoid}}(C_NULL)
-        @check accel_config_new(out::Ptr{Ptr{Cvoid}})
-        cfg = own(new(out[]))
+        cfg = own(new(@out(Ptr{Cvoid}, accel_config_new())))
         for (key, value) in settings
             cfg[key] = value
         end

@@ -23,9 +23,8 @@ mutable struct DataLoader <: Handle
 end
 
 function DataLoader(acc, dataset::Dataset; options...)
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    @check accel_dataloader_new(acc::Ptr{Cvoid}, dataset::Ptr{Cvoid}, out::Ptr{Ptr{Cvoid}})
-    loader = own(DataLoader(out[], dataset, 0, nothing))
+    pointer = @out Ptr{Cvoid} accel_dataloader_new(acc::Ptr{Cvoid}, dataset::Ptr{Cvoid})
+    loader = own(DataLoader(pointer, dataset, 0, nothing))
     try
         loader.fields = field_count(loader)
         for (key, value) in options
@@ -136,15 +135,11 @@ Base.eltype(::Type{DataLoader}) = Tuple{Vararg{Tensor}}
 
 "The number of batches this process gets in a whole epoch."
 function Base.length(loader::DataLoader)
-    out = Ref{Int64}(0)
-    @check accel_dataloader_batch_count(loader::Ptr{Cvoid}, out::Ptr{Int64})
-    Int(out[])
+    Int(@out Int64 accel_dataloader_batch_count(loader::Ptr{Cvoid}))
 end
 
 function field_count(loader::DataLoader)
-    out = Ref{Csize_t}(0)
-    @check accel_dataloader_field_count(loader::Ptr{Cvoid}, out::Ptr{Csize_t})
-    Int(out[])
+    Int(@out Csize_t accel_dataloader_field_count(loader::Ptr{Cvoid}))
 end
 
 """
@@ -162,23 +157,17 @@ end
 
 "The current epoch (from 0; it advances after each complete pass)."
 function epoch(loader::DataLoader)
-    out = Ref{Int64}(0)
-    @check accel_dataloader_epoch(loader::Ptr{Cvoid}, out::Ptr{Int64})
-    Int(out[])
+    Int(@out Int64 accel_dataloader_epoch(loader::Ptr{Cvoid}))
 end
 
 "Whether the last batch of the epoch is in use (Accelerate's `end_of_dataloader`)."
 function end_of_epoch(loader::DataLoader)
-    out = Ref{Bool}(false)
-    @check accel_dataloader_end_of_epoch(loader::Ptr{Cvoid}, out::Ptr{Bool})
-    out[]
+    @out Bool accel_dataloader_end_of_epoch(loader::Ptr{Cvoid})
 end
 
 "How many samples of the last global step are real (Accelerate's `remainder`); -1 with drop_last."
 function remainder(loader::DataLoader)
-    out = Ref{Int64}(0)
-    @check accel_dataloader_remainder(loader::Ptr{Cvoid}, out::Ptr{Int64})
-    Int(out[])
+    Int(@out Int64 accel_dataloader_remainder(loader::Ptr{Cvoid}))
 end
 
 """

@@ -43,13 +43,9 @@ free_handle(::Dataset, p) = @acall accel_dataset_free(p::Ptr{Cvoid})::Cvoid
 function Dataset(fields::Union{Tensor,AbstractArray}...)
     isempty(fields) && throw(ArgumentError("a dataset needs at least one field"))
     with_tensors(fields) do tensors
-        pointers = Ptr{Cvoid}[Base.unsafe_convert(Ptr{Cvoid}, t) for t in tensors]
-        out = Ref{Ptr{Cvoid}}(C_NULL)
-        GC.@preserve tensors begin
-            @check accel_dataset_from_tensors(pointers::Ptr{Ptr{Cvoid}}, length(pointers)::Csize_t,
-                                              out::Ptr{Ptr{Cvoid}})
-        end
-        Dataset(out[], nothing)
+        handles = HandleArray(tensors)
+        Dataset(@out(Ptr{Cvoid}, accel_dataset_from_tensors(handles::Ptr{Ptr{Cvoid}}, length(handles)::Csize_t)),
+                nothing)
     end
 end
 
@@ -64,12 +60,10 @@ function idx_dataset(paths::AbstractString...)
     isempty(paths) && throw(ArgumentError("idx_dataset needs at least one file"))
     texts = [c_text(p) for p in paths]
     pointers = Ptr{UInt8}[pointer(t) for t in texts]
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    GC.@preserve texts begin
-        @check accel_dataset_from_idx(pointers::Ptr{Ptr{UInt8}}, length(pointers)::Csize_t,
-                                      out::Ptr{Ptr{Cvoid}})
+    dataset = GC.@preserve texts begin
+        @out Ptr{Cvoid} accel_dataset_from_idx(pointers::Ptr{Ptr{UInt8}}, length(pointers)::Csize_t)
     end
-    Dataset(out[], nothing)
+    Dataset(dataset, nothing)
 end
 
 const FieldSpec = Pair{DataType,<:Tuple}
@@ -85,15 +79,14 @@ function Dataset(f::Function, n::Integer, fields::FieldSpec...)
     dtypes = Int32[Int32(dtype_of(T)) for T in types]
     dim_counts = Csize_t[length(d) for d in dims]
     flat = Int64[x for d in dims for x in reverse(d)]
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    GC.@preserve source begin
-        @check accel_dataset_from_callback(Int64(n)::Int64, length(fields)::Csize_t,
-                                           dtypes::Ptr{Int32}, dim_counts::Ptr{Csize_t},
-                                           flat::Ptr{Int64}, SAMPLE_TRAMPOLINE[]::Ptr{Cvoid},
-                                           pointer_from_objref(source)::Ptr{Cvoid},
-                                           C_NULL::Ptr{Cvoid}, out::Ptr{Ptr{Cvoid}})
+    dataset = GC.@preserve source begin
+        @out Ptr{Cvoid} accel_dataset_from_callback(Int64(n)::Int64, length(fields)::Csize_t,
+                                                    dtypes::Ptr{Int32}, dim_counts::Ptr{Csize_t},
+                                                    flat::Ptr{Int64}, SAMPLE_TRAMPOLINE[]::Ptr{Cvoid},
+                                                    pointer_from_objref(source)::Ptr{Cvoid},
+                                                    C_NULL::Ptr{Cvoid})
     end
-    Dataset(out[], source)
+    Dataset(dataset, source)
 end
 Dataset(f::Function, ds::Dataset) = with_handle(f, ds)
 
@@ -133,9 +126,7 @@ function take_failure!(source::Union{Nothing,SampleSource})
 end
 
 function Base.length(ds::Dataset)
-    out = Ref{Int64}(0)
-    @check accel_dataset_sample_count(ds::Ptr{Cvoid}, out::Ptr{Int64})
-    Int(out[])
+    Int(@out Int64 accel_dataset_sample_count(ds::Ptr{Cvoid}))
 end
 
 """
@@ -144,7 +135,5 @@ end
 The number of fields of each sample (and of each batch).
 """
 function field_count(ds::Dataset)
-    out = Ref{Csize_t}(0)
-    @check accel_dataset_field_count(ds::Ptr{Cvoid}, out::Ptr{Csize_t})
-    Int(out[])
+    Int(@out Csize_t accel_dataset_field_count(ds::Ptr{Cvoid}))
 end

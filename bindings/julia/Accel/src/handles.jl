@@ -19,6 +19,17 @@ end
 # An optional handle argument: `nothing` is NULL.
 optional(h) = h === nothing ? C_NULL : h
 
+# The argument of a `const accel_x* const*` parameter: ccall keeps the handles alive for the call
+# and refuses a closed one, as for a single handle.
+struct HandleArray
+    handles::Any
+    pointers::Vector{Ptr{Cvoid}}
+end
+HandleArray(handles) = HandleArray(handles, Ptr{Cvoid}[Base.unsafe_convert(Ptr{Cvoid}, h) for h in handles])
+Base.cconvert(::Type{Ptr{Ptr{Cvoid}}}, a::HandleArray) = a
+Base.unsafe_convert(::Type{Ptr{Ptr{Cvoid}}}, a::HandleArray) = pointer(a.pointers)
+Base.length(a::HandleArray) = length(a.pointers)
+
 "Whether `close` has been called on the handle."
 Base.isopen(h::Handle) = h.ptr != C_NULL
 

@@ -83,7 +83,25 @@ macro check(call)
     end
 end
 
-# The ccall expression of both macros (one macro expanding the other trips Julia 1.5's
+"""
+    @out T accel_name(arg::CType, ...)
+
+@check of a function whose last parameter is one output of type `T`: the call gets a `Ref{T}`
+as that parameter and the expression is its value.
+"""
+macro out(T, call)
+    Meta.isexpr(call, :call) || error("@out wants T name(args...)")
+    out = gensym("out")
+    full = Expr(:call, call.args..., Expr(:(::), out, Expr(:curly, :Ptr, T)))
+    quote
+        local $(esc(out)) = Ref{$(esc(T))}()
+        local status = $(ccall_expr(full, :Int32))
+        status == 0 || throw_status(status)
+        $(esc(out))[]
+    end
+end
+
+# The ccall expression of the macros (one macro expanding another trips Julia 1.5's
 # precompilation over the escaped arguments).
 function ccall_expr(call, rettype)
     Meta.isexpr(call, :call) || error("libaccel calls are written name(args...)")

@@ -24,11 +24,7 @@ mutable struct Model <: Handle
     Model(pointer::Ptr{Cvoid}) = own(new(pointer))
 end
 
-function Model()
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    @check accel_model_new(out::Ptr{Ptr{Cvoid}})
-    Model(out[])
-end
+Model() = Model(@out(Ptr{Cvoid}, accel_model_new()))
 Model(f::Function) = with_handle(f, Model())
 
 free_handle(::Model, p) = @acall accel_model_free(p::Ptr{Cvoid})::Cvoid
@@ -40,9 +36,7 @@ Loads a TorchScript archive (torch.jit.save, tch-rs, `save_torchscript`). An unr
 invalid file throws `ERR_IO` naming it.
 """
 function load_torchscript(path::AbstractString)
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    @check accel_model_load_torchscript(c_text(path)::Cstring, out::Ptr{Ptr{Cvoid}})
-    Model(out[])
+    Model(@out(Ptr{Cvoid}, accel_model_load_torchscript(c_text(path)::Cstring)))
 end
 
 """
@@ -80,13 +74,9 @@ Calls `method` (a Symbol or string) once; `model(inputs...)` is `call(model, :fo
 function call(model::Model, method::Union{Symbol,AbstractString}, inputs...)
     name = c_text(method)
     list = with_tensors(inputs) do tensors
-        pointers = Ptr{Cvoid}[Base.unsafe_convert(Ptr{Cvoid}, t) for t in tensors]
-        out = Ref{Ptr{Cvoid}}(C_NULL)
-        GC.@preserve tensors begin
-            @check accel_model_call(model::Ptr{Cvoid}, name::Cstring, pointers::Ptr{Ptr{Cvoid}},
-                                    length(pointers)::Csize_t, out::Ptr{Ptr{Cvoid}})
-        end
-        out[]
+        handles = HandleArray(tensors)
+        @out Ptr{Cvoid} accel_model_call(model::Ptr{Cvoid}, name::Cstring, handles::Ptr{Ptr{Cvoid}},
+                                         length(handles)::Csize_t)
     end
     results = take_tensor_list(list)
     length(results) == 1 ? results[1] : Tuple(results)
@@ -109,16 +99,13 @@ testmode!(model::Model) = trainmode!(model, false)
 
 "The total number of parameter elements."
 function parameter_count(model::Model)
-    out = Ref{Int64}(0)
-    @check accel_model_parameter_element_count(model::Ptr{Cvoid}, out::Ptr{Int64})
-    Int(out[])
+    Int(@out Int64 accel_model_parameter_element_count(model::Ptr{Cvoid}))
 end
 
 "The names of the parameters and buffers (\"fc1.weight\", ...), parameters first."
 function tensor_names(model::Model)
-    count = Ref{Csize_t}(0)
-    @check accel_model_tensor_count(model::Ptr{Cvoid}, count::Ptr{Csize_t})
-    map(0:Int(count[])-1) do i
+    count = @out Csize_t accel_model_tensor_count(model::Ptr{Cvoid})
+    map(0:Int(count)-1) do i
         read_text() do buffer, capacity, size
             @acall accel_model_tensor_name(model::Ptr{Cvoid}, i::Csize_t, buffer::Ptr{UInt8},
                                            capacity::Csize_t, size::Ptr{Csize_t})::Int32
@@ -128,9 +115,8 @@ end
 
 "A copy of parameter or buffer `name` (detached; later training does not change it)."
 function Base.getindex(model::Model, name::AbstractString)
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    @check accel_model_tensor(model::Ptr{Cvoid}, c_text(name)::Cstring, out::Ptr{Ptr{Cvoid}})
-    Tensor(out[], Val(:own))
+    pointer = @out Ptr{Cvoid} accel_model_tensor(model::Ptr{Cvoid}, c_text(name)::Cstring)
+    Tensor(pointer, Val(:own))
 end
 
 "Saves the model as a TorchScript archive (torch.jit.load and `load_torchscript` read it)."

@@ -14,9 +14,8 @@ mutable struct Optimizer <: Handle
 end
 
 function Optimizer(model::Model, kind; options...)
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    @check accel_optimizer_new(model::Ptr{Cvoid}, c_text(kind)::Cstring, out::Ptr{Ptr{Cvoid}})
-    with_options!(Optimizer(out[]), options)
+    pointer = @out Ptr{Cvoid} accel_optimizer_new(model::Ptr{Cvoid}, c_text(kind)::Cstring)
+    with_options!(Optimizer(pointer), options)
 end
 
 """
@@ -32,9 +31,8 @@ mutable struct Scheduler <: Handle
 end
 
 function Scheduler(optimizer::Optimizer, kind; options...)
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    @check accel_scheduler_new(optimizer::Ptr{Cvoid}, c_text(kind)::Cstring, out::Ptr{Ptr{Cvoid}})
-    with_options!(Scheduler(out[]), options)
+    pointer = @out Ptr{Cvoid} accel_scheduler_new(optimizer::Ptr{Cvoid}, c_text(kind)::Cstring)
+    with_options!(Scheduler(pointer), options)
 end
 
 function with_options!(object, options)
@@ -95,15 +93,11 @@ end
 The current learning rate.
 """
 function lr(opt::Optimizer)
-    out = Ref{Float64}(0)
-    @check accel_optimizer_lr(opt::Ptr{Cvoid}, out::Ptr{Float64})
-    out[]
+    @out Float64 accel_optimizer_lr(opt::Ptr{Cvoid})
 end
 
 function lr(sched::Scheduler)
-    out = Ref{Float64}(0)
-    @check accel_scheduler_lr(sched::Ptr{Cvoid}, out::Ptr{Float64})
-    out[]
+    @out Float64 accel_scheduler_lr(sched::Ptr{Cvoid})
 end
 
 "Sets the optimizer's learning rate."
@@ -114,7 +108,5 @@ end
 
 "Whether the last prepared step was skipped because an fp16 gradient was inf/nan."
 function step_was_skipped(opt::Optimizer)
-    out = Ref{Bool}(false)
-    @check accel_optimizer_step_was_skipped(opt::Ptr{Cvoid}, out::Ptr{Bool})
-    out[]
+    @out Bool accel_optimizer_step_was_skipped(opt::Ptr{Cvoid})
 end

@@ -48,10 +48,9 @@ free_handle(::Tensor, p) = @acall accel_tensor_free(p::Ptr{Cvoid})::Cvoid
 
 function make_tensor(data, bytes::Integer, dtype::DType, juliadims)
     shape = Int64[reverse(Tuple(juliadims))...]
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    @check accel_tensor_from_data(data::Ptr{Cvoid}, bytes::Csize_t, Int32(dtype)::Int32,
-                                  shape::Ptr{Int64}, length(shape)::Csize_t, out::Ptr{Ptr{Cvoid}})
-    Tensor(out[], Val(:own))
+    pointer = @out Ptr{Cvoid} accel_tensor_from_data(data::Ptr{Cvoid}, bytes::Csize_t, Int32(dtype)::Int32,
+                                                     shape::Ptr{Int64}, length(shape)::Csize_t)
+    Tensor(pointer, Val(:own))
 end
 
 Tensor(A::Array{T}) where {T<:Element} = make_tensor(A, sizeof(A), dtype_of(T), size(A))
@@ -72,9 +71,7 @@ Tensor(f::Function, args...) = with_handle(f, Tensor(args...))
 The tensor's element type as the library names it.
 """
 function dtype(t::Tensor)
-    out = Ref{Int32}(0)
-    @check accel_tensor_dtype(t::Ptr{Cvoid}, out::Ptr{Int32})
-    DType(out[])
+    DType(@out Int32 accel_tensor_dtype(t::Ptr{Cvoid}))
 end
 
 Base.eltype(t::Tensor) = julia_type(dtype(t))
@@ -95,9 +92,7 @@ end
 Base.size(t::Tensor) = Tuple(Int.(reverse(shape(t))))
 Base.ndims(t::Tensor) = length(shape(t))
 function Base.length(t::Tensor)
-    out = Ref{Int64}(0)
-    @check accel_tensor_element_count(t::Ptr{Cvoid}, out::Ptr{Int64})
-    Int(out[])
+    Int(@out Int64 accel_tensor_element_count(t::Ptr{Cvoid}))
 end
 
 """
@@ -106,9 +101,7 @@ end
 The size of the tensor's elements in bytes.
 """
 function datasize(t::Tensor)
-    out = Ref{Csize_t}(0)
-    @check accel_tensor_data_size(t::Ptr{Cvoid}, out::Ptr{Csize_t})
-    Int(out[])
+    Int(@out Csize_t accel_tensor_data_size(t::Ptr{Cvoid}))
 end
 
 """
@@ -150,14 +143,10 @@ Bool tensors. More than one element throws `ERR_SHAPE`.
 """
 item(t::Tensor) = dtype(t) in (F32, F64, F16, BF16) ? item(Float64, t) : item(Int64, t)
 function item(::Type{Float64}, t::Tensor)
-    out = Ref{Float64}(0)
-    @check accel_tensor_item_f64(t::Ptr{Cvoid}, out::Ptr{Float64})
-    out[]
+    @out Float64 accel_tensor_item_f64(t::Ptr{Cvoid})
 end
 function item(::Type{Int64}, t::Tensor)
-    out = Ref{Int64}(0)
-    @check accel_tensor_item_i64(t::Ptr{Cvoid}, out::Ptr{Int64})
-    out[]
+    @out Int64 accel_tensor_item_i64(t::Ptr{Cvoid})
 end
 
 function Base.show(io::IO, t::Tensor)
@@ -176,9 +165,7 @@ Torch.jl holds them), from the very LibTorch build libaccel links. Anything else
 behaviour: the one call that trusts its argument.
 """
 function wrap_torch(pointer::Ptr{Cvoid})
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    @check accel_tensor_wrap_torch(pointer::Ptr{Cvoid}, out::Ptr{Ptr{Cvoid}})
-    Tensor(out[], Val(:own))
+    Tensor(@out(Ptr{Cvoid}, accel_tensor_wrap_torch(pointer::Ptr{Cvoid})), Val(:own))
 end
 
 """
@@ -187,21 +174,17 @@ end
 Interop, no copy: the `at::Tensor*` inside `t`, valid while `t` is open.
 """
 function borrow_torch(t::Tensor)
-    out = Ref{Ptr{Cvoid}}(C_NULL)
-    @check accel_tensor_borrow_torch(t::Ptr{Cvoid}, out::Ptr{Ptr{Cvoid}})
-    out[]
+    @out(Ptr{Cvoid}, accel_tensor_borrow_torch(t::Ptr{Cvoid}))
 end
 
 # Takes every entry of a library-owned tensor list, then frees the list.
 function take_tensor_list(list::Ptr{Cvoid})
     try
-        count = Ref{Csize_t}(0)
-        @check accel_tensor_list_count(list::Ptr{Cvoid}, count::Ptr{Csize_t})
-        tensors = Vector{Tensor}(undef, count[])
-        for i in 1:count[]
-            out = Ref{Ptr{Cvoid}}(C_NULL)
-            @check accel_tensor_list_get(list::Ptr{Cvoid}, (i - 1)::Csize_t, out::Ptr{Ptr{Cvoid}})
-            tensors[i] = Tensor(out[], Val(:own))
+        count = @out Csize_t accel_tensor_list_count(list::Ptr{Cvoid})
+        tensors = Vector{Tensor}(undef, count)
+        for i in 1:count
+            pointer = @out Ptr{Cvoid} accel_tensor_list_get(list::Ptr{Cvoid}, (i - 1)::Csize_t)
+            tensors[i] = Tensor(pointer, Val(:own))
         end
         tensors
     finally

@@ -29,6 +29,9 @@ option_text(value::Union{AbstractString,Symbol}) = String(value)
 option_text(value) = throw(ArgumentError(
     "option values are Bool, integers, floating-point numbers, strings or symbols; got $(typeof(value))"))
 
+# Optional text (a NULL `const char*` when `nothing`).
+optional_text(value) = value === nothing ? C_NULL : c_text(value)
+
 # Text the library reads: NUL inside would cut it short, so it is refused.
 function c_text(value)
     text = option_text(value)

@@ -44,3 +44,13 @@ function mlp(hidden, inputs, outputs)
     add_layer!(m, "fc2", :linear; in_features = hidden, out_features = outputs)
     define!(m, MLP_SOURCE)
 end
+
+# One micro-step of a model with a training_step method.
+function train_step!(acc, model, opt, x, y)
+    accumulate!(acc)
+    loss = model(:training_step, x, y)
+    backward(acc, loss)
+    close(loss)
+    step!(opt)
+    zero_grad!(opt)
+end

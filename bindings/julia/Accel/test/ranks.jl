@@ -70,12 +70,7 @@ function rank_equiv(batch, out)
         opt = Optimizer(model, :sgd; lr = 0.1)
         prepare(acc, model, opt, loader)
         for (x, y) in loader
-            accumulate!(acc)
-            loss = model(:training_step, x, y)
-            backward(acc, loss)
-            close(loss)
-            step!(opt)
-            zero_grad!(opt)
+            train_step!(acc, model, opt, x, y)
         end
         if is_main_process(acc)
             open(out, "w") do io
