@@ -25,7 +25,8 @@ function pad_across_processes(acc::Accelerator, t; dim::Union{Nothing,Integer} =
         d = dim === nothing ? n : Int(dim)
         1 <= d <= n || throw(AccelError(ERR_INVALID_ARGUMENT,
             "pad_across_processes: dim $d is not a dimension of a $n-dimensional tensor"))
-        pointer = @out Ptr{Cvoid} accel_pad_across_processes(acc::Ptr{Cvoid}, x::Ptr{Cvoid}, Int64(n - d)::Int64,
+        pointer = @out Ptr{Cvoid} accel_pad_across_processes(acc::Ptr{Cvoid}, x::Ptr{Cvoid},
+                                                             Int64(n - d)::Int64,
                                                              Float64(pad_value)::Float64, pad_first::Bool)
         Tensor(pointer, Val(:own))
     end

@@ -40,7 +40,8 @@ DataLoader(f::Function, acc, dataset::Dataset; options...) =
     with_handle(f, DataLoader(acc, dataset; options...))
 
 # Free waits for the samples the workers are making: see paused_gc.
-free_handle(loader::DataLoader, p) = paused_gc(() -> @acall(accel_dataloader_free(p::Ptr{Cvoid})::Cvoid), loader)
+free_handle(loader::DataLoader, p) =
+    paused_gc(() -> @acall(accel_dataloader_free(p::Ptr{Cvoid})::Cvoid), loader)
 
 """
     close(loader)

@@ -44,8 +44,9 @@ function Dataset(fields::Union{Tensor,AbstractArray}...)
     isempty(fields) && throw(ArgumentError("a dataset needs at least one field"))
     with_tensors(fields) do tensors
         handles = HandleArray(tensors)
-        Dataset(@out(Ptr{Cvoid}, accel_dataset_from_tensors(handles::Ptr{Ptr{Cvoid}}, length(handles)::Csize_t)),
-                nothing)
+        dataset = @out Ptr{Cvoid} accel_dataset_from_tensors(handles::Ptr{Ptr{Cvoid}},
+                                                             length(handles)::Csize_t)
+        Dataset(dataset, nothing)
     end
 end
 

@@ -55,7 +55,6 @@ end
 
 "The path of the libaccel that was loaded."
 const LIBRARY_PATH = Ref{String}("")
-const LIBRARY_HANDLE = Ref{Ptr{Cvoid}}(C_NULL)
 
 """
     @acall accel_name(arg::CType, ...)::ReturnType
@@ -181,7 +180,6 @@ function load_library()
         error("$path is libaccel $(unsafe_string(@acall accel_version()::Cstring)); Accel.jl " *
               "$(PACKAGE_VERSION) supports [0.2.0, 0.3.0)")
     end
-    LIBRARY_HANDLE[] = handle
     LIBRARY_PATH[] = path
     nothing
 end
