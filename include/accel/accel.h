@@ -14,6 +14,14 @@
  *  - Every fallible function returns an accel_status (int32_t). ACCEL_OK (0) is success; every
  *    other value names one class of error. No C++ exception, abort or exit ever crosses this
  *    interface, and no input makes the library crash the host program.
+ *  - A call that fails changes nothing the caller can observe: every object it was given is as it
+ *    was before the call, no file it was asked to write is left half-written where a later call
+ *    would read it, and no resource is leaked. The few exceptions are stated in the function's
+ *    comment (a collective that fails because a peer died leaves the process group unusable;
+ *    accel_load_state runs the program's own load callbacks before it applies the rest).
+ *  - Every numeric input is checked where it enters, whichever function it enters through: a
+ *    value that is not finite or is out of the key's range is ACCEL_ERR_INVALID_ARGUMENT (or
+ *    ACCEL_ERR_CONFIG for configuration keys) naming the key.
  *  - The message of a failure is per OS thread: accel_last_error_message() on the thread that made
  *    the failing call, before that thread makes another accel call that fails. A binding whose
  *    calls may move between OS threads (Go's goroutines, Julia's tasks on several threads) must
@@ -854,7 +862,7 @@ ACCEL_API accel_status accel_model_add_layer(accel_model* model, const char* nam
 /**
  * Compiles TorchScript source defining methods of the model (forward, a training_step returning the
  * loss, ...). Source that does not compile is ACCEL_ERR_INVALID_ARGUMENT with TorchScript's
- * message.
+ * message, and then none of its methods is defined (all or nothing, whichever method failed).
  */
 ACCEL_API accel_status accel_model_define(accel_model* model, const char* source);
 
@@ -940,7 +948,10 @@ ACCEL_API accel_status accel_optimizer_zero_grad(accel_optimizer* optimizer);
 /** The current learning rate. */
 ACCEL_API accel_status accel_optimizer_lr(const accel_optimizer* optimizer, double* out);
 
-/** Sets the learning rate. */
+/**
+ * Sets the learning rate: a finite, non-negative number (otherwise ACCEL_ERR_INVALID_ARGUMENT, as
+ * for accel_optimizer_set(optimizer, "lr", ...)).
+ */
 ACCEL_API accel_status accel_optimizer_set_lr(accel_optimizer* optimizer, double lr);
 
 /** Whether the last prepared step was skipped because an fp16 gradient was inf/nan. */
@@ -1082,8 +1093,16 @@ ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const ch
 
 /**
  * Restores a save_state directory into the prepared objects (the same numbers and kinds, prepared
- * in the same order). The manifest's sizes and checksums are verified first: an incomplete or
- * corrupt checkpoint is ACCEL_ERR_IO naming the file. May run with another number of processes than
+ * in the same order). All or nothing: the manifest's sizes and checksums are verified, then every
+ * file is read and every key, type, tensor name, shape and dtype is checked against the prepared
+ * objects, on every process, before anything changes. A failure on any process fails the call on
+ * every process, names the file (and the key or tensor), and leaves every model, optimizer,
+ * scheduler, dataloader cursor, loss scaler and random state exactly as it was: an incomplete or
+ * corrupt checkpoint is ACCEL_ERR_IO; another optimizer kind, schedule or number of prepared
+ * objects is ACCEL_ERR_STATE; tensors of another model are ACCEL_ERR_SHAPE. The one exception: the
+ * load callbacks of accel_register_for_checkpointing run after every check has passed and before
+ * the rest is applied; when one fails the call fails and the rest is not applied, but the objects
+ * whose callbacks already ran keep what they loaded. May run with another number of processes than
  * the save: the dataloaders continue from the saved global sample cursor, and a process that did
  * not exist then derives its random states from process 0's. A collective: every process calls it.
  */

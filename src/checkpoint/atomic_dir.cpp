@@ -93,8 +93,8 @@ void AtomicDir::commit() {
     // Swap the new directory and the previous one in one step, so that at every instant `final_`
     // names a complete checkpoint; the previous one then sits at partial_ and is removed.
     if (renameat2(AT_FDCWD, partial_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) != 0)
-      fail(Errc::io, "cannot put '" + partial_ + "' in place of '" + final_ +
-                         "': " + std::strerror(errno));
+      fail(Errc::io,
+           "cannot put '" + partial_ + "' in place of '" + final_ + "': " + std::strerror(errno));
     committed_ = true;
     fsync_path(parent_of(final_), true);
     remove_tree(partial_);

@@ -167,6 +167,15 @@ void save_model_from_main(runtime::Accelerator& acc, const model::Model& m, cons
 }
 
 void load_checkpoint_in_model(model::Model& m, const std::string& path) {
+  apply_weights(stage_checkpoint_for_model(m, path));
+}
+
+void apply_weights(const StagedWeights& staged) {
+  at::NoGradGuard no_grad;
+  for (const auto& [live, value] : staged) at::Tensor(live).copy_(value);
+}
+
+StagedWeights stage_checkpoint_for_model(const model::Model& m, const std::string& path) {
   std::vector<std::string> files;
   std::string index_path;
   if (is_directory(path)) {
@@ -232,8 +241,9 @@ void load_checkpoint_in_model(model::Model& m, const std::string& path) {
                           (missing.empty() ? "" : " missing: " + missing + ";") +
                           (unexpected.empty() ? "" : " unexpected: " + unexpected + ";") +
                           (mismatched.empty() ? "" : " shape/dtype mismatch: " + mismatched + ";"));
-  at::NoGradGuard no_grad;
-  for (const auto& [n, t] : state) at::Tensor(t).copy_(loaded.at(n));
+  StagedWeights staged;
+  for (const auto& [n, t] : state) staged.emplace_back(t, std::move(loaded.at(n)));
+  return staged;
 }
 
 }  // namespace accel::checkpoint

@@ -41,4 +41,11 @@ void save_model_from_main(runtime::Accelerator& acc, const model::Model& m, cons
 // and nothing is changed.
 void load_checkpoint_in_model(model::Model& m, const std::string& path);
 
+// The two halves of load_checkpoint_in_model, for load_state, which checks every file before it
+// changes anything: each live tensor of `m` paired with the checked value read for it; applying
+// copies them in and cannot fail.
+using StagedWeights = std::vector<std::pair<at::Tensor, at::Tensor>>;
+StagedWeights stage_checkpoint_for_model(const model::Model& m, const std::string& path);
+void apply_weights(const StagedWeights& staged);
+
 }  // namespace accel::checkpoint

@@ -10,8 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <fstream>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include "checkpoint/atomic_dir.hpp"
@@ -35,10 +38,14 @@ void write_text(const std::string& path, const std::string& text) {
 }
 
 std::string read_text(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail(Errc::io, "'" + path + "' is not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(Errc::io, "cannot read '" + path + "'");
   std::ostringstream s;
   s << in.rdbuf();
+  if (in.bad()) fail(Errc::io, "error while reading '" + path + "'");
   return s.str();
 }
 
@@ -155,72 +162,212 @@ void save_state_unguarded(prepare::Session& session, const std::string& dir) {
   });
 }
 
-void load_state_unguarded(prepare::Session& session, const std::string& dir) {
+// Everything a load will apply, read and checked against the live objects first.
+struct StagedLoad {
+  std::vector<StagedWeights> models;
+  std::vector<std::shared_ptr<optim::Optimizer::StagedState>> optimizers;
+  std::vector<std::pair<int64_t, double>> schedulers;
+  int64_t micro_step = 0;
+  bool sync_gradients = true;
+  std::optional<std::pair<double, int>> scaler;
+  std::vector<std::pair<int64_t, int64_t>> cursors;
+  std::vector<std::string> custom;
+  std::vector<std::pair<at::Generator, at::Tensor>> rng_states;  // this rank's own
+  std::vector<std::pair<at::Generator, uint64_t>> rng_seeds;     // derived for a new rank
+};
+
+std::string base_name(const std::string& path) {
+  return path.substr(path.rfind('/') + 1);
+}
+
+// Runs one file's part of the staging so that every failure names the file.
+template <class F>
+auto in_file(const std::string& path, F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const accel::Error& e) {
+    const std::string what = e.what();
+    if (what.find(base_name(path)) != std::string::npos) throw;
+    fail(e.code(), "checkpoint file '" + path + "': " + what);
+  } catch (const std::exception& e) {
+    fail(Errc::io, "checkpoint file '" + path + "' is malformed: " + e.what());
+  }
+}
+
+template <class T>
+T field(const nlohmann::json& j, const std::string& key) {
+  if (!j.is_object() || !j.contains(key)) fail(Errc::io, "the key '" + key + "' is missing");
+  try {
+    return j.at(key).get<T>();
+  } catch (const std::exception&) {
+    fail(Errc::io, "the key '" + key + "' has the wrong type (" + j.at(key).type_name() + ")");
+  }
+}
+
+StagedLoad stage_load(prepare::Session& session, const std::string& dir, const Manifest& m) {
   auto& acc = session.accelerator();
-  const Manifest m = parse_manifest(read_text(dir + "/manifest.json"), dir + "/manifest.json");
-  verify(dir, m);
+  std::set<std::string> listed;
+  for (const auto& f : m.files) listed.insert(f.path);
+  // Each kind of object must appear in the checkpoint as often as this run prepared it.
+  auto expect_count = [&](const char* what, const std::string& prefix, const std::string& suffix,
+                          size_t live) {
+    size_t saved = 0;
+    while (listed.count(prefix + std::to_string(saved) + suffix)) ++saved;
+    if (saved != live)
+      fail(Errc::state, "the checkpoint '" + dir + "' has " + std::to_string(saved) + " " + what +
+                            "; this run prepared " + std::to_string(live));
+  };
+  auto path_of = [&](const std::string& name) {
+    if (!listed.count(name))
+      fail(Errc::io, "the checkpoint '" + dir + "' does not list '" + name + "' in manifest.json");
+    return dir + "/" + name;
+  };
+  StagedLoad st;
   const auto& models = session.models();
   const auto& optimizers = session.optimizers();
   const auto& schedulers = session.schedulers();
-  for (size_t i = 0; i < models.size(); ++i)
-    load_checkpoint_in_model(*models[i], dir + "/model_" + std::to_string(i) + ".safetensors");
+  const auto& loaders = session.dataloaders();
+  const auto& custom = session.custom_objects();
+  expect_count("models", "model_", ".safetensors", models.size());
+  expect_count("optimizers", "optimizer_", ".json", optimizers.size());
+  expect_count("schedulers", "scheduler_", ".json", schedulers.size());
+  expect_count("registered objects", "custom_", ".bin", custom.size());
+
+  for (size_t i = 0; i < models.size(); ++i) {
+    const std::string path = path_of("model_" + std::to_string(i) + ".safetensors");
+    st.models.push_back(
+        in_file(path, [&] { return stage_checkpoint_for_model(*models[i], path); }));
+  }
   for (size_t i = 0; i < optimizers.size(); ++i) {
-    const std::string base = dir + "/optimizer_" + std::to_string(i);
-    const auto j = read_json(base + ".json");
-    if (!j.contains("kind") || j["kind"] != optimizers[i]->kind())
-      fail(Errc::state, "checkpoint optimizer " + std::to_string(i) + " is not a " +
-                            optimizers[i]->kind() + " optimizer");
-    optimizers[i]->set_options(j.at("options").get<std::map<std::string, double>>());
-    optimizers[i]->load_state_tensors(read_safetensors(base + ".safetensors"));
+    const std::string json = path_of("optimizer_" + std::to_string(i) + ".json");
+    const std::string tensors = path_of("optimizer_" + std::to_string(i) + ".safetensors");
+    const auto options = in_file(json, [&] {
+      const auto j = read_json(json);
+      const auto kind = field<std::string>(j, "kind");
+      if (kind != optimizers[i]->kind())
+        fail(Errc::state, "checkpoint file '" + json + "' holds a " + kind +
+                              " optimizer; this run prepared " + optimizers[i]->kind());
+      return field<std::map<std::string, double>>(j, "options");
+    });
+    const auto state = in_file(tensors, [&] { return read_safetensors(tensors); });
+    st.optimizers.push_back(
+        in_file(tensors, [&] { return optimizers[i]->stage_state(options, state); }));
   }
   for (size_t i = 0; i < schedulers.size(); ++i) {
-    const auto j = read_json(dir + "/scheduler_" + std::to_string(i) + ".json");
-    if (!j.contains("kind") || j["kind"] != schedulers[i]->schedule().kind())
-      fail(Errc::state, "checkpoint scheduler " + std::to_string(i) + " is not a " +
-                            schedulers[i]->schedule().kind() + " schedule");
-    schedulers[i]->restore(j.at("steps").get<int64_t>(), j.at("base_lr").get<double>());
+    const std::string path = path_of("scheduler_" + std::to_string(i) + ".json");
+    st.schedulers.push_back(in_file(path, [&] {
+      const auto j = read_json(path);
+      const auto kind = field<std::string>(j, "kind");
+      if (kind != schedulers[i]->schedule().kind())
+        fail(Errc::state, "checkpoint file '" + path + "' holds a " + kind +
+                              " schedule; this run prepared " + schedulers[i]->schedule().kind());
+      const auto steps = field<int64_t>(j, "steps");
+      const auto base_lr = field<double>(j, "base_lr");
+      schedulers[i]->check_restore(steps, base_lr);
+      return std::make_pair(steps, base_lr);
+    }));
   }
-  const auto training = read_json(dir + "/training_state.json");
-  session.restore_micro_step(training.at("micro_step").get<int64_t>(),
-                             training.at("sync_gradients").get<bool>(), m.step);
-  if (auto* s = session.mutable_scaler(); s && training.contains("scaler"))
-    s->restore(training["scaler"].at("scale").get<double>(),
-               training["scaler"].at("growth_tracker").get<int>());
-  const auto& loaders = session.dataloaders();
-  const auto& saved = training.at("dataloaders");
-  if (saved.size() != loaders.size())
-    fail(Errc::state, "the checkpoint has " + std::to_string(saved.size()) +
-                          " dataloaders; this run prepared " + std::to_string(loaders.size()));
-  for (size_t i = 0; i < loaders.size(); ++i)
-    loaders[i]->restore_cursor(saved[i].at("epoch").get<int64_t>(),
-                               saved[i].at("samples").get<int64_t>());
-  const auto& custom = session.custom_objects();
-  for (size_t i = 0; i < custom.size(); ++i) {
-    const std::string bytes = read_text(dir + "/custom_" + std::to_string(i) + ".bin");
-    try {
-      custom[i].load(bytes);
-    } catch (const accel::Error& e) {
-      fail(e.code(), "registered object " + std::to_string(i) + ": " + e.what());
+  const std::string training_path = path_of("training_state.json");
+  in_file(training_path, [&] {
+    const auto training = read_json(training_path);
+    st.micro_step = field<int64_t>(training, "micro_step");
+    if (st.micro_step < 0) fail(Errc::io, "the key 'micro_step' is negative");
+    st.sync_gradients = field<bool>(training, "sync_gradients");
+    if (session.mutable_scaler() && training.contains("scaler")) {
+      const auto& s = training["scaler"];
+      const auto scale = field<double>(s, "scale");
+      if (!std::isfinite(scale) || scale <= 0)
+        fail(Errc::io, "the key 'scaler.scale' is not a finite positive number");
+      st.scaler = std::make_pair(scale, field<int>(s, "growth_tracker"));
     }
-  }
+    const auto saved = field<nlohmann::json>(training, "dataloaders");
+    if (!saved.is_array()) fail(Errc::io, "the key 'dataloaders' is not an array");
+    if (saved.size() != loaders.size())
+      fail(Errc::state, "the checkpoint has " + std::to_string(saved.size()) +
+                            " dataloaders; this run prepared " + std::to_string(loaders.size()));
+    for (size_t i = 0; i < loaders.size(); ++i) {
+      const auto epoch = field<int64_t>(saved[i], "epoch");
+      const auto samples = field<int64_t>(saved[i], "samples");
+      loaders[i]->check_cursor(epoch, samples);
+      st.cursors.emplace_back(epoch, samples);
+    }
+  });
+  for (size_t i = 0; i < custom.size(); ++i)
+    st.custom.push_back(read_text(path_of("custom_" + std::to_string(i) + ".bin")));
+
   // Random states: this rank's own, or, for a rank the saving run did not have, rank 0's mixed with
   // the rank so that every new rank draws its own reproducible stream.
   const int rank = acc.place().rank;
   const bool own = rank < m.num_processes;
-  const auto rng = read_safetensors(dir + "/" + rng_file(own ? rank : 0));
-  for (const auto& [name, state] : rng) {
-    at::Generator gen =
-        name == "library" ? runtime::library_generator() : at::detail::getDefaultCPUGenerator();
-    if (name != "library" && name != "cpu") continue;
-    if (own) {
-      set_state(gen, state);
-    } else {
-      const uLong crc =
-          crc32(crc32(0L, Z_NULL, 0), state.data_ptr<uint8_t>(), static_cast<uInt>(state.numel()));
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_current_seed((static_cast<uint64_t>(crc) << 20) ^ static_cast<uint64_t>(rank));
+  const std::string rng_path = path_of(rng_file(own ? rank : 0));
+  in_file(rng_path, [&] {
+    for (const auto& [name, state] : read_safetensors(rng_path)) {
+      if (name != "library" && name != "cpu") continue;
+      at::Generator gen =
+          name == "library" ? runtime::library_generator() : at::detail::getDefaultCPUGenerator();
+      const at::Tensor current = state_of(gen);
+      if (state.scalar_type() != at::kByte || state.numel() != current.numel())
+        fail(Errc::io, "the generator state '" + name + "' is not " +
+                           std::to_string(current.numel()) + " bytes");
+      if (own) {
+        st.rng_states.emplace_back(gen, state);
+      } else {
+        const uLong crc = crc32(crc32(0L, Z_NULL, 0), state.data_ptr<uint8_t>(),
+                                static_cast<uInt>(state.numel()));
+        st.rng_seeds.emplace_back(gen,
+                                  (static_cast<uint64_t>(crc) << 20) ^ static_cast<uint64_t>(rank));
+      }
     }
+  });
+  return st;
+}
+
+// Cannot fail: every value was checked by stage_load.
+void apply_load(prepare::Session& session, StagedLoad& st, const Manifest& m) {
+  const auto& models = session.models();
+  for (size_t i = 0; i < models.size(); ++i) apply_weights(st.models[i]);
+  const auto& optimizers = session.optimizers();
+  for (size_t i = 0; i < optimizers.size(); ++i) optimizers[i]->apply_state(*st.optimizers[i]);
+  const auto& schedulers = session.schedulers();
+  for (size_t i = 0; i < schedulers.size(); ++i)
+    schedulers[i]->restore(st.schedulers[i].first, st.schedulers[i].second);
+  session.restore_micro_step(st.micro_step, st.sync_gradients, m.step);
+  if (st.scaler) session.mutable_scaler()->restore(st.scaler->first, st.scaler->second);
+  const auto& loaders = session.dataloaders();
+  for (size_t i = 0; i < loaders.size(); ++i)
+    loaders[i]->restore_cursor(st.cursors[i].first, st.cursors[i].second);
+  for (auto& [gen, state] : st.rng_states) set_state(gen, state);
+  for (auto& [gen, seed] : st.rng_seeds) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed);
   }
+}
+
+// All or nothing: every file is read and checked against the live objects on every rank, and the
+// ranks agree, before anything is applied. Only the program's registered objects load earlier
+// than the rest is applied (their callbacks may fail; the header says so).
+void load_state_unguarded(prepare::Session& session, const std::string& dir) {
+  auto& acc = session.accelerator();
+  Manifest m;
+  StagedLoad staged;
+  ops::run_on_all(acc, [&] {
+    const std::string manifest_path = dir + "/manifest.json";
+    m = in_file(manifest_path,
+                [&] { return parse_manifest(read_text(manifest_path), manifest_path); });
+    verify(dir, m);
+    staged = stage_load(session, dir, m);
+  });
+  const auto& custom = session.custom_objects();
+  ops::run_on_all(acc, [&] {
+    for (size_t i = 0; i < custom.size(); ++i) {
+      try {
+        custom[i].load(staged.custom[i]);
+      } catch (const accel::Error& e) {
+        fail(e.code(), "registered object " + std::to_string(i) + ": " + e.what());
+      }
+    }
+  });
+  apply_load(session, staged, m);
   if (auto* comm = acc.communicator()) comm->barrier();
 }
 

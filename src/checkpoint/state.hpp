@@ -16,9 +16,12 @@ void save_state(prepare::Session& session, const std::string& dir);
 // total_limit. Throws accel::Error(invalid_argument) when automatic naming is not configured.
 void save_state_automatic(prepare::Session& session);
 
-// Collective. Verifies the manifest's sizes and checksums, then restores every piece into the
-// prepared objects (same number and kinds as at save). A rank that did not exist at save time
-// derives its generator states from rank 0's and its rank.
+// Collective and all-or-nothing. Verifies the manifest's sizes and checksums, reads every file and
+// checks every key, type, tensor name, shape and dtype against the prepared objects (same number
+// and kinds as at save), and only when every rank found everything good restores every piece. A
+// failure names the file and key and leaves every object as it was, except the program's
+// registered objects, whose load callbacks run (after every check) before the rest is applied.
+// A rank that did not exist at save time derives its generator states from rank 0's and its rank.
 void load_state(prepare::Session& session, const std::string& dir);
 // Loads the newest project_dir/checkpoints/checkpoint_<n> and numbers the next save n + 1.
 void load_state_automatic(prepare::Session& session);

@@ -178,11 +178,15 @@ std::pair<int64_t, int64_t> DataLoader::checkpoint_cursor() const {
   return cursor_locked();
 }
 
-void DataLoader::set_cursor_locked(int64_t epoch, int64_t samples) {
+void DataLoader::check_cursor(int64_t epoch, int64_t samples) const {
   if (epoch < 0 || samples < 0 || samples > dataset_size_)
     fail(Errc::invalid_argument,
          "set_position: epoch " + std::to_string(epoch) + ", samples " + std::to_string(samples) +
              " is not a position in a dataset of " + std::to_string(dataset_size_) + " samples");
+}
+
+void DataLoader::set_cursor_locked(int64_t epoch, int64_t samples) {
+  check_cursor(epoch, samples);
   end_iteration();
   epoch_ = epoch;
   start_ = samples;

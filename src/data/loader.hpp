@@ -81,6 +81,8 @@ class DataLoader {
   // For checkpoints, also once closed: the cursor (frozen at close), and restoring one.
   std::pair<int64_t, int64_t> checkpoint_cursor() const;
   void restore_cursor(int64_t epoch, int64_t samples);
+  // Throws accel::Error(invalid_argument) unless restore_cursor(epoch, samples) would succeed.
+  void check_cursor(int64_t epoch, int64_t samples) const;
 
  private:
   ShardSpec spec() const;

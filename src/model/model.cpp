@@ -248,6 +248,10 @@ void Model::add_layer(const std::string& name, const std::string& kind, const st
 
 void Model::define(const std::string& source) {
   try {
+    // All or nothing: Module::define adds each method as it compiles, so a source whose second
+    // method fails would leave the first. Compile into a clone first (its own class type; the
+    // tensors are shared, not copied), and into the model only when every method compiled.
+    module_->clone(/*inplace=*/true).define(source);
     module_->define(source);
   } catch (const std::exception& e) {
     fail(Errc::invalid_argument, "TorchScript source does not compile: " + errors_of(e));

@@ -1,5 +1,7 @@
 #include "optim/lr_scheduler.hpp"
 
+#include <cmath>
+
 #include "common/error.hpp"
 
 namespace accel::optim {
@@ -33,8 +35,22 @@ void LrScheduler::apply() {
     optimizer_->set_momentum(*m);
 }
 
-void LrScheduler::restore(int64_t steps, double base_lr) {
+void LrScheduler::check_restore(int64_t steps, double base_lr) const {
   if (steps < 0) fail(Errc::io, "a saved scheduler step count is negative");
+  const int64_t limit = schedule_.max_steps();
+  if (limit >= 0 && steps > limit)
+    fail(Errc::io, "a saved scheduler step count (" + std::to_string(steps) +
+                       ") is beyond the schedule's total_steps (" + std::to_string(limit) + ")");
+  if (!std::isfinite(base_lr) || base_lr < 0)
+    fail(Errc::io, "a saved base learning rate is not a finite non-negative number");
+  schedule_.validate();
+  const double lr = schedule_.lr_at(steps, base_lr);
+  if (!std::isfinite(lr) || lr < 0)
+    fail(Errc::io, "the saved scheduler state gives the learning rate " + std::to_string(lr));
+}
+
+void LrScheduler::restore(int64_t steps, double base_lr) {
+  check_restore(steps, base_lr);
   steps_ = steps;
   base_lr_ = base_lr;
   apply();

@@ -21,6 +21,9 @@ class LrScheduler {
   double base_lr() const { return base_lr_; }
   // For load_state: the step count and base rate saved, and the rate they imply applied.
   void restore(int64_t steps, double base_lr);
+  // Throws accel::Error(io) unless restore(steps, base_lr) would succeed: a step count from 0 to
+  // the schedule's total and a finite, non-negative rate that gives a valid rate at that step.
+  void check_restore(int64_t steps, double base_lr) const;
   double lr() const { return optimizer_->lr(); }
   const Schedule& schedule() const { return schedule_; }
   const std::shared_ptr<Optimizer>& optimizer() const { return optimizer_; }

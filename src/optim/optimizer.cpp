@@ -6,6 +6,9 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "config/keys.hpp"
@@ -53,6 +56,21 @@ double Optimizer::option(const std::string& key) const {
   return it->second;
 }
 
+void Optimizer::check_option(const std::string& key, double v,
+                             const std::map<std::string, double>& all) const {
+  const std::string where = "optimizer " + kind_ + ": '" + key + "'";
+  if (!std::isfinite(v))
+    fail(Errc::invalid_argument, where + " must be a finite number, not " + format_real(v));
+  if (is_flag(key) && v != 0 && v != 1)
+    fail(Errc::invalid_argument, where + " must be true or false");
+  if (v < 0) fail(Errc::invalid_argument, where + " must not be negative");
+  if ((key == "beta1" || key == "beta2" || key == "alpha") && v >= 1)
+    fail(Errc::invalid_argument, where + " must be below 1");
+  if (kind_ == "sgd" && key == "nesterov" && v != 0 &&
+      (all.at("momentum") <= 0 || all.at("dampening") != 0))
+    fail(Errc::invalid_argument, "sgd: nesterov needs momentum > 0 and dampening 0");
+}
+
 void Optimizer::set(const std::string& key, const std::string& value) {
   auto it = options_.find(key);
   if (it == options_.end()) {
@@ -68,18 +86,11 @@ void Optimizer::set(const std::string& key, const std::string& value) {
       fail(Errc::invalid_argument,
            "optimizer " + kind_ + ": '" + key + "=" + value + "' is not true/false");
     v = b ? 1 : 0;
-  } else {
-    if (!parse_real(value, &v))
-      fail(Errc::invalid_argument,
-           "optimizer " + kind_ + ": '" + key + "=" + value + "' is not a number");
-    if (v < 0)
-      fail(Errc::invalid_argument, "optimizer " + kind_ + ": '" + key + "' must not be negative");
-    if ((key == "beta1" || key == "beta2" || key == "alpha") && v >= 1)
-      fail(Errc::invalid_argument, "optimizer " + kind_ + ": '" + key + "' must be below 1");
+  } else if (!parse_real(value, &v)) {
+    fail(Errc::invalid_argument,
+         "optimizer " + kind_ + ": '" + key + "=" + value + "' is not a number");
   }
-  if (kind_ == "sgd" && key == "nesterov" && v != 0 &&
-      (options_["momentum"] <= 0 || options_["dampening"] != 0))
-    fail(Errc::invalid_argument, "sgd: nesterov needs momentum > 0 and dampening 0");
+  check_option(key, v, options_);
   it->second = v;
   apply_options();
 }
@@ -168,7 +179,7 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::set_lr(double lr) {
-  if (lr < 0) fail(Errc::invalid_argument, "the learning rate must not be negative");
+  check_option("lr", lr, options_);
   options_["lr"] = lr;
   apply_options();
 }
@@ -179,15 +190,6 @@ bool Optimizer::has_momentum() const {
 
 void Optimizer::set_momentum(double m) {
   options_[options_.count("beta1") ? "beta1" : "momentum"] = m;
-  apply_options();
-}
-
-void Optimizer::set_options(const std::map<std::string, double>& options) {
-  for (const auto& [k, v] : options) {
-    if (!options_.count(k))
-      fail(Errc::invalid_argument, "optimizer " + kind_ + ": saved option '" + k + "' is unknown");
-    options_[k] = v;
-  }
   apply_options();
 }
 
@@ -241,8 +243,24 @@ std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const
   return out;
 }
 
-void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+struct Optimizer::StagedState {
+  std::map<std::string, double> options;
+  std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>> states;
+};
+
+std::shared_ptr<Optimizer::StagedState> Optimizer::stage_state(
+    const std::map<std::string, double>& options,
+    const std::vector<std::pair<std::string, at::Tensor>>& tensors) const {
   if (!impl_) fail(Errc::state, "the optimizer is not bound to parameters yet: prepare it first");
+  auto staged = std::make_shared<StagedState>();
+  staged->options = options_;
+  for (const auto& [k, v] : options) {
+    if (!options_.count(k))
+      fail(Errc::invalid_argument, "optimizer " + kind_ + ": saved option '" + k + "' is unknown");
+    staged->options[k] = v;
+  }
+  for (const auto& [k, v] : staged->options) check_option(k, v, staged->options);
+
   std::map<size_t, std::map<std::string, at::Tensor>> by_param;
   for (const auto& [name, t] : tensors) {
     const auto dot = name.find('.');
@@ -253,21 +271,38 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::
                             std::to_string(params_.size()) + " parameters");
     by_param[static_cast<size_t>(index)][name.substr(dot + 1)] = t;
   }
-  auto& state = impl_->state();
-  state.clear();
+  const std::map<std::string, std::vector<std::string>> fields_of = {
+      {"sgd", {"momentum_buffer"}},
+      {"adam", {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
+      {"adamw", {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
+      {"rmsprop", {"step", "square_avg", "momentum_buffer", "grad_avg"}},
+      {"adagrad", {"step", "sum"}}};
+  const auto& known = fields_of.at(kind_);
   for (auto& [i, fields] : by_param) {
     const at::Tensor& p = params_[i];
+    for (const auto& [f, t] : fields)
+      if (std::find(known.begin(), known.end(), f) == known.end())
+        fail(Errc::shape, "optimizer state " + std::to_string(i) + "." + f + " is not a field of " +
+                              kind_ + "'s state");
     auto tensor = [&](const char* f) -> at::Tensor {
       auto it = fields.find(f);
       if (it == fields.end()) return {};
       if (it->second.sizes() != p.sizes())
         fail(Errc::shape, "optimizer state " + std::to_string(i) + "." + f +
                               " does not have its parameter's shape");
+      if (!at::isFloatingType(it->second.scalar_type()))
+        fail(Errc::dtype,
+             "optimizer state " + std::to_string(i) + "." + f + " is not a floating-point tensor");
       return it->second.to(p.device(), p.scalar_type()).clone();
     };
     auto step = [&]() -> int64_t {
       auto it = fields.find("step");
-      return it == fields.end() ? 0 : it->second.item<int64_t>();
+      if (it == fields.end()) return 0;
+      const at::Tensor& s = it->second;
+      if (s.numel() != 1 || at::isFloatingType(s.scalar_type()) || s.item<int64_t>() < 0)
+        fail(Errc::shape,
+             "optimizer state " + std::to_string(i) + ".step is not one non-negative integer");
+      return s.item<int64_t>();
     };
     std::unique_ptr<torch::optim::OptimizerParamState> s;
     if (kind_ == "sgd") {
@@ -294,8 +329,18 @@ void Optimizer::load_state_tensors(const std::vector<std::pair<std::string, at::
       st->step(step()).sum(tensor("sum"));
       s = std::move(st);
     }
-    state[key_of(p)] = std::move(s);
+    staged->states.emplace_back(key_of(p), std::move(s));
   }
+  return staged;
+}
+
+void Optimizer::apply_state(StagedState& staged) {
+  options_ = std::move(staged.options);
+  apply_options();
+  auto& state = impl_->state();
+  state.clear();
+  for (auto& [key, s] : staged.states) state[key] = std::move(s);
+  staged.states.clear();
 }
 
 }  // namespace accel::optim

@@ -47,12 +47,23 @@ class Optimizer {
   // (index into params(); "step" as an int64 scalar). Loading re-applies the options (LibTorch
   // 1.13's own Optimizer::load drops them) and replaces the state, checking shapes.
   const std::map<std::string, double>& options() const { return options_; }
-  void set_options(const std::map<std::string, double>& options);
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() const;
-  void load_state_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+  // Loading is two-phase so that load_state changes nothing when any part of a checkpoint is bad:
+  // stage_state checks every option (known, finite, in range) and every state tensor (its
+  // parameter, field, shape, step) and builds the new state without touching this optimizer; it
+  // throws accel::Error naming the option or tensor. apply_state then swaps it in and cannot fail.
+  struct StagedState;
+  std::shared_ptr<StagedState> stage_state(
+      const std::map<std::string, double>& options,
+      const std::vector<std::pair<std::string, at::Tensor>>& tensors) const;
+  void apply_state(StagedState& staged);
 
  private:
   void apply_options();
+  // Throws accel::Error(invalid_argument) naming `key` unless `v` is a valid value for it given
+  // the other options in `all`: finite, not negative, betas and alpha below 1, flags 0 or 1.
+  void check_option(const std::string& key, double v,
+                    const std::map<std::string, double>& all) const;
   std::string kind_;
   std::map<std::string, double> options_;
   std::vector<at::Tensor> params_;
