@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "runtime/parent_watch.hpp"
 
 namespace accel::launch {
 
@@ -157,6 +158,7 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
   if (sfd < 0) fail(Errc::internal, std::string("signalfd: ") + std::strerror(errno));
 
   std::vector<Child> children(ranks.size());
+  const pid_t launcher = getpid();
   std::vector<std::string> argv_store = options.command;
   argv_store[0] = program;
   std::vector<char*> argv = c_strings(argv_store);
@@ -188,6 +190,8 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
       if (pid == 0) {
         // Child: async-signal-safe calls only, then exec.
         setpgid(0, 0);
+        // A rank dies with its launcher, even one killed by SIGKILL, which it cannot forward.
+        runtime::die_with_parent_after_fork(launcher);
         sigprocmask(SIG_UNBLOCK, &handled, nullptr);
         if (options.prefix_output) {
           dup2(out_pipe[1], STDOUT_FILENO);

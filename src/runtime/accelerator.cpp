@@ -10,6 +10,7 @@
 
 #include "common/error.hpp"
 #include "runtime/malloc_tuning.hpp"
+#include "runtime/parent_watch.hpp"
 #include "runtime/seed.hpp"
 
 namespace accel::runtime {
@@ -74,6 +75,7 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
     set_blas_threads(num_threads_);
     if (settings_.flag("malloc_tuning")) tune_malloc(env);
     if (place_.distributed()) {
+      die_with_launching_engine(env);
       CommOptions options;
       options.rendezvous = millis(settings_.seconds("rendezvous_timeout"));
       options.collective = millis(settings_.seconds("collective_timeout"));

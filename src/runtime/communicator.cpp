@@ -5,12 +5,16 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "common/error.hpp"
@@ -56,15 +60,16 @@ std::atomic<int> g_generation{0};
 
 // Waits until something listens at addr:port, trying every 10 ms. c10d's client retries a refused
 // connection only after about a second, and ranks usually start before rank 0 has opened its
-// store (its LibTorch start-up is no faster than theirs). Gives up quietly at the deadline: the
-// store's own connect then reports the failure.
-void wait_for_listener(const std::string& addr, int port,
+// store (its LibTorch start-up is no faster than theirs). False when nothing listened by the
+// deadline: the rendezvous has one deadline, so the store's own connect never waits again.
+bool wait_for_listener(const std::string& addr, int port,
                        std::chrono::steady_clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
-  while (std::chrono::steady_clock::now() < deadline) {
+  if (getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
+    fail(Errc::rendezvous, "the rendezvous address '" + addr + "' does not resolve");
+  for (;;) {
     for (addrinfo* ai = found; ai; ai = ai->ai_next) {
       const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
       if (fd < 0) continue;
@@ -72,17 +77,110 @@ void wait_for_listener(const std::string& addr, int port,
       close(fd);
       if (up) {
         freeaddrinfo(found);
-        return;
+        return true;
       }
     }
+    if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   freeaddrinfo(found);
+  return false;
 }
 
 // "0.5", never "0,5": an ostream would use the host program's global C++ locale.
 std::string seconds_text(std::chrono::milliseconds ms) {
   return format_real(static_cast<double>(ms.count()) / 1000.0);
+}
+
+// Who a rank is, exchanged once at start-up so that a failed collective can name the peer that
+// died or stalled, and its host.
+struct PeerInfo {
+  std::string host;     // gethostname()
+  std::string boot_id;  // same boot id: same kernel, so the pid can be checked from here
+  std::string address;  // the address this rank reaches the store from
+  long long pid = 0;
+  uint64_t start_time = 0;  // /proc/<pid>/stat field 22: tells a reused pid apart
+};
+
+// The state letter and start time of a process from /proc/<pid>/stat; false when it is gone.
+bool process_status(long long pid, char* state, uint64_t* start_time) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!in || !std::getline(in, text)) return false;
+  const auto paren = text.rfind(')');
+  if (paren == std::string::npos) return false;
+  std::istringstream fields(text.substr(paren + 1));
+  std::string f;
+  std::vector<std::string> v;
+  while (fields >> f) v.push_back(f);
+  if (v.size() < 20 || v[0].empty()) return false;
+  *state = v[0][0];
+  return parse_uint(v[19], start_time);
+}
+
+std::string first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The local address of a route to addr:port (a UDP "connect" sends nothing).
+std::string local_address_towards(const std::string& addr, int port) {
+  if (is_loopback(addr)) return "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return "";
+  std::string out;
+  const int fd = socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage local{};
+  socklen_t len = sizeof local;
+  char text[INET6_ADDRSTRLEN] = "";
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+      getnameinfo(reinterpret_cast<sockaddr*>(&local), len, text, sizeof text, nullptr, 0,
+                  NI_NUMERICHOST) == 0)
+    out = text;
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  return out;
+}
+
+PeerInfo self_info(const ProcessPlace& place) {
+  PeerInfo me;
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  me.host = host;
+  me.boot_id = first_line("/proc/sys/kernel/random/boot_id");
+  me.address = local_address_towards(place.master_addr, place.master_port);
+  me.pid = getpid();
+  char state = 0;
+  process_status(me.pid, &state, &me.start_time);
+  return me;
+}
+
+constexpr size_t kInfoBytes = 512;
+
+std::string pack(const PeerInfo& p) {
+  std::string out = p.host + "\n" + p.boot_id + "\n" + p.address + "\n" + std::to_string(p.pid) +
+                    "\n" + std::to_string(p.start_time);
+  out.resize(kInfoBytes, '\0');
+  return out;
+}
+
+PeerInfo unpack(const char* bytes) {
+  std::istringstream in(std::string(bytes, strnlen(bytes, kInfoBytes)));
+  PeerInfo p;
+  std::string pid, start;
+  std::getline(in, p.host);
+  std::getline(in, p.boot_id);
+  std::getline(in, p.address);
+  std::getline(in, pid);
+  std::getline(in, start);
+  parse_int(pid, &p.pid);
+  parse_uint(start, &p.start_time);
+  return p;
 }
 
 }  // namespace
@@ -92,6 +190,7 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> job_store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
   std::unique_ptr<ShmReduce> shm;
+  std::vector<PeerInfo> peers;  // by rank; empty until exchanged
 };
 
 Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_options)
@@ -108,9 +207,14 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
   opts.isServer = host_store;
   opts.waitWorkers = false;
   opts.timeout = comm_options.rendezvous;
-  if (!host_store)
-    wait_for_listener(place.master_addr, place.master_port,
-                      std::chrono::steady_clock::now() + comm_options.rendezvous);
+  // One deadline for the whole rendezvous: reaching the store and the census share it.
+  const auto deadline = std::chrono::steady_clock::now() + comm_options.rendezvous;
+  if (!host_store && !wait_for_listener(place.master_addr, place.master_port, deadline))
+    fail(Errc::rendezvous,
+         "rank " + std::to_string(place.rank) + " could not reach the rendezvous store at " +
+             endpoint + ", hosted by " + who_hosts + ": nothing listened there for " +
+             seconds_text(comm_options.rendezvous) + " s (rendezvous_timeout). Check that " +
+             who_hosts + " started, and MASTER_ADDR and MASTER_PORT");
   try {
     impl_->store = c10::make_intrusive<c10d::TCPStore>(place.master_addr, opts);
   } catch (const std::exception& e) {
@@ -133,7 +237,7 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
       "accel/" + place.run_id + "/g" + std::to_string(g_generation.fetch_add(1));
   impl_->job_store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
 
-  census(place, comm_options, host_store, endpoint);
+  census(place, comm_options, deadline, host_store, endpoint);
 
   try {
     auto options = c10d::ProcessGroupGloo::Options::create(comm_options.collective);
@@ -150,6 +254,7 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
   } catch (const std::exception& e) {
     fail(Errc::rendezvous, "could not form the Gloo process group: " + what_of(e));
   }
+  exchange_identities(place);
   if (comm_options.shared_memory && place.local_world_size == size_) setup_shared_memory();
 }
 
@@ -237,7 +342,8 @@ bool Communicator::reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op) {
 // Each rank announces itself, then waits until every rank has, or names who is missing. When rank 0
 // hosts the store, its verdict is final: it publishes the verdict and waits for the arrived ranks
 // to read it before its exit takes the store away (they would otherwise see only a broken pipe).
-void Communicator::census(const ProcessPlace& place, const CommOptions& timeouts, bool host_store,
+void Communicator::census(const ProcessPlace& place, const CommOptions& timeouts,
+                          std::chrono::steady_clock::time_point deadline, bool host_store,
                           const std::string& endpoint) {
   const bool rank0_hosts = !place.store_hosted;
   const std::string verdict_key = "census/verdict";
@@ -246,11 +352,8 @@ void Communicator::census(const ProcessPlace& place, const CommOptions& timeouts
     store->set("census/" + std::to_string(place.rank), std::vector<uint8_t>{1});
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) keys.push_back("census/" + std::to_string(r));
-    const auto start = std::chrono::steady_clock::now();
-    // A client of rank 0's store gives rank 0 time to decide first.
-    const auto deadline =
-        start + timeouts.rendezvous +
-        (rank0_hosts && !host_store ? std::chrono::seconds(2) : std::chrono::seconds(0));
+    // A client of rank 0's store gives rank 0 a moment to decide first.
+    if (rank0_hosts && !host_store) deadline += std::chrono::milliseconds(500);
     while (!store->check(keys)) {
       if (rank0_hosts && !host_store && store->check({verdict_key})) {
         const auto bytes = store->get(verdict_key);
@@ -289,6 +392,81 @@ void Communicator::census(const ProcessPlace& place, const CommOptions& timeouts
   }
 }
 
+// One all-gather of a fixed-size record per rank: host, boot id, address, pid, start time.
+void Communicator::exchange_identities(const ProcessPlace& place) {
+  const std::string mine = pack(self_info(place));
+  at::Tensor local = at::empty({static_cast<int64_t>(kInfoBytes)}, at::kByte);
+  std::memcpy(local.data_ptr(), mine.data(), kInfoBytes);
+  const auto all = all_gather(local);
+  for (const auto& t : all) impl_->peers.push_back(unpack(static_cast<const char*>(t.data_ptr())));
+}
+
+// What can be known here of the ranks that made a collective fail: a peer on this machine is
+// checked through /proc (exited, stopped, or alive); a peer elsewhere is narrowed down by the
+// address in Gloo's message. Empty when nothing is known.
+std::string Communicator::host_name() const {
+  if (rank_ < static_cast<int>(impl_->peers.size())) return impl_->peers[rank_].host;
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+std::string Communicator::diagnose_peers(const std::string& message, bool peer_failed) const {
+  // A peer's sockets close while it is still exiting: give its exit a moment to show in /proc.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  for (;;) {
+    std::string found = diagnose_peers_once(message);
+    if (!peer_failed || found.find(" exited") != std::string::npos ||
+        std::chrono::steady_clock::now() >= until)
+      return found;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string Communicator::diagnose_peers_once(const std::string& message) const {
+  const auto& peers = impl_->peers;
+  if (peers.size() != static_cast<size_t>(size_)) return "";
+  const PeerInfo& me = peers[rank_];
+  std::vector<std::string> exited, stopped, alive, remote;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const PeerInfo& p = peers[r];
+    const std::string who =
+        "rank " + std::to_string(r) + " (pid " + std::to_string(p.pid) + " on host " + p.host + ")";
+    if (p.boot_id.empty() || p.boot_id != me.boot_id) {
+      if (!p.address.empty() && contains(message, ("[" + p.address + "]").c_str()))
+        remote.push_back(who + ", at " + p.address);
+      continue;
+    }
+    char state = 0;
+    uint64_t start = 0;
+    if (!process_status(p.pid, &state, &start) || start != p.start_time || state == 'Z' ||
+        state == 'X')
+      exited.push_back(who);
+    else if (state == 'T' || state == 't')
+      stopped.push_back(who);
+    else
+      alive.push_back(who);
+  }
+  auto list = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+    return out;
+  };
+  if (!exited.empty() || !stopped.empty()) {
+    std::string out;
+    if (!exited.empty()) out += list(exited) + (exited.size() > 1 ? " have" : " has") + " exited";
+    if (!stopped.empty())
+      out += std::string(out.empty() ? "" : "; ") + list(stopped) +
+             (stopped.size() > 1 ? " are" : " is") + " stopped (SIGSTOP or a debugger)";
+    return out;
+  }
+  if (!remote.empty())
+    return "the connection to " + list(remote) + " broke: that rank or its host failed";
+  if (!alive.empty() && size_ == 2) return list(alive) + " is alive but did not take part";
+  return "";
+}
+
 Communicator::~Communicator() = default;
 
 template <class F>
@@ -310,14 +488,16 @@ void Communicator::guarded(const char* what, F&& body) {
     msg = what_of(e);
     code = classify(msg);
   }
-  broken_ = msg;
   std::string advice;
   if (code == Errc::timeout)
     advice =
         " (collective_timeout: a peer did not take part in time; it may be hung or calling "
         "collectives in a different order)";
   if (code == Errc::peer_failed) advice = " (a peer process exited or its connection broke)";
-  fail(code, std::string(what) + " failed on rank " + std::to_string(rank_) + ": " + msg + advice);
+  const std::string peers = diagnose_peers(msg, code == Errc::peer_failed);
+  broken_ = peers.empty() ? msg : peers + " (" + msg + ")";
+  fail(code, std::string(what) + " failed on rank " + std::to_string(rank_) + " (host " +
+                 host_name() + "): " + (peers.empty() ? "" : peers + ". ") + msg + advice);
 }
 
 std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {

@@ -56,9 +56,14 @@ class Communicator {
 
  private:
   struct Impl;
-  void census(const ProcessPlace& place, const CommOptions& options, bool host_store,
+  void census(const ProcessPlace& place, const CommOptions& options,
+              std::chrono::steady_clock::time_point deadline, bool host_store,
               const std::string& endpoint);
   void setup_shared_memory();
+  void exchange_identities(const ProcessPlace& place);
+  std::string diagnose_peers(const std::string& message, bool peer_failed) const;
+  std::string diagnose_peers_once(const std::string& message) const;
+  std::string host_name() const;
   bool reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op);
   template <class F>
   void guarded(const char* what, F&& body);

@@ -1,0 +1,41 @@
+#include "runtime/parent_watch.hpp"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+namespace accel::runtime {
+
+namespace {
+
+// Captured when the library is loaded: if the parent dies between then and accel_init, the
+// parent then differs from this one (a reaper adopted us) and the rank must not start.
+const pid_t g_parent_at_load = getppid();
+
+}  // namespace
+
+std::string launching_engine(const config::EnvMap& env) {
+  const std::pair<const char*, const char*> engines[] = {{"ACCEL_STORE_HOSTED", "accel launch"},
+                                                         {"TORCHELASTIC_RUN_ID", "torchrun"},
+                                                         {"OMPI_COMM_WORLD_RANK", "Open MPI"},
+                                                         {"PMI_RANK", "MPICH/Hydra"},
+                                                         {"SLURM_STEP_ID", "srun"}};
+  for (const auto& [variable, name] : engines)
+    if (env.count(variable)) return name;
+  return "";
+}
+
+std::string die_with_launching_engine(const config::EnvMap& env) {
+  std::string engine = launching_engine(env);
+  if (engine.empty()) return engine;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != g_parent_at_load) raise(SIGKILL);
+  return engine;
+}
+
+void die_with_parent_after_fork(pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(128 + SIGKILL);
+}
+
+}  // namespace accel::runtime
