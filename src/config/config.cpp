@@ -2,7 +2,12 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <sys/stat.h>
+
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -15,15 +20,27 @@ namespace accel::config {
 
 namespace {
 
-// YAML 1.1 reads these unquoted words as booleans or null; Accelerate quotes them ('no').
+// YAML 1.1 reads these unquoted words as booleans or null, and number-like text as numbers
+// (PyYAML, so Accelerate, would get 0.5 or 10 instead of the text); Accelerate quotes them ('no').
 bool needs_quotes(const std::string& v) {
   static const char* words[] = {"no", "yes", "on", "off", "true", "false", "null", "y", "n", "~"};
   if (v.empty()) return true;
+  std::string lowered;
+  for (char c : v) lowered += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (const char* w : words)
-    if (v == w) return true;
-  return v.find_first_of(":#'\"{}[],&*!|>%@`") != std::string::npos || v.front() == ' ' ||
+    if (lowered == w) return true;
+  // Every YAML 1.1 number starts with a digit, or with a sign or point and then one (or .inf).
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  if (digit(v[0]) || (v.size() > 1 && std::strchr("+-.", v[0]) && (digit(v[1]) || v[1] == '.')) ||
+      lowered == ".inf" || lowered == "+.inf" || lowered == "-.inf" || lowered == ".nan")
+    return true;
+  return v.find_first_of(":#'\"{}[],&*!|>%@`-?") != std::string::npos || v.front() == ' ' ||
          v.back() == ' ';
 }
+
+// A configuration file is small: anything larger, or anything that is not a regular file
+// (a directory, /dev/zero, a FIFO), is refused before it is read.
+constexpr std::streamsize kMaxConfigFileBytes = 1 << 20;
 
 std::string yaml_scalar(const KeySpec& spec, const std::string& v) {
   if (spec.kind == Kind::kMap || spec.kind == Kind::kList || spec.kind == Kind::kBool ||
@@ -110,7 +127,9 @@ std::string Resolved::dump_yaml() const {
   std::ostringstream out;
   for (const auto& spec : key_table()) {
     const Setting& s = at(spec.name);
-    std::string line = std::string(spec.name) + ": " + yaml_scalar(spec, s.value);
+    // Keys that only the environment sets are shown as comments, so that the dump loads back.
+    std::string line =
+        std::string(spec.in_file ? "" : "# ") + spec.name + ": " + yaml_scalar(spec, s.value);
     if (line.size() < 44) line.append(44 - line.size(), ' ');
     out << line << "  # " << s.origin.describe() << "\n";
   }
@@ -125,12 +144,23 @@ void Config::set(const std::string& key, const std::string& value) {
 }
 
 void Config::load_file(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0)
+    fail(Errc::io, "cannot read configuration file '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    fail(Errc::io, "configuration file '" + path + "' is not a regular file" +
+                       (S_ISDIR(st.st_mode) ? " (it is a directory)" : ""));
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(Errc::io, "cannot read configuration file '" + path + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Read at most one byte past the limit: the file may grow (or lie about its size) meanwhile.
+  std::string text(static_cast<size_t>(kMaxConfigFileBytes) + 1, '\0');
+  in.read(text.data(), kMaxConfigFileBytes + 1);
   if (in.bad()) fail(Errc::io, "error while reading configuration file '" + path + "'");
-  load_yaml_text(text.str(), path);
+  if (in.gcount() > kMaxConfigFileBytes)
+    fail(Errc::io, "configuration file '" + path + "' is larger than " +
+                       std::to_string(kMaxConfigFileBytes) + " bytes; not a configuration");
+  text.resize(static_cast<size_t>(in.gcount()));
+  load_yaml_text(text, path);
 }
 
 void Config::load_yaml_text(const std::string& text, const std::string& name) {
@@ -158,7 +188,14 @@ void Config::load_yaml_text(const std::string& text, const std::string& name) {
         continue;
       }
       const KeySpec* spec = find_key(key);
-      if (!spec || !spec->in_file) fail(Errc::config, unknown_key_message(key, origin));
+      if (!spec) fail(Errc::config, unknown_key_message(key, origin));
+      if (!spec->in_file) {
+        std::string vars;
+        for (const char* v : spec->env) vars += (vars.empty() ? "" : ", ") + std::string(v);
+        fail(Errc::config, "configuration key '" + key + "' (" + origin.describe() +
+                               ") is set only through the environment (" + vars +
+                               "), not in a file");
+      }
       if (layer.count(key))
         fail(Errc::config, "configuration key '" + key + "' (" + origin.describe() +
                                ") appears twice in the file");
@@ -171,8 +208,8 @@ void Config::load_yaml_text(const std::string& text, const std::string& name) {
 
 std::string Config::load_default_file(const EnvMap& env) {
   for (const auto& candidate : default_file_candidates(env)) {
-    std::ifstream probe(candidate);
-    if (probe) {
+    struct stat st;
+    if (stat(candidate.c_str(), &st) == 0) {
       load_file(candidate);
       return candidate;
     }

@@ -285,6 +285,8 @@ std::string unknown_key_message(const std::string& unknown, const Origin& origin
   size_t best_distance = 4;
   std::vector<const char*> names;
   for (const auto& spec : key_table()) {
+    // A file may hold only file keys: the environment-only ones are neither listed nor suggested.
+    if (origin.source == Source::kFile && !spec.in_file) continue;
     names.push_back(spec.name);
     const size_t d = edit_distance(unknown, spec.name);
     if (d < best_distance) {
@@ -308,6 +310,8 @@ std::string normalize(const KeySpec& spec, const std::string& raw, const Origin&
   std::string canonical;
   switch (spec.kind) {
     case Kind::kString:
+      for (unsigned char c : value)
+        if (c < 0x20 || c == 0x7f) bad("text without control characters (newlines, tabs)");
       canonical = value;
       break;
     case Kind::kBool: {
@@ -326,7 +330,8 @@ std::string normalize(const KeySpec& spec, const std::string& raw, const Origin&
     }
     case Kind::kSeconds: {
       double s = 0;
-      if (!parse_real(value, &s) || s <= 0 || s > 1e7) bad("a number of seconds greater than 0");
+      if (!parse_real(value, &s) || !(s > 0 && s <= 1e7))
+        bad("a finite number of seconds greater than 0, at most 1e7");
       canonical = value;
       break;
     }

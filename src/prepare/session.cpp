@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/error.hpp"
+#include "common/parse.hpp"
 #include "optim/step_rules.hpp"
 
 namespace accel::prepare {
@@ -263,7 +264,12 @@ void Session::scheduler_step(optim::LrScheduler& s) {
 }
 
 double Session::clip_grad_norm(model::Model& m, double max_norm, double norm_type) {
-  if (!(max_norm > 0)) fail(Errc::invalid_argument, "max_norm must be positive");
+  if (!(max_norm > 0) || !std::isfinite(max_norm))
+    fail(Errc::invalid_argument,
+         "max_norm must be a finite positive number, not " + format_real(max_norm));
+  if (!(norm_type > 0))
+    fail(Errc::invalid_argument,
+         "norm_type must be positive (or infinity), not " + format_real(norm_type));
   const auto params = trainable_parameters(m);
   unscale_for(params);
   // PyTorch's clip_grad_norm_: the norm of the per-parameter norms, then every gradient times
@@ -283,7 +289,9 @@ double Session::clip_grad_norm(model::Model& m, double max_norm, double norm_typ
 }
 
 void Session::clip_grad_value(model::Model& m, double clip_value) {
-  if (!(clip_value > 0)) fail(Errc::invalid_argument, "clip_value must be positive");
+  if (!(clip_value > 0) || !std::isfinite(clip_value))
+    fail(Errc::invalid_argument,
+         "clip_value must be a finite positive number, not " + format_real(clip_value));
   const auto params = trainable_parameters(m);
   unscale_for(params);
   at::NoGradGuard no_grad;

@@ -330,3 +330,171 @@ TEST(Checkpoint, AutomaticNamingTotalLimitAndCustomObjects) {
   EXPECT_EQ(counter.releases, 1) << "a refused registration is never released";
   OK(accel_init(nullptr, &g_acc));
 }
+
+namespace {
+
+// CRC-32 (zlib's polynomial), to rewrite a manifest entry after editing a file on purpose.
+uint32_t crc32_of(const std::string& data) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char c : data) {
+    crc ^= c;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+// Replaces `file` in checkpoint `dir` and updates its size and CRC-32 in manifest.json, so that
+// only the content checks can catch what is wrong with it.
+void replace_consistently(const std::string& dir, const std::string& file,
+                          const std::string& text) {
+  std::ofstream(dir + "/" + file, std::ios::binary) << text;
+  std::string manifest = slurp(dir + "/manifest.json");
+  const size_t at = manifest.find("\"" + file + "\"");
+  ASSERT_NE(at, std::string::npos) << manifest;
+  const size_t end = manifest.find('}', at);
+  std::string entry = manifest.substr(at, end - at);
+  const size_t size_at = entry.find("\"size\"");
+  const size_t crc_at = entry.find("\"crc32\"");
+  ASSERT_NE(size_at, std::string::npos);
+  ASSERT_NE(crc_at, std::string::npos);
+  auto set_number = [&](size_t key_at, uint64_t value) {
+    const size_t colon = entry.find(':', key_at);
+    size_t stop = entry.find_first_of(",}\n", colon);
+    if (stop == std::string::npos) stop = entry.size();
+    entry.replace(colon + 1, stop - colon - 1, " " + std::to_string(value));
+  };
+  // The later key first, so that the earlier one's offset stays valid.
+  if (crc_at > size_at) {
+    set_number(crc_at, crc32_of(text));
+    set_number(size_at, text.size());
+  } else {
+    set_number(size_at, text.size());
+    set_number(entry.find("\"crc32\""), crc32_of(text));
+  }
+  manifest.replace(at, end - at, entry);
+  std::ofstream(dir + "/manifest.json", std::ios::binary) << manifest;
+}
+
+}  // namespace
+
+// A failed load_state changes nothing: neither another optimizer kind (a common edit between
+// runs) nor a training_state.json without a key replaces the model's weights first.
+TEST(Checkpoint, FailedLoadStateChangesNothing) {
+  const std::string dir = ::testing::TempDir() + "state_atomic";
+  std::system(("rm -rf " + dir).c_str());
+  init_with({});
+  accel_model* m = make_model(21);
+  accel_optimizer* o = nullptr;
+  OK(accel_optimizer_new(m, "sgd", &o));
+  OK(accel_optimizer_set(o, "lr", "0.5"));
+  void* objs[] = {m, o};
+  OK(accel_prepare(g_acc, objs, 2));
+  OK(accel_save_state(g_acc, dir.c_str()));
+  accel_optimizer_free(o);
+  accel_model_free(m);
+
+  // Another run: other weights, Adam where SGD was saved.
+  init_with({});
+  m = make_model(22);
+  OK(accel_optimizer_new(m, "adam", &o));
+  OK(accel_optimizer_set(o, "lr", "0.25"));
+  void* objs2[] = {m, o};
+  OK(accel_prepare(g_acc, objs2, 2));
+  const auto weights = values(m, "fc1.weight");
+  EXPECT_EQ(accel_load_state(g_acc, dir.c_str()), ACCEL_ERR_STATE);
+  const std::string msg = accel_last_error_message();
+  EXPECT_NE(msg.find("optimizer_0.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("sgd"), std::string::npos) << msg;
+  EXPECT_EQ(values(m, "fc1.weight"), weights) << "the weights were replaced by a failed load";
+  accel_optimizer_free(o);
+  accel_model_free(m);
+
+  // The same kind, but training_state.json lacks a key (its manifest entry matches).
+  init_with({});
+  m = make_model(23);
+  OK(accel_optimizer_new(m, "sgd", &o));
+  OK(accel_optimizer_set(o, "lr", "0.125"));
+  void* objs3[] = {m, o};
+  OK(accel_prepare(g_acc, objs3, 2));
+  const auto before = values(m, "fc1.weight");
+  std::string training = slurp(dir + "/training_state.json");
+  const size_t key = training.find("\"micro_step\"");
+  ASSERT_NE(key, std::string::npos) << training;
+  training.replace(key, std::string("\"micro_step\"").size(), "\"micro_stepX\"");
+  replace_consistently(dir, "training_state.json", training);
+  EXPECT_EQ(accel_load_state(g_acc, dir.c_str()), ACCEL_ERR_IO);
+  const std::string msg2 = accel_last_error_message();
+  EXPECT_NE(msg2.find("training_state.json"), std::string::npos) << msg2;
+  EXPECT_NE(msg2.find("'micro_step'"), std::string::npos) << msg2;
+  EXPECT_EQ(values(m, "fc1.weight"), before);
+  double lr = 0;
+  OK(accel_optimizer_lr(o, &lr));
+  EXPECT_EQ(lr, 0.125) << "the optimizer's options were replaced by a failed load";
+
+  // A key of the wrong type is named the same way.
+  replace_consistently(
+      dir, "training_state.json",
+      "{\"micro_step\": \"three\", \"sync_gradients\": true, \"dataloaders\": []}");
+  EXPECT_EQ(accel_load_state(g_acc, dir.c_str()), ACCEL_ERR_IO);
+  EXPECT_NE(std::string(accel_last_error_message()).find("'micro_step' has the wrong type"),
+            std::string::npos)
+      << accel_last_error_message();
+  EXPECT_EQ(values(m, "fc1.weight"), before);
+  accel_optimizer_free(o);
+  accel_model_free(m);
+  init_with({});
+}
+
+TEST(Checkpoint, ModelDefineIsAllOrNothing) {
+  accel_model* m = make_model(3);
+  // The first method compiles, the second does not: neither may be defined afterwards.
+  EXPECT_EQ(accel_model_define(m,
+                               "def first(self, x):\n"
+                               "    return self.fc1.forward(x)\n"
+                               "def second(self, x):\n"
+                               "    return self.no_such_layer.forward(x)\n"),
+            ACCEL_ERR_INVALID_ARGUMENT);
+  std::vector<float> xv(32, 1.0f);
+  const int64_t shape[] = {1, 32};
+  accel_tensor* x = nullptr;
+  OK(accel_tensor_from_data(xv.data(), xv.size() * 4, ACCEL_DTYPE_F32, shape, 2, &x));
+  accel_tensor_list* out = nullptr;
+  const accel_tensor* in[] = {x};
+  EXPECT_EQ(accel_model_call(m, "first", in, 1, &out), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accel_last_error_message()).find("no method 'first'"), std::string::npos)
+      << accel_last_error_message();
+  // The same source, fixed, defines both.
+  OK(accel_model_define(m,
+                        "def first(self, x):\n"
+                        "    return self.fc1.forward(x)\n"
+                        "def second(self, x):\n"
+                        "    return self.fc2.forward(self.fc1.forward(x))\n"));
+  OK(accel_model_call(m, "second", in, 1, &out));
+  accel_tensor_list_free(out);
+  accel_tensor_free(x);
+  accel_model_free(m);
+}
+
+TEST(Checkpoint, NumbersAreCheckedWhicheverDoorTheyEnter) {
+  accel_model* m = make_model(4);
+  accel_optimizer* o = nullptr;
+  OK(accel_optimizer_new(m, "adam", &o));
+  OK(accel_optimizer_set_lr(o, 0.01));
+  for (double bad : {std::nan(""), double(INFINITY), -double(INFINITY), -1.0}) {
+    EXPECT_EQ(accel_optimizer_set_lr(o, bad), ACCEL_ERR_INVALID_ARGUMENT) << bad;
+    EXPECT_NE(std::string(accel_last_error_message()).find("'lr'"), std::string::npos)
+        << accel_last_error_message();
+  }
+  for (const char* bad : {"nan", "inf", "-1", "1e999"})
+    EXPECT_EQ(accel_optimizer_set(o, "lr", bad), ACCEL_ERR_INVALID_ARGUMENT) << bad;
+  EXPECT_EQ(accel_optimizer_set(o, "beta1", "1"), ACCEL_ERR_INVALID_ARGUMENT);
+  double lr = 0;
+  OK(accel_optimizer_lr(o, &lr));
+  EXPECT_EQ(lr, 0.01);
+  EXPECT_EQ(accel_clip_grad_norm(g_acc, m, std::nan(""), 2.0, nullptr), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_clip_grad_norm(g_acc, m, INFINITY, 2.0, nullptr), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_clip_grad_norm(g_acc, m, 1.0, std::nan(""), nullptr), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_clip_grad_value(g_acc, m, INFINITY), ACCEL_ERR_INVALID_ARGUMENT);
+  accel_optimizer_free(o);
+  accel_model_free(m);
+}
