@@ -81,8 +81,13 @@ int exit_code_of(int status) {
 }
 
 void signal_all(std::vector<Child>& children, int sig) {
-  for (auto& c : children)
-    if (c.running) kill(-c.pid, sig);  // the rank's whole process group
+  for (auto& c : children) {
+    if (!c.running) continue;
+    kill(-c.pid, sig);  // the rank's whole process group
+    // A stopped rank (SIGSTOP, a debugger detached badly) would hold SIGTERM until the grace ran
+    // out: let it run to receive the signal.
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) kill(-c.pid, SIGCONT);
+  }
 }
 
 // SIGKILL to the process group of every running child, then reaps each; closes their pipes.

@@ -544,3 +544,59 @@ TEST(MultiProcess, ForkFailureFailsTheLaunchAndLeavesNoRankBehind) {
     EXPECT_LT(r.seconds, 20.0) << r.output;
   }
 }
+
+TEST(MultiProcess, LoneRankFailsAtItsRendezvousDeadlineSayingHowLongItWaited) {
+  // One deadline for the whole rendezvous: rank 1 of 2 with no rank 0 waits T, not T twice.
+  const std::string common =
+      "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+      " ACCEL_RENDEZVOUS_TIMEOUT=3 ";
+  const auto client = run(common + "RANK=1 " + kProgram + " check");
+  EXPECT_NE(client.code, 0) << client.output;
+  EXPECT_TRUE(contains(client.output, "for 3 s (rendezvous_timeout)")) << client.output;
+  EXPECT_LT(client.seconds, 4.0) << client.output;
+  // And rank 0 alone, hosting the store, fails at the same deadline.
+  const auto host = run(common + "RANK=0 " + kProgram + " census");
+  EXPECT_TRUE(contains(host.output, "did not arrive within 3 s (rendezvous_timeout)"))
+      << host.output;
+  EXPECT_LT(host.seconds, 4.0) << host.output;
+}
+
+TEST(MultiProcess, DeadPeerIsNamedWithItsHostWithoutTheLauncher) {
+  // As torchrun, mpirun or srun start ranks: from the environment alone, no launcher to say who
+  // died. The survivor's own message names the rank, its pid and its host.
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  for (const char* shm : {"1", "0"}) {
+    SCOPED_TRACE(std::string("shared memory ") + shm);
+    const std::string common =
+        "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+        std::to_string(free_port()) + " ACCEL_SHARED_MEMORY_ALLREDUCE=" + shm + " ";
+    const auto r = run("(" + common + "RANK=0 LOCAL_RANK=0 " + kProgram + " die & " + common +
+                       "RANK=1 LOCAL_RANK=1 " + kProgram + " die; wait %1)");
+    EXPECT_EQ(r.code, 4) << r.output;
+    EXPECT_TRUE(contains(r.output, "rank 1 (pid ")) << r.output;
+    EXPECT_TRUE(contains(r.output, std::string("on host ") + host + ") has exited")) << r.output;
+  }
+}
+
+TEST(MultiProcess, LauncherKilledBySigkillTakesItsRanksWithIt) {
+  // SIGKILL cannot be forwarded: the ranks must notice their launcher's death themselves.
+  const std::string pids = ::testing::TempDir() + "sigkill_pids";
+  std::remove(pids.c_str());
+  const auto r =
+      run(launch(2, "sleep", "--prefix_output") + " > " + pids + " 2>&1 & launcher=$!\n" +
+          "for i in $(seq 100); do [ \"$(grep -c sleeping " + pids +
+          ")\" = 2 ] && break; sleep 0.1; done\n"
+          "ranks=$(pgrep -P $launcher | tr '\\n' ' ')\n"
+          "echo \"ranks: $ranks\"\n"
+          "kill -KILL $launcher; sleep 2\n"
+          "for p in $ranks; do kill -0 $p 2>/dev/null && echo \"alive: $p\"; done\n"
+          "pgrep -f '" +
+          kProgram +
+          " sleep' | sed 's/^/leftover: /'\n"
+          "true");
+  EXPECT_TRUE(contains(r.output, "ranks: ")) << r.output;
+  EXPECT_GE(std::count(r.output.begin(), r.output.end(), ' '), 2) << r.output;
+  EXPECT_FALSE(contains(r.output, "alive: ")) << r.output;
+  EXPECT_FALSE(contains(r.output, "leftover: ")) << r.output;
+}
