@@ -600,3 +600,26 @@ TEST(MultiProcess, LauncherKilledBySigkillTakesItsRanksWithIt) {
   EXPECT_FALSE(contains(r.output, "alive: ")) << r.output;
   EXPECT_FALSE(contains(r.output, "leftover: ")) << r.output;
 }
+
+TEST(MultiProcess, RanksOfAnotherEngineDieWithIt) {
+  // Ranks started from the environment by an engine (torchrun here, by its variable) must not
+  // outlive it either: a shell stands in for the engine and is SIGKILLed.
+  const std::string pids = ::testing::TempDir() + "engine_pids";
+  std::remove(pids.c_str());
+  const std::string common = "TORCHELASTIC_RUN_ID=fault WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 " +
+                             std::string("MASTER_PORT=") + std::to_string(free_port()) + " ";
+  const auto r = run("bash -c '" + common + "RANK=0 " + kProgram + " sleep & " + common +
+                     "RANK=1 " + kProgram + " sleep & wait' > " + pids +
+                     " 2>&1 & engine=$!\n"
+                     "for i in $(seq 100); do [ \"$(grep -c sleeping " +
+                     pids +
+                     ")\" = 2 ] && break; sleep 0.1; done\n"
+                     "ranks=$(pgrep -P $engine | tr '\\n' ' ')\n"
+                     "echo \"ranks: $ranks\"\n"
+                     "kill -KILL $engine; sleep 2\n"
+                     "for p in $ranks; do kill -0 $p 2>/dev/null && echo \"alive: $p\"; done\n"
+                     "true");
+  EXPECT_TRUE(contains(r.output, "ranks: ")) << r.output;
+  EXPECT_GE(std::count(r.output.begin(), r.output.end(), ' '), 2) << r.output;
+  EXPECT_FALSE(contains(r.output, "alive: ")) << r.output;
+}
