@@ -473,8 +473,16 @@ enum accel_precision_values {
  * LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (as set by `accel launch`, torchrun or a
  * cluster wrapper). Without WORLD_SIZE (or with WORLD_SIZE=1) it is a world of one and opens no
  * socket. Otherwise it meets the other ranks through c10d's TCPStore and forms a Gloo process
- * group. Before that, a census waits up to `rendezvous_timeout` for every rank: if some never
- * arrive, every rank that did fails with ACCEL_ERR_RENDEZVOUS naming the missing ranks.
+ * group. One deadline, `rendezvous_timeout`, covers reaching the store and a census of every rank:
+ * a rank whose store never listens fails with ACCEL_ERR_RENDEZVOUS saying how long it waited; if
+ * some ranks never arrive, every rank that did fails naming the missing ranks.
+ *
+ * Two process-wide changes in a distributed run, both so that a failure is reported rather than
+ * fatal or silent: when the environment shows a launching engine (accel launch, torchrun, Open
+ * MPI, MPICH/Hydra, srun), the process asks to be killed when its parent dies (PR_SET_PDEATHSIG),
+ * so that no rank outlives its job; and SIGPIPE, if its action is still the default, is ignored
+ * (Gloo's writes to a peer that died would otherwise kill this rank before the failed collective
+ * names the peer). A collective that fails names the rank that exited or stopped and its host.
  *
  * Intra-op threads (LibTorch and OpenBLAS) default to cores / LOCAL_WORLD_SIZE unless
  * OMP_NUM_THREADS or `num_threads` say otherwise. Only one accelerator may exist in a process at a

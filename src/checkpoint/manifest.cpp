@@ -89,6 +89,10 @@ ManifestFile describe_file(const std::string& dir, const std::string& relative) 
 
 void verify(const std::string& dir, const Manifest& m) {
   for (const auto& want : m.files) {
+    std::ifstream probe(dir + "/" + want.path, std::ios::binary);
+    if (!probe)
+      fail(Errc::io, "checkpoint file '" + dir + "/" + want.path + "', listed in '" + dir +
+                         "/manifest.json', is missing or unreadable");
     const ManifestFile got = describe_file(dir, want.path);
     if (got.size != want.size)
       fail(Errc::io, "checkpoint file '" + dir + "/" + want.path + "' has " +

@@ -214,8 +214,9 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
     size_t saved = 0;
     while (listed.count(prefix + std::to_string(saved) + suffix)) ++saved;
     if (saved != live)
-      fail(Errc::state, "the checkpoint '" + dir + "' has " + std::to_string(saved) + " " + what +
-                            "; this run prepared " + std::to_string(live));
+      fail(Errc::state, "the checkpoint '" + dir + "/manifest.json' lists " +
+                            std::to_string(saved) + " " + what + " (" + prefix + "<n>" + suffix +
+                            "); this run prepared " + std::to_string(live));
   };
   auto path_of = [&](const std::string& name) {
     if (!listed.count(name))
@@ -247,7 +248,9 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
       if (kind != optimizers[i]->kind())
         fail(Errc::state, "checkpoint file '" + json + "' holds a " + kind +
                               " optimizer; this run prepared " + optimizers[i]->kind());
-      return field<std::map<std::string, double>>(j, "options");
+      auto saved = field<std::map<std::string, double>>(j, "options");
+      optimizers[i]->stage_state(saved, {});  // the options alone, so that errors name this file
+      return saved;
     });
     const auto state = in_file(tensors, [&] { return read_safetensors(tensors); });
     st.optimizers.push_back(
@@ -292,8 +295,10 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
       st.cursors.emplace_back(epoch, samples);
     }
   });
-  for (size_t i = 0; i < custom.size(); ++i)
-    st.custom.push_back(read_text(path_of("custom_" + std::to_string(i) + ".bin")));
+  for (size_t i = 0; i < custom.size(); ++i) {
+    const std::string path = path_of("custom_" + std::to_string(i) + ".bin");
+    st.custom.push_back(in_file(path, [&] { return read_text(path); }));
+  }
 
   // Random states: this rank's own, or, for a rank the saving run did not have, rank 0's mixed with
   // the rank so that every new rank draws its own reproducible stream.
@@ -301,8 +306,12 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
   const bool own = rank < m.num_processes;
   const std::string rng_path = path_of(rng_file(own ? rank : 0));
   in_file(rng_path, [&] {
-    for (const auto& [name, state] : read_safetensors(rng_path)) {
-      if (name != "library" && name != "cpu") continue;
+    const auto states = read_safetensors(rng_path);
+    std::set<std::string> names;
+    for (const auto& entry : states) names.insert(entry.first);
+    if (names != std::set<std::string>{"cpu", "library"})
+      fail(Errc::io, "a random-state file holds the generators 'cpu' and 'library', no others");
+    for (const auto& [name, state] : states) {
       at::Generator gen =
           name == "library" ? runtime::library_generator() : at::detail::getDefaultCPUGenerator();
       const at::Tensor current = state_of(gen);
@@ -363,7 +372,8 @@ void load_state_unguarded(prepare::Session& session, const std::string& dir) {
       try {
         custom[i].load(staged.custom[i]);
       } catch (const accel::Error& e) {
-        fail(e.code(), "registered object " + std::to_string(i) + ": " + e.what());
+        fail(e.code(), "registered object " + std::to_string(i) + " (checkpoint file '" + dir +
+                           "/custom_" + std::to_string(i) + ".bin'): " + e.what());
       }
     }
   });

@@ -259,6 +259,10 @@ std::shared_ptr<Optimizer::StagedState> Optimizer::stage_state(
       fail(Errc::invalid_argument, "optimizer " + kind_ + ": saved option '" + k + "' is unknown");
     staged->options[k] = v;
   }
+  // save_state writes every option: one missing means the file was edited or cut.
+  for (const auto& [k, v] : options_)
+    if (!options.count(k))
+      fail(Errc::invalid_argument, "optimizer " + kind_ + ": the saved options lack '" + k + "'");
   for (const auto& [k, v] : staged->options) check_option(k, v, staged->options);
 
   std::map<size_t, std::map<std::string, at::Tensor>> by_param;

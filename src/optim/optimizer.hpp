@@ -49,9 +49,10 @@ class Optimizer {
   const std::map<std::string, double>& options() const { return options_; }
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() const;
   // Loading is two-phase so that load_state changes nothing when any part of a checkpoint is bad:
-  // stage_state checks every option (known, finite, in range) and every state tensor (its
-  // parameter, field, shape, step) and builds the new state without touching this optimizer; it
-  // throws accel::Error naming the option or tensor. apply_state then swaps it in and cannot fail.
+  // stage_state checks every option (all present, known, finite, in range) and every state tensor
+  // (its parameter, field, shape, step) and builds the new state without touching this optimizer;
+  // it throws accel::Error naming the option or tensor. apply_state then swaps it in and cannot
+  // fail.
   struct StagedState;
   std::shared_ptr<StagedState> stage_state(
       const std::map<std::string, double>& options,

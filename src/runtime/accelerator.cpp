@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <dlfcn.h>
+#include <signal.h>
 
 #include <atomic>
 #include <cmath>
@@ -42,6 +43,16 @@ config::Config with_launcher_file(const config::Config& cfg, const config::EnvMa
 
 }  // namespace
 
+// Gloo writes to its peers' sockets with writev, which cannot ask for MSG_NOSIGNAL: a write to a
+// peer that just died raises SIGPIPE, whose default action kills this rank before the failed
+// collective can say which peer died. A handler the program installed itself is left alone.
+static void ignore_sigpipe_by_default() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
+      !(current.sa_flags & SA_SIGINFO))
+    signal(SIGPIPE, SIG_IGN);
+}
+
 Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
     : settings_(with_launcher_file(cfg, env).resolve(env)) {
   place_ = read_process_place(env);
@@ -76,6 +87,7 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
     if (settings_.flag("malloc_tuning")) tune_malloc(env);
     if (place_.distributed()) {
       die_with_launching_engine(env);
+      ignore_sigpipe_by_default();
       CommOptions options;
       options.rendezvous = millis(settings_.seconds("rendezvous_timeout"));
       options.collective = millis(settings_.seconds("collective_timeout"));
