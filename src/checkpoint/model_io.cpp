@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -85,6 +86,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   }
   const std::string header = make_header(entries, metadata);
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  errno = 0;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) fail(Errc::io, "cannot write '" + tmp + "'");
@@ -93,8 +95,10 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
       out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
     out.flush();
     if (!out) {
+      const int err = errno;  // what the failed write said (ENOSPC, EFBIG, EIO, ...)
       std::remove(tmp.c_str());
-      fail(Errc::io, "error while writing '" + tmp + "' (disk full?)");
+      fail(Errc::io, "error while writing '" + tmp +
+                         "': " + (err ? std::strerror(err) : "the stream failed"));
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

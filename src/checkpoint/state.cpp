@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -31,10 +32,13 @@ namespace accel::checkpoint {
 namespace {
 
 void write_text(const std::string& path, const std::string& text) {
+  errno = 0;
   std::ofstream out(path, std::ios::binary);
   out << text;
   out.close();
-  if (!out) fail(Errc::io, "cannot write '" + path + "'");
+  if (!out)
+    fail(Errc::io,
+         "cannot write '" + path + "': " + (errno ? std::strerror(errno) : "the stream failed"));
 }
 
 std::string read_text(const std::string& path) {

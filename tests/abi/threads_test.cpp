@@ -269,6 +269,10 @@ TEST(Lifetimes, ACallbackMayUseAndFreeOtherLoaders) {
     EXPECT_EQ(p.reentry_status.load(), ACCEL_OK);
     EXPECT_EQ(p.other.load(), nullptr) << "the other loader was freed from the callback";
     accel_dataset_free(e);
+    // The callback took the loader before freeing it, so its free (which waits for the other
+    // loader's worker) may still run on dl's worker thread: the release comes when it returns.
+    for (int i = 0; i < 500 && q.released.load() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_EQ(q.released.load(), 1);
     accel_dataloader_free(dl);
     accel_dataset_free(d);

@@ -12,7 +12,8 @@ Faults (the docstring of each Suite.fault_<letter> method says what it checks):
      launcher), shared-memory all-reduce on and off: rank 0 fails in time naming rank 1 and host
   c  SIGKILL of the launcher itself: no rank may outlive it
   d  SIGSTOP of rank 1 with collective_timeout 3: rank 0 fails naming rank 1, nothing left over
-  e  RLIMIT_FSIZE while saving: ACCEL_ERR_IO naming the path, previous checkpoint intact
+  e  a full disk while saving: RLIMIT_FSIZE, and a real tmpfs where one can be mounted:
+     ACCEL_ERR_IO naming the path, previous checkpoint intact
   f  corrupted checkpoints (truncated, flipped, removed, a directory, unreadable, edited JSON,
      another model, another optimizer): all-or-nothing loads with messages naming the file;
      checkpoints of another number of processes (2 -> 1, 1 -> 2) load
@@ -1028,6 +1029,83 @@ class Suite:
                               "save_state after the limit is lifted", problems)
         finally:
             rep.close()
+        self.fault_e_full_filesystem()
+
+    def fault_e_full_filesystem(self):
+        """A real full disk where one can be made (root may mount a tmpfs): checkpoint_0 fits,
+        then the filesystem is remounted at sizes too small for a second checkpoint beside it.
+        Each save_state(NULL) must fail with ACCEL_ERR_IO naming the checkpoint's path (ENOSPC),
+        leave nothing load_state(NULL) would pick, and leave checkpoint_0 intact."""
+        group = "e. full tmpfs during save_state"
+        mnt = self.newdir("e-tmpfs")
+        page = 4096
+        if os.geteuid() != 0 or subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+            self.tally.note("e: no tmpfs could be mounted here (not root, or no mount "
+                            "permission): the full disk is simulated with RLIMIT_FSIZE only")
+            return
+        rep = None
+        try:
+            project = os.path.join(mnt, "project")
+            rep = self.repl(False)
+            for c in ("build mlp16 adam %s" % project, "train 2", "save -", "train 2"):
+                r = rep.cmd(c)
+                if r[0] != ACCEL_OK:
+                    raise SetupError("setup of e (tmpfs) failed: %s -> %s" % (c, r))
+            first = checkpoints_in(project)
+            good = os.path.join(self.newdir("e-tmpfs-copy"), "checkpoint_0")
+            shutil.copytree(first[0], good)
+            used = sum((len(v) + page - 1) // page * page for v in list_files(good).values())
+            sizes = {used + page, used + used // 2, 2 * used - page}
+            while len(sizes) < (3 if self.quick else 8):
+                sizes.add(self.rng.randrange(used + page, 2 * used - page) // page * page)
+            want_path = os.path.join(project, "checkpoints", "checkpoint_1")
+            for size in sorted(sizes):
+                problems = []
+                r = subprocess.run(["mount", "-o", "remount,size=%d" % size, mnt],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                if r.returncode != 0:
+                    raise SetupError("remounting the tmpfs failed: %s" % r.stderr.decode())
+                st, msg = rep.cmd("save -")
+                if st != ACCEL_ERR_IO:
+                    problems.append(("save_state on a full disk did not fail with ACCEL_ERR_IO",
+                                     "status %s: %s" % (st, msg)))
+                elif want_path not in msg:
+                    problems.append(("the message does not name the checkpoint path", msg))
+                now = checkpoints_in(project)
+                if sorted(now) != [0]:
+                    problems.append(("a directory load_state(NULL) would pick",
+                                     "checkpoints: %s" % sorted(now)))
+                d = diff_dirs(good, first[0])
+                if d:
+                    problems.append(("the previous checkpoint changed", d))
+                vlog("e: tmpfs of %d bytes: %s %s" % (size, st, msg[:200]))
+                self.tally.record(group, "tmpfs of %d bytes (checkpoint %d): %s %s" % (
+                    size, used, st, msg[:160]), problems)
+            subprocess.run(["mount", "-o", "remount,size=4m", mnt])
+            problems = []
+            fresh = self.repl(False)
+            try:
+                after = os.path.join(self.newdir("e-tmpfs-after"), "after")
+                for c in ("build mlp16 adam %s" % project, "load -", "save %s" % after):
+                    r = fresh.cmd(c)
+                    if r[0] != ACCEL_OK:
+                        problems.append(("fresh load after the full disk failed", "%s: %s" % (c, r)))
+                        break
+                else:
+                    d = diff_dirs(good, after)
+                    if d:
+                        problems.append(("a fresh load is not the previous checkpoint", d))
+            finally:
+                fresh.close()
+            self.tally.record("e. previous checkpoint loadable after the failures",
+                              "fresh load_state(NULL) after the full tmpfs", problems)
+        finally:
+            if rep:
+                rep.close()
+            subprocess.run(["umount", "-l", mnt], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
 
     def fault_f(self):
         """Corrupted checkpoints, loaded by a repl process (as user nobody when we are root, so
