@@ -401,9 +401,6 @@ void Communicator::exchange_identities(const ProcessPlace& place) {
   for (const auto& t : all) impl_->peers.push_back(unpack(static_cast<const char*>(t.data_ptr())));
 }
 
-// What can be known here of the ranks that made a collective fail: a peer on this machine is
-// checked through /proc (exited, stopped, or alive); a peer elsewhere is narrowed down by the
-// address in Gloo's message. Empty when nothing is known.
 std::string Communicator::host_name() const {
   if (rank_ < static_cast<int>(impl_->peers.size())) return impl_->peers[rank_].host;
   char host[256] = "";
@@ -411,6 +408,9 @@ std::string Communicator::host_name() const {
   return host;
 }
 
+// What can be known here of the ranks that made a collective fail: a peer on this machine is
+// checked through /proc (exited, stopped, or alive); a peer elsewhere is narrowed down by the
+// address in Gloo's message. Empty when nothing is known.
 std::string Communicator::diagnose_peers(const std::string& message, bool peer_failed) const {
   // A peer's sockets close while it is still exiting: give its exit a moment to show in /proc.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);

@@ -1,5 +1,6 @@
 #include "runtime/parent_watch.hpp"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -9,8 +10,16 @@ namespace accel::runtime {
 namespace {
 
 // Captured when the library is loaded: if the parent dies between then and accel_init, the
-// parent then differs from this one (a reaper adopted us) and the rank must not start.
-const pid_t g_parent_at_load = getppid();
+// parent then differs from this one (a reaper adopted us) and the rank must not start. A child
+// forked after the load (without exec) captures its own parent again, so it is not mistaken for
+// an orphan.
+pid_t g_parent_at_load = getppid();
+
+void recapture_parent() {
+  g_parent_at_load = getppid();
+}
+
+const int g_atfork_registered = pthread_atfork(nullptr, nullptr, recapture_parent);
 
 }  // namespace
 
