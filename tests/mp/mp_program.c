@@ -8,6 +8,8 @@
  *   quit      the same, but rank 1 exits with code 0 (the others must still fail, not hang)
  *   mismatch  gather with rank-dependent shapes must fail on every rank with ACCEL_ERR_SHAPE
  *   census    the last rank never starts: the others must fail naming it
+ *   lone      this rank alone: accel_init must fail with ACCEL_ERR_RENDEZVOUS; prints how long the
+ *             call took ("accel_init failed after S s: message"), the process start excluded
  *   timeout   rank 1 stays away from a collective: rank 0 must get ACCEL_ERR_TIMEOUT
  *   config    rank 0 prints the effective configuration
  *   metrics N B [split]  gather_for_metrics over a dataset of N: every sample exactly once
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -581,6 +584,18 @@ int main(int argc, char** argv) {
   const char* world_env = getenv("WORLD_SIZE");
   g_rank = rank_env ? atoi(rank_env) : 0;
 
+  if (strcmp(mode, "lone") == 0) {
+    struct timespec a, b;
+    accel_status st;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    st = accel_init(NULL, &acc);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    EXPECT(st == ACCEL_ERR_RENDEZVOUS, "status %s", accel_status_name(st));
+    printf("accel_init failed after %.3f s: %s\n",
+           (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9,
+           accel_last_error_message());
+    return 0;
+  }
   if (strcmp(mode, "census") == 0) {
     accel_status st;
     int last = world_env ? atoi(world_env) - 1 : 0;
