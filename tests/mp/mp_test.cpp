@@ -630,3 +630,21 @@ TEST(MultiProcess, RanksOfAnotherEngineDieWithIt) {
   EXPECT_GE(std::count(r.output.begin(), r.output.end(), ' '), 2) << r.output;
   EXPECT_FALSE(contains(r.output, "alive: ")) << r.output;
 }
+
+TEST(MultiProcess, ConfigDefaultWritesWhatYaml11ReadersReadBack) {
+  // PyYAML (so Python Accelerate's loader) reads an unquoted NO as the boolean false.
+  const std::string file = ::testing::TempDir() + "default_config_written.yaml";
+  std::remove(file.c_str());
+  const auto written = run(kAccel + " config default --config_file " + file);
+  ASSERT_EQ(written.code, 0) << written.output;
+  const auto shown = run(kAccel + " config show --config_file " + file);
+  EXPECT_EQ(shown.code, 0) << shown.output;
+  EXPECT_TRUE(contains(shown.output, "distributed_type: 'NO'")) << shown.output;
+  const auto py =
+      run("python3 -c \"import yaml\" 2>/dev/null || { echo no-pyyaml; exit 0; }\n"
+          "python3 -c \"import yaml, sys; d = yaml.safe_load(open('" +
+          file + "')); print(repr(d['distributed_type']), repr(d['mixed_precision']))\"");
+  if (!contains(py.output, "no-pyyaml")) {
+    EXPECT_TRUE(contains(py.output, "'NO' 'no'")) << py.output;
+  }
+}

@@ -125,7 +125,7 @@ int run_config_default(std::string path, const std::string& mixed_precision, int
   y.imbue(std::locale::classic());  // num_processes as 1000, never a locale's 1.000
   y << "compute_environment: LOCAL_MACHINE\n"
     << "debug: false\n"
-    << "distributed_type: " << (num_processes > 1 ? "MULTI_CPU" : "NO") << "\n"
+    << "distributed_type: " << (num_processes > 1 ? "MULTI_CPU" : "'NO'") << "\n"
     << "downcast_bf16: 'no'\n"
     << "machine_rank: 0\n"
     << "main_training_function: main\n"
