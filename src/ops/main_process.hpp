@@ -14,63 +14,65 @@
 
 namespace accel::ops {
 
+namespace detail {
+
+// A failure as it travels between ranks: "<code>:<message>", empty for success.
+inline std::string pack_failure(Errc code, const std::string& error) {
+  return error.empty() ? "" : std::to_string(static_cast<int>(code)) + ":" + error;
+}
+
+inline void unpack_failure(const std::string& packed, Errc* code, std::string* error) {
+  const auto colon = packed.find(':');
+  long long c = static_cast<long long>(Errc::internal);
+  parse_int(packed.substr(0, colon), &c);
+  *code = static_cast<Errc>(c);
+  *error = packed.substr(colon + 1);
+}
+
+// Runs `body`, returning its failure (class and message) instead of throwing it.
+template <class F>
+std::string run_captured(F&& body, Errc* code) {
+  try {
+    body();
+  } catch (const accel::Error& e) {
+    *code = e.code();
+    return e.what();
+  } catch (const std::exception& e) {
+    *code = Errc::internal;
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace detail
+
 template <class F>
 void run_on_main(runtime::Accelerator& acc, F&& body) {
   std::string error;
   Errc code = Errc::io;
   if (acc.is_main_process()) {
-    try {
-      body();
-    } catch (const accel::Error& e) {
-      code = e.code();
-      error = e.what();
-    } catch (const std::exception& e) {
-      code = Errc::internal;
-      error = e.what();
-    }
-    if (auto* comm = acc.communicator()) {
-      const std::string packed =
-          error.empty() ? "" : std::to_string(static_cast<int>(code)) + ":" + error;
-      gather_object(comm, packed);
-    }
+    error = detail::run_captured(body, &code);
+    if (auto* comm = acc.communicator()) gather_object(comm, detail::pack_failure(code, error));
   } else if (auto* comm = acc.communicator()) {
     const std::string got = gather_object(comm, "")[0];
-    if (!got.empty()) {
-      const auto colon = got.find(':');
-      long long c = static_cast<long long>(Errc::internal);
-      parse_int(got.substr(0, colon), &c);
-      code = static_cast<Errc>(c);
-      error = got.substr(colon + 1);
-    }
+    if (!got.empty()) detail::unpack_failure(got, &code, &error);
   }
   if (!error.empty()) fail(code, "on the main process: " + error);
 }
 
 template <class F>
 void run_on_all(runtime::Accelerator& acc, F&& body) {
-  std::string error;
   Errc code = Errc::io;
-  try {
-    body();
-  } catch (const accel::Error& e) {
-    code = e.code();
-    error = e.what();
-  } catch (const std::exception& e) {
-    code = Errc::internal;
-    error = e.what();
-  }
+  const std::string error = detail::run_captured(body, &code);
   if (auto* comm = acc.communicator()) {
-    const std::string packed =
-        error.empty() ? "" : std::to_string(static_cast<int>(code)) + ":" + error;
-    const auto all = gather_object(comm, packed);
+    const auto all = gather_object(comm, detail::pack_failure(code, error));
     if (error.empty()) {
       for (size_t r = 0; r < all.size(); ++r) {
         if (all[r].empty()) continue;
-        const auto colon = all[r].find(':');
-        long long c = static_cast<long long>(Errc::internal);
-        parse_int(all[r].substr(0, colon), &c);
-        fail(static_cast<Errc>(c),
-             "on rank " + std::to_string(r) + ": " + all[r].substr(colon + 1));
+        Errc theirs = Errc::internal;
+        std::string message;
+        detail::unpack_failure(all[r], &theirs, &message);
+        fail(theirs, "on rank " + std::to_string(r) + ": " + message);
       }
     }
   }
