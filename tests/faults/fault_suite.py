@@ -1115,20 +1115,16 @@ class Suite:
         the live state saved again: a load that succeeds must give exactly S_G (its save equals
         G's files byte for byte); a load that fails must name the damaged file (its base name)
         and leave the live state byte for byte as it was."""
-        as_nobody = False
-        unreadable_ok = True
-        if os.geteuid() == 0:
-            if shutil.which("setpriv") and user_exists("nobody") and group_exists("nogroup"):
-                as_nobody = True
-            else:
-                unreadable_ok = False
-                self.tally.note("f: running as root without setpriv/nobody/nogroup: the "
-                                "'unreadable' cases are skipped (root reads any file)")
+        nobody = ids_of("nobody", "nogroup") if shutil.which("setpriv") else None
+        as_nobody = os.geteuid() == 0 and nobody is not None
+        unreadable_ok = os.geteuid() != 0 or as_nobody
+        if not unreadable_ok:
+            self.tally.note("f: running as root without setpriv/nobody/nogroup: the "
+                            "'unreadable' cases are skipped (root reads any file)")
         base = self.newdir("f", fast=True)
         if as_nobody:
-            os.chown(base, pw_uid("nobody"), gr_gid("nogroup"))
-        self.f_uid = (pw_uid("nobody"), gr_gid("nogroup")) if as_nobody else None
-        self.f_nobody = as_nobody
+            os.chown(base, *nobody)
+        self.f_uid = nobody if as_nobody else None
         self.f_rep = self.repl(as_nobody)
         try:
             self._fault_f(base, unreadable_ok)
@@ -1236,7 +1232,7 @@ class Suite:
             if not state_is_b:
                 if self.f_rep.proc.wait(0) is not None:
                     # The process died on the previous case: a new one, back at S_B.
-                    self.f_rep = self.repl(self.f_nobody)
+                    self.f_rep = self.repl(self.f_uid is not None)
                     must("build mlp16 adam")
                 must("load %s" % B1)
                 state_is_b = True
@@ -1489,32 +1485,14 @@ def rename_tensor(name):
     return transform
 
 
-def user_exists(name):
-    try:
-        import pwd
-        pwd.getpwnam(name)
-        return True
-    except (ImportError, KeyError):
-        return False
-
-
-def group_exists(name):
+def ids_of(user, group):
+    """(uid, gid) of `user` and `group`, or None when either does not exist here."""
     try:
         import grp
-        grp.getgrnam(name)
-        return True
+        import pwd
+        return pwd.getpwnam(user).pw_uid, grp.getgrnam(group).gr_gid
     except (ImportError, KeyError):
-        return False
-
-
-def pw_uid(name):
-    import pwd
-    return pwd.getpwnam(name).pw_uid
-
-
-def gr_gid(name):
-    import grp
-    return grp.getgrnam(name).gr_gid
+        return None
 
 
 class Repl:
