@@ -253,7 +253,7 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
         fail(Errc::state, "checkpoint file '" + json + "' holds a " + kind +
                               " optimizer; this run prepared " + optimizers[i]->kind());
       auto saved = field<std::map<std::string, double>>(j, "options");
-      optimizers[i]->stage_state(saved, {});  // the options alone, so that errors name this file
+      optimizers[i]->check_saved_options(saved);  // here, so that its errors name this file
       return saved;
     });
     const auto state = in_file(tensors, [&] { return read_safetensors(tensors); });

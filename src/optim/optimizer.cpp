@@ -248,22 +248,24 @@ struct Optimizer::StagedState {
   std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>> states;
 };
 
-std::shared_ptr<Optimizer::StagedState> Optimizer::stage_state(
-    const std::map<std::string, double>& options,
-    const std::vector<std::pair<std::string, at::Tensor>>& tensors) const {
-  if (!impl_) fail(Errc::state, "the optimizer is not bound to parameters yet: prepare it first");
-  auto staged = std::make_shared<StagedState>();
-  staged->options = options_;
-  for (const auto& [k, v] : options) {
+void Optimizer::check_saved_options(const std::map<std::string, double>& options) const {
+  for (const auto& [k, v] : options)
     if (!options_.count(k))
       fail(Errc::invalid_argument, "optimizer " + kind_ + ": saved option '" + k + "' is unknown");
-    staged->options[k] = v;
-  }
   // save_state writes every option: one missing means the file was edited or cut.
   for (const auto& [k, v] : options_)
     if (!options.count(k))
       fail(Errc::invalid_argument, "optimizer " + kind_ + ": the saved options lack '" + k + "'");
-  for (const auto& [k, v] : staged->options) check_option(k, v, staged->options);
+  for (const auto& [k, v] : options) check_option(k, v, options);
+}
+
+std::shared_ptr<Optimizer::StagedState> Optimizer::stage_state(
+    const std::map<std::string, double>& options,
+    const std::vector<std::pair<std::string, at::Tensor>>& tensors) const {
+  if (!impl_) fail(Errc::state, "the optimizer is not bound to parameters yet: prepare it first");
+  check_saved_options(options);
+  auto staged = std::make_shared<StagedState>();
+  staged->options = options;
 
   std::map<size_t, std::map<std::string, at::Tensor>> by_param;
   for (const auto& [name, t] : tensors) {

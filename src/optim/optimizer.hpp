@@ -53,6 +53,8 @@ class Optimizer {
   // (its parameter, field, shape, step) and builds the new state without touching this optimizer;
   // it throws accel::Error naming the option or tensor. apply_state then swaps it in and cannot
   // fail.
+  // The options part of stage_state alone: every option present, none unknown, each valid.
+  void check_saved_options(const std::map<std::string, double>& options) const;
   struct StagedState;
   std::shared_ptr<StagedState> stage_state(
       const std::map<std::string, double>& options,
