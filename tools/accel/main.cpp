@@ -15,6 +15,7 @@
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "config/config.hpp"
+#include "config_command.hpp"
 #include "launch/held_port.hpp"
 #include "launch/plan.hpp"
 #include "launch/supervisor.hpp"
@@ -97,60 +98,6 @@ int run_env(const std::string& config_file) {
   return 0;
 }
 
-int run_config_show(const std::string& config_file) {
-  const auto env = accel::config::process_environment();
-  accel::config::Config cfg;
-  if (!config_file.empty())
-    cfg.load_file(config_file);
-  else
-    cfg.load_default_file(env);
-  std::fputs(cfg.resolve(env).dump_yaml().c_str(), stdout);
-  return 0;
-}
-
-// Writes a file Python Accelerate reads as well (only Accelerate's own keys).
-int run_config_default(std::string path, const std::string& mixed_precision, int num_processes) {
-  const auto env = accel::config::process_environment();
-  if (path.empty()) {
-    const auto candidates = accel::config::default_file_candidates(env);
-    if (candidates.empty()) accel::fail(accel::Errc::io, "no default location: HOME is not set");
-    path = candidates.front();
-  }
-  if (std::ifstream(path))
-    accel::fail(accel::Errc::io, "'" + path + "' exists already; not overwriting it");
-  const auto* spec = accel::config::find_key("mixed_precision");
-  const std::string mp = accel::config::normalize(
-      *spec, mixed_precision, {accel::config::Source::kSetter, "--mixed_precision"});
-  std::ostringstream y;
-  y.imbue(std::locale::classic());  // num_processes as 1000, never a locale's 1.000
-  y << "compute_environment: LOCAL_MACHINE\n"
-    << "debug: false\n"
-    << "distributed_type: " << (num_processes > 1 ? "MULTI_CPU" : "'NO'") << "\n"
-    << "downcast_bf16: 'no'\n"
-    << "machine_rank: 0\n"
-    << "main_training_function: main\n"
-    << "mixed_precision: " << (mp == "no" ? "'no'" : mp) << "\n"
-    << "num_machines: 1\n"
-    << "num_processes: " << num_processes << "\n"
-    << "rdzv_backend: static\n"
-    << "same_network: true\n"
-    << "tpu_env: []\n"
-    << "tpu_use_cluster: false\n"
-    << "tpu_use_sudo: false\n"
-    << "use_cpu: true\n";
-  const auto slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) {
-    const std::string dir = path.substr(0, slash);
-    if (std::system(("mkdir -p '" + dir + "'").c_str()) != 0)
-      accel::fail(accel::Errc::io, "cannot create directory '" + dir + "'");
-  }
-  std::ofstream out(path);
-  out << y.str();
-  if (!out) accel::fail(accel::Errc::io, "cannot write '" + path + "'");
-  std::printf("accelerate configuration saved at %s\n", path.c_str());
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,17 +151,7 @@ int main(int argc, char** argv) {
   auto* env = app.add_subcommand("env", "Describe this machine and the configuration in force");
   env->add_option("--config_file,--config-file", env_config, "Configuration file to show");
 
-  auto* config = app.add_subcommand("config", "Show or write the configuration");
-  config->require_subcommand(1);
-  std::string show_file;
-  auto* show = config->add_subcommand("show", "Print the effective configuration with sources");
-  show->add_option("--config_file,--config-file", show_file, "Configuration file");
-  std::string default_file, default_mp = "no";
-  int default_np = 1;
-  auto* def = config->add_subcommand("default", "Write a default configuration file");
-  def->add_option("--config_file,--config-file", default_file, "Where to write it");
-  def->add_option("--mixed_precision,--mixed-precision", default_mp, "no, fp16 or bf16");
-  def->add_option("--num_processes,--num-processes", default_np, "Processes");
+  const auto config = accel::cli::add_config_command(app);
 
   try {
     app.parse(argc, argv);
@@ -233,8 +170,7 @@ int main(int argc, char** argv) {
       return run_launch(lo, prefix_output, grace_s);
     }
     if (*env) return run_env(env_config);
-    if (*show) return run_config_show(show_file);
-    if (*def) return run_config_default(default_file, default_mp, default_np);
+    if (config.command->parsed()) return config.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "accel %s: %s\n", app.get_subcommands().front()->get_name().c_str(),
                  e.what());
