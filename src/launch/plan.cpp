@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <random>
 
+#include "cluster/hostlist.hpp"
 #include "common/error.hpp"
+#include "common/parse.hpp"
 
 namespace accel::launch {
 
@@ -13,10 +15,91 @@ void put_int(std::map<std::string, std::string>& env, const char* name, long lon
   env[name] = std::to_string(v);
 }
 
+long long env_number(const config::EnvMap& env, const char* name, long long min, long long max) {
+  const std::string& v = env.at(name);
+  long long out = 0;
+  if (!parse_int(v, &out) || out < min || out > max)
+    fail(Errc::invalid_argument, "environment variable " + std::string(name) + "='" + v +
+                                     "' is not an integer from " + std::to_string(min) + " to " +
+                                     std::to_string(max) + " (set by SLURM's srun)");
+  return out;
+}
+
+// `srun accel launch ...` with one task per node: the machine count, this machine's rank and the
+// first node's address come from SLURM, as Accelerate's SLURM example passes them by hand. Flags
+// given as well must agree.
+void machines_from_slurm(LaunchOptions& o, const config::EnvMap& env, std::string* from) {
+  if (!env.count("SLURM_PROCID") || !(env.count("SLURM_STEP_ID") || env.count("SLURM_STEPID")))
+    return;
+  const char* nodes_var = env.count("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES"
+                          : env.count("SLURM_NNODES")       ? "SLURM_NNODES"
+                                                            : nullptr;
+  if (!nodes_var || !env.count("SLURM_NODEID")) return;
+  const int nodes = static_cast<int>(env_number(env, nodes_var, 1, 1 << 20));
+  const int node = static_cast<int>(env_number(env, "SLURM_NODEID", 0, nodes - 1));
+  const char* counts_var = env.count("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
+                           : env.count("SLURM_TASKS_PER_NODE")    ? "SLURM_TASKS_PER_NODE"
+                                                                  : nullptr;
+  if (counts_var) {
+    std::vector<int> counts;
+    try {
+      counts = cluster::expand_task_counts(env.at(counts_var));
+    } catch (const Error& e) {
+      fail(Errc::invalid_argument, "environment variable " + std::string(counts_var) + ": " +
+                                       e.what() + " (set by SLURM's srun)");
+    }
+    if (node < static_cast<int>(counts.size()) && counts[node] != 1)
+      fail(Errc::invalid_argument,
+           "srun started " + std::to_string(counts[node]) + " tasks on this node (" + counts_var +
+               "='" + env.at(counts_var) +
+               "'), each of which would launch every rank of the machine: run accel launch with "
+               "one task per node (srun --ntasks-per-node=1 accel launch ...)");
+  }
+  if (o.num_machines && *o.num_machines != nodes)
+    fail(Errc::invalid_argument,
+         "two launchers disagree on the number of machines: "
+         "--num_machines " +
+             std::to_string(*o.num_machines) + " but " + nodes_var + "=" + std::to_string(nodes) +
+             " (SLURM's srun)");
+  if (o.machine_rank && *o.machine_rank != node)
+    fail(Errc::invalid_argument, "--machine_rank " + std::to_string(*o.machine_rank) +
+                                     " disagrees with SLURM_NODEID=" + std::to_string(node) +
+                                     " (SLURM's srun)");
+  o.num_machines = nodes;
+  o.machine_rank = node;
+  *from = "SLURM's srun (" + std::string(nodes_var) + ", SLURM_NODEID)";
+  if (nodes == 1) return;
+  if (!o.main_process_ip) {
+    const char* list_var = env.count("SLURM_STEP_NODELIST")  ? "SLURM_STEP_NODELIST"
+                           : env.count("SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST"
+                                                             : nullptr;
+    if (!list_var)
+      fail(Errc::invalid_argument,
+           "srun gave no SLURM_STEP_NODELIST or SLURM_JOB_NODELIST: pass --main_process_ip");
+    try {
+      o.main_process_ip = cluster::expand_hostlist(env.at(list_var)).front();
+    } catch (const Error& e) {
+      fail(Errc::invalid_argument, "environment variable " + std::string(list_var) + ": " +
+                                       e.what() + " (set by SLURM's srun)");
+    }
+  }
+  if (!o.main_process_port) {
+    long long job = 0;
+    if (env.count("MASTER_PORT")) {
+      o.main_process_port = static_cast<int>(env_number(env, "MASTER_PORT", 1, 65535));
+    } else if (env.count("SLURM_JOB_ID") && parse_int(env.at("SLURM_JOB_ID"), &job) && job >= 0) {
+      o.main_process_port = 15000 + static_cast<int>(job % 10000);
+    }
+  }
+}
+
 }  // namespace
 
-LaunchPlan make_plan(const LaunchOptions& o, const config::EnvMap& env, int cpus) {
-  if (o.command.empty()) fail(Errc::invalid_argument, "no program to launch");
+LaunchPlan make_plan(const LaunchOptions& options, const config::EnvMap& env, int cpus) {
+  if (options.command.empty()) fail(Errc::invalid_argument, "no program to launch");
+  LaunchOptions o = options;
+  std::string machines_from;
+  machines_from_slurm(o, env, &machines_from);
 
   // As Accelerate: --config_file, else the default file when it exists (unless --cpu without a
   // file).
@@ -36,6 +119,7 @@ LaunchPlan make_plan(const LaunchOptions& o, const config::EnvMap& env, int cpus
 
   LaunchPlan plan;
   plan.config_file = path;
+  plan.machines_from = machines_from;
   plan.num_machines = o.num_machines.value_or(file_int("num_machines"));
   plan.machine_rank = o.machine_rank.value_or(file_int("machine_rank"));
   if (plan.num_machines < 1) fail(Errc::invalid_argument, "--num_machines must be at least 1");
@@ -44,7 +128,16 @@ LaunchPlan make_plan(const LaunchOptions& o, const config::EnvMap& env, int cpus
                                      " is not in 0.." + std::to_string(plan.num_machines - 1));
 
   int total = 1;
-  if (o.num_processes) {
+  if (o.nproc_per_node) {
+    if (*o.nproc_per_node < 1) fail(Errc::invalid_argument, "--nproc_per_node must be at least 1");
+    total = *o.nproc_per_node * plan.num_machines;
+    if (o.num_processes && *o.num_processes != total)
+      fail(Errc::invalid_argument, "--num_processes " + std::to_string(*o.num_processes) +
+                                       " (the total) disagrees with "
+                                       "--nproc_per_node " +
+                                       std::to_string(*o.nproc_per_node) + " on " +
+                                       std::to_string(plan.num_machines) + " machine(s)");
+  } else if (o.num_processes) {
     total = *o.num_processes;
   } else if (file_sets("num_processes")) {
     total = file_int("num_processes");
@@ -87,7 +180,42 @@ LaunchPlan make_plan(const LaunchOptions& o, const config::EnvMap& env, int cpus
     plan.threads_per_process = std::max(1, cpus / plan.local_processes);
   }
 
+  if (o.max_restarts) {
+    if (*o.max_restarts < 0) fail(Errc::invalid_argument, "--max_restarts must be at least 0");
+    // Each machine's launcher would restart its own ranks and race the others to the store that
+    // rank 0 hosts; torchrun's agents share a store that outlives attempts.
+    if (*o.max_restarts > 0 && plan.num_machines > 1)
+      fail(Errc::unsupported,
+           "--max_restarts with --num_machines > 1 is not supported by accel launch: run the "
+           "program under torchrun --max-restarts with a c10d rendezvous, which libaccel joins");
+    plan.max_restarts = *o.max_restarts;
+  }
+  if (o.log_dir) {
+    if (o.log_dir->empty()) fail(Errc::invalid_argument, "--log_dir is empty");
+    plan.log_dir = *o.log_dir;
+  }
+
   auto& ce = plan.common_env;
+  if (o.debug) ce["ACCELERATE_DEBUG_MODE"] = "true";
+  const std::string gpu_ids =
+      o.gpu_ids ? *o.gpu_ids
+                : (file_sets("gpu_ids") ? from_file.text("gpu_ids") : std::string("all"));
+  if (gpu_ids != "all") {
+    // As Accelerate: the ranks see only these devices.
+    size_t start = 0;
+    while (start <= gpu_ids.size()) {
+      size_t comma = gpu_ids.find(',', start);
+      if (comma == std::string::npos) comma = gpu_ids.size();
+      long long id = 0;
+      const std::string item = gpu_ids.substr(start, comma - start);
+      if (!parse_int(item, &id) || id < 0 || id > 1023)
+        fail(Errc::invalid_argument, "--gpu_ids '" + gpu_ids + "': '" + item +
+                                         "' is not a device number (write 'all' or a list like "
+                                         "0,1)");
+      start = comma + 1;
+    }
+    ce["CUDA_VISIBLE_DEVICES"] = gpu_ids;
+  }
   if (!path.empty()) ce["ACCEL_CONFIG_FILE"] = path;
   // Flags override the file through the environment, which the library ranks above the file.
   if (o.mixed_precision) {
@@ -114,7 +242,8 @@ LaunchPlan make_plan(const LaunchOptions& o, const config::EnvMap& env, int cpus
 }
 
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int local_rank, int port,
-                                          const std::string& run_id, const config::EnvMap& base) {
+                                          const std::string& run_id, const config::EnvMap& base,
+                                          int attempt) {
   config::EnvMap env = base;
   for (const auto& [k, v] : plan.common_env) env[k] = v;
   put_int(env, "RANK",
@@ -123,6 +252,11 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int local_rank
   put_int(env, "WORLD_SIZE", plan.world_size);
   put_int(env, "LOCAL_WORLD_SIZE", plan.local_processes);
   put_int(env, "GROUP_RANK", plan.machine_rank);
+  put_int(env, "GROUP_WORLD_SIZE", plan.num_machines);
+  put_int(env, "TORCHELASTIC_RESTART_COUNT", attempt);
+  put_int(env, "TORCHELASTIC_MAX_RESTARTS", plan.max_restarts);
+  // The launcher's own engine (torchrun, srun, mpirun) described the launcher, not these ranks.
+  env.erase("TORCHELASTIC_USE_AGENT_STORE");
   if (plan.world_size > 1) {
     env["MASTER_ADDR"] = plan.master_addr;
     put_int(env, "MASTER_PORT", port);

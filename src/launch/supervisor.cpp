@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +30,7 @@ struct Child {
   pid_t pid = -1;
   bool running = false;
   int out_fd = -1, err_fd = -1;  // read ends of the rank's stdout/stderr pipes (prefix mode)
+  int log_fd = -1;               // the rank's log file, when it has one
   std::string out_partial, err_partial;
 };
 
@@ -103,7 +105,7 @@ int stop_started(std::vector<Child>& children) {
       c.running = false;
       ++stopped;
     }
-    for (int* fd : {&c.out_fd, &c.err_fd})
+    for (int* fd : {&c.out_fd, &c.err_fd, &c.log_fd})
       if (*fd >= 0) {
         close(*fd);
         *fd = -1;
@@ -154,7 +156,7 @@ std::string resolve_program(const std::string& name) {
   fail(Errc::invalid_argument, "program '" + name + "' was not found in PATH");
 }
 
-int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& options) {
+SuperviseResult supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& options) {
   const std::string program = resolve_program(options.command.at(0));
 
   // Signals arrive through a signalfd so that one poll() loop handles children, output and signals.
@@ -167,10 +169,11 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
   std::vector<std::string> argv_store = options.command;
   argv_store[0] = program;
   std::vector<char*> argv = c_strings(argv_store);
-  // The pipes of the rank being started, until its Child owns their read ends.
+  // The pipes and log file of the rank being started, until its Child owns them.
   int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+  int log_fd = -1;
   auto close_pending = [&] {
-    for (int* fd : {&out_pipe[0], &out_pipe[1], &err_pipe[0], &err_pipe[1]})
+    for (int* fd : {&out_pipe[0], &out_pipe[1], &err_pipe[0], &err_pipe[1], &log_fd})
       if (*fd >= 0) {
         close(*fd);
         *fd = -1;
@@ -187,6 +190,12 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
       std::vector<std::string> env_store = ranks[i].env;
       std::vector<char*> envp = c_strings(env_store);  // built before fork: the child only execs
       const std::string which = "could not start rank " + std::to_string(ranks[i].rank) + ": ";
+      if (!ranks[i].log_path.empty()) {
+        log_fd = open(ranks[i].log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (log_fd < 0)
+          fail(Errc::io, which + "cannot open its log file '" + ranks[i].log_path +
+                             "': " + std::strerror(errno));
+      }
       if (options.prefix_output &&
           (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0))
         fail(Errc::internal, which + "pipe: " + std::strerror(errno));
@@ -201,6 +210,9 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
         if (options.prefix_output) {
           dup2(out_pipe[1], STDOUT_FILENO);
           dup2(err_pipe[1], STDERR_FILENO);
+        } else if (log_fd >= 0) {
+          dup2(log_fd, STDOUT_FILENO);
+          dup2(log_fd, STDERR_FILENO);
         }
         execve(program.c_str(), argv.data(), envp.data());
         const char msg[] = "accel launch: exec failed for the rank's program\n";
@@ -213,11 +225,15 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
       children[i].running = true;
       setpgid(pid, pid);  // also from the parent, so signals never race the child's own call
       if (options.prefix_output) {
+        children[i].log_fd = log_fd;  // the launcher copies the output into it
+        log_fd = -1;
+      }
+      if (options.prefix_output) {
         children[i].out_fd = out_pipe[0];
         children[i].err_fd = err_pipe[0];
         out_pipe[0] = err_pipe[0] = -1;
-        close_pending();  // the write ends, which only the child keeps
       }
+      close_pending();  // the write ends and a log file only the child keeps
     }
   } catch (const Error& e) {
     // Nothing may outlive a launcher that could not start every rank: kill and reap the ranks
@@ -268,7 +284,7 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
         owners.push_back({&c, true});
       }
     }
-    int timeout_ms = 1000;
+    int timeout_ms = static_cast<int>(std::max<long long>(1, options.monitor_interval.count()));
     const auto now = Clock::now();
     if (kill_at != Clock::time_point::max()) {
       if (now >= kill_at) {
@@ -300,6 +316,7 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
       const int target = is_err ? STDERR_FILENO : STDOUT_FILENO;
       if (n > 0) {
         emit_lines(partial, buf, static_cast<size_t>(n), target, prefix, false);
+        if (c.log_fd >= 0) write_all(c.log_fd, std::string(buf, static_cast<size_t>(n)));
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
         emit_lines(partial, "", 0, target, prefix, true);
         close(fd);
@@ -313,7 +330,8 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
       const int sig = static_cast<int>(info.ssi_signo);
       if (sig == SIGCHLD) continue;  // reaped below
       if (!interrupted_by) interrupted_by = sig;
-      say(std::string("received ") + strsignal(sig) + "; forwarding it to the ranks");
+      if (!options.quiet)
+        say(std::string("received ") + strsignal(sig) + "; forwarding it to the ranks");
       signal_all(children, sig);
       if (!stopping) {
         stopping = true;
@@ -349,13 +367,14 @@ int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& op
       }
     }
   }
-  for (auto& c : children) {
-    if (c.out_fd >= 0) close(c.out_fd);
-    if (c.err_fd >= 0) close(c.err_fd);
-  }
+  for (auto& c : children)
+    for (int fd : {c.out_fd, c.err_fd, c.log_fd})
+      if (fd >= 0) close(fd);
   close(sfd);
-  if (interrupted_by && result == 0) return 128 + interrupted_by;
-  return result;
+  SuperviseResult out;
+  out.interrupted = interrupted_by != 0;
+  out.code = interrupted_by && result == 0 ? 128 + interrupted_by : result;
+  return out;
 }
 
 }  // namespace accel::launch

@@ -13,12 +13,23 @@ namespace accel::launch {
 struct RankProcess {
   int rank = 0;                  // global rank, for messages and prefixes
   std::vector<std::string> env;  // full environment, "K=V"
+  std::string log_path;          // "" or the file the rank's stdout and stderr are appended to
 };
 
 struct SupervisorOptions {
   std::vector<std::string> command;       // program (searched in PATH) and arguments
   bool prefix_output = false;             // "[rank N] " before every line of stdout and stderr
   std::chrono::milliseconds grace{5000};  // between SIGTERM and SIGKILL when stopping ranks
+  // How often the loop wakes with nothing to do. Exits and signals wake it at once (signalfd);
+  // this bounds only the periodic checks (the kill deadline, the output drain).
+  std::chrono::milliseconds monitor_interval{1000};
+  bool quiet = false;  // no notes of the launcher's own; failures are still reported
+  // With log files: also copy every line to the terminal, prefixed (torchrun's --tee).
+};
+
+struct SuperviseResult {
+  int code = 0;              // as supervise() documents
+  bool interrupted = false;  // the launcher received SIGINT/SIGTERM/SIGHUP: do not restart
 };
 
 // Runs the ranks to completion. Returns 0 when all exit 0; otherwise the exit code of the first
@@ -27,7 +38,9 @@ struct SupervisorOptions {
 // When a rank cannot be started (pipe or fork fails), the ranks already started are killed (their
 // process groups) and reaped, every descriptor opened for them is closed, and then it throws
 // accel::Error saying which rank and how many were stopped.
-int supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& options);
+// With log paths, a rank's output goes to its file (opened for appending, created 0644), and
+// also to the terminal with a prefix when prefix_output is set.
+SuperviseResult supervise(const std::vector<RankProcess>& ranks, const SupervisorOptions& options);
 
 // Blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP in the calling thread, so that supervise() receives
 // them through its signalfd. Call it before starting any thread (the store's), which inherit the

@@ -80,10 +80,11 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
          "an accelerator already exists in this process; free it before creating "
          "another");
   try {
-    num_threads_ = default_thread_count(static_cast<int>(settings_.integer("num_threads")), env,
-                                        available_cpus(), place_.local_world_size);
-    at::set_num_threads(num_threads_);
-    set_blas_threads(num_threads_);
+    // Until the census says otherwise, a rank that does not know its machine's share assumes
+    // every rank is on this machine, so that start-up does not oversubscribe it.
+    set_threads(default_thread_count(
+        static_cast<int>(settings_.integer("num_threads")), env, available_cpus(),
+        place_.local_known ? place_.local_world_size : place_.world_size));
     if (settings_.flag("malloc_tuning")) tune_malloc(env);
     if (place_.distributed()) {
       die_with_launching_engine(env);
@@ -93,6 +94,15 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
       options.collective = millis(settings_.seconds("collective_timeout"));
       options.shared_memory = settings_.flag("shared_memory_allreduce");
       comm_ = std::make_unique<Communicator>(place_, options);
+      if (!place_.local_known) {
+        // The engine did not say which ranks share this machine; the census did.
+        place_.local_rank = comm_->local_rank();
+        place_.local_world_size = comm_->local_world_size();
+        place_.local_known = true;
+        set_threads(default_thread_count(static_cast<int>(settings_.integer("num_threads")), env,
+                                         available_cpus(), place_.local_world_size));
+        if (!use_cpu) device_ = "cuda:" + std::to_string(place_.local_rank % gpus);
+      }
     }
   } catch (...) {
     g_live = false;
@@ -103,6 +113,12 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
 Accelerator::~Accelerator() {
   comm_.reset();
   g_live = false;
+}
+
+void Accelerator::set_threads(int n) {
+  num_threads_ = n;
+  at::set_num_threads(n);
+  set_blas_threads(n);
 }
 
 void Accelerator::wait_for_everyone() {

@@ -43,6 +43,7 @@ class Accelerator {
   void set_seed(uint64_t seed, bool device_specific);
 
  private:
+  void set_threads(int n);
   ProcessPlace place_;
   config::Resolved settings_;
   std::string device_;

@@ -58,6 +58,28 @@ bool is_loopback(const std::string& addr) {
 
 std::atomic<int> g_generation{0};
 
+// "; machine 1 (ranks 2-3) never joined" when every rank of a machine is missing: a launcher
+// that gave LOCAL_WORLD_SIZE places ranks machine by machine.
+std::string absent_machines(const ProcessPlace& place, const std::vector<int>& missing) {
+  const int per = place.local_world_size;
+  if (!place.local_known || per >= place.world_size || place.world_size % per != 0) return "";
+  std::string out;
+  for (size_t i = 0; i < missing.size();) {
+    const int machine = missing[i] / per;
+    size_t j = i;
+    while (j < missing.size() && missing[j] / per == machine) ++j;
+    if (static_cast<int>(j - i) == per)
+      out += std::string(out.empty() ? "" : ", ") + "machine " + std::to_string(machine) +
+             " (ranks " + std::to_string(machine * per) + "-" +
+             std::to_string(machine * per + per - 1) + ")";
+    i = j;
+  }
+  return out.empty()
+             ? ""
+             : "; no rank of " + out +
+                   " joined: that machine's launcher never started or cannot reach the store";
+}
+
 // Waits until something listens at addr:port, trying every 10 ms. c10d's client retries a refused
 // connection only after about a second, and ranks usually start before rank 0 has opened its
 // store (its LibTorch start-up is no faster than theirs). False when nothing listened by the
@@ -200,7 +222,8 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
       collective_timeout_(comm_options.collective) {
   const bool host_store = !place.store_hosted && place.rank == 0;
   const std::string endpoint = place.master_addr + ":" + std::to_string(place.master_port);
-  const std::string who_hosts = place.store_hosted ? "the launcher (accel launch)" : "rank 0";
+  const std::string who_hosts =
+      place.store_hosted ? "the launcher (" + place.engine + ")" : "rank 0";
 
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(place.master_port);
@@ -232,19 +255,24 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
   }
   // Every rendezvous key lives under the job's id, so a stray process of another job that reaches
   // this store by mistake finds nothing of ours, and under a per-process generation, so that a
-  // second accelerator in the same job does not see the first one's census.
-  const std::string prefix =
-      "accel/" + place.run_id + "/g" + std::to_string(g_generation.fetch_add(1));
+  // second accelerator in the same job does not see the first one's census. A launcher's store
+  // outlives a failed attempt: the attempt number keeps a restarted one from its keys.
+  const std::string prefix = "accel/" + place.run_id + "/a" + std::to_string(place.attempt) + "/g" +
+                             std::to_string(g_generation.fetch_add(1));
   impl_->job_store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
 
   census(place, comm_options, deadline, host_store, endpoint);
 
   try {
     auto options = c10d::ProcessGroupGloo::Options::create(comm_options.collective);
-    if (is_loopback(place.master_addr)) {
-      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    } else if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    // Gloo's own default resolves the host name, which on a machine with several interfaces
+    // (or in a network namespace) may name an address the peers cannot reach; the address this
+    // host uses towards the store is one they can.
+    const std::string towards_store = local_address_towards(place.master_addr, place.master_port);
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    } else if (!towards_store.empty()) {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(towards_store));
     } else {
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
@@ -255,7 +283,8 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
     fail(Errc::rendezvous, "could not form the Gloo process group: " + what_of(e));
   }
   exchange_identities(place);
-  if (comm_options.shared_memory && place.local_world_size == size_) setup_shared_memory();
+  find_local_ranks(place);
+  if (comm_options.shared_memory && local_world_size_ == size_) setup_shared_memory();
 }
 
 // Rank 0 creates the segment and publishes its name; every rank attaches, then all agree (a Gloo
@@ -369,8 +398,9 @@ void Communicator::census(const ProcessPlace& place, const CommOptions& timeouts
             std::to_string(size_) + " ranks did not arrive within " +
             seconds_text(timeouts.rendezvous) + " s (rendezvous_timeout); missing rank" +
             (missing.size() > 1 ? "s " : " ") + join_ranks(missing) +
-            ". Check that every rank was started with WORLD_SIZE=" + std::to_string(size_) +
-            " and the same MASTER_ADDR:MASTER_PORT (" + endpoint + ")";
+            absent_machines(place, missing) + ". Check that every rank was started with " +
+            "WORLD_SIZE=" + std::to_string(size_) + " and the same MASTER_ADDR:MASTER_PORT (" +
+            endpoint + ", from " + place.endpoint_source + ")";
         if (host_store) {
           store->set(verdict_key, std::vector<uint8_t>(verdict.begin(), verdict.end()));
           const int64_t waiting = size_ - static_cast<int64_t>(missing.size()) - 1;
@@ -399,6 +429,23 @@ void Communicator::exchange_identities(const ProcessPlace& place) {
   std::memcpy(local.data_ptr(), mine.data(), kInfoBytes);
   const auto all = all_gather(local);
   for (const auto& t : all) impl_->peers.push_back(unpack(static_cast<const char*>(t.data_ptr())));
+}
+
+// The engine's LOCAL_RANK/LOCAL_WORLD_SIZE when it gave them; else the ranks that share this
+// machine's host name and boot id, in rank order.
+void Communicator::find_local_ranks(const ProcessPlace& place) {
+  local_rank_ = place.local_rank;
+  local_world_size_ = place.local_world_size;
+  const auto& peers = impl_->peers;
+  if (place.local_known || peers.size() != static_cast<size_t>(size_)) return;
+  const PeerInfo& me = peers[rank_];
+  local_rank_ = 0;
+  local_world_size_ = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (peers[r].host != me.host || peers[r].boot_id != me.boot_id) continue;
+    if (r < rank_) ++local_rank_;
+    ++local_world_size_;
+  }
 }
 
 std::string Communicator::host_name() const {

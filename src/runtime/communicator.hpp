@@ -37,6 +37,10 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Which ranks share this machine: the engine's word when it gave one, else found from the host
+  // identities the ranks exchanged.
+  int local_rank() const { return local_rank_; }
+  int local_world_size() const { return local_world_size_; }
   // How all-reduces travel: "shared memory" or "gloo", with the reason when shared memory was
   // wanted but could not be set up.
   const std::string& all_reduce_transport() const { return transport_; }
@@ -61,6 +65,7 @@ class Communicator {
               const std::string& endpoint);
   void setup_shared_memory();
   void exchange_identities(const ProcessPlace& place);
+  void find_local_ranks(const ProcessPlace& place);
   std::string diagnose_peers(const std::string& message, bool peer_failed) const;
   std::string diagnose_peers_once(const std::string& message) const;
   std::string host_name() const;
@@ -71,6 +76,8 @@ class Communicator {
   std::unique_ptr<Impl> impl_;
   int rank_ = 0;
   int size_ = 1;
+  int local_rank_ = 0;
+  int local_world_size_ = 1;
   std::chrono::milliseconds collective_timeout_;
   std::string transport_ = "gloo";
   std::string broken_;  // set once a collective failed: the group is unusable after that

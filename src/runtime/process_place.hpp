@@ -1,4 +1,6 @@
-// Where this process stands in the job, read from the torchrun-compatible environment. Pure C++.
+// Where this process stands in the job, read from the environment of whichever engine started it:
+// accel launch or torchrun (RANK, WORLD_SIZE, ...), Open MPI, MPICH/Intel MPI (Hydra), MVAPICH, or
+// SLURM's srun. Pure C++.
 #pragma once
 
 #include <string>
@@ -12,17 +14,23 @@ struct ProcessPlace {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
+  // False when the engine does not say which ranks share this machine (bare RANK/WORLD_SIZE, a
+  // Kubernetes pod, MPICH without MPI_LOCALRANKID): the census finds out from host identities.
+  bool local_known = true;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool store_hosted = false;  // the launcher hosts the store: every rank, rank 0 too, is a client
   std::string run_id;         // prefixes rendezvous keys so that two jobs on one store never meet
+  int attempt = 0;            // the restart count: a restarted attempt never meets the old keys
+  std::string engine = "the environment";  // who started this process, for messages
+  std::string endpoint_source;             // where the store's address came from, for messages
 
   bool distributed() const { return world_size > 1; }
 };
 
-// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-// ACCEL_STORE_HOSTED, ACCEL_RUN_ID (else TORCHELASTIC_RUN_ID). Without WORLD_SIZE the process is a
-// world of one. Throws accel::Error(config) naming the variable that is malformed or inconsistent.
+// Reads the place from `env`. Without any engine's variables the process is a world of one.
+// Throws accel::Error(config) naming the variable that is malformed, out of range or inconsistent,
+// and the engine that set it.
 ProcessPlace read_process_place(const config::EnvMap& env);
 
 // Logical CPUs this process may run on (its affinity mask).

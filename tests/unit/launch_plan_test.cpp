@@ -155,3 +155,71 @@ TEST(LaunchPlan, RunIdsDiffer) {
   EXPECT_NE(accel::launch::new_run_id(), accel::launch::new_run_id());
   EXPECT_EQ(accel::launch::new_run_id().size(), 16u);
 }
+
+TEST(LaunchPlan, SrunOneTaskPerNodeGivesTheMachines) {
+  auto o = with_command();
+  o.num_processes = 4;
+  accel::config::EnvMap env = kNoConfigHome;
+  for (auto kv :
+       std::vector<std::pair<std::string, std::string>>{{"SLURM_PROCID", "1"},
+                                                        {"SLURM_STEP_ID", "0"},
+                                                        {"SLURM_STEP_NUM_NODES", "2"},
+                                                        {"SLURM_NODEID", "1"},
+                                                        {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+                                                        {"SLURM_STEP_NODELIST", "node[07-08]"},
+                                                        {"SLURM_JOB_ID", "4242"}})
+    env[kv.first] = kv.second;
+  const auto plan = make_plan(o, env, 4);
+  EXPECT_EQ(plan.num_machines, 2);
+  EXPECT_EQ(plan.machine_rank, 1);
+  EXPECT_EQ(plan.master_addr, "node07");
+  EXPECT_EQ(plan.master_port, 15000 + 4242);
+  EXPECT_EQ(plan.local_processes, 2);
+  const auto rank_env = rank_environment(plan, 1, plan.master_port, "r", env, 2);
+  EXPECT_EQ(lookup(rank_env, "RANK"), "3");
+  EXPECT_EQ(lookup(rank_env, "TORCHELASTIC_RESTART_COUNT"), "2");
+
+  auto disagree = o;
+  disagree.num_machines = 3;
+  try {
+    make_plan(disagree, env, 4);
+    ADD_FAILURE() << "accepted --num_machines 3 with SLURM_STEP_NUM_NODES=2";
+  } catch (const accel::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SLURM_STEP_NUM_NODES=2"), std::string::npos) << e.what();
+  }
+  env["SLURM_STEP_TASKS_PER_NODE"] = "2(x2)";
+  try {
+    make_plan(o, env, 4);
+    ADD_FAILURE() << "accepted two launcher tasks on one node";
+  } catch (const accel::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one task per node"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LaunchPlan, RestartsLogsAndDevices) {
+  auto o = with_command();
+  o.num_processes = 2;
+  o.max_restarts = 3;
+  o.gpu_ids = "0,2";
+  o.debug = true;
+  const auto plan = make_plan(o, kNoConfigHome, 2);
+  EXPECT_EQ(plan.max_restarts, 3);
+  const auto env = rank_environment(plan, 0, 40001, "r", {}, 1);
+  EXPECT_EQ(lookup(env, "CUDA_VISIBLE_DEVICES"), "0,2");
+  EXPECT_EQ(lookup(env, "ACCELERATE_DEBUG_MODE"), "true");
+  EXPECT_EQ(lookup(env, "TORCHELASTIC_MAX_RESTARTS"), "3");
+  EXPECT_EQ(lookup(env, "TORCHELASTIC_RESTART_COUNT"), "1");
+  auto bad_ids = o;
+  bad_ids.gpu_ids = "0,x";
+  EXPECT_THROW(make_plan(bad_ids, kNoConfigHome, 2), accel::Error);
+  auto multi = o;
+  multi.num_machines = 2;
+  multi.main_process_ip = "10.0.0.1";
+  multi.main_process_port = 29500;
+  EXPECT_THROW(make_plan(multi, kNoConfigHome, 2), accel::Error)
+      << "restarts across machines need torchrun's shared store";
+  auto per_node = with_command();
+  per_node.nproc_per_node = 3;
+  per_node.num_processes = 4;
+  EXPECT_THROW(make_plan(per_node, kNoConfigHome, 2), accel::Error);
+}

@@ -40,7 +40,8 @@ std::map<std::string, std::vector<Ref>> reference() {
   return values;
 }
 
-Schedule make(const std::string& kind, std::initializer_list<std::pair<const char*, const char*>> o) {
+Schedule make(const std::string& kind,
+              std::initializer_list<std::pair<const char*, const char*>> o) {
   Schedule s(kind);
   for (const auto& [k, v] : o) s.set(k, v);
   s.validate();
@@ -57,15 +58,18 @@ TEST(Schedule, MatchesPyTorchForEveryKind) {
       {"linear", make("linear", {{"warmup_steps", "3"}, {"total_steps", "20"}})},
       {"cosine", make("cosine", {{"warmup_steps", "3"}, {"total_steps", "20"}})},
       {"cosine_with_restarts",
-       make("cosine_with_restarts", {{"warmup_steps", "2"}, {"total_steps", "20"}, {"num_cycles", "3"}})},
-      {"polynomial", make("polynomial", {{"warmup_steps", "2"}, {"total_steps", "15"},
-                                         {"lr_end", "1e-3"}, {"power", "2"}})},
+       make("cosine_with_restarts",
+            {{"warmup_steps", "2"}, {"total_steps", "20"}, {"num_cycles", "3"}})},
+      {"polynomial",
+       make("polynomial",
+            {{"warmup_steps", "2"}, {"total_steps", "15"}, {"lr_end", "1e-3"}, {"power", "2"}})},
       {"step", make("step", {{"step_size", "3"}, {"gamma", "0.5"}})},
       {"exponential", make("exponential", {{"gamma", "0.9"}})},
       {"one_cycle", make("one_cycle", {{"max_lr", "0.5"}, {"total_steps", "20"}})},
-      {"one_cycle_linear_adamw",
-       make("one_cycle", {{"max_lr", "0.01"}, {"total_steps", "15"}, {"pct_start", "0.4"},
-                          {"anneal_strategy", "linear"}})},
+      {"one_cycle_linear_adamw", make("one_cycle", {{"max_lr", "0.01"},
+                                                    {"total_steps", "15"},
+                                                    {"pct_start", "0.4"},
+                                                    {"anneal_strategy", "linear"}})},
   };
   ASSERT_EQ(ref.size(), ours.size());
   for (const auto& [name, schedule] : ours) {
@@ -73,7 +77,8 @@ TEST(Schedule, MatchesPyTorchForEveryKind) {
     const auto& values = ref.at(name);
     for (size_t step = 0; step < values.size(); ++step) {
       const double want = values[step].lr;
-      EXPECT_NEAR(schedule.lr_at(static_cast<int64_t>(step), 0.1), want, 1e-12 + 1e-9 * std::abs(want))
+      EXPECT_NEAR(schedule.lr_at(static_cast<int64_t>(step), 0.1), want,
+                  1e-12 + 1e-9 * std::abs(want))
           << name << " step " << step;
       if (auto m = schedule.momentum_at(static_cast<int64_t>(step)))
         EXPECT_NEAR(*m, values[step].momentum, 1e-12) << name << " momentum, step " << step;

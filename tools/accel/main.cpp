@@ -1,9 +1,14 @@
 // `accel`: the command line. `launch` runs N ranks of any program with the torchrun-compatible
 // environment; `env` describes this machine; `config` shows or writes Accelerate's configuration.
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/utsname.h>
 #include <torch/csrc/api/include/torch/version.h>
 #include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
 
 #include <cstdio>
 #include <fstream>
@@ -28,7 +33,45 @@ namespace {
 const char* const kVersion = ACCEL_STR(ACCEL_VERSION_MAJOR) "." ACCEL_STR(
     ACCEL_VERSION_MINOR) "." ACCEL_STR(ACCEL_VERSION_PATCH);
 
-int run_launch(const accel::launch::LaunchOptions& options, bool prefix_output, double grace_s) {
+// What `accel launch` does besides planning: output, restarts, the supervisor's timing.
+struct LaunchRuntime {
+  bool prefix_output = false;
+  bool quiet = false;
+  double grace_s = 5.0;
+  double monitor_interval_s = 1.0;
+};
+
+// Whether SIGINT, SIGTERM or SIGHUP arrived for the launcher (they are blocked, so they wait).
+bool stop_requested() {
+  sigset_t pending;
+  sigemptyset(&pending);
+  if (sigpending(&pending) != 0) return false;
+  return sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) ||
+         sigismember(&pending, SIGHUP);
+}
+
+// The variables that place a rank, for --debug.
+std::string rank_summary(const std::vector<std::string>& env) {
+  std::string out;
+  for (const char* key : {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=", "GROUP_RANK=",
+                          "MASTER_ADDR=", "MASTER_PORT=", "TORCHELASTIC_RESTART_COUNT=",
+                          "OMP_NUM_THREADS=", "CUDA_VISIBLE_DEVICES=", "ACCEL_CONFIG_FILE="})
+    for (const auto& kv : env)
+      if (kv.rfind(key, 0) == 0) out += (out.empty() ? "" : " ") + kv;
+  return out;
+}
+
+std::string join_command(const std::vector<std::string>& command) {
+  std::string out;
+  for (const auto& a : command) out += (out.empty() ? "" : " ") + a;
+  return out;
+}
+
+void note(const LaunchRuntime& rt, const std::string& text) {
+  if (!rt.quiet) std::fprintf(stderr, "accel launch: %s\n", text.c_str());
+}
+
+int run_launch(const accel::launch::LaunchOptions& options, const LaunchRuntime& rt) {
   const auto env = accel::config::process_environment();
   const auto plan = accel::launch::make_plan(options, env, accel::runtime::available_cpus());
   accel::launch::block_supervised_signals();
@@ -42,18 +85,89 @@ int run_launch(const accel::launch::LaunchOptions& options, bool prefix_output, 
   }
   const std::string run_id =
       plan.num_machines > 1 ? "multinode-" + std::to_string(port) : accel::launch::new_run_id();
-  std::vector<accel::launch::RankProcess> ranks;
-  for (int local = 0; local < plan.local_processes; ++local) {
-    accel::launch::RankProcess rp;
-    rp.rank = plan.machine_rank * plan.local_processes + local;
-    rp.env = accel::launch::rank_environment(plan, local, port, run_id, env);
-    ranks.push_back(std::move(rp));
+  if (!plan.log_dir.empty()) {
+    if (std::system(("mkdir -p -- '" + plan.log_dir + "'").c_str()) != 0)
+      accel::fail(accel::Errc::io, "--log_dir: cannot create directory '" + plan.log_dir + "'");
+    note(rt, "each rank's output goes to " + plan.log_dir + "/rank_<N>.log");
   }
+  if (!plan.machines_from.empty())
+    note(rt, "machine " + std::to_string(plan.machine_rank) + " of " +
+                 std::to_string(plan.num_machines) + ", from " + plan.machines_from);
   accel::launch::SupervisorOptions sup;
   sup.command = options.command;
-  sup.prefix_output = prefix_output;
-  sup.grace = std::chrono::milliseconds(static_cast<long long>(grace_s * 1000));
-  return accel::launch::supervise(ranks, sup);
+  sup.prefix_output = rt.prefix_output;
+  sup.quiet = rt.quiet;
+  sup.grace = std::chrono::milliseconds(static_cast<long long>(rt.grace_s * 1000));
+  sup.monitor_interval =
+      std::chrono::milliseconds(static_cast<long long>(rt.monitor_interval_s * 1000));
+  for (int attempt = 0;; ++attempt) {
+    std::vector<accel::launch::RankProcess> ranks;
+    for (int local = 0; local < plan.local_processes; ++local) {
+      accel::launch::RankProcess rp;
+      rp.rank = plan.machine_rank * plan.local_processes + local;
+      rp.env = accel::launch::rank_environment(plan, local, port, run_id, env, attempt);
+      if (!plan.log_dir.empty())
+        rp.log_path = plan.log_dir + "/rank_" + std::to_string(rp.rank) + ".log";
+      if (options.debug)
+        note(rt, "attempt " + std::to_string(attempt) + ", rank " + std::to_string(rp.rank) + ": " +
+                     rank_summary(rp.env) + " " + join_command(options.command));
+      ranks.push_back(std::move(rp));
+    }
+    const auto result = accel::launch::supervise(ranks, sup);
+    if (result.code == 0 || result.interrupted || stop_requested()) return result.code;
+    if (attempt >= plan.max_restarts) {
+      if (plan.max_restarts > 0)
+        std::fprintf(stderr, "accel launch: giving up after %d restart%s (--max_restarts)\n",
+                     attempt, attempt == 1 ? "" : "s");
+      return result.code;
+    }
+    // As torchrun: every rank of the attempt was stopped; all start again, with the next
+    // TORCHELASTIC_RESTART_COUNT, and resume from their last checkpoint if they saved one.
+    note(rt, "restarting all " + std::to_string(plan.local_processes) + " rank" +
+                 (plan.local_processes > 1 ? "s" : "") + " (restart " +
+                 std::to_string(attempt + 1) + " of " + std::to_string(plan.max_restarts) + ")");
+  }
+}
+
+// torchrun's option names (as Kubernetes sets them, PET_NNODES, ...) fill Accelerate's; both given
+// must agree.
+void merge_torchrun_spellings(accel::launch::LaunchOptions& lo,
+                              const std::optional<std::string>& nnodes,
+                              const std::optional<int>& node_rank,
+                              const std::optional<std::string>& master_addr,
+                              const std::optional<int>& master_port) {
+  auto merge = [](auto& ours, const auto& theirs, const char* our_flag, const char* their_flag) {
+    if (!theirs) return;
+    if (ours && *ours != *theirs) {
+      std::ostringstream msg;
+      msg.imbue(std::locale::classic());
+      msg << "two launch options disagree: " << our_flag << " " << *ours << " but " << their_flag
+          << " " << *theirs << " (from the command line or PET_ variables)";
+      accel::fail(accel::Errc::invalid_argument, msg.str());
+    }
+    ours = theirs;
+  };
+  if (nnodes) {
+    // torchrun's elastic "MIN:MAX" form: only a fixed size is supported.
+    std::string text = *nnodes;
+    const auto colon = text.find(':');
+    if (colon != std::string::npos) {
+      if (text.substr(0, colon) != text.substr(colon + 1))
+        accel::fail(accel::Errc::unsupported,
+                    "--nnodes " + text +
+                        ": accel launch runs a fixed number of machines; a range MIN:MAX needs "
+                        "torchrun's elastic rendezvous (libaccel programs run under torchrun)");
+      text = text.substr(0, colon);
+    }
+    long long n = 0;
+    if (!accel::parse_int(text, &n) || n < 1 || n > (1 << 20))
+      accel::fail(accel::Errc::invalid_argument,
+                  "--nnodes '" + *nnodes + "' is not a positive count");
+    merge(lo.num_machines, std::optional<int>(static_cast<int>(n)), "--num_machines", "--nnodes");
+  }
+  merge(lo.machine_rank, node_rank, "--machine_rank", "--node_rank");
+  merge(lo.main_process_ip, master_addr, "--main_process_ip", "--master_addr");
+  merge(lo.main_process_port, master_port, "--main_process_port", "--master_port");
 }
 
 // The BLAS library LibTorch maps: the libblas.so.3 alternative, loaded here to see which file it
@@ -106,43 +220,84 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(kVersion));
 
   accel::launch::LaunchOptions lo;
-  bool prefix_output = false;
+  LaunchRuntime rt;
   // Read with parse_real, not CLI11's strtold: the number must not depend on the C locale.
-  std::string grace_text = "5";
+  std::string grace_text = "5", monitor_text = "1";
+  // torchrun's spellings, which Kubernetes operators set as PET_NNODES, PET_NODE_RANK, ...
+  std::optional<std::string> nnodes, master_addr;
+  std::optional<int> node_rank, master_port;
   auto* launch =
       app.add_subcommand("launch", "Run PROGRAM on N local ranks (torchrun environment)");
-  launch->add_option("--num_processes,--num-processes,-n", lo.num_processes,
-                     "Total number of processes (over all machines)");
-  launch->add_option("--num_machines,--num-machines", lo.num_machines, "Number of machines");
-  launch->add_option("--machine_rank,--machine-rank", lo.machine_rank,
-                     "Rank of this machine (0 hosts the rendezvous)");
-  launch->add_option("--main_process_ip,--main-process-ip", lo.main_process_ip,
-                     "Address of machine 0");
-  launch->add_option("--main_process_port,--main-process-port", lo.main_process_port,
-                     "Rendezvous port (default: a free port, single machine)");
-  launch->add_option("--config_file,--config-file", lo.config_file,
-                     "Accelerate YAML configuration (default: Accelerate's default file)");
-  launch->add_option("--mixed_precision,--mixed-precision", lo.mixed_precision, "no, fp16 or bf16");
-  launch->add_option("--gradient_accumulation_steps,--gradient-accumulation-steps",
-                     lo.gradient_accumulation_steps, "Gradient accumulation steps");
-  launch->add_option("--num_cpu_threads_per_process,--num-cpu-threads-per-process",
-                     lo.num_cpu_threads_per_process,
-                     "Intra-op threads per rank (default: CPUs / local ranks)");
-  launch->add_flag("--cpu", lo.cpu, "Run on CPU even where GPUs exist");
-  launch->add_flag("--prefix_output,--prefix-output,--tee", prefix_output,
-                   "Prefix every output line with [rank N]");
-  launch
-      ->add_option("--grace_period,--grace-period", grace_text,
-                   "Seconds between SIGTERM and SIGKILL when stopping ranks (default 5)")
-      ->check(CLI::Validator(
-          [](std::string& text) {
-            // At most a day: the milliseconds must fit the clock's integer.
-            double v = 0;
-            return accel::parse_real(text, &v) && v >= 0 && v <= 86400
-                       ? std::string()
-                       : "'" + text + "' is not a number of seconds from 0 to 86400";
-          },
-          ""))
+  // Every option is also read from PET_<OPTION> when the command line does not give it, as
+  // torchrun does: Kubeflow's PyTorchJob and Trainer pass a job's shape only that way.
+  auto pet = [](CLI::Option* opt) {
+    std::string name = opt->get_single_name();
+    for (auto& ch : name) ch = ch == '-' ? '_' : static_cast<char>(std::toupper(ch));
+    opt->envname("PET_" + name);
+    return opt;
+  };
+  auto seconds = [](double max) {
+    return CLI::Validator(
+        [max](std::string& text) {
+          double v = 0;
+          return accel::parse_real(text, &v) && v >= 0 && v <= max
+                     ? std::string()
+                     : "'" + text + "' is not a number of seconds from 0 to " +
+                           accel::format_real(max);
+        },
+        "");
+  };
+  pet(launch->add_option("--num_processes,--num-processes,-n", lo.num_processes,
+                         "Total number of processes (over all machines)"));
+  pet(launch->add_option("--num_machines,--num-machines", lo.num_machines, "Number of machines"));
+  pet(launch->add_option("--machine_rank,--machine-rank", lo.machine_rank,
+                         "Rank of this machine (0 hosts the rendezvous)"));
+  pet(launch->add_option("--main_process_ip,--main-process-ip", lo.main_process_ip,
+                         "Address of machine 0"));
+  pet(launch->add_option("--main_process_port,--main-process-port", lo.main_process_port,
+                         "Rendezvous port (default: a free port, single machine)"));
+  pet(launch->add_option("--nproc_per_node,--nproc-per-node", lo.nproc_per_node,
+                         "Processes per machine (torchrun's spelling; instead of -n)"));
+  pet(launch->add_option("--nnodes", nnodes, "Number of machines (torchrun's spelling: N or N:N)"));
+  pet(launch->add_option("--node_rank,--node-rank", node_rank,
+                         "Rank of this machine (torchrun's spelling)"));
+  pet(launch->add_option("--master_addr,--master-addr", master_addr,
+                         "Address of machine 0 (torchrun's spelling)"));
+  pet(launch->add_option("--master_port,--master-port", master_port,
+                         "Rendezvous port (torchrun's spelling)"));
+  pet(launch->add_option("--config_file,--config-file", lo.config_file,
+                         "Accelerate YAML configuration (default: Accelerate's default file)"));
+  pet(launch->add_option("--mixed_precision,--mixed-precision", lo.mixed_precision,
+                         "no, fp16 or bf16"));
+  pet(launch->add_option("--gradient_accumulation_steps,--gradient-accumulation-steps",
+                         lo.gradient_accumulation_steps, "Gradient accumulation steps"));
+  pet(launch->add_option("--num_cpu_threads_per_process,--num-cpu-threads-per-process",
+                         lo.num_cpu_threads_per_process,
+                         "Intra-op threads per rank (default: CPUs / local ranks)"));
+  pet(launch->add_option(
+      "--gpu_ids,--gpu-ids", lo.gpu_ids,
+      "GPUs the ranks may use: 'all' or a list like 0,1 (CUDA_VISIBLE_DEVICES)"));
+  pet(launch->add_option("--max_restarts,--max-restarts", lo.max_restarts,
+                         "Restart all ranks up to N times when one fails (default 0)"));
+  pet(launch->add_option("--log_dir,--log-dir", lo.log_dir,
+                         "Write each rank's output to DIR/rank_<N>.log (with --tee: also here)"));
+  pet(launch->add_flag("--cpu", lo.cpu, "Run on CPU even where GPUs exist"));
+  pet(launch->add_flag("--debug", lo.debug,
+                       "Debug mode: ACCELERATE_DEBUG_MODE=true for the ranks (libaccel always "
+                       "checks collectives' shapes) and each rank's placement printed here"));
+  pet(launch->add_flag("-q,--quiet", rt.quiet,
+                       "Print nothing of the launcher's own except failures"));
+  pet(launch->add_flag("--prefix_output,--prefix-output,--tee", rt.prefix_output,
+                       "Prefix every output line with [rank N]"));
+  // At most a day: the milliseconds must fit the clock's integer.
+  pet(launch->add_option("--grace_period,--grace-period", grace_text,
+                         "Seconds between SIGTERM and SIGKILL when stopping ranks (default 5)"))
+      ->check(seconds(86400))
+      ->type_name("SECONDS");
+  pet(launch->add_option("--monitor_interval,--monitor-interval", monitor_text,
+                         "Seconds between the launcher's periodic checks (default 1; exits and "
+                         "signals are seen at once)"))
+      ->check(seconds(3600))
       ->type_name("SECONDS");
   launch->prefix_command();
   launch->footer("Example: accel launch -n 2 ./train --epochs 3");
@@ -165,9 +320,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "accel launch: no program given\n%s", launch->help().c_str());
         return 2;
       }
-      double grace_s = 5.0;
-      accel::parse_real(grace_text, &grace_s);  // checked by the option's validator
-      return run_launch(lo, prefix_output, grace_s);
+      accel::parse_real(grace_text, &rt.grace_s);  // checked by the options' validators
+      accel::parse_real(monitor_text, &rt.monitor_interval_s);
+      rt.monitor_interval_s = std::max(rt.monitor_interval_s, 0.001);
+      merge_torchrun_spellings(lo, nnodes, node_rank, master_addr, master_port);
+      return run_launch(lo, rt);
     }
     if (*env) return run_env(env_config);
     if (config.command->parsed()) return config.run();
