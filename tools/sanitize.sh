@@ -168,7 +168,10 @@ canary() {
 #                                          EMFILE and reports every virtual call as a bad object.
 #   faults.suite                          minutes of real faults on deadlines of a few seconds;
 #                                          under ASan's slowdown the deadlines, not our code, fail.
-ASAN_SKIP='^(MallocTuning\.FreedStepMemoryIsReused|MultiProcess\.RanksAlreadyStartedAreStoppedWhenALaterRankCannotStart|faults\.suite)$'
+#   cluster.*                             the same library paths as the multi-process tests, run
+#                                          by torchrun, mpirun, srun and in namespaces; the engines
+#                                          (Python, Open MPI, SLURM daemons) are not instrumented.
+ASAN_SKIP='^(MallocTuning\.FreedStepMemoryIsReused|MultiProcess\.RanksAlreadyStartedAreStoppedWhenALaterRankCannotStart|faults\.suite|cluster\..*)$'
 # Tests that preload a shim into the launcher (LD_PRELOAD ahead of the ASan runtime, which ASan
 # refuses unless verify_asan_link_order=0): run in a step of their own with that option.
 ASAN_PRELOADING='^MultiProcess\.ForkFailureFailsTheLaunchAndLeavesNoRankBehind$'

@@ -18,6 +18,9 @@ packages=(
   python3-torch
   # localedef and the locale sources: the unit tests run under de_DE.UTF-8 (decimal comma).
   locales
+  # The engines the cluster tests run libaccel programs under (tests/cluster): Open MPI's mpirun,
+  # SLURM (slurmctld, slurmd, srun) with munge, and ip for the two-namespace test.
+  openmpi-bin slurm-wlm munge iproute2
 )
 # The Rust binding's tests need cargo. A rustup toolchain (~/.cargo/bin) is used when present;
 # otherwise Debian's: cargo-web/rustc-web (1.85 and later; bookworm's plain cargo is 1.63, older

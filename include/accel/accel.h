@@ -240,6 +240,10 @@ typedef void (*accel_release_fn)(void* user_data);
  * configuration (compute_environment, distributed_type, mixed_precision, num_processes,
  * num_machines, machine_rank, main_process_ip, main_process_port, use_cpu, gpu_ids, ...) plus
  * libaccel's own:
+ *   debug                        Accelerate's debug mode (ACCELERATE_DEBUG_MODE): accel_init
+ *                                prints one line to stderr saying where this rank stands (rank,
+ *                                local rank and who said so, threads, device, all-reduce transport,
+ *                                store and its source). Collectives always check shapes.
  *   gradient_accumulation_steps  integer >= 1                    (default 1)
  *   rendezvous_timeout           seconds > 0: how long init waits for every rank (default 120)
  *   collective_timeout           seconds > 0: how long one collective may take (default 300)
@@ -469,11 +473,25 @@ enum accel_precision_values {
  * Creates the accelerator of this process. `config` may be NULL (defaults, environment variables
  * and ACCEL_CONFIG_FILE still apply); it is only read during the call.
  *
- * The process learns its place from the torchrun-compatible environment: RANK, WORLD_SIZE,
- * LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (as set by `accel launch`, torchrun or a
- * cluster wrapper). Without WORLD_SIZE (or with WORLD_SIZE=1) it is a world of one and opens no
- * socket. Otherwise it meets the other ranks through c10d's TCPStore and forms a Gloo process
- * group. One deadline, `rendezvous_timeout`, covers reaching the store and a census of every rank:
+ * The process learns its place from the environment of the engine that started it, the innermost
+ * first:
+ *   - `accel launch`, torchrun, a Kubernetes PyTorchJob or variables set by hand: RANK,
+ *     WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Under torchrun's agent
+ *     store (TORCHELASTIC_USE_AGENT_STORE=True) every rank joins that store as a client;
+ *     TORCHELASTIC_RESTART_COUNT keeps a restarted attempt apart from the keys of the one before.
+ *   - Open MPI (OMPI_COMM_WORLD_*), MPICH/Intel MPI (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
+ *     MPI_LOCALNRANKS), MVAPICH (MV2_COMM_WORLD_*): the store is MASTER_ADDR:MASTER_PORT,
+ *     defaulting to 127.0.0.1:29500 when every rank is on one host; ranks on several hosts
+ *     without MASTER_ADDR are ACCEL_ERR_CONFIG.
+ *   - SLURM's srun (SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS, SLURM_LOCALID,
+ *     SLURM_NODEID, SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NODELIST): the store is on the first
+ *     host of the step, port MASTER_PORT or 15000 + the last four digits of SLURM_JOB_ID.
+ * A variable that does not parse or is out of range, or two engines that disagree on the number
+ * of processes, is ACCEL_ERR_CONFIG naming the variable and the engine. When the engine does not
+ * say which ranks share a machine, the ranks find out from the host name and boot id they
+ * exchange at start-up. Without any of these (or with a world of one) the process is alone and
+ * opens no socket. Otherwise it meets the other ranks through c10d's TCPStore and forms a Gloo
+ * process group. One deadline, `rendezvous_timeout`, covers reaching the store and a census of every rank:
  * a rank whose store never listens fails with ACCEL_ERR_RENDEZVOUS saying how long it waited; if
  * some ranks never arrive, every rank that did fails naming the missing ranks.
  *
@@ -484,7 +502,7 @@ enum accel_precision_values {
  * (Gloo's writes to a peer that died would otherwise kill this rank before the failed collective
  * names the peer). A collective that fails names the rank that exited or stopped and its host.
  *
- * Intra-op threads (LibTorch and OpenBLAS) default to cores / LOCAL_WORLD_SIZE unless
+ * Intra-op threads (LibTorch and OpenBLAS) default to cores / ranks on this machine unless
  * OMP_NUM_THREADS or `num_threads` say otherwise. Only one accelerator may exist in a process at a
  * time (ACCEL_ERR_STATE otherwise).
  */

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 
 #include "common/error.hpp"
 #include "runtime/malloc_tuning.hpp"
@@ -74,6 +75,7 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
          "mixed_precision fp16 (" + settings_.at("mixed_precision").origin.describe() +
              ") needs a CUDA device: LibTorch's CPU autocast supports bf16 only; use bf16 on CPU");
 
+  std::string local_from = "a world of one";
   bool expected = false;
   if (!g_live.compare_exchange_strong(expected, true))
     fail(Errc::state,
@@ -94,6 +96,7 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
       options.collective = millis(settings_.seconds("collective_timeout"));
       options.shared_memory = settings_.flag("shared_memory_allreduce");
       comm_ = std::make_unique<Communicator>(place_, options);
+      local_from = place_.local_known ? "from " + place_.engine : "found by the census";
       if (!place_.local_known) {
         // The engine did not say which ranks share this machine; the census did.
         place_.local_rank = comm_->local_rank();
@@ -107,6 +110,22 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
   } catch (...) {
     g_live = false;
     throw;
+  }
+  // Debug mode (`accel launch --debug`, ACCELERATE_DEBUG_MODE): say where this rank stands and
+  // how it talks to the others, one line per rank.
+  if (settings_.flag("debug")) {
+    std::string line = "libaccel: rank " + std::to_string(place_.rank) + " of " +
+                       std::to_string(place_.world_size) + " (" + place_.engine + "), local rank " +
+                       std::to_string(place_.local_rank) + " of " +
+                       std::to_string(place_.local_world_size) + " (" + local_from + "), " +
+                       std::to_string(num_threads_) + " threads, device " + device_;
+    if (comm_)
+      line += ", all-reduce over " + comm_->all_reduce_transport() + ", store " +
+              place_.master_addr + ":" + std::to_string(place_.master_port) + " (" +
+              place_.endpoint_source + (place_.store_hosted ? ", hosted by the launcher" : "") +
+              "), attempt " + std::to_string(place_.attempt);
+    line += "\n";
+    fputs(line.c_str(), stderr);
   }
 }
 

@@ -1,0 +1,501 @@
+#!/usr/bin/env python3
+"""libaccel programs under the engines clusters run, as they are: torchrun (static and standalone
+rendezvous, --max_restarts), Open MPI's mpirun, SLURM's srun, a Kubernetes training operator's
+variables, two machines in two network namespaces, and accel launch's own elastic restart.
+
+    cluster_suite.py SCENARIO --build BUILD_DIR --source SOURCE_DIR
+
+Each scenario runs the collectives example (its printed results checked) and a short data-parallel
+training run (mp_program equiv: 2 ranks x 32 samples must match 1 process x 64), or says why it
+cannot run here and exits 77 (ctest's skip). Python 3 standard library only.
+"""
+
+import argparse
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+SKIP = 77
+DEBIAN_PYTHON = "/usr/bin/python3"  # the one with Debian's python3-torch (torchrun)
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what, output=""):
+    if not cond:
+        raise Failure(what + ("\n--- output ---\n" + output[-6000:] if output else ""))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def clean_env(extra=None):
+    """This environment without any engine's variables (the test may run under one itself)."""
+    env = {k: v for k, v in os.environ.items()
+           if not re.match(r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_"
+                           r"|TORCHELASTIC_|ACCEL_|ACCELERATE_|OMPI_|PMI_|PMIX_|MPI_|MV2_|SLURM_"
+                           r"|PET_|GLOO_)", k)}
+    env["HF_HOME"] = "/nonexistent-hf-home"  # no user's default config file
+    env["OMP_NUM_THREADS"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run(argv, env=None, timeout=240, **kw):
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(argv, env=env if env is not None else clean_env(), timeout=timeout,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout or ""
+        if isinstance(out, bytes):
+            out = out.decode(errors="replace")
+        raise Failure("%s hung: no exit within %d s\n%s" % (" ".join(argv), timeout, out[-6000:]))
+    r.seconds = time.monotonic() - t0
+    return r
+
+
+def params_of(output):
+    out = {}
+    for line in output.splitlines():
+        m = re.search(r"param (\S+) (.*)$", line)
+        if m:
+            out[m.group(1)] = [float(v) for v in m.group(2).split()]
+    return out
+
+
+COLLECTIVES_EXPECTED = [
+    "gather                   shape [4] values 0 1 10 11",
+    "reduce sum of rank+1     shape [] values 3",
+    "reduce mean of rank+1    shape [] values 1.5",
+    "broadcast from last rank shape [3] values 3.5 4.5 5.5",
+    '"hello from rank 1"',
+]
+
+
+class Suite:
+    def __init__(self, args):
+        self.build = os.path.abspath(args.build)
+        self.source = os.path.abspath(args.source)
+        self.cli = os.path.join(self.build, "bin", "accel")
+        self.mp = os.path.join(self.build, "bin", "mp_program")
+        self.collectives = os.path.join(self.build, "bin", "collectives")
+        self.fault = os.path.join(self.build, "bin", "fault_program")
+        self.torchrun = [DEBIAN_PYTHON, os.path.join(self.source, "bench", "torchrun.py")]
+        self.seed = args.seed
+        self._reference = None
+
+    # -- what every engine must run ------------------------------------------------------------
+
+    def check_collectives(self, output, where):
+        for line in COLLECTIVES_EXPECTED:
+            check(line in output, "%s: the collectives example did not print %r" % (where, line),
+                  output)
+        print("  %s: collectives example: every result as expected" % where)
+
+    def reference(self):
+        if self._reference is None:
+            r = run([self.mp, "equiv", "64"])
+            check(r.returncode == 0, "1 x 64 reference run failed", r.stdout)
+            self._reference = params_of(r.stdout)
+            check(len(self._reference) == 4, "reference printed no parameters", r.stdout)
+        return self._reference
+
+    def check_equivalence(self, output, where):
+        ref = self.reference()
+        got = params_of(output)
+        check(set(got) == set(ref), "%s: parameters %s, expected %s" % (where, sorted(got),
+                                                                         sorted(ref)), output)
+        worst = 0.0
+        for name, values in ref.items():
+            check(len(got[name]) == len(values), "%s: %s has %d values" % (where, name,
+                                                                          len(got[name])))
+            scale = max(1e-6, max(abs(v) for v in values))
+            worst = max(worst, max(abs(a - b) for a, b in zip(values, got[name])) / scale)
+        check(worst < 1e-5, "%s: 2 x 32 differs from 1 x 64 by %.3g (relative)" % (where, worst),
+              output)
+        print("  %s: training 2 x 32 == 1 x 64 (worst relative difference %.2g)" % (where, worst))
+
+    def debug_lines(self, output):
+        return [l for l in output.splitlines() if "libaccel: rank " in l]
+
+    # -- torchrun --------------------------------------------------------------------------------
+
+    def torchrun_available(self):
+        if not os.path.exists(DEBIAN_PYTHON):
+            return "no %s" % DEBIAN_PYTHON
+        r = run([DEBIAN_PYTHON, "-c", "import torch.distributed.run"], timeout=120)
+        if r.returncode != 0:
+            return "Debian's python3-torch (torchrun) does not import: " + r.stdout.strip()[-300:]
+        return None
+
+    def torchrun_argv(self, mode, program, extra=()):
+        port = free_port()
+        head = self.torchrun + ["--nproc_per_node", "2"]
+        if mode == "standalone":
+            head += ["--standalone"]
+        else:  # torchrun's default: a static rendezvous whose agent hosts the store
+            head += ["--nnodes", "1", "--master_addr", "127.0.0.1", "--master_port", str(port)]
+        return head + list(extra) + ["--no_python"] + program
+
+    def scenario_torchrun(self, mode):
+        reason = self.torchrun_available()
+        if reason:
+            return reason
+        env = clean_env({"ACCELERATE_DEBUG_MODE": "true"})
+        r = run(self.torchrun_argv(mode, [self.collectives]), env)
+        check(r.returncode == 0, "torchrun %s: the collectives example failed" % mode, r.stdout)
+        self.check_collectives(r.stdout, "torchrun " + mode)
+        lines = self.debug_lines(r.stdout)
+        check(len(lines) == 2, "torchrun %s: expected 2 debug lines" % mode, r.stdout)
+        hosted = [("hosted by the launcher" in l) for l in lines]
+        # torch 1.13: the static rendezvous shares its agent's store (every rank a client);
+        # --standalone's c10d rendezvous does not.
+        check(all(hosted) if mode == "static" else not any(hosted),
+              "torchrun %s: ranks joined the wrong store" % mode, "\n".join(lines))
+        check(all("(torchrun)" in l and "local rank" in l and "from torchrun" in l
+                  for l in lines), "torchrun %s: place not read from torchrun" % mode,
+              "\n".join(lines))
+        r = run(self.torchrun_argv(mode, [self.mp, "equiv", "32"]))
+        check(r.returncode == 0, "torchrun %s: training failed" % mode, r.stdout)
+        self.check_equivalence(r.stdout, "torchrun " + mode)
+
+    def scenario_torchrun_static(self):
+        return self.scenario_torchrun("static")
+
+    def scenario_torchrun_standalone(self):
+        return self.scenario_torchrun("standalone")
+
+    # -- restarts: torchrun's and accel launch's -------------------------------------------------
+
+    def restart_run(self, launcher_argv, project, kill_step):
+        """Runs fault_program's training under a launcher that restarts; SIGKILLs rank 1 once,
+        when it reaches `kill_step` in the first attempt. Returns (checksum line, output)."""
+        env = clean_env()
+        proc = subprocess.Popen(launcher_argv + [self.fault, "train", str(self.steps), "2",
+                                                 project, "3"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        lines, killed = [], threading.Event()
+        pids = {}
+
+        def reader():
+            for line in proc.stdout:
+                lines.append(line)
+                m = re.search(r"pid=(\d+) rank=(\d+) ready", line)
+                if m:
+                    pids[int(m.group(2))] = int(m.group(1))
+                if (not killed.is_set() and re.search(r"\br1 step %d$" % kill_step, line.strip())
+                        and 1 in pids):
+                    os.kill(pids[1], signal.SIGKILL)
+                    killed.set()
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        try:
+            proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise Failure("the restarted job hung\n" + "".join(lines)[-6000:])
+        t.join(10)
+        out = "".join(lines)
+        check(killed.is_set(), "rank 1 never reached step %d to be killed" % kill_step, out)
+        check(proc.returncode == 0, "the job did not finish after its restart (exit %d)"
+              % proc.returncode, out)
+        sums = re.findall(r"r0 checksum ([0-9a-f]{16})", out)
+        check(len(sums) == 1, "expected one final checksum from rank 0", out)
+        return sums[0], out
+
+    def uninterrupted_checksum(self, project):
+        r = run([self.cli, "launch", "-n", "2", self.fault, "train", str(self.steps), "2",
+                 project, "3"])
+        check(r.returncode == 0, "the uninterrupted run failed", r.stdout)
+        sums = re.findall(r"r0 checksum ([0-9a-f]{16})", r.stdout)
+        check(len(sums) == 1, "the uninterrupted run printed no checksum", r.stdout)
+        return sums[0]
+
+    steps = 10
+
+    def restart_scenario(self, launcher_argv, name):
+        rng = random.Random(self.seed)
+        # After the first checkpoint (saved every 2 steps), so that there is one to resume from.
+        kill_step = rng.randrange(3, self.steps)
+        with tempfile.TemporaryDirectory(prefix="accel-restart-") as d:
+            want = self.uninterrupted_checksum(os.path.join(d, "ref"))
+            got, out = self.restart_run(launcher_argv, os.path.join(d, "job"), kill_step)
+            check("loading" in out and "loaded step=" in out,
+                  "%s: the restarted attempt did not resume from a checkpoint" % name, out)
+            resumed = re.findall(r"r0 loaded step=(\d+)", out)
+            check(got == want, "%s: after the kill at step %d the parameters differ from the "
+                  "uninterrupted run's (%s != %s)" % (name, kill_step, got, want), out)
+            print("  %s: rank 1 SIGKILLed at step %d; restarted, resumed at step %s; final "
+                  "parameters bitwise equal to the uninterrupted run's (checksum %s)"
+                  % (name, kill_step, ",".join(resumed), got))
+
+    def scenario_torchrun_max_restarts(self):
+        reason = self.torchrun_available()
+        if reason:
+            return reason
+        argv = self.torchrun + ["--nproc_per_node", "2", "--nnodes", "1", "--master_addr",
+                                "127.0.0.1", "--master_port", str(free_port()),
+                                "--max_restarts", "1", "--no_python"]
+        self.restart_scenario(argv, "torchrun --max_restarts 1")
+
+    def scenario_elastic_restart(self):
+        argv = [self.cli, "launch", "-n", "2", "--max_restarts", "2"]
+        self.restart_scenario(argv, "accel launch --max_restarts 2")
+
+    # -- MPI -----------------------------------------------------------------------------------
+
+    def mpirun_argv(self, extra=()):
+        return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "2",
+                "-x", "MASTER_PORT=%d" % free_port()] + list(extra)
+
+    def scenario_mpirun(self):
+        if not shutil_which("mpirun"):
+            return "Open MPI's mpirun is not installed (Debian's openmpi-bin)"
+        env = clean_env()
+        r = run(self.mpirun_argv(["-x", "ACCELERATE_DEBUG_MODE=true", self.collectives]), env)
+        check(r.returncode == 0, "mpirun: the collectives example failed", r.stdout)
+        self.check_collectives(r.stdout, "mpirun -n 2")
+        lines = self.debug_lines(r.stdout)
+        check(len(lines) == 2 and all("Open MPI" in l and "shared memory" in l for l in lines),
+              "mpirun: place not read from Open MPI", r.stdout)
+        r = run(self.mpirun_argv([self.mp, "equiv", "32"]), env)
+        check(r.returncode == 0, "mpirun: training failed", r.stdout)
+        self.check_equivalence(r.stdout, "mpirun -n 2")
+        # Two launchers that disagree: a WORLD_SIZE exported by hand next to mpirun's own count.
+        r = run(self.mpirun_argv(["-x", "WORLD_SIZE=4", self.collectives]), env, timeout=60)
+        check(r.returncode != 0 and "two launchers disagree" in r.stdout
+              and "OMPI_COMM_WORLD_SIZE=2" in r.stdout,
+              "mpirun with WORLD_SIZE=4: expected a clear disagreement error", r.stdout)
+        print("  mpirun -n 2 -x WORLD_SIZE=4: %s" % first_error(r.stdout))
+
+    # -- SLURM ---------------------------------------------------------------------------------
+
+    def scenario_srun(self):
+        import slurm_fixture
+        reason = slurm_fixture.why_unavailable()
+        if reason:
+            return "SLURM cannot run here: " + reason
+        with slurm_fixture.SlurmCluster() as slurm:
+            print("  SLURM up in %.1f s" % slurm.startup_seconds)
+            base = clean_env()
+            env = dict(base, SLURM_CONF=slurm.env["SLURM_CONF"], ACCELERATE_DEBUG_MODE="true")
+            r = slurm.srun(["-n", "2", self.collectives], env=env, timeout=240)
+            out = r.stdout + (r.stderr or "")
+            check(r.returncode == 0, "srun -n 2: the collectives example failed", out)
+            self.check_collectives(out, "srun -n 2")
+            lines = self.debug_lines(out)
+            check(len(lines) == 2 and all("SLURM's srun" in l for l in lines),
+                  "srun: place not read from SLURM", out)
+            env.pop("ACCELERATE_DEBUG_MODE")
+            r = slurm.srun(["-n", "2", self.mp, "equiv", "32"], env=env, timeout=240)
+            out = r.stdout + (r.stderr or "")
+            check(r.returncode == 0, "srun -n 2: training failed", out)
+            self.check_equivalence(out, "srun -n 2")
+            # One launcher task per node, as Accelerate's SLURM example runs it.
+            r = slurm.srun(["-N", "1", "-n", "1", self.cli, "launch", "-n", "2",
+                            self.collectives], env=env, timeout=240)
+            out = r.stdout + (r.stderr or "")
+            check(r.returncode == 0, "srun accel launch: failed", out)
+            self.check_collectives(out, "srun -n 1 accel launch -n 2")
+            # Two launcher tasks on one node would each start every rank: refused.
+            r = slurm.srun(["-N", "1", "-n", "2", self.cli, "launch", "-n", "2",
+                            self.collectives], env=env, timeout=120)
+            out = r.stdout + (r.stderr or "")
+            check(r.returncode != 0 and "one task per node" in out,
+                  "srun -n 2 accel launch: expected a clear error", out)
+            print("  srun -n 2 accel launch: %s" % first_error(out))
+
+    # -- Kubernetes ------------------------------------------------------------------------------
+
+    def scenario_kubernetes(self):
+        port = free_port()
+        # Trainer v2 sets only PET_ variables: accel launch runs in the container.
+        env = clean_env({"PET_NNODES": "1", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "0",
+                         "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port),
+                         "ACCELERATE_DEBUG_MODE": "true"})
+        r = run([self.cli, "launch", self.collectives], env)
+        check(r.returncode == 0, "accel launch from PET_ variables failed", r.stdout)
+        self.check_collectives(r.stdout, "PET_ variables (Trainer v2)")
+        check(all(":%d " % port in l for l in self.debug_lines(r.stdout)),
+              "PET_MASTER_PORT was not used", r.stdout)
+        r = run([self.cli, "launch", self.mp, "equiv", "32"], clean_env(
+            {k: v for k, v in env.items() if k.startswith("PET_")}))
+        check(r.returncode == 0, "training from PET_ variables failed", r.stdout)
+        self.check_equivalence(r.stdout, "PET_ variables (Trainer v2)")
+        # PyTorchJob v1 with one process per pod: RANK and WORLD_SIZE but no LOCAL_*: the census
+        # finds which ranks share a machine (here, both: shared memory, one thread each of 2 CPUs).
+        port = free_port()
+        procs = []
+        for rank in (0, 1):
+            e = clean_env({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                           "WORLD_SIZE": "2", "RANK": str(rank), "PET_NNODES": "2",
+                           "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": str(rank),
+                           "ACCELERATE_DEBUG_MODE": "true"})
+            e.pop("OMP_NUM_THREADS")
+            procs.append(subprocess.Popen([self.mp, "equiv", "32"], env=e, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+        for rank, (p, out) in enumerate(zip(procs, outs)):
+            check(p.returncode == 0, "PyTorchJob-style rank %d failed" % rank, out)
+            lines = self.debug_lines(out)
+            check(len(lines) == 1 and "local rank %d of 2 (found by the census)" % rank in lines[0]
+                  and "shared memory" in lines[0], "rank %d: machine share not found" % rank,
+                  out)
+            cpus = len(os.sched_getaffinity(0))
+            check(" %d threads" % max(1, cpus // 2) in lines[0],
+                  "rank %d: threads not sized by the census" % rank, out)
+        self.check_equivalence(outs[0], "PyTorchJob v1 (RANK, WORLD_SIZE only)")
+        print("  census: %s" % self.debug_lines(outs[1])[0].strip())
+
+    # -- two machines ----------------------------------------------------------------------------
+
+    def scenario_netns(self):
+        import netns_fixture
+        reason = netns_fixture.why_unavailable()
+        if reason:
+            return "network namespaces cannot be made here: " + reason
+        with netns_fixture.NetnsPair() as net:
+            for what, program in (("collectives", [self.collectives]),
+                                  ("training", [self.mp, "equiv", "32"])):
+                port = free_port()
+                procs = []
+                for i in (0, 1):
+                    argv = [self.cli, "launch", "--num_machines", "2", "--machine_rank", str(i),
+                            "--main_process_ip", net.addr[0], "--main_process_port", str(port),
+                            "-n", "2"] + program
+                    env = clean_env({"ACCELERATE_DEBUG_MODE": "true",
+                                     "ACCEL_RENDEZVOUS_TIMEOUT": "60"})
+                    procs.append(net.popen(i, argv, env=env, text=True, stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT))
+                outs = []
+                for p in procs:
+                    try:
+                        outs.append(p.communicate(timeout=240)[0])
+                    except subprocess.TimeoutExpired:
+                        for q in procs:
+                            q.kill()
+                        raise Failure("two machines: %s hung" % what)
+                both = "\n".join(outs)
+                for i, (p, out) in enumerate(zip(procs, outs)):
+                    check(p.returncode == 0, "machine %d: %s failed" % (i, what), both)
+                lines = self.debug_lines(both)
+                check(len(lines) == 2 and all("all-reduce over gloo" in l and "local rank 0 of 1"
+                                              in l for l in lines),
+                      "two machines: shared memory must be off, one rank per machine", both)
+                if what == "collectives":
+                    self.check_collectives(outs[0], "two namespaces over a veth pair")
+                else:
+                    self.check_equivalence(both, "two namespaces over a veth pair")
+
+    # -- bad input -------------------------------------------------------------------------------
+
+    def expect_error(self, argv, env, words, limit, what):
+        r = run(argv, env, timeout=limit + 30)
+        for w in words:
+            check(r.returncode != 0 and w in r.stdout, "%s: expected a failure saying %r" %
+                  (what, w), r.stdout)
+        check(r.seconds < limit, "%s: took %.1f s (limit %.1f s)" % (what, r.seconds, limit),
+              r.stdout)
+        print("  %s (%.1f s): %s" % (what, r.seconds, first_error(r.stdout)))
+
+    def scenario_bad_input(self):
+        slurm = {"SLURM_STEP_ID": "0", "SLURM_JOB_ID": "7", "SLURM_LOCALID": "0",
+                 "SLURM_NODEID": "0"}
+        self.expect_error([self.collectives], clean_env(dict(
+            slurm, SLURM_PROCID="0", SLURM_NTASKS="2", SLURM_TASKS_PER_NODE="1(x2)",
+            SLURM_JOB_NODELIST="node[01-02")), ["SLURM_JOB_NODELIST", "never closed", "srun"],
+            10, "a host list that does not parse")
+        self.expect_error([self.collectives], clean_env(dict(
+            slurm, SLURM_PROCID="2", SLURM_NTASKS="2")), ["SLURM_PROCID='2'", "0 to 1"], 10,
+            "a rank variable out of range")
+        self.expect_error([self.collectives], clean_env(dict(
+            slurm, SLURM_PROCID="0", SLURM_NTASKS="4", SLURM_TASKS_PER_NODE="2(x3)")),
+            ["disagree", "SLURM_TASKS_PER_NODE"], 10, "SLURM counts that disagree")
+        self.expect_error([self.collectives], clean_env({
+            "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "WORLD_SIZE": "3"}),
+            ["two launchers disagree", "WORLD_SIZE='3'"], 10, "two launchers disagreeing")
+        self.expect_error([self.cli, "launch", "--nnodes", "2", "--num_machines", "3", "-n", "6",
+                           self.collectives], clean_env(), ["--nnodes 2", "--num_machines 3"], 10,
+                          "two launch options disagreeing")
+        # Machine 1 never starts: machine 0's ranks fail at the rendezvous deadline, naming it.
+        timeout = 4
+        self.expect_error([self.cli, "launch", "--num_machines", "2", "--machine_rank", "0",
+                           "--main_process_ip", "127.0.0.1", "--main_process_port",
+                           str(free_port()), "-n", "4", self.collectives],
+                          clean_env({"ACCEL_RENDEZVOUS_TIMEOUT": str(timeout)}),
+                          ["missing ranks 2, 3", "machine 1 (ranks 2-3)"], timeout + 6,
+                          "a machine that never joins")
+
+
+def shutil_which(name):
+    import shutil
+    return shutil.which(name)
+
+
+def first_error(output):
+    for line in output.splitlines():
+        if "failed" in line or "error" in line.lower() or "accel launch:" in line:
+            return line.strip()[:400]
+    return output.strip().splitlines()[-1][:400] if output.strip() else ""
+
+
+SCENARIOS = ["torchrun_static", "torchrun_standalone", "torchrun_max_restarts", "elastic_restart",
+             "mpirun", "srun", "kubernetes", "netns", "bad_input"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario", choices=SCENARIOS + ["all"])
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="picks the step at which a rank is killed (default: a random seed, "
+                    "printed so that a failure can be replayed)")
+    args = ap.parse_args()
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1 << 31)
+    print("seed %d" % args.seed)
+    suite = Suite(args)
+    names = SCENARIOS if args.scenario == "all" else [args.scenario]
+    skipped = failed = 0
+    for name in names:
+        print("%s:" % name, flush=True)
+        t0 = time.monotonic()
+        try:
+            reason = getattr(suite, "scenario_" + name)()
+        except Failure as e:
+            print("  FAILED: %s" % e, flush=True)
+            failed += 1
+            continue
+        if reason:
+            print("  SKIPPED: %s" % reason, flush=True)
+            skipped += 1
+        else:
+            print("  passed in %.1f s" % (time.monotonic() - t0), flush=True)
+    if failed:
+        return 1
+    return SKIP if skipped == len(names) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
