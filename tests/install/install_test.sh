@@ -48,4 +48,9 @@ if [ "$mode" = both ] || [ "$mode" = cmake ]; then
     echo "find_package(accel $other) accepted version $major.$minor"; exit 1
   fi
 fi
+# The installed `accel test` finds its self-test in libexec and that finds the installed library.
+if [ "$mode" = both ] || [ "$mode" = pkgconfig ]; then
+  HF_HOME="$work/no-hf-home" "$prefix/bin/accel" test -n 2 | tee "$work/accel_test.log"
+  grep -q "Test is a success" "$work/accel_test.log"
+fi
 echo "install test ($mode) passed"

@@ -661,3 +661,28 @@ TEST(MultiProcess, ConfigDefaultWritesWhatYaml11ReadersReadBack) {
                       "')); print(repr(d['distributed_type']), repr(d['mixed_precision']))\"");
   EXPECT_TRUE(contains(py.output, "'NO' 'no'")) << py.output;
 }
+
+TEST(MultiProcess, AccelTestChecksTheConfiguredSetupAndNamesWhatFails) {
+  const std::string good = ::testing::TempDir() + "accel_test_bf16.yaml";
+  {
+    std::ofstream f(good);
+    f << "distributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: bf16\nuse_cpu: true\n";
+  }
+  const auto ok = run(kAccel + " test --config_file " + good);
+  ASSERT_EQ(ok.code, 0) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "2 processes (MULTI_CPU), mixed precision bf16")) << ok.output;
+  for (const char* check : {"[ok] collectives", "[ok] training", "[ok] checkpoint"})
+    EXPECT_TRUE(contains(ok.output, check)) << check << "\n" << ok.output;
+  EXPECT_TRUE(contains(ok.output, "Test is a success!")) << ok.output;
+
+  const std::string bad = ::testing::TempDir() + "accel_test_fp16.yaml";
+  {
+    std::ofstream f(bad);
+    f << "distributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: fp16\nuse_cpu: true\n";
+  }
+  const auto failed = run(kAccel + " test --config_file " + bad);
+  EXPECT_NE(failed.code, 0) << failed.output;
+  EXPECT_TRUE(contains(failed.output, "fp16 (file " + bad + ":3) needs a CUDA device"))
+      << failed.output;
+  EXPECT_TRUE(contains(failed.output, "accel test: failed")) << failed.output;
+}

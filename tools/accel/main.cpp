@@ -6,8 +6,12 @@
 #include <torch/csrc/api/include/torch/version.h>
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <optional>
 
 #include <cstdio>
@@ -127,6 +131,44 @@ int run_launch(const accel::launch::LaunchOptions& options, const LaunchRuntime&
                  (plan.local_processes > 1 ? "s" : "") + " (restart " +
                  std::to_string(attempt + 1) + " of " + std::to_string(plan.max_restarts) + ")");
   }
+}
+
+// `accel test`: accel-selftest sits beside this binary in a build tree, in libexec once installed.
+std::string selftest_program() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) accel::fail(accel::Errc::io, "cannot find this program's own path");
+  self[n] = '\0';
+  const std::string dir = std::string(self).substr(0, std::string(self).rfind('/'));
+  for (const std::string& candidate :
+       {dir + "/accel-selftest", dir + "/../" ACCEL_LIBEXEC_DIR "/accel/accel-selftest"})
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  accel::fail(accel::Errc::io, "accel-selftest is not installed next to " + std::string(self) +
+                                   " nor in ../" ACCEL_LIBEXEC_DIR "/accel");
+}
+
+// As `accelerate test`: runs the self-test on the processes the configuration describes.
+int run_test(accel::launch::LaunchOptions lo, const LaunchRuntime& rt) {
+  lo.command = {selftest_program()};
+  char dir_template[] = "/tmp/accel-test-XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  if (!dir) accel::fail(accel::Errc::io, std::string("mkdtemp: ") + std::strerror(errno));
+  setenv("ACCEL_TEST_DIR", (std::string(dir) + "/checkpoint").c_str(), 1);
+  int code = 1;
+  try {
+    code = run_launch(lo, rt);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+    throw;
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  if (code == 0)
+    std::printf("Test is a success! You are ready for your distributed training!\n");
+  else
+    std::fprintf(stderr, "accel test: failed (exit status %d); see the checks above\n", code);
+  return code;
 }
 
 // torchrun's option names (as Kubernetes sets them, PET_NNODES, ...) fill Accelerate's; both given
@@ -302,6 +344,14 @@ int main(int argc, char** argv) {
   launch->prefix_command();
   launch->footer("Example: accel launch -n 2 ./train --epochs 3");
 
+  accel::launch::LaunchOptions test_options;
+  auto* test = app.add_subcommand(
+      "test", "Check the configured setup end to end: collectives, training, checkpoints");
+  test->add_option("--config_file,--config-file", test_options.config_file,
+                   "Configuration to test (default: Accelerate's default file)");
+  test->add_option("--num_processes,--num-processes,-n", test_options.num_processes,
+                   "Processes (default: the configuration's)");
+
   std::string env_config;
   auto* env = app.add_subcommand("env", "Describe this machine and the configuration in force");
   env->add_option("--config_file,--config-file", env_config, "Configuration file to show");
@@ -326,6 +376,7 @@ int main(int argc, char** argv) {
       merge_torchrun_spellings(lo, nnodes, node_rank, master_addr, master_port);
       return run_launch(lo, rt);
     }
+    if (*test) return run_test(test_options, LaunchRuntime{});
     if (*env) return run_env(env_config);
     if (config.command->parsed()) return config.run();
   } catch (const std::exception& e) {
