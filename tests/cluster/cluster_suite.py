@@ -151,6 +151,9 @@ class Suite:
         head = self.torchrun + ["--nproc_per_node", "2"]
         if mode == "standalone":
             head += ["--standalone"]
+        elif mode == "c10d":  # the elastic rendezvous, as on a multi-node cluster
+            head += ["--nnodes", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                     "127.0.0.1:%d" % port, "--rdzv_id", "accel-test-%d" % port]
         else:  # torchrun's default: a static rendezvous whose agent hosts the store
             head += ["--nnodes", "1", "--master_addr", "127.0.0.1", "--master_port", str(port)]
         return head + list(extra) + ["--no_python"] + program
@@ -166,8 +169,8 @@ class Suite:
         lines = self.debug_lines(r.stdout)
         check(len(lines) == 2, "torchrun %s: expected 2 debug lines" % mode, r.stdout)
         hosted = [("hosted by the launcher" in l) for l in lines]
-        # torch 1.13: the static rendezvous shares its agent's store (every rank a client);
-        # --standalone's c10d rendezvous does not.
+        # torch 1.13: the static rendezvous shares its agent's store (every rank a client); the
+        # c10d rendezvous (--standalone's too) does not: rank 0 hosts the workers' store.
         check(all(hosted) if mode == "static" else not any(hosted),
               "torchrun %s: ranks joined the wrong store" % mode, "\n".join(lines))
         check(all("(torchrun)" in l and "local rank" in l and "from torchrun" in l
@@ -182,6 +185,9 @@ class Suite:
 
     def scenario_torchrun_standalone(self):
         return self.scenario_torchrun("standalone")
+
+    def scenario_torchrun_c10d(self):
+        return self.scenario_torchrun("c10d")
 
     # -- restarts: torchrun's and accel launch's -------------------------------------------------
 
@@ -459,7 +465,7 @@ def first_error(output):
     return output.strip().splitlines()[-1][:400] if output.strip() else ""
 
 
-SCENARIOS = ["torchrun_static", "torchrun_standalone", "torchrun_max_restarts", "elastic_restart",
+SCENARIOS = ["torchrun_static", "torchrun_standalone", "torchrun_c10d", "torchrun_max_restarts", "elastic_restart",
              "mpirun", "srun", "kubernetes", "netns", "bad_input"]
 
 
