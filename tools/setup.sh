@@ -21,6 +21,8 @@ packages=(
   # The engines the cluster tests run libaccel programs under (tests/cluster): Open MPI's mpirun,
   # SLURM (slurmctld, slurmd, srun) with munge, and ip for the two-namespace test.
   openmpi-bin slurm-wlm munge iproute2
+  # A virtual environment for Python Accelerate (the configuration round-trip test).
+  python3-venv
 )
 # The Rust binding's tests need cargo. A rustup toolchain (~/.cargo/bin) is used when present;
 # otherwise Debian's: cargo-web/rustc-web (1.85 and later; bookworm's plain cargo is 1.63, older
@@ -147,6 +149,19 @@ fi
 if [ ! -d build/pylib/safetensors ]; then
   python3 -m pip install --quiet --disable-pip-version-check --target build/pylib safetensors \
     || echo "setup: safetensors from PyPI unavailable; the checkpoint test uses its own reader"
+fi
+
+# Python Accelerate's own loader, for the test that reads the files `accel config` writes with it
+# (cli.accelerate_roundtrip; skipped without it). 1.2.1 is the last release that accepts torch 1.13
+# (Debian's python3-torch, seen through --system-site-packages); its dependencies are pinned so
+# that the test does not change under us (an unpinned huggingface-hub is far newer than it).
+if [ ! -x build/accelerate-venv/bin/python ] ||
+   ! build/accelerate-venv/bin/python -c 'import accelerate' 2>/dev/null; then
+  { /usr/bin/python3 -m venv --system-site-packages build/accelerate-venv &&
+    build/accelerate-venv/bin/pip install --quiet --disable-pip-version-check \
+      "accelerate==1.2.1" "huggingface-hub==0.26.5" "safetensors==0.4.5" "packaging==26.3" \
+      "filelock==4.2.12" "fsspec==2026.9.0" "tqdm==4.70.1"; } \
+    || echo "setup: Accelerate from PyPI unavailable; cli.accelerate_roundtrip will be skipped"
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release

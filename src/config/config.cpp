@@ -42,16 +42,6 @@ bool needs_quotes(const std::string& v) {
 // (a directory, /dev/zero, a FIFO), is refused before it is read.
 constexpr std::streamsize kMaxConfigFileBytes = 1 << 20;
 
-std::string yaml_scalar(const KeySpec& spec, const std::string& v) {
-  if (spec.kind == Kind::kMap || spec.kind == Kind::kList || spec.kind == Kind::kBool ||
-      spec.kind == Kind::kInt || spec.kind == Kind::kSeconds)
-    return v;
-  if (!needs_quotes(v)) return v;
-  std::string out = "'";
-  for (char c : v) out += (c == '\'') ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
 // Flow-style text of a YAML node, used to show a non-empty map or list in messages.
 std::string flow_text(const YAML::Node& node) {
   YAML::Emitter e;
@@ -71,10 +61,29 @@ std::string node_text(const KeySpec& spec, const YAML::Node& node) {
     for (auto& c : backend) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (backend == "no") return "{}";
   }
+  // Likewise `ipex_config: {ipex: false}`: every entry off is no IPEX.
+  if (std::string(spec.name) == "ipex_config" && node.IsMap()) {
+    bool all_off = true;
+    for (const auto& kv : node) {
+      bool on = true;
+      all_off = all_off && kv.second.IsScalar() && parse_bool(kv.second.Scalar(), &on) && !on;
+    }
+    if (all_off) return "{}";
+  }
   return flow_text(node);
 }
 
 }  // namespace
+
+std::string yaml_scalar(const KeySpec& spec, const std::string& v) {
+  if (spec.kind == Kind::kMap || spec.kind == Kind::kList || spec.kind == Kind::kBool ||
+      spec.kind == Kind::kInt || spec.kind == Kind::kSeconds)
+    return v;
+  if (!needs_quotes(v)) return v;
+  std::string out = "'";
+  for (char c : v) out += (c == '\'') ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
 
 EnvMap process_environment() {
   EnvMap env;

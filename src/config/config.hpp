@@ -15,6 +15,11 @@ using EnvMap = std::map<std::string, std::string>;
 // A snapshot of this process's environment.
 EnvMap process_environment();
 
+// A canonical value as YAML text that YAML 1.1 readers (PyYAML, so Accelerate) read back as the
+// same value: YAML 1.1 words ('NO'), number-like text and YAML syntax are single-quoted; booleans,
+// numbers and collections are written as they are.
+std::string yaml_scalar(const KeySpec& spec, const std::string& value);
+
 struct Setting {
   std::string value;
   Origin origin;

@@ -132,6 +132,18 @@ std::vector<KeySpec> build_table() {
        "{}",
        "N-D parallelism is not supported by libaccel"});
   add({"dynamo_config", Kind::kMap, "{}", {}, {}, {}, 0, 0, true, "{}", kNoDynamo});
+  // Accelerate 0.2x-1.12 write `ipex_config: {ipex: false}` into every CPU configuration.
+  add({"ipex_config",
+       Kind::kMap,
+       "{}",
+       {},
+       {},
+       {},
+       0,
+       0,
+       true,
+       "{}",
+       "the Intel Extension for PyTorch (IPEX) is not supported by libaccel"});
   add({"tpu_name", Kind::kString, "", {}, {}, {}, 0, 0, true, "", kNoTpu});
   add({"tpu_zone", Kind::kString, "", {}, {}, {}, 0, 0, true, "", kNoTpu});
   add({"tpu_vm", Kind::kList, "[]", {}, {}, {}, 0, 0, true, "[]", kNoTpu});

@@ -224,10 +224,15 @@ TEST(Config, UnsupportedAccelerateFeaturesAreReportedNotDropped) {
   // Neutral values, as Accelerate writes them, are fine.
   c.load_yaml_text(
       "deepspeed_config: {}\nfsdp_config: {}\ntpu_env: []\n"
-      "dynamo_config:\n  dynamo_backend: 'NO'\n",
+      "dynamo_config:\n  dynamo_backend: 'NO'\nipex_config:\n  ipex: false\n",
       "ok.yaml");
   EXPECT_NO_THROW(
       c.resolve({{"ACCELERATE_USE_FSDP", "false"}, {"ACCELERATE_DYNAMO_BACKEND", "NO"}}));
+  // Accelerate's questionnaire (up to 1.12) writes ipex_config into every CPU file; IPEX on is
+  // refused.
+  Config ipex;
+  expect_error([&] { ipex.load_yaml_text("ipex_config:\n  ipex: true\n", "ipex.yaml"); },
+               Errc::unsupported, {"ipex.yaml:1", "IPEX"});
 }
 
 TEST(Config, FileErrorsNameTheFile) {

@@ -1,4 +1,5 @@
-// `accel config`: show the configuration in force, write a default file. Pure C++ (no LibTorch).
+// `accel config`: the questionnaire that writes Accelerate's file, and `show`, `default`, `update`.
+// Pure C++ (no LibTorch).
 #pragma once
 
 #include <CLI/CLI.hpp>

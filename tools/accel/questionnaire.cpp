@@ -1,0 +1,339 @@
+#include "questionnaire.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <istream>
+#include <ostream>
+#include <set>
+
+#include "common/error.hpp"
+#include "common/parse.hpp"
+#include "config/keys.hpp"
+
+namespace accel::cli {
+
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) != 0;
+  });
+}
+
+const config::KeySpec& key(const char* name) {
+  const config::KeySpec* spec = config::find_key(name);
+  if (!spec)
+    fail(Errc::internal, std::string("configuration key '") + name + "' is not in the table");
+  return *spec;
+}
+
+// Why libaccel refuses a feature, in the words the configuration layer uses for its key.
+std::string why_not(const char* key_name) {
+  const char* why = key(key_name).unsupported_why;
+  return why ? why : std::string(key_name) + " is not supported by libaccel";
+}
+
+// The canonical value of an answer for `key_name`, or nothing with the layer's message in `*error`.
+std::optional<std::string> normalized(const char* key_name, const std::string& answer,
+                                      std::string* error) {
+  try {
+    return config::normalize(key(key_name), answer,
+                             config::Origin{config::Source::kSetter, "your answer"});
+  } catch (const Error& e) {
+    *error = e.what();
+    return std::nullopt;
+  }
+}
+
+constexpr long long kMaxCount = 1 << 20;  // num_machines and num_processes as the key table bounds
+
+}  // namespace
+
+std::string Prompter::read_answer() {
+  out_.flush();
+  std::string line;
+  if (!std::getline(in_, line)) {
+    out_ << std::endl;  // the error then starts a line of its own, after the unanswered prompt
+    fail(Errc::io,
+         "standard input ended before the questionnaire was complete; nothing was written");
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (echo_) out_ << line << "\n";
+  return trim(line);
+}
+
+size_t Prompter::choose(const std::string& question, const std::vector<Choice>& choices,
+                        size_t default_index, const std::vector<Refused>& refused) {
+  out_ << "\n" << question << "\n";
+  for (size_t i = 0; i < choices.size(); ++i) out_ << "  " << i << ") " << choices[i].label << "\n";
+  if (!refused.empty()) {
+    out_ << "  (not supported by libaccel: ";
+    for (size_t i = 0; i < refused.size(); ++i) out_ << (i ? ", " : "") << refused[i].label;
+    out_ << ")\n";
+  }
+  const std::string prompt = "Type a number or a choice, Enter for " +
+                             std::to_string(default_index) + " (" + choices[default_index].label +
+                             "): ";
+  for (;;) {
+    out_ << prompt;
+    const std::string answer = read_answer();
+    if (answer.empty()) return default_index;
+    if (all_digits(answer)) {
+      long long index = -1;
+      if (parse_int(answer, &index) && index >= 0 && index < static_cast<long long>(choices.size()))
+        return static_cast<size_t>(index);
+    } else {
+      const std::string typed = lower(answer);
+      for (size_t i = 0; i < choices.size(); ++i) {
+        if (typed == lower(choices[i].label)) return i;
+        for (const auto& alias : choices[i].aliases)
+          if (typed == lower(alias)) return i;
+      }
+      bool explained = false;
+      for (const auto& r : refused) {
+        bool match = typed == lower(r.label);
+        for (const auto& alias : r.aliases) match = match || typed == lower(alias);
+        if (match) {
+          out_ << r.why << "; choose another.\n";
+          explained = true;
+          break;
+        }
+      }
+      if (explained) continue;
+    }
+    out_ << "'" << answer << "' is not one of the choices: type a number from 0 to "
+         << choices.size() - 1 << " or a choice's name.\n";
+  }
+}
+
+std::string Prompter::ask(
+    const std::string& prompt,
+    const std::function<std::optional<std::string>(const std::string&, std::string*)>& check) {
+  for (;;) {
+    out_ << prompt;
+    const std::string answer = read_answer();
+    std::string error;
+    if (auto value = check(answer, &error)) return *value;
+    out_ << error << "\n";
+  }
+}
+
+long long Prompter::ask_int(const std::string& prompt, std::optional<long long> default_value,
+                            long long min, long long max,
+                            const std::function<std::string(long long)>& extra) {
+  const std::string value = ask(prompt, [&](const std::string& answer, std::string* error) {
+    long long n = 0;
+    if (answer.empty() && default_value) {
+      n = *default_value;
+    } else if (!parse_int(answer, &n) || n < min || n > max) {
+      *error = "Please enter an integer from " + std::to_string(min) + " to " +
+               std::to_string(max) + ".";
+      return std::optional<std::string>();
+    }
+    if (extra) *error = extra(n);
+    if (!error->empty()) return std::optional<std::string>();
+    return std::optional<std::string>(std::to_string(n));
+  });
+  long long n = 0;
+  parse_int(value, &n);  // written by std::to_string above
+  return n;
+}
+
+bool Prompter::ask_yes_no(const std::string& prompt, bool default_value) {
+  // Accelerate takes "yes" or "no" in any case; "y" and "n" are what people type as well.
+  const std::string value = ask(prompt, [&](const std::string& answer, std::string* error) {
+    const std::string a = lower(answer);
+    if (a.empty()) return std::optional<std::string>(default_value ? "yes" : "no");
+    if (a == "yes" || a == "y") return std::optional<std::string>("yes");
+    if (a == "no" || a == "n") return std::optional<std::string>("no");
+    *error = "Please enter yes or no.";
+    return std::optional<std::string>();
+  });
+  return value == "yes";
+}
+
+void Prompter::ask_only_no(const std::string& prompt, const std::string& why) {
+  while (ask_yes_no(prompt, false)) out_ << why << "; only 'no' can be chosen here.\n";
+}
+
+FileEntries run_questionnaire(Prompter& p) {
+  p.choose("In which compute environment are you running?", {{"This machine", {"LOCAL_MACHINE"}}},
+           0,
+           {{"AWS (Amazon SageMaker)",
+             {"AWS", "SageMaker", "Amazon SageMaker", "AMAZON_SAGEMAKER"},
+             "Amazon SageMaker is not supported by libaccel"}});
+
+  // Accelerate's machine types; libaccel trains on CPUs and CUDA GPUs only.
+  const std::vector<std::string> types = {"NO", "MULTI_CPU", "MULTI_GPU"};
+  std::vector<Prompter::Refused> other_types;
+  for (const char* t : {"XPU", "HPU", "NPU", "MLU", "SDAA", "MUSA", "NEURON"}) {
+    const std::string label = std::string("multi-") + t;
+    other_types.push_back({label,
+                           {std::string("MULTI_") + t},
+                           label + " is not supported by libaccel (it trains on CPUs and GPUs)"});
+  }
+  other_types.push_back({"TPU", {"XLA"}, "TPUs are not supported by libaccel"});
+  const std::string type = types[p.choose("Which type of machine are you using?",
+                                          {{"No distributed training", {"NO"}},
+                                           {"multi-CPU", {"MULTI_CPU"}},
+                                           {"multi-GPU", {"MULTI_GPU"}}},
+                                          0, other_types)];
+
+  long long num_machines = 1, machine_rank = 0, port = 0;
+  std::string ip, rdzv_backend = "static";
+  bool same_network = true, debug = false;
+  if (type != "NO") {
+    num_machines = p.ask_int(
+        "How many different machines will you use (use more than 1 for multi-node training)? [1]: ",
+        1, 1, kMaxCount);
+    if (num_machines > 1) {
+      // Accelerate offers a menu of the ranks; a typed number says the same for any count.
+      machine_rank = p.ask_int(
+          "What is the rank of this machine? (0 to " + std::to_string(num_machines - 1) + ") [0]: ",
+          0, 0, num_machines - 1);
+      ip = p.ask("What is the IP address of the machine that will host the main process? ",
+                 [](const std::string& answer, std::string* error) -> std::optional<std::string> {
+                   // Printable ASCII: an address or a host name, never spaces or bytes that
+                   // YAML and JSON readers would have to guess the encoding of.
+                   const bool printable = std::all_of(answer.begin(), answer.end(),
+                                                      [](char c) { return c > ' ' && c < 0x7f; });
+                   if (answer.empty() || !printable) {
+                     *error =
+                         "Please enter the address of machine 0 (an IP address or a host name).";
+                     return std::nullopt;
+                   }
+                   return normalized("main_process_ip", answer, error);
+                 });
+      // Port 0 would mean "pick a free one", which only works when every process is on one machine.
+      port = p.ask_int("What is the port you will use to communicate with the main process? ",
+                       std::nullopt, 1, 65535);
+      same_network = p.ask_yes_no(
+          "Are all the machines on the same local network? Answer `no` if nodes are on the cloud "
+          "and/or on different network hosts [YES/no]: ",
+          true);
+      if (!same_network)
+        rdzv_backend =
+            p.ask("What rendezvous backend will you use? ('static', 'c10d', ...): ",
+                  [](const std::string& answer, std::string* error) {
+                    return normalized("rdzv_backend", answer.empty() ? "static" : answer, error);
+                  });
+    }
+    debug = p.ask_yes_no(
+        "Should distributed operations be checked while running for errors? This can avoid "
+        "timeout issues but will be slower. [yes/NO]: ",
+        false);
+  }
+
+  bool use_cpu = type == "MULTI_CPU";
+  if (type == "NO")
+    use_cpu = p.ask_yes_no(
+        "Do you want to run your training on CPU only (even if a GPU / Apple Silicon / Ascend NPU "
+        "device is available)? [yes/NO]:",
+        false);
+  if (type == "MULTI_CPU")
+    p.ask_only_no("Do you want accelerate to launch mpirun? [yes/NO]: ", why_not("mpirun_config"));
+  p.ask_only_no("Do you wish to optimize your script with torch dynamo?[yes/NO]:",
+                why_not("dynamo_config"));
+  if (type == "NO" || type == "MULTI_GPU")
+    p.ask_only_no("Do you want to use DeepSpeed? [yes/NO]: ", why_not("deepspeed_config"));
+  if (type == "MULTI_GPU") {
+    p.ask_only_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ",
+                  why_not("fsdp_config"));
+    p.ask_only_no("Do you want to use Megatron-LM ? [yes/NO]: ", why_not("megatron_lm_config"));
+  }
+
+  long long num_processes = 1;
+  if (type != "NO") {
+    // Accelerate's num_processes is the total over all machines; `accel launch` starts an equal
+    // share on each, so the total must divide.
+    num_processes = p.ask_int(
+        type == "MULTI_CPU" ? "How many processes should be used for distributed training? [1]:"
+                            : "How many GPU(s) should be used for distributed training? [1]:",
+        1, 1, kMaxCount, [&](long long n) -> std::string {
+          if (n % num_machines != 0)
+            return "The total number of processes (" + std::to_string(n) +
+                   ") must divide by the number of machines (" + std::to_string(num_machines) +
+                   ").";
+          if (type == "MULTI_GPU" && num_machines == 1 && n == 1)
+            return "multi-GPU with one GPU on one machine is not distributed: use more than 1, "
+                   "or start again and choose `No distributed training`.";
+          return "";
+        });
+  }
+
+  std::string gpu_ids;
+  if (!use_cpu) {
+    gpu_ids = p.ask(
+        "What GPU(s) (by id) should be used for training on this machine as a comma-separated "
+        "list? [all]:",
+        [](const std::string& answer, std::string* error) -> std::optional<std::string> {
+          if (answer.empty() || lower(answer) == "all") return std::string("all");
+          std::string ids;
+          std::set<long long> seen;
+          size_t start = 0;
+          for (;;) {
+            const size_t comma = answer.find(',', start);
+            const std::string item = trim(answer.substr(start, comma - start));
+            long long id = -1;
+            if (!all_digits(item) || !parse_int(item, &id) || id >= kMaxCount ||
+                !seen.insert(id).second) {
+              *error = "Please enter `all` or GPU ids (0, 1, ...) separated by commas, each once.";
+              return std::nullopt;
+            }
+            ids += (ids.empty() ? "" : ",") + std::to_string(id);
+            if (comma == std::string::npos) break;
+            start = comma + 1;
+          }
+          return ids;
+        });
+    p.ask_only_no(
+        "Would you like to enable numa efficiency? (Currently only supported on NVIDIA hardware). "
+        "[yes/NO]: ",
+        why_not("enable_cpu_affinity"));
+  }
+
+  const std::vector<std::string> precisions = {"no", "fp16", "bf16"};
+  const std::string mixed_precision = precisions[p.choose("Do you wish to use mixed precision?",
+                                                          {{"no", {}}, {"fp16", {}}, {"bf16", {}}},
+                                                          0, {{"fp8", {}, why_not("fp8_config")}})];
+
+  // What Accelerate's ClusterConfig.to_dict() keeps for these answers: unset (None) values and
+  // empty sections are left out, as Accelerate leaves them out.
+  FileEntries e;
+  e["compute_environment"] = "LOCAL_MACHINE";
+  e["debug"] = debug ? "true" : "false";
+  e["distributed_type"] = type;
+  e["downcast_bf16"] = "false";
+  e["enable_cpu_affinity"] = "false";
+  if (!gpu_ids.empty()) e["gpu_ids"] = gpu_ids;
+  e["machine_rank"] = std::to_string(machine_rank);
+  if (num_machines > 1) {
+    e["main_process_ip"] = ip;
+    e["main_process_port"] = std::to_string(port);
+  }
+  e["main_training_function"] = "main";
+  e["mixed_precision"] = mixed_precision;
+  e["num_machines"] = std::to_string(num_machines);
+  e["num_processes"] = std::to_string(num_processes);
+  e["rdzv_backend"] = rdzv_backend;
+  e["same_network"] = same_network ? "true" : "false";
+  e["tpu_env"] = "[]";
+  e["tpu_use_cluster"] = "false";
+  e["tpu_use_sudo"] = "false";
+  e["use_cpu"] = use_cpu ? "true" : "false";
+  return e;
+}
+
+}  // namespace accel::cli
