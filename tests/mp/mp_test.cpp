@@ -436,9 +436,11 @@ TEST(MultiProcess, MissingProgramIsAClearError) {
 
 TEST(MultiProcess, SigtermIsForwardedAndTheLauncherExits) {
   const std::string log = ::testing::TempDir() + "sigterm.log";
-  const auto r = run("(" + launch(2, "sleep") + " > " + log + " 2>&1 & pid=$!; " +
-                     "for i in $(seq 100); do grep -q 'rank 1 sleeping' " + log +
-                     " 2>/dev/null && grep -q 'rank 0 sleeping' " + log +
+  // A marker argument (mp_program ignores it) keeps other tests' sleeping ranks, which may run
+  // at the same time under ctest -j, out of the leftover check below.
+  const auto r = run("(" + launch(2, "sleep sigterm-forwarding") + " > " + log +
+                     " 2>&1 & pid=$!; " + "for i in $(seq 100); do grep -q 'rank 1 sleeping' " +
+                     log + " 2>/dev/null && grep -q 'rank 0 sleeping' " + log +
                      " && break; sleep 0.1; done; kill -TERM $pid; wait $pid; echo launcher=$?; " +
                      "cat " + log + ")");
   EXPECT_TRUE(contains(r.output, "launcher=143")) << r.output;
@@ -446,8 +448,8 @@ TEST(MultiProcess, SigtermIsForwardedAndTheLauncherExits) {
   EXPECT_LT(r.seconds, 20.0);
   // The bracket keeps pgrep from matching the shell that runs it.
   const std::string name = kProgram.substr(kProgram.rfind('/') + 1);
-  const auto left =
-      run("pgrep -f '[" + name.substr(0, 1) + "]" + name.substr(1) + " sleep' || echo none");
+  const auto left = run("pgrep -f '[" + name.substr(0, 1) + "]" + name.substr(1) +
+                        " sleep sigterm-forwarding' || echo none");
   EXPECT_TRUE(contains(left.output, "none")) << "ranks left behind: " << left.output;
 }
 
