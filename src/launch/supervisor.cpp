@@ -227,8 +227,6 @@ SuperviseResult supervise(const std::vector<RankProcess>& ranks, const Superviso
       if (options.prefix_output) {
         children[i].log_fd = log_fd;  // the launcher copies the output into it
         log_fd = -1;
-      }
-      if (options.prefix_output) {
         children[i].out_fd = out_pipe[0];
         children[i].err_fd = err_pipe[0];
         out_pipe[0] = err_pipe[0] = -1;

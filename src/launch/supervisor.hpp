@@ -17,14 +17,15 @@ struct RankProcess {
 };
 
 struct SupervisorOptions {
-  std::vector<std::string> command;       // program (searched in PATH) and arguments
-  bool prefix_output = false;             // "[rank N] " before every line of stdout and stderr
+  std::vector<std::string> command;  // program (searched in PATH) and arguments
+  // "[rank N] " before every line of stdout and stderr; with log files, the launcher copies each
+  // line to the terminal too (torchrun's --tee).
+  bool prefix_output = false;
   std::chrono::milliseconds grace{5000};  // between SIGTERM and SIGKILL when stopping ranks
   // How often the loop wakes with nothing to do. Exits and signals wake it at once (signalfd);
   // this bounds only the periodic checks (the kill deadline, the output drain).
   std::chrono::milliseconds monitor_interval{1000};
   bool quiet = false;  // no notes of the launcher's own; failures are still reported
-  // With log files: also copy every line to the terminal, prefixed (torchrun's --tee).
 };
 
 struct SuperviseResult {
