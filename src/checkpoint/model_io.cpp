@@ -1,6 +1,7 @@
 #include "checkpoint/model_io.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -175,7 +176,7 @@ void load_checkpoint_in_model(model::Model& m, const std::string& path) {
 }
 
 void apply_weights(const StagedWeights& staged) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const auto& [live, value] : staged) at::Tensor(live).copy_(value);
 }
 

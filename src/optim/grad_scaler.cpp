@@ -1,6 +1,7 @@
 #include "optim/grad_scaler.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 namespace accel::optim {
 
@@ -11,14 +12,22 @@ at::Tensor GradScaler::scale_loss(const at::Tensor& loss) const {
 bool GradScaler::unscale(const std::vector<at::Tensor>& params) {
   if (unscaled_) return found_inf_;
   const double inv = 1.0 / scale_;
-  bool found = false;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
+  // Each gradient is checked before it is scaled (scaling by more than 1 could overflow a finite
+  // fp16 value), and the verdict is kept on the gradients' device: one host synchronisation per
+  // step, not one per parameter (which on a GPU would stall the stream each time).
+  at::Tensor any_bad;
   for (const auto& p : params) {
     if (!p.grad().defined()) continue;
     at::Tensor g = p.grad();
-    if (!found && !g.isfinite().all().item<bool>()) found = true;
+    at::Tensor bad = g.isfinite().all().logical_not();
+    if (!any_bad.defined())
+      any_bad = bad;
+    else
+      any_bad = any_bad.logical_or(bad.to(any_bad.device()));
     g.mul_(inv);
   }
+  const bool found = any_bad.defined() && any_bad.item<bool>();
   unscaled_ = true;
   found_inf_ = found;
   return found;

@@ -11,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
+#include "compat/optim_state.hpp"
 #include "config/keys.hpp"
 
 namespace accel::optim {
@@ -194,8 +195,8 @@ void Optimizer::set_momentum(double m) {
 }
 
 namespace {
-std::string key_of(const at::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
+compat::OptimStateKey key_of(const at::Tensor& p) {
+  return compat::optim_state_key(p);
 }
 at::Tensor step_tensor(int64_t step) {
   return at::full({}, step, at::kLong);
@@ -245,7 +246,8 @@ std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const
 
 struct Optimizer::StagedState {
   std::map<std::string, double> options;
-  std::vector<std::pair<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>> states;
+  std::vector<std::pair<compat::OptimStateKey, std::unique_ptr<torch::optim::OptimizerParamState>>>
+      states;
 };
 
 void Optimizer::check_saved_options(const std::map<std::string, double>& options) const {

@@ -1,13 +1,13 @@
 #include "prepare/session.hpp"
 
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
+#include "compat/autocast.hpp"
 #include "optim/step_rules.hpp"
 
 namespace accel::prepare {
@@ -19,29 +19,17 @@ class AutocastScope {
  public:
   AutocastScope(bool cuda, at::ScalarType dtype) : cuda_(cuda) {
     cache_ = at::autocast::is_autocast_cache_enabled();
-    if (cuda_) {
-      enabled_ = at::autocast::is_enabled();
-      dtype_ = at::autocast::get_autocast_gpu_dtype();
-      at::autocast::set_enabled(true);
-      at::autocast::set_autocast_gpu_dtype(dtype);
-    } else {
-      enabled_ = at::autocast::is_cpu_enabled();
-      dtype_ = at::autocast::get_autocast_cpu_dtype();
-      at::autocast::set_cpu_enabled(true);
-      at::autocast::set_autocast_cpu_dtype(dtype);
-    }
+    enabled_ = compat::autocast_enabled(cuda_);
+    dtype_ = compat::autocast_dtype(cuda_);
+    compat::set_autocast_enabled(cuda_, true);
+    compat::set_autocast_dtype(cuda_, dtype);
     at::autocast::increment_nesting();
     at::autocast::set_autocast_cache_enabled(true);
   }
   ~AutocastScope() {
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    if (cuda_) {
-      at::autocast::set_enabled(enabled_);
-      at::autocast::set_autocast_gpu_dtype(dtype_);
-    } else {
-      at::autocast::set_cpu_enabled(enabled_);
-      at::autocast::set_autocast_cpu_dtype(dtype_);
-    }
+    compat::set_autocast_enabled(cuda_, enabled_);
+    compat::set_autocast_dtype(cuda_, dtype_);
     at::autocast::set_autocast_cache_enabled(cache_);
   }
 

@@ -2,8 +2,6 @@
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -19,6 +17,10 @@
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
+#include "compat/dist_errors.hpp"
+#include "compat/process_group.hpp"
+#include "compat/tcp_store.hpp"
+#include "cuda/plugin.hpp"
 #include "runtime/shm_reduce.hpp"
 
 namespace accel::runtime {
@@ -29,11 +31,14 @@ bool contains(const std::string& text, const char* needle) {
   return text.find(needle) != std::string::npos;
 }
 
-// Gloo and c10d report failures as assorted exception types; only the text tells them apart.
-Errc classify(const std::string& message) {
+// A timeout is told by the text in both lines (2.x's socket timeout is a DistNetworkError like a
+// broken connection). Otherwise 2.x's type says that the network failed; gloo's own exceptions
+// and 1.13's plain c10::Error leave only the text.
+Errc classify(const std::exception& e, const std::string& message) {
   if (contains(message, "Timed out") || contains(message, "timed out") ||
       contains(message, "Timeout") || contains(message, "timeout"))
     return Errc::timeout;
+  if (compat::dist_failure_of(e) == compat::DistFailure::kNetwork) return Errc::peer_failed;
   if (contains(message, "closed by peer") || contains(message, "reset by peer") ||
       contains(message, "Broken pipe") || contains(message, "Connection refused") ||
       contains(message, "pair closure") || contains(message, "Connection closed"))
@@ -210,7 +215,20 @@ PeerInfo unpack(const char* bytes) {
 struct Communicator::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
   c10::intrusive_ptr<c10d::Store> job_store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  c10::intrusive_ptr<compat::Group> group;
+  c10::intrusive_ptr<compat::Group> device_group;  // NCCL, after attach_device
+  int device_index = -1;
+
+  // Gloo for CPU tensors, NCCL for this rank's device.
+  compat::Group& group_for(const at::Tensor& t) {
+    if (!t.is_cuda()) return *group;
+    if (!device_group || t.get_device() != device_index)
+      fail(Errc::invalid_argument,
+           "a collective got a tensor on " + t.device().str() +
+               " but this rank's process groups carry CPU tensors" +
+               (device_group ? " and cuda:" + std::to_string(device_index) : ""));
+    return *device_group;
+  }
   std::unique_ptr<ShmReduce> shm;
   std::vector<PeerInfo> peers;  // by rank; empty until exchanged
 };
@@ -230,6 +248,7 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
   opts.isServer = host_store;
   opts.waitWorkers = false;
   opts.timeout = comm_options.rendezvous;
+  if (host_store && place.store_fd >= 0) compat::adopt_bound_socket(opts, place.store_fd);
   // One deadline for the whole rendezvous: reaching the store and the census share it.
   const auto deadline = std::chrono::steady_clock::now() + comm_options.rendezvous;
   if (!host_store && !wait_for_listener(place.master_addr, place.master_port, deadline))
@@ -251,7 +270,8 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
     fail(Errc::rendezvous, "rank " + std::to_string(place.rank) +
                                " could not reach the rendezvous store at " + endpoint +
                                ", hosted by " + who_hosts + ", within " +
-                               seconds_text(comm_options.rendezvous) + " s: " + msg);
+                               seconds_text(comm_options.rendezvous) + " s: " + msg +
+                               compat::store_mismatch_hint(msg, place.store_hosted));
   }
   // Every rendezvous key lives under the job's id, so a stray process of another job that reaches
   // this store by mistake finds nothing of ours, and under a per-process generation, so that a
@@ -264,21 +284,17 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
   census(place, comm_options, deadline, host_store, endpoint);
 
   try {
-    auto options = c10d::ProcessGroupGloo::Options::create(comm_options.collective);
     // Gloo's own default resolves the host name, which on a machine with several interfaces
     // (or in a network namespace) may name an address the peers cannot reach; the address this
     // host uses towards the store is one they can.
-    const std::string towards_store = local_address_towards(place.master_addr, place.master_port);
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
-      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    } else if (!towards_store.empty()) {
-      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(towards_store));
-    } else {
-      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    }
-    options->threads = 2;
+    compat::GlooEndpoint gloo_at;
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+      gloo_at.interface = ifname;
+    else
+      gloo_at.address = local_address_towards(place.master_addr, place.master_port);
     auto pg_store = c10::make_intrusive<c10d::PrefixStore>("gloo", impl_->job_store);
-    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rank_, size_, options);
+    impl_->group = compat::make_gloo_group(pg_store, rank_, size_, comm_options.collective, gloo_at,
+                                           /*threads=*/2);
   } catch (const std::exception& e) {
     fail(Errc::rendezvous, "could not form the Gloo process group: " + what_of(e));
   }
@@ -533,7 +549,7 @@ void Communicator::guarded(const char* what, F&& body) {
     code = e.code();
   } catch (const std::exception& e) {
     msg = what_of(e);
-    code = classify(msg);
+    code = classify(e, msg);
   }
   std::string advice;
   if (code == Errc::timeout)
@@ -551,7 +567,7 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size_; ++r) outputs[0].push_back(at::empty_like(tensor));
   std::vector<at::Tensor> inputs{tensor};
-  guarded("all_gather", [&] { impl_->group->allgather(outputs, inputs)->wait(); });
+  guarded("all_gather", [&] { impl_->group_for(tensor).allgather(outputs, inputs)->wait(); });
   return outputs[0];
 }
 
@@ -562,14 +578,14 @@ void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
                      : op == ReduceOp::kMax ? c10d::ReduceOp::MAX
                                             : c10d::ReduceOp::MIN;
   std::vector<at::Tensor> tensors{tensor};
-  guarded("all_reduce", [&] { impl_->group->allreduce(tensors, options)->wait(); });
+  guarded("all_reduce", [&] { impl_->group_for(tensor).allreduce(tensors, options)->wait(); });
 }
 
 void Communicator::broadcast(at::Tensor& tensor, int root) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   std::vector<at::Tensor> tensors{tensor};
-  guarded("broadcast", [&] { impl_->group->broadcast(tensors, options)->wait(); });
+  guarded("broadcast", [&] { impl_->group_for(tensor).broadcast(tensors, options)->wait(); });
 }
 
 struct PendingReduce {
@@ -582,13 +598,43 @@ std::shared_ptr<PendingReduce> Communicator::all_reduce_start(at::Tensor& tensor
   auto pending = std::make_shared<PendingReduce>();
   if (reduce_in_shared_memory(tensor, ReduceOp::kSum)) return pending;
   std::vector<at::Tensor> tensors{tensor};
-  guarded("all_reduce", [&] { pending->work = impl_->group->allreduce(tensors); });
+  // On a GPU this runs in the gradient hook, on the stream that produced the gradient: NCCL's
+  // stream waits on that one before reading the bucket, and the bucket stays allocated for the
+  // whole run (NCCL records it on its stream).
+  guarded("all_reduce", [&] { pending->work = impl_->group_for(tensor).allreduce(tensors); });
   return pending;
 }
 
 void Communicator::all_reduce_finish(const std::shared_ptr<PendingReduce>& pending) {
   if (!pending->work) return;  // done already, in shared memory
   guarded("all_reduce", [&] { pending->work->wait(); });
+}
+
+void Communicator::attach_device(int index) {
+  std::string why;
+  const cuda::Plugin* plugin = cuda::load_plugin(&why);
+  if (!plugin) fail(Errc::unsupported, "a CUDA device was chosen but " + why);
+  try {
+    auto store = c10::make_intrusive<c10d::PrefixStore>("nccl", impl_->job_store);
+    impl_->device_group = plugin->make_nccl_group(store, rank_, size_, collective_timeout_, index);
+    impl_->device_index = index;
+  } catch (const accel::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(Errc::rendezvous, "could not form the NCCL process group on cuda:" +
+                               std::to_string(index) + ": " + what_of(e));
+  }
+}
+
+c10::Device Communicator::attached_device() const {
+  if (!impl_->device_group) return c10::Device(c10::kCPU);
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(impl_->device_index));
+}
+
+c10::Device Communicator::wire_device(const at::Tensor& t) const {
+  if (impl_->device_group && t.is_cuda() && t.get_device() == impl_->device_index)
+    return t.device();
+  return c10::Device(c10::kCPU);
 }
 
 void Communicator::barrier() {

@@ -146,6 +146,26 @@ class Suite:
             return "Debian's python3-torch (torchrun) does not import: " + r.stdout.strip()[-300:]
         return None
 
+    def libtorch_major(self):
+        """The major version of the LibTorch this build of libaccel runs on (from `accel env`)."""
+        out = run([self.cli, "env"]).stdout
+        m = re.search(r"LibTorch version: (\d+)\.", out)
+        check(m is not None, "accel env printed no LibTorch version", out)
+        return int(m.group(1))
+
+    def torch_of_torchrun(self):
+        return run([DEBIAN_PYTHON, "-c", "import torch; print(torch.__version__)"]).stdout.strip()
+
+    def agent_store_mismatch(self):
+        """Why torchrun's agent store cannot serve this libaccel, or None. torchrun's static
+        rendezvous shares the store its agent hosts; a LibTorch 2.x client validates a server
+        first, which torch 1.13's (Debian's torchrun) does not answer."""
+        torch = self.torch_of_torchrun()
+        if self.libtorch_major() >= 2 and torch.startswith("1."):
+            return ("libaccel runs on LibTorch 2.x and torchrun on torch %s: the agent's store "
+                    "cannot serve a 2.x client (it needs a torchrun of torch 2.x)" % torch)
+        return None
+
     def torchrun_argv(self, mode, program, extra=()):
         port = free_port()
         head = self.torchrun + ["--nproc_per_node", "2"]
@@ -162,6 +182,18 @@ class Suite:
         reason = self.torchrun_available()
         if reason:
             return reason
+        mismatch = self.agent_store_mismatch() if mode == "static" else None
+        if mismatch:
+            # What a user with that mix sees: a clear refusal within the rendezvous timeout.
+            env = clean_env({"ACCEL_RENDEZVOUS_TIMEOUT": "10"})
+            r = run(self.torchrun_argv(mode, [self.collectives]), env)
+            check(r.returncode != 0, "torchrun %s: a 2.x client on a 1.x store succeeded?" % mode,
+                  r.stdout)
+            check("whose store client first validates the server" in r.stdout and
+                  "torchrun of torch 2.x" in r.stdout,
+                  "torchrun %s: the store mismatch is not explained" % mode, r.stdout)
+            print("  torchrun %s: %s; refused with the explanation" % (mode, mismatch))
+            return None
         env = clean_env({"ACCELERATE_DEBUG_MODE": "true"})
         r = run(self.torchrun_argv(mode, [self.collectives]), env)
         check(r.returncode == 0, "torchrun %s: the collectives example failed" % mode, r.stdout)
@@ -256,7 +288,7 @@ class Suite:
                   % (name, kill_step, ",".join(resumed), got))
 
     def scenario_torchrun_max_restarts(self):
-        reason = self.torchrun_available()
+        reason = self.torchrun_available() or self.agent_store_mismatch()
         if reason:
             return reason
         argv = self.torchrun + ["--nproc_per_node", "2", "--nnodes", "1", "--master_addr",

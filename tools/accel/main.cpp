@@ -23,6 +23,7 @@
 #include "accel/accel.h"
 #include "common/error.hpp"
 #include "common/parse.hpp"
+#include "compat/torch_version.hpp"
 #include "config/config.hpp"
 #include "config_command.hpp"
 #include "launch/held_port.hpp"
@@ -112,6 +113,14 @@ int run_launch(const accel::launch::LaunchOptions& options, const LaunchRuntime&
       rp.env = accel::launch::rank_environment(plan, local, port, run_id, env, attempt);
       if (!plan.log_dir.empty())
         rp.log_path = plan.log_dir + "/rank_" + std::to_string(rp.rank) + ".log";
+#if ACCEL_TORCH2
+      // LibTorch 2.x's store serves on a socket handed to it: rank 0 takes over the one held
+      // here, so the port is never free between the launcher's pick and rank 0's bind.
+      if (held && rp.rank == 0) {
+        rp.inherit_fd = held->fd();
+        rp.env.push_back("ACCEL_STORE_FD=" + std::to_string(held->fd()));
+      }
+#endif
       if (options.debug)
         note(rt, "attempt " + std::to_string(attempt) + ", rank " + std::to_string(rp.rank) + ": " +
                      rank_summary(rp.env) + " " + join_command(options.command));
@@ -213,8 +222,10 @@ void merge_torchrun_spellings(accel::launch::LaunchOptions& lo,
 }
 
 // The BLAS library LibTorch maps: the libblas.so.3 alternative, loaded here to see which file it
-// is (the command line itself does not link LibTorch).
+// is (the command line itself does not link LibTorch). The PyPI wheels carry MKL inside.
 std::string mapped_blas() {
+  if (!ACCEL_TORCH_SYSTEM_BLAS)
+    return "built into LibTorch (its libtorch_cpu.so loads no libblas.so.3)";
   if (!dlopen("libblas.so.3", RTLD_LAZY | RTLD_LOCAL)) return "none (libblas.so.3 not found)";
   std::ifstream maps("/proc/self/maps");
   std::string line;
