@@ -257,8 +257,20 @@ void DataLoader::stop_workers() {
 std::vector<at::Tensor> DataLoader::produce(size_t k, const std::atomic<bool>* stop) const {
   Producing marked(this);
   auto batch = dataset_->get_batch(plan_[k], stop);
-  if (options_.device_placement && place_.device != "cpu")
-    for (auto& t : batch) t = t.to(at::Device(place_.device), /*non_blocking=*/false);
+  // To a GPU through pinned host memory, without blocking: the copy overlaps the host's work
+  // and the step that uses the batch is queued behind it on the same stream. The pinned staging
+  // block comes from LibTorch's caching host allocator, which reuses it only once the copy that
+  // reads it has completed.
+  if (options_.device_placement && place_.device != "cpu") {
+    const at::Device device(place_.device);
+    for (auto& t : batch) {
+      if (!t.device().is_cpu()) {
+        t = t.to(device);
+        continue;
+      }
+      t = (t.is_pinned() ? t : t.pin_memory()).to(device, /*non_blocking=*/true);
+    }
+  }
   return batch;
 }
 

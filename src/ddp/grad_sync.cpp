@@ -163,7 +163,9 @@ void broadcast_from_main(runtime::Communicator& comm, const std::vector<at::Tens
   at::NoGradGuard no_grad;
   for (auto& [dtype, group] : by_dtype) {
     std::vector<at::Tensor> flat_parts;
-    for (const auto& t : group) flat_parts.push_back(t.detach().reshape({-1}).to(at::kCPU));
+    // On a GPU with NCCL the parameters are broadcast where they are, without a host copy.
+    for (const auto& t : group)
+      flat_parts.push_back(t.detach().reshape({-1}).to(comm.wire_device(t)));
     at::Tensor flat = at::cat(flat_parts);
     if (flat.numel() == 0) continue;
     comm.broadcast(flat, 0);

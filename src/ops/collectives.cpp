@@ -12,11 +12,14 @@ namespace {
 
 constexpr int64_t kMaxDims = 16;
 // A rank's description of its tensor, exchanged before any data moves:
-// [status, ndim, dtype, size_0 .. size_15]. status 0 is fine; 1 means "this rank has no tensor"
-// (a broadcast root without one), so that every rank fails together instead of waiting.
-constexpr int64_t kHeaderLen = 3 + kMaxDims;
+// [status, ndim, dtype, on_device, size_0 .. size_15]. status 0 is fine; 1 means "this rank has no
+// tensor" (a broadcast root without one), so that every rank fails together instead of waiting.
+// on_device 1: the data travels on the rank's GPU (NCCL), 0: through host memory (Gloo); every
+// rank must use the same process group, so they must agree.
+constexpr int64_t kHeaderLen = 4 + kMaxDims;
+constexpr int64_t kSizes = 4;
 
-at::Tensor header_of(const at::Tensor& t) {
+at::Tensor header_of(const at::Tensor& t, bool on_device) {
   auto h = at::zeros({kHeaderLen}, at::kLong);
   auto* p = h.data_ptr<int64_t>();
   if (!t.defined()) {
@@ -28,13 +31,18 @@ at::Tensor header_of(const at::Tensor& t) {
                           std::to_string(t.dim()));
   p[1] = t.dim();
   p[2] = static_cast<int64_t>(t.scalar_type());
-  for (int64_t d = 0; d < t.dim(); ++d) p[3 + d] = t.size(d);
+  p[3] = on_device ? 1 : 0;
+  for (int64_t d = 0; d < t.dim(); ++d) p[kSizes + d] = t.size(d);
   return h;
 }
 
 std::vector<int64_t> shape_in(const at::Tensor& header) {
   const auto* p = header.data_ptr<int64_t>();
-  return std::vector<int64_t>(p + 3, p + 3 + p[1]);
+  return std::vector<int64_t>(p + kSizes, p + kSizes + p[1]);
+}
+
+bool on_device_in(const at::Tensor& header) {
+  return header.data_ptr<int64_t>()[3] != 0;
 }
 
 at::ScalarType dtype_in(const at::Tensor& header) {
@@ -57,9 +65,13 @@ std::string ranks_text(const std::vector<at::Tensor>& headers) {
   return out;
 }
 
-// Gloo moves CPU tensors; results go back to the caller's device.
-at::Tensor to_cpu_contiguous(const at::Tensor& t) {
-  return t.to(at::kCPU).contiguous();
+// Gloo moves CPU tensors, NCCL those on this rank's GPU; results go back to the caller's device.
+bool on_device(runtime::Communicator* comm, const at::Tensor& t) {
+  return t.defined() && comm->wire_device(t).is_cuda();
+}
+
+at::Tensor to_wire(runtime::Communicator* comm, const at::Tensor& t) {
+  return t.to(comm->wire_device(t)).contiguous();
 }
 
 // Every rank's header; fails on every rank alike when the ranks disagree on `what` must match.
@@ -67,10 +79,16 @@ enum class Agree { kShapeAndDtype, kNdimAndDtype };
 
 std::vector<at::Tensor> exchange_headers(runtime::Communicator* comm, const at::Tensor& t,
                                          Agree agree, const char* op, const char* hint) {
-  auto headers = comm->all_gather(header_of(t));
+  auto headers = comm->all_gather(header_of(t, on_device(comm, t)));
   const auto& first = headers[0];
   for (size_t r = 1; r < headers.size(); ++r) {
     const auto& h = headers[r];
+    if (on_device_in(h) != on_device_in(first))
+      fail(Errc::invalid_argument,
+           std::string(op) + ": rank 0 holds its tensor " +
+               (on_device_in(first) ? "on its GPU" : "in host memory") + " and rank " +
+               std::to_string(r) + " " + (on_device_in(h) ? "on its GPU" : "in host memory") +
+               ": every rank must pass its tensor on the same kind of device");
     if (dtype_in(h) != dtype_in(first))
       fail(Errc::dtype, std::string(op) + ": ranks hold tensors of different dtypes (" +
                             ranks_text(headers) + ")");
@@ -109,7 +127,7 @@ static at::Tensor gather_impl(runtime::Communicator* comm, const at::Tensor& ten
   exchange_headers(comm, t, Agree::kShapeAndDtype, "gather",
                    "; gather needs the same shape on every rank: call pad_across_processes first "
                    "to pad the first dimension to the largest size");
-  at::Tensor local = to_cpu_contiguous(t);
+  at::Tensor local = to_wire(comm, t);
   std::vector<at::Tensor> parts;
   if (local.numel() == 0) {
     for (int r = 0; r < comm->size(); ++r) parts.push_back(local);
@@ -153,8 +171,7 @@ static at::Tensor reduce_impl(runtime::Communicator* comm, const at::Tensor& ten
   exchange_headers(comm, tensor, Agree::kShapeAndDtype, "reduce", "");
   // Half-width floats are summed in fp32: more exact, and Gloo lacks some of them.
   const bool widen = tensor.scalar_type() == at::kBFloat16 || tensor.scalar_type() == at::kHalf;
-  at::Tensor work = widen ? tensor.to(at::kCPU, at::kFloat).contiguous()
-                          : tensor.to(at::kCPU).contiguous().clone();
+  at::Tensor work = widen ? to_wire(comm, tensor).to(at::kFloat) : to_wire(comm, tensor).clone();
   if (work.numel() > 0) {
     const auto op = reduction == Reduction::kMax   ? runtime::ReduceOp::kMax
                     : reduction == Reduction::kMin ? runtime::ReduceOp::kMin
@@ -175,15 +192,17 @@ static at::Tensor broadcast_impl(runtime::Communicator* comm, const at::Tensor& 
     if (!tensor.defined()) fail(Errc::invalid_argument, "broadcast: the source rank has no tensor");
     return tensor.clone();
   }
-  at::Tensor header = rank == root ? header_of(tensor) : at::zeros({kHeaderLen}, at::kLong);
+  at::Tensor header = rank == root ? header_of(tensor, on_device(comm, tensor))
+                                   : at::zeros({kHeaderLen}, at::kLong);
   comm->broadcast(header, root);
   if (header.data_ptr<int64_t>()[0] != 0)
     fail(Errc::invalid_argument,
          "broadcast: rank " + std::to_string(root) + " (the source) passed no tensor");
   const auto shape = shape_in(header);
   const auto dtype = dtype_in(header);
-  at::Tensor data = rank == root ? to_cpu_contiguous(tensor).clone()
-                                 : at::empty(shape, at::TensorOptions().dtype(dtype));
+  const c10::Device wire = on_device_in(header) ? comm->attached_device() : c10::Device(at::kCPU);
+  at::Tensor data = rank == root ? to_wire(comm, tensor).clone()
+                                 : at::empty(shape, at::TensorOptions().dtype(dtype).device(wire));
   if (data.numel() > 0) {
     at::Tensor bytes = as_bytes(data);
     comm->broadcast(bytes, root);
@@ -210,7 +229,7 @@ static at::Tensor gather_for_metrics_impl(runtime::Communicator* comm, const at:
                               ranks_text(headers) + ")");
       longest = std::max(longest, shape[0]);
     }
-    at::Tensor local = to_cpu_contiguous(t);
+    at::Tensor local = to_wire(comm, t);
     std::vector<int64_t> padded_shape = mine;
     padded_shape[0] = longest;
     at::Tensor padded = at::zeros(padded_shape, local.options());

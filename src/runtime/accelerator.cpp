@@ -5,12 +5,14 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <dlfcn.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 
 #include "common/error.hpp"
+#include "cuda/plugin.hpp"
 #include "runtime/malloc_tuning.hpp"
 #include "runtime/parent_watch.hpp"
 #include "runtime/seed.hpp"
@@ -42,6 +44,32 @@ config::Config with_launcher_file(const config::Config& cfg, const config::EnvMa
   return out;
 }
 
+// How many CUDA devices this run may use. libaccel's CUDA part is loaded first: LibTorch decides
+// once, at its first CUDA question, whether CUDA exists, and only libtorch_cuda.so (which the
+// module loads) registers it. A machine with an NVIDIA driver whose libraries do not load is an
+// error rather than a silent CPU run.
+int usable_gpus(bool use_cpu, std::string* note) {
+  if (use_cpu) return 0;
+  std::string why;
+  if (const cuda::Plugin* plugin = cuda::load_plugin(&why)) {
+    const int n = plugin->device_count();
+    if (n == 0) *note = "no CUDA device visible";
+    return n;
+  }
+  *note = why;
+#ifdef ACCEL_CUDA_PLUGIN
+  if (access("/dev/nvidiactl", F_OK) == 0)
+    fail(Errc::unsupported,
+         "this machine has an NVIDIA driver (/dev/nvidiactl) but " + why +
+             ". Install the CUDA libraries its LibTorch needs (pip installs them with torch), or "
+             "train on the CPU: use_cpu: true (ACCELERATE_USE_CPU=1)");
+  return 0;
+#else
+  // A LibTorch linked with CUDA directly registers its hooks itself.
+  return at::detail::getCUDAHooks().getNumGPUs();
+#endif
+}
+
 }  // namespace
 
 // Gloo writes to its peers' sockets with writev, which cannot ask for MSG_NOSIGNAL: a write to a
@@ -58,8 +86,9 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
     : settings_(with_launcher_file(cfg, env).resolve(env)) {
   place_ = read_process_place(env);
 
-  const int gpus = at::detail::getCUDAHooks().getNumGPUs();
-  const bool use_cpu = settings_.flag("use_cpu") || gpus == 0;
+  const int gpus = usable_gpus(settings_.flag("use_cpu"), &cuda_note_);
+  const bool use_cpu = gpus == 0;
+  // torchrun may give each rank one device (CUDA_VISIBLE_DEVICES) and LOCAL_RANK 0..n-1: modulo.
   device_ = use_cpu ? "cpu" : "cuda:" + std::to_string(place_.local_rank % gpus);
   if (place_.world_size == 1)
     distributed_type_ = DistributedType::kNo;
@@ -73,7 +102,8 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
   if (mixed_precision_ == MixedPrecision::kFp16 && use_cpu)
     fail(Errc::unsupported,
          "mixed_precision fp16 (" + settings_.at("mixed_precision").origin.describe() +
-             ") needs a CUDA device: LibTorch's CPU autocast supports bf16 only; use bf16 on CPU");
+             ") needs a CUDA device: LibTorch's CPU autocast supports bf16 only; use bf16 on CPU" +
+             (cuda_note_.empty() ? "" : " (CUDA: " + cuda_note_ + ")"));
 
   std::string local_from = "a world of one";
   bool expected = false;
@@ -107,6 +137,13 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
         if (!use_cpu) device_ = "cuda:" + std::to_string(place_.local_rank % gpus);
       }
     }
+    // Before any CUDA call of this rank, so that nothing lands on device 0 by default. (Without
+    // libaccel's CUDA part, a LibTorch linked with CUDA directly, collectives go through Gloo.)
+    if (const cuda::Plugin* plugin = use_cpu ? nullptr : cuda::load_plugin(nullptr)) {
+      const int index = place_.local_rank % gpus;
+      plugin->set_device(index);
+      if (comm_) comm_->attach_device(index);
+    }
   } catch (...) {
     g_live = false;
     throw;
@@ -118,11 +155,13 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
                        std::to_string(place_.world_size) + " (" + place_.engine + "), local rank " +
                        std::to_string(place_.local_rank) + " of " +
                        std::to_string(place_.local_world_size) + " (" + local_from + "), " +
-                       std::to_string(num_threads_) + " threads, device " + device_;
+                       std::to_string(num_threads_) + " threads, device " + device_ +
+                       (cuda_note_.empty() || !use_cpu ? "" : " (CUDA: " + cuda_note_ + ")");
     if (comm_)
       line += ", all-reduce over " + comm_->all_reduce_transport() + ", store " +
               place_.master_addr + ":" + std::to_string(place_.master_port) + " (" +
               place_.endpoint_source + (place_.store_hosted ? ", hosted by the launcher" : "") +
+              (place_.store_fd >= 0 ? ", served on the socket accel launch bound" : "") +
               "), attempt " + std::to_string(place_.attempt);
     line += "\n";
     fputs(line.c_str(), stderr);

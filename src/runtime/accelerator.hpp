@@ -47,6 +47,7 @@ class Accelerator {
   ProcessPlace place_;
   config::Resolved settings_;
   std::string device_;
+  std::string cuda_note_;  // why the run is on the CPU when it could have used CUDA
   DistributedType distributed_type_ = DistributedType::kNo;
   MixedPrecision mixed_precision_ = MixedPrecision::kNo;
   int num_threads_ = 1;

@@ -45,12 +45,21 @@ class Communicator {
   // wanted but could not be set up.
   const std::string& all_reduce_transport() const { return transport_; }
 
-  // Every rank's tensor, in rank order. Tensors must be contiguous CPU tensors of the same shape
-  // and dtype on every rank (the ops layer checks that first).
+  // Forms the NCCL process group for CUDA device `index` (libaccel's CUDA part): from then on
+  // tensors on that device travel over NCCL, on the device, and CPU tensors over Gloo (or shared
+  // memory). Every rank calls it, with its own device. Throws accel::Error(rendezvous).
+  void attach_device(int index);
+  // The device a collective carries `t` on: its own when NCCL serves it, else the CPU.
+  c10::Device wire_device(const at::Tensor& t) const;
+  // The GPU attach_device() bound this rank to; the CPU before that.
+  c10::Device attached_device() const;
+
+  // Every rank's tensor, in rank order. Tensors must be contiguous, on their wire_device(), of the
+  // same shape and dtype on every rank (the ops layer checks that first).
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
-  // In place, on a contiguous CPU tensor.
+  // In place, on a contiguous tensor on its wire_device().
   void all_reduce(at::Tensor& tensor, ReduceOp op);
-  // In place, on a contiguous CPU tensor allocated with the same shape on every rank.
+  // In place, on a contiguous tensor on its wire_device(), of the same shape on every rank.
   void broadcast(at::Tensor& tensor, int root);
   void barrier();
   // Starts an in-place sum all-reduce and returns at once; finish() waits for it. Every rank must
