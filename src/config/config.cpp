@@ -100,6 +100,7 @@ bool is_reserved_accel_variable(const std::string& name) {
       "ACCEL_CONFIG_FILE",   // the file `accel launch` resolved, for its ranks
       "ACCEL_RUN_ID",        // the job's id: prefixes every rendezvous key
       "ACCEL_STORE_HOSTED",  // 1: the launcher hosts the TCPStore, every rank is a client
+      "ACCEL_STORE_FD",      // rank 0's inherited socket for the store (LibTorch 2.x)
       "ACCEL_LIB_DIR",       // where the bindings' build scripts look for libaccel
       "ACCEL_BIN",           // the accel command, for tests and bindings
   };

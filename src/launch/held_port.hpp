@@ -14,6 +14,8 @@ class HeldPort {
   HeldPort(const HeldPort&) = delete;
   HeldPort& operator=(const HeldPort&) = delete;
   int port() const { return port_; }
+  // The bound socket (close-on-exec), for a rank's store to take over (LibTorch 2.x).
+  int fd() const { return fd_; }
 
  private:
   int fd_ = -1;

@@ -263,9 +263,11 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int local_rank
     // Rank 0 hosts the store at MASTER_PORT, as under torchrun's environment contract, so PyTorch
     // programs run under `accel launch` too.
     env.erase("ACCEL_STORE_HOSTED");
+    env.erase("ACCEL_STORE_FD");  // an outer launcher's; this one adds its own for rank 0
     env["ACCEL_RUN_ID"] = run_id;
   } else {
-    for (const char* k : {"MASTER_ADDR", "MASTER_PORT", "ACCEL_STORE_HOSTED", "ACCEL_RUN_ID"})
+    for (const char* k :
+         {"MASTER_ADDR", "MASTER_PORT", "ACCEL_STORE_HOSTED", "ACCEL_STORE_FD", "ACCEL_RUN_ID"})
       env.erase(k);
   }
   std::vector<std::string> out;

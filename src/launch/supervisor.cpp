@@ -207,6 +207,7 @@ SuperviseResult supervise(const std::vector<RankProcess>& ranks, const Superviso
         // A rank dies with its launcher, even one killed by SIGKILL, which it cannot forward.
         runtime::die_with_parent_after_fork(launcher);
         sigprocmask(SIG_UNBLOCK, &handled, nullptr);
+        if (ranks[i].inherit_fd >= 0) fcntl(ranks[i].inherit_fd, F_SETFD, 0);  // off: FD_CLOEXEC
         if (options.prefix_output) {
           dup2(out_pipe[1], STDOUT_FILENO);
           dup2(err_pipe[1], STDERR_FILENO);

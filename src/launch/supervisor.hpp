@@ -14,6 +14,7 @@ struct RankProcess {
   int rank = 0;                  // global rank, for messages and prefixes
   std::vector<std::string> env;  // full environment, "K=V"
   std::string log_path;          // "" or the file the rank's stdout and stderr are appended to
+  int inherit_fd = -1;           // a descriptor the rank keeps across exec (its number is in env)
 };
 
 struct SupervisorOptions {

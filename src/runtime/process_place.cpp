@@ -129,6 +129,8 @@ ProcessPlace read_torchrun_contract(const config::EnvMap& env) {
   read_endpoint(r, p, "127.0.0.1", 29500, "the default 127.0.0.1");
   p.store_hosted = r.boolean_or("ACCEL_STORE_HOSTED", false) ||
                    r.boolean_or("TORCHELASTIC_USE_AGENT_STORE", false);
+  if (p.rank == 0 && !p.store_hosted && r.text("ACCEL_STORE_FD"))
+    p.store_fd = static_cast<int>(r.integer("ACCEL_STORE_FD", 3, 1 << 20));
   if (const std::string* id = r.text("ACCEL_RUN_ID"))
     p.run_id = *id;
   else if (const std::string* te = r.text("TORCHELASTIC_RUN_ID"))

@@ -19,6 +19,9 @@ struct ProcessPlace {
   bool local_known = true;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // Rank 0 only: a socket bound to MASTER_PORT, inherited from `accel launch`, for the store to
+  // serve on (-1: none; the store binds the port itself).
+  int store_fd = -1;
   bool store_hosted = false;  // the launcher hosts the store: every rank, rank 0 too, is a client
   std::string run_id;         // prefixes rendezvous keys so that two jobs on one store never meet
   int attempt = 0;            // the restart count: a restarted attempt never meets the old keys
