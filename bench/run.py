@@ -1,7 +1,10 @@
 #!/usr/bin/python3
-"""libaccel against PyTorch DDP on the same LibTorch, side by side, in one run.
+"""libaccel against PyTorch DDP, side by side, in one run.
 
-Run through bench/run.sh (it builds the programs first). For each round, every (model, setup)
+Run through bench/run.sh (it builds the programs first). The PyTorch side is always Debian's
+python3-torch (1.13); the libaccel side is whichever LibTorch the build tree was configured with
+(bench/run.sh --build build-torch2 for 2.x: the 2.x wheel's Python package does not import without
+its CUDA libraries, so it cannot be the reference). For each round, every (model, setup)
 pair runs both implementations back to back, the order alternating between rounds (A B, B A, ...),
 so drift on the machine hits both alike; the table reports medians over the rounds. Then the
 gradient-synchronisation micro-benchmark. Prints a table and writes the same as JSON.
@@ -199,6 +202,15 @@ def derive(results):
     results["derived"] = derived
 
 
+def libtorch_of_libaccel():
+    """The LibTorch the programs under BIN were built against, as `accel env` reports it."""
+    out = subprocess.run([os.path.join(BIN, "accel"), "env"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith("- LibTorch version:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
 def fmt(value, spec):
     return format(value, spec) if value is not None else "-"
 
@@ -206,8 +218,10 @@ def fmt(value, spec):
 def print_table(results):
     d = results["derived"]
     print()
-    print("Training throughput (samples/s, median of %d rounds; batch 64 per process, AdamW, fp32)"
-          % results["settings"]["rounds"])
+    print("Training throughput (samples/s, median of %d rounds; batch 64 per process, AdamW, fp32); "
+          "libaccel on LibTorch %s, PyTorch on torch %s" % (
+              results["settings"]["rounds"], results["settings"].get("libtorch_libaccel"),
+              results["settings"].get("torch_pytorch")))
     print("%-5s %-6s %12s %12s %8s %10s %10s %9s %9s" % (
         "model", "setup", "libaccel", "pytorch", "ratio", "first-step", "first-step",
         "RSS MB", "RSS MB"))
@@ -309,6 +323,12 @@ def main():
         },
         "training": [], "grad_sync": [], "failures": [],
     }
+    results["settings"]["libtorch_libaccel"] = libtorch_of_libaccel()
+    results["settings"]["torch_pytorch"] = subprocess.run(
+        [PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+        text=True).stdout.strip() or None
+    print("libaccel on LibTorch %s; PyTorch DDP on torch %s" % (
+        results["settings"]["libtorch_libaccel"], results["settings"]["torch_pytorch"]), flush=True)
     print("Training runs (%d rounds):" % args.rounds, flush=True)
     training(args, results)
     for impl in IMPLS:

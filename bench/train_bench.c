@@ -47,7 +47,8 @@ static const char* kCnnSource =
 static void mapped_blas(char* out, size_t size) {
   char line[1024];
   FILE* maps = fopen("/proc/self/maps", "r");
-  snprintf(out, size, "unknown");
+  /* No libblas mapped: the LibTorch carries its own (the PyPI wheels: MKL in libtorch_cpu.so). */
+  snprintf(out, size, "none mapped (LibTorch's own)");
   if (!maps) return;
   while (fgets(line, sizeof line, maps)) {
     char* path = strchr(line, '/');
