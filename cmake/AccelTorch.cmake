@@ -7,7 +7,7 @@
 #                         or torch/ itself); a virtual environment with torch installed.
 #
 # Every line ends in one interface target, accel_torch, and these variables:
-#   ACCEL_TORCH_VERSION   e.g. 1.13.1 or 2.11.0
+#   ACCEL_TORCH_VERSION   e.g. 2.11.0, or 1.13.0 (what Debian's 1.13.1 headers say)
 #   ACCEL_TORCH_INCLUDE_DIRS  its headers (for code that needs only its version macros)
 #   ACCEL_TORCH_LIB_DIR   where libtorch_cpu.so is (an rpath for what we install)
 #   ACCEL_TORCH_SYSTEM_BLAS  TRUE when it calls the system's libblas.so.3 (Debian's does)
@@ -92,7 +92,7 @@ else()
     message(WARNING "LibTorch ${ACCEL_TORCH_VERSION} is neither 1.13 nor 2.7 or later, the lines libaccel is tested against")
   endif()
 
-  # A wheel finds CUDA's libraries through $ORIGIN/../../nvidia/*/lib; from 2.9 on even
+  # A wheel finds CUDA's libraries through $ORIGIN/../../nvidia/*/lib; in 2.11 (at least) even
   # libtorch_cpu.so needs libcudart and libcupti. The linker must see them to check symbols.
   set(ACCEL_TORCH_LINK_DIRS "${root}/lib")
   file(GLOB nvidia_libs LIST_DIRECTORIES true "${root}/../nvidia/*/lib")

@@ -2,7 +2,7 @@
 # Fetches LibTorch 2.x from PyPI's `torch` wheel and unpacks what a C++ build needs under
 # build/torch/<version>/: torch/{include,lib,share} and, beside it as pip would install them, the
 # NVIDIA libraries and headers that wheel's libraries need:
-#   - libcudart and libcupti: from torch 2.9 on, libtorch_cpu.so itself needs them to load (on a
+#   - libcudart and libcupti: in torch 2.11 (at least) libtorch_cpu.so itself needs them to load (on a
 #     machine without a GPU they load and stay idle);
 #   - the headers of CUDA's runtime, NCCL, cuBLAS, cuSPARSE and cuSOLVER: ProcessGroupNCCL.hpp
 #     includes them, so libaccel's NCCL path compiles (only the headers of the last three are
