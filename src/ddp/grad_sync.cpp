@@ -119,19 +119,26 @@ void GradSync::end_backward() {
   }
   launch_ready_locked();
   active_ = false;
+  if (buckets_.empty()) return;
   const double world = comm_.size();
+  // Average in place, once per bucket (the used flags stay non-zero where anyone used the
+  // parameter). The flags of every bucket then reach the host in one copy: on a GPU, one
+  // synchronisation per step rather than one per bucket.
+  std::vector<at::Tensor> used_parts;
   for (auto& b : buckets_) {
     comm_.all_reduce_finish(b.work);
     b.work.reset();
-    // Average in place, once per bucket (the used flags stay non-zero where anyone used the
-    // parameter), then one copy into each gradient: no temporary the size of the bucket.
     b.flat.div_(world);
-    const at::Tensor used = b.flat.narrow(0, b.used_offset, static_cast<int64_t>(b.params.size()));
-    const at::Tensor used_cpu = used.device().is_cpu() ? used : used.cpu();
+    used_parts.push_back(
+        b.flat.narrow(0, b.used_offset, static_cast<int64_t>(b.params.size())).to(at::kDouble));
+  }
+  const at::Tensor used = at::cat(used_parts).to(at::kCPU);
+  const double* used_flags = used.data_ptr<double>();
+  for (auto& b : buckets_) {
     for (size_t j = 0; j < b.params.size(); ++j) {
       at::Tensor& p = params_[b.params[j]];
-      if (used_cpu[static_cast<int64_t>(j)].item<double>() == 0)
-        continue;  // nobody used it: leave its gradient alone
+      if (*used_flags++ == 0) continue;  // nobody used it: leave its gradient alone
+      // One copy into each gradient: no temporary the size of the bucket.
       at::Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
       if (p.grad().defined())
         p.mutable_grad().copy_(avg);
