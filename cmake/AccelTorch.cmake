@@ -12,7 +12,6 @@
 #   ACCEL_TORCH_LIB_DIR   where libtorch_cpu.so is (an rpath for what we install)
 #   ACCEL_TORCH_SYSTEM_BLAS  TRUE when it calls the system's libblas.so.3 (Debian's does)
 #   ACCEL_TORCH_CUDA      TRUE when that LibTorch carries CUDA (libtorch_cuda.so beside it)
-#   ACCEL_TORCH_LINK_DIRS directories the linker must search for LibTorch's own dependencies
 #
 # A path is not given to find_package(Torch): the wheel's TorchConfig.cmake is a CUDA build's and
 # stops without a CUDA toolkit (pytorch#73427). Its targets are simple enough to declare here.
@@ -58,7 +57,6 @@ if(ACCEL_TORCH STREQUAL "")
   _accel_torch_version("${version_h}" ACCEL_TORCH_VERSION)
   set(ACCEL_TORCH_LIB_DIR "")
   set(ACCEL_TORCH_CUDA FALSE)
-  set(ACCEL_TORCH_LINK_DIRS "")
   if(TARGET torch_cuda)
     set(ACCEL_TORCH_CUDA TRUE)
   endif()
@@ -94,13 +92,13 @@ else()
 
   # A wheel finds CUDA's libraries through $ORIGIN/../../nvidia/*/lib; in 2.11 (at least) even
   # libtorch_cpu.so needs libcudart and libcupti. The linker must see them to check symbols.
-  set(ACCEL_TORCH_LINK_DIRS "${root}/lib")
+  set(link_dirs "${root}/lib")
   file(GLOB nvidia_libs LIST_DIRECTORIES true "${root}/../nvidia/*/lib")
   foreach(dir IN LISTS nvidia_libs)
     get_filename_component(dir "${dir}" REALPATH)
-    list(APPEND ACCEL_TORCH_LINK_DIRS "${dir}")
+    list(APPEND link_dirs "${dir}")
   endforeach()
-  list(JOIN ACCEL_TORCH_LINK_DIRS ":" link_path)
+  list(JOIN link_dirs ":" link_path)
 
   set(ACCEL_TORCH_INCLUDE_DIRS "${root}/include" "${root}/include/torch/csrc/api/include")
   target_include_directories(accel_torch SYSTEM INTERFACE ${ACCEL_TORCH_INCLUDE_DIRS})
