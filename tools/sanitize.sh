@@ -2,8 +2,8 @@
 # Sanitizer runs of libaccel's own code. Usage: tools/sanitize.sh [asan|tsan|fuzz|all] (default all)
 #
 #   asan  build-asan/: every target built with AddressSanitizer + UndefinedBehaviorSanitizer
-#         (-DACCEL_SANITIZE=address, see cmake/Sanitizers.cmake), then the WHOLE ctest suite with
-#         LeakSanitizer on (one test skipped, see ASAN_SKIP).
+#         (-DACCEL_SANITIZE=address, see cmake/Sanitizers.cmake), then the ctest suite with
+#         LeakSanitizer on: every test but the `slow` tier (SLOW) and those ASAN_SKIP names.
 #   tsan  build-tsan/: every target built with ThreadSanitizer, then the threaded tests (TSAN_TESTS
 #         below says which and why), with LLVM's OpenMP runtime and its Archer tool in place of
 #         libgomp (see tsan_openmp_env).
@@ -48,8 +48,8 @@ mode=${1:-all}
 #                 workers are inside callbacks, release callbacks, one training family called from
 #                 many threads, families joined by accel_prepare, frees on finalizer threads
 #   example.*     a user's programs: every collective on two ranks; training with a prefetching
-#                 worker thread on one rank and, for two epochs, on two ranks with gradient
-#                 synchronisation (~200 s of the ~5.5 min under TSan here; the longest interleaving)
+#                 worker thread on one rank (150 steps) and on two ranks with gradient
+#                 synchronisation (300 steps; the two-epoch run is `slow`, see SLOW)
 # Not the rest: single-threaded logic (Config, Shard, Schedule, ...), the C header and symbol
 # checks, the install tests (the consumers are not instrumented) and bench.quick_smoke (a
 # benchmark harness, its programs are those of the examples).
@@ -172,6 +172,11 @@ canary() {
 #                                          by torchrun, mpirun, srun and in namespaces; the engines
 #                                          (Python, Open MPI, SLURM daemons) are not instrumented.
 ASAN_SKIP='^(MallocTuning\.FreedStepMemoryIsReused|MultiProcess\.RanksAlreadyStartedAreStoppedWhenALaterRankCannotStart|faults\.suite|cluster\..*)$'
+# Label `slow` (the two-epoch accuracy bars, tools/test.sh --all): not repeated under either
+# sanitizer. The same programs, code paths and threads run in the 300-step learning checks
+# (example.train_fashion_mnist_2proc_learns); a second epoch adds minutes of the same
+# interleavings under the sanitizers' slowdown (the two-epoch run alone took ~200 s under TSan).
+SLOW='^slow$'
 # Tests that preload a shim into the launcher (LD_PRELOAD ahead of the ASan runtime, which ASan
 # refuses unless verify_asan_link_order=0): run in a step of their own with that option.
 ASAN_PRELOADING='^MultiProcess\.ForkFailureFailsTheLaunchAndLeavesNoRankBehind$'
@@ -205,7 +210,7 @@ suppressions=$supp/ubsan.supp"
   canary "$dir" address,undefined overflow 'heap-buffer-overflow.*|fill_overflow .*canary.c' || return 1
   echo "skipped under ASan: $ASAN_SKIP"
   t0=$(now)
-  ctest_step "$dir" "$logs" main -E "$ASAN_SKIP|$ASAN_PRELOADING|^install\." || rc=1
+  ctest_step "$dir" "$logs" main -E "$ASAN_SKIP|$ASAN_PRELOADING|^install\." -LE "$SLOW" || rc=1
   ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0" \
     ctest_step "$dir" "$logs" preloading -R "$ASAN_PRELOADING" || rc=1
   # The install tests build their consumers as a user does, without -fsanitize, so the ASan runtime
@@ -271,7 +276,7 @@ history_size=4:ignore_noninstrumented_modules=1:suppressions=$supp/tsan.supp:log
     canary "$dir" thread race 'fill_racy .*canary.c' || return 1
   t0=$(now)
   LD_PRELOAD=$TSAN_LD_PRELOAD OMP_TOOL_LIBRARIES=$TSAN_OMP_TOOL \
-    ctest_step "$dir" "$logs" main -R "$TSAN_TESTS" || rc=1
+    ctest_step "$dir" "$logs" main -R "$TSAN_TESTS" -LE "$SLOW" || rc=1
   echo "tests in $dir: $(elapsed "$t0") s"
   check_reports "$logs" || rc=1
   unset TSAN_OPTIONS
