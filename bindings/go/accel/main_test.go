@@ -58,6 +58,12 @@ func goTool() string {
 var builtExamples = map[string]string{}
 
 func buildExample(t testing.TB, name string) string {
+	// The example is built without -race, so under `go test -race` (binding.go.test_race) a test
+	// that runs it would repeat the plain run (binding.go.test) exactly: only this binary is
+	// instrumented. The race run keeps the tests whose ranks are this binary.
+	if raceDetector {
+		t.Skip("runs an example program, which is not built with -race: binding.go.test runs it")
+	}
 	if path, ok := builtExamples[name]; ok {
 		return path
 	}

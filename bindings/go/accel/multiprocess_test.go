@@ -111,9 +111,10 @@ func TestTrainingExampleMatchesTheCExample(t *testing.T) {
 	if dir == "" {
 		dir = filepath.Join(repoRoot(t), "build/bin")
 	}
+	goExample := buildExample(t, "train_fashion_mnist")
 	args := []string{"--max-steps", "200", "--workers", "0"}
 	fromC := run(t, exec.Command(filepath.Join(dir, "train_fashion_mnist"), args...))
-	fromGo := run(t, exec.Command(buildExample(t, "train_fashion_mnist"), args...))
+	fromGo := run(t, exec.Command(goExample, args...))
 	// Everything but the timings: what precedes " samples/s" and " after ", and the loss value.
 	keep := func(out string) []string {
 		var lines []string
