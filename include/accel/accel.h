@@ -150,7 +150,7 @@ extern "C" {
 
 #define ACCEL_VERSION_MAJOR 0
 #define ACCEL_VERSION_MINOR 2
-#define ACCEL_VERSION_PATCH 0
+#define ACCEL_VERSION_PATCH 1
 /** The version as one comparable number: major * 10000 + minor * 100 + patch (0.2.0 is 200). */
 #define ACCEL_VERSION_NUMBER \
   (ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH)
@@ -423,6 +423,27 @@ ACCEL_API accel_status accel_tensor_wrap_torch(void* torch_tensor, accel_tensor*
  */
 ACCEL_API accel_status accel_tensor_borrow_torch(const accel_tensor* tensor, void** out);
 
+/**
+ * Checks that a program which passes LibTorch objects across this interface
+ * (accel_tensor_wrap_torch, accel_tensor_borrow_torch) uses the very LibTorch build libaccel runs
+ * on. `version` is the program's LibTorch version as its headers say (TORCH_VERSION, "1.13.0");
+ * `cxx11_abi` its _GLIBCXX_USE_CXX11_ABI (0 or 1; -1 when it cannot say); `cpu_allocator_fn` the
+ * address of c10::GetCPUAllocator as the program sees it (NULL when it cannot take it): another
+ * address means a second copy of libc10 is loaded. A mismatch is ACCEL_ERR_UNSUPPORTED naming both
+ * builds (and the two library files where the addresses differ). accel.hpp calls it for C++.
+ */
+ACCEL_API accel_status accel_torch_check(const char* version, int32_t cxx11_abi,
+                                         const void* cpu_allocator_fn);
+
+/**
+ * Sets whether autograd records operations on `tensor` (PyTorch's requires_grad_), so that a tensor
+ * made from data can be lent to a model as a parameter (accel_model_add_parameter). Only on an
+ * autograd leaf (otherwise ACCEL_ERR_INVALID_ARGUMENT) and, to require grad, a floating-point one
+ * (otherwise ACCEL_ERR_DTYPE). It changes the tensor every handle of it shares: call it before the
+ * tensor is shared with other threads.
+ */
+ACCEL_API accel_status accel_tensor_set_requires_grad(accel_tensor* tensor, bool requires_grad);
+
 /** A list of tensors the library returns (the outputs of accel_model_call). */
 typedef struct accel_tensor_list accel_tensor_list;
 
@@ -491,9 +512,9 @@ enum accel_precision_values {
  * say which ranks share a machine, the ranks find out from the host name and boot id they
  * exchange at start-up. Without any of these (or with a world of one) the process is alone and
  * opens no socket. Otherwise it meets the other ranks through c10d's TCPStore and forms a Gloo
- * process group. One deadline, `rendezvous_timeout`, covers reaching the store and a census of every rank:
- * a rank whose store never listens fails with ACCEL_ERR_RENDEZVOUS saying how long it waited; if
- * some ranks never arrive, every rank that did fails naming the missing ranks.
+ * process group. One deadline, `rendezvous_timeout`, covers reaching the store and a census of
+ * every rank: a rank whose store never listens fails with ACCEL_ERR_RENDEZVOUS saying how long it
+ * waited; if some ranks never arrive, every rank that did fails naming the missing ranks.
  *
  * Two process-wide changes in a distributed run, both so that a failure is reported rather than
  * fatal or silent: when the environment shows a launching engine (accel launch, torchrun, Open
@@ -854,11 +875,12 @@ ACCEL_API accel_status accel_gather_for_metrics(accel_accelerator* accelerator,
  * Models
  *
  * A model is a TorchScript module: loaded from an archive (torch.jit.save in Python, tch-rs, or
- * accel_model_save_torchscript), or built here from a catalogue of layers, each initialised exactly
+ * accel_model_save_torchscript), built here from a catalogue of layers, each initialised exactly
  * as the matching torch.nn layer, plus methods written in TorchScript source. TorchScript compiled
  * here has no Python helpers: use aten ops (torch.relu, torch.linear, torch.conv2d,
  * torch.max_pool2d, torch.dropout(x, p, self.training), torch.cross_entropy_loss, ...) and call a
- * layer as self.fc1.forward(x).
+ * layer as self.fc1.forward(x). Or a model is the host's own tensors, lent by name, with the
+ * forward in the host's code ("Models of the host's own tensors" below).
  * -------------------------------------------------------------------------------------------------
  */
 
@@ -930,7 +952,10 @@ ACCEL_API accel_status accel_model_tensor_name(const accel_model* model, size_t 
 ACCEL_API accel_status accel_model_tensor(const accel_model* model, const char* name,
                                           accel_tensor** out);
 
-/** Saves the model as a TorchScript archive (for torch.jit.load and accel_model_load_torchscript).
+/**
+ * Saves the model as a TorchScript archive (for torch.jit.load and accel_model_load_torchscript).
+ * A model with host-owned tensors has no TorchScript code of its own: ACCEL_ERR_STATE (save its
+ * weights with accel_save_model).
  */
 ACCEL_API accel_status accel_model_save_torchscript(const accel_model* model, const char* path);
 
@@ -939,6 +964,76 @@ ACCEL_API accel_status accel_model_save_torchscript(const accel_model* model, co
  * prepared, keep the model itself alive. Waits for nothing.
  */
 ACCEL_API void accel_model_free(accel_model* model);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Models of the host's own tensors
+ *
+ * Bring your own model: a torch::nn::Module, a tch-rs VarStore, any set of LibTorch tensors. The
+ * host lends its parameters and buffers by name to a model made with accel_model_new and computes
+ * the forward itself; accel_prepare gives the model everything a layer model gets: rank 0's values
+ * copied into the host's tensors, gradients averaged across processes in buckets while backward
+ * runs (hooks on the host's leaves), optimizers stepping the host's tensors in place, clipping,
+ * accumulation, accel_save_model / accel_load_checkpoint_in_model by name, accel_save_state /
+ * accel_load_state.
+ *
+ * Ownership: the model takes its own reference to each tensor (no copy). The host may free its
+ * handle, or drop its at::Tensor, at any time; the storage lives until the model is freed (and
+ * every optimizer over it). The tensors stay the host's to read and to use in its forward. While
+ * the model is prepared the host must not resize them or replace their storage (resize_, set_,
+ * assigning .data): the optimizer's state and the gradient buckets point into them, and the next
+ * accel_backward, accel_optimizer_step or accel_model_forward_begin fails with ACCEL_ERR_STATE
+ * naming the tensor. Values the host writes into them after accel_prepare are its own business
+ * (they are not copied to the other ranks again). Device placement moves the tensors in place, as
+ * torch.nn.Module.to does: the same tensor objects, their storage on the accelerator's device.
+ *
+ * Mixed precision: the host's forward runs between accel_model_forward_begin and
+ * accel_model_forward_end, which do for it what accel_model_call does for a method: rank 0's
+ * buffers are first copied to every rank (a collective when the model has buffers: every rank
+ * calls it alike), and the accelerator's autocast (bf16 or fp16, Accelerate's
+ * accelerator.autocast()) is on for the calling thread until the end. Outputs computed under
+ * autocast may be bf16/fp16; fp16 loss scaling happens in accel_backward as for every model. A
+ * forward that skips the pair runs in the host's own precision and without the buffer copy.
+ * -------------------------------------------------------------------------------------------------
+ */
+
+/**
+ * Lends the host's `tensor` to `model` as parameter `name`: dot-separated segments of letters,
+ * digits and '_' ("fc1.weight", "layers.0.bias"), the names torch.nn gives, used as they are in
+ * checkpoints. The tensor must be a floating-point autograd leaf that requires grad
+ * (accel_tensor_set_requires_grad, or requires_grad_() in LibTorch), dense, on the same device as
+ * the model's other tensors, and share storage with no other tensor of this model nor with any
+ * tensor lent to another model (tied weights, views, the same tensor twice): each is
+ * ACCEL_ERR_INVALID_ARGUMENT naming the tensor, as is a name the model has already. A prepared
+ * model takes no new tensors (ACCEL_ERR_STATE), nor does a model loaded from a TorchScript archive
+ * (ACCEL_ERR_INVALID_ARGUMENT). Tensors are listed (accel_model_tensor_name, the optimizer's state)
+ * depth-first by submodule as torch.nn lists them: a submodule's tensors together, in the order the
+ * first of them was added; lending a torch.nn module's tensors in its own order keeps its order.
+ */
+ACCEL_API accel_status accel_model_add_parameter(accel_model* model, const char* name,
+                                                 const accel_tensor* tensor);
+
+/**
+ * Lends the host's `tensor` to `model` as buffer `name` (state that is saved and copied from rank
+ * 0 but not trained: batch-norm statistics, step counters). Rules as accel_model_add_parameter,
+ * but it must not require grad and may have any dtype.
+ */
+ACCEL_API accel_status accel_model_add_buffer(accel_model* model, const char* name,
+                                              const accel_tensor* tensor);
+
+/**
+ * Opens the host's forward of a prepared `model` on the calling thread (see above): rank 0's
+ * buffers copied to every rank, then the accelerator's autocast entered. For a model that is not
+ * prepared it only opens the pair. Every begin is closed by accel_model_forward_end on the same
+ * thread.
+ */
+ACCEL_API accel_status accel_model_forward_begin(accel_model* model);
+
+/**
+ * Closes the forward accel_model_forward_begin opened: the autocast state of the calling thread is
+ * back to what it was, also when the accelerator was freed in between. An end with no open begin
+ * of `model` on this thread (or not the innermost one) is ACCEL_ERR_STATE, and nothing is closed.
+ */
+ACCEL_API accel_status accel_model_forward_end(accel_model* model);
 
 /* ----------------------------------------------------------------------------------------------------
  * Optimizers and learning-rate schedulers

@@ -145,4 +145,14 @@ accel_dtype from_scalar_type(at::ScalarType t);
 
 // A new tensor handle owning `t`.
 accel_tensor* new_tensor(at::Tensor t);
+
+// The session an object was prepared with (null when never prepared); an error once its
+// accelerator is gone. Call with the object's family lock held.
+template <class Handle>
+std::shared_ptr<prepare::Session> live_session(const Handle* h) {
+  if (!h->prepared) return nullptr;
+  auto s = h->session.lock();
+  if (!s) fail(Errc::state, "the accelerator this object was prepared with has been freed");
+  return s;
+}
 }  // namespace accel::capi

@@ -1,10 +1,13 @@
 // accel_tensor_*: tensors across the ABI, by copy (and one named zero-copy interop pair).
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+#include <dlfcn.h>
 
 #include <cstring>
 #include <utility>
 
 #include "capi/handles.hpp"
+#include "compat/torch_version.hpp"
 
 using accel::Errc;
 using accel::fail;
@@ -18,6 +21,12 @@ namespace {
 
 size_t nbytes_of(const at::Tensor& t) {
   return static_cast<size_t>(t.numel()) * t.element_size();
+}
+
+// The shared object that holds `address` ("?" when the loader cannot say).
+std::string library_of(const void* address) {
+  Dl_info info{};
+  return dladdr(address, &info) && info.dli_fname ? info.dli_fname : "?";
 }
 
 }  // namespace
@@ -188,6 +197,30 @@ ACCEL_API accel_status accel_tensor_wrap_torch(void* torch_tensor, accel_tensor*
     const at::Tensor& source = *static_cast<const at::Tensor*>(torch_tensor);
     if (!source.defined()) fail(Errc::invalid_argument, "torch_tensor is an undefined tensor");
     *out = accel::capi::new_tensor(source);
+  });
+}
+
+ACCEL_API accel_status accel_torch_check(const char* version, int32_t cxx11_abi,
+                                         const void* cpu_allocator_fn) {
+  return guarded([&] {
+    require(version, "version");
+    const std::string ours =
+        std::string(TORCH_VERSION) + " (C++11 ABI " + std::to_string(_GLIBCXX_USE_CXX11_ABI) + ")";
+    const std::string theirs =
+        std::string(version) +
+        (cxx11_abi >= 0 ? " (C++11 ABI " + std::to_string(cxx11_abi) + ")" : std::string());
+    if (std::strcmp(version, TORCH_VERSION) != 0 ||
+        (cxx11_abi >= 0 && cxx11_abi != _GLIBCXX_USE_CXX11_ABI))
+      fail(Errc::unsupported, "the program is built against LibTorch " + theirs +
+                                  " but libaccel runs on LibTorch " + ours +
+                                  ": LibTorch objects cannot cross between two builds; build the "
+                                  "program against the LibTorch libaccel was built with");
+    const void* own = reinterpret_cast<const void*>(&c10::GetCPUAllocator);
+    if (cpu_allocator_fn && cpu_allocator_fn != own)
+      fail(Errc::unsupported, "the program's LibTorch " + theirs + " is loaded from " +
+                                  library_of(cpu_allocator_fn) + " but libaccel's from " +
+                                  library_of(own) +
+                                  ": two copies of LibTorch in one process cannot share tensors");
   });
 }
 

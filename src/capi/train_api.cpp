@@ -9,17 +9,9 @@ using accel::capi::FamilyLock;
 using accel::capi::guarded;
 using accel::capi::require;
 
-namespace {
+using accel::capi::live_session;
 
-// The session an object was prepared with (null when never prepared); an error once its
-// accelerator is gone. Call with the object's family lock held.
-template <class Handle>
-std::shared_ptr<accel::prepare::Session> live_session(const Handle* h) {
-  if (!h->prepared) return nullptr;
-  auto s = h->session.lock();
-  if (!s) fail(Errc::state, "the accelerator this object was prepared with has been freed");
-  return s;
-}
+namespace {
 
 template <class Handle>
 std::shared_ptr<accel::prepare::Session> accelerator_session(Handle* h) {

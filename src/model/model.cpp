@@ -228,6 +228,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   auto m = std::make_unique<Model>();
   try {
     *m->module_ = torch::jit::load(path);
+    m->loaded_ = true;
   } catch (const std::exception& e) {
     fail(Errc::io, "cannot load the TorchScript archive '" + path + "': " + errors_of(e));
   }
@@ -246,6 +247,47 @@ void Model::add_layer(const std::string& name, const std::string& kind, const st
   module_->register_module(name, layer);
 }
 
+void Model::add_host_tensor(const std::string& name, const at::Tensor& t, bool is_buffer) {
+  // An archive's submodules of one kind share one class type: an attribute added to one would be
+  // added to the type of all, whose objects have no slot for it.
+  if (loaded_)
+    fail(Errc::invalid_argument,
+         "cannot add '" + name +
+             "' to a model loaded from a TorchScript archive: lend the host's tensors to a model "
+             "made with accel_model_new");
+  const auto path = split_tensor_name(name);
+  // Where it goes, without changing anything yet: every segment but the last names a submodule
+  // (made below where missing), the last is free.
+  torch::jit::Module parent = *module_;
+  size_t made_from = path.size() - 1;  // the first segment whose submodule is missing
+  for (size_t i = 0; i + 1 < path.size(); ++i) {
+    if (!parent.hasattr(path[i])) {
+      made_from = i;
+      break;
+    }
+    const c10::IValue v = parent.attr(path[i]);
+    if (!v.isModule())
+      fail(Errc::invalid_argument, "cannot add '" + name + "': '" + path[i] +
+                                       "' is a tensor or attribute of the model, not a submodule");
+    parent = v.toModule();
+  }
+  if (made_from == path.size() - 1 && parent.hasattr(path.back()))
+    fail(Errc::invalid_argument, "the model already has '" + name + "'");
+  host_.admit(name, t, /*is_parameter=*/!is_buffer, named_tensors());
+  try {
+    for (size_t i = made_from; i + 1 < path.size(); ++i) {
+      torch::jit::Module sub = new_module("HostModule");
+      sub.train(module_->is_training());
+      parent.register_module(path[i], sub);
+      parent = sub;
+    }
+    parent.register_parameter(path.back(), t, is_buffer);
+  } catch (const std::exception& e) {
+    host_.forget_last();
+    fail(Errc::invalid_argument, "cannot add '" + name + "': " + errors_of(e));
+  }
+}
+
 void Model::define(const std::string& source) {
   try {
     // All or nothing: Module::define adds each method as it compiles, so a source whose second
@@ -261,6 +303,11 @@ void Model::define(const std::string& source) {
 std::vector<at::Tensor> Model::call(const std::string& method,
                                     const std::vector<at::Tensor>& inputs) {
   auto m = module_->find_method(method);
+  if (!m && !host_.empty())
+    fail(Errc::invalid_argument,
+         "the model has no method '" + method +
+             "': its tensors are the host's, and so is its forward (run it between "
+             "accel_model_forward_begin and accel_model_forward_end)");
   if (!m) fail(Errc::invalid_argument, "the model has no method '" + method + "'");
   std::vector<c10::IValue> stack(inputs.begin(), inputs.end());
   c10::IValue result;
@@ -327,6 +374,10 @@ int64_t Model::num_parameters() const {
 }
 
 void Model::save(const std::string& path) const {
+  if (!host_.empty())
+    fail(Errc::state,
+         "a model of host-owned tensors has no TorchScript code to save: its forward is the "
+         "host's; save its weights with accel_save_model (safetensors)");
   try {
     module_->save(path);
   } catch (const std::exception& e) {

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/host_tensors.hpp"
+
 namespace torch::jit {
 struct Module;
 }
@@ -31,6 +33,15 @@ class Model {
   void add_layer(const std::string& name, const std::string& kind, const std::string& spec);
   // Compiles TorchScript source: methods of the model (forward, training_step, ...).
   void define(const std::string& source);
+  // Lends the host's tensor `t` to the model as parameter (or buffer) `name`, no copy: the model's
+  // tensor is the host's (the same TensorImpl), so whatever training does to it the host sees.
+  // Dotted names ("fc1.weight") make the submodules on the way. Checks: see HostTensors::admit;
+  // a name the model has, or a model loaded from an archive, is accel::Error(invalid_argument).
+  // All or nothing.
+  void add_host_tensor(const std::string& name, const at::Tensor& t, bool is_buffer);
+  // The host's tensors lent with add_host_tensor (empty for a layer or TorchScript model).
+  HostTensors& host_tensors() { return host_; }
+  const HostTensors& host_tensors() const { return host_; }
 
   std::vector<at::Tensor> call(const std::string& method, const std::vector<at::Tensor>& inputs);
 
@@ -48,6 +59,8 @@ class Model {
 
  private:
   std::unique_ptr<torch::jit::Module> module_;
+  HostTensors host_;
+  bool loaded_ = false;  // from an archive: its submodules may share class types
 };
 
 // Parses "a=1 b=2,c=3" into a map; throws accel::Error(invalid_argument) naming a malformed entry.

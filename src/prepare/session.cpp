@@ -38,6 +38,11 @@ class AutocastScope {
   at::ScalarType dtype_;
 };
 
+// The autocast scopes of the host forwards open on this thread (forward_begin/forward_end), each
+// with its model; null where mixed precision is off.
+thread_local std::vector<std::pair<const model::Model*, std::unique_ptr<AutocastScope>>>
+    open_forwards;
+
 }  // namespace
 
 std::vector<at::Tensor> trainable_parameters(const model::Model& m) {
@@ -108,7 +113,8 @@ std::shared_ptr<data::DataLoader> Session::make_dataloader(
 
 void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_placement) {
   if (models_.count(m.get())) return;
-  if (device_placement) m->to(acc_->device());
+  if (device_placement) m->to(acc_->device());  // host tensors move in place, as Module.to
+  m->host_tensors().pin();
   if (auto* comm = acc_->communicator()) {
     std::vector<at::Tensor> state;
     for (const auto& [n, p] : m->named_parameters()) state.push_back(p);
@@ -141,17 +147,49 @@ void Session::prepare_dataloader(const std::shared_ptr<data::DataLoader>& l) {
     loader_order_.push_back(l);
 }
 
-std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method,
-                                      const std::vector<at::Tensor>& inputs) {
+void Session::broadcast_buffers(const model::Model& m) {
   // Every forward starts from rank 0's buffers (DDP's broadcast_buffers), in eval mode too, so that
   // every rank evaluates with the same batch-norm statistics.
   auto* comm = acc_->communicator();
-  if (comm) {
-    std::vector<at::Tensor> buffers;
-    for (const auto& [n, b] : m.named_buffers()) buffers.push_back(b);
-    if (!buffers.empty())
-      ddp::broadcast_from_main(*comm, buffers, "the model's buffers", /*verify=*/false);
-  }
+  if (!comm) return;
+  std::vector<at::Tensor> buffers;
+  for (const auto& [n, b] : m.named_buffers()) buffers.push_back(b);
+  if (!buffers.empty())
+    ddp::broadcast_from_main(*comm, buffers, "the model's buffers", /*verify=*/false);
+}
+
+void Session::check_host_tensors() const {
+  for (const auto& m : model_order_) m->host_tensors().check();
+}
+
+void Session::forward_begin(model::Model& m) {
+  check_host_tensors();
+  broadcast_buffers(m);
+  const auto mp = acc_->mixed_precision();
+  std::unique_ptr<AutocastScope> scope;
+  if (mp != runtime::MixedPrecision::kNo)
+    scope = std::make_unique<AutocastScope>(
+        acc_->device() != "cpu", mp == runtime::MixedPrecision::kBf16 ? at::kBFloat16 : at::kHalf);
+  open_forwards.emplace_back(&m, std::move(scope));
+}
+
+void begin_unprepared_forward(const model::Model& m) {
+  open_forwards.emplace_back(&m, nullptr);
+}
+
+void end_host_forward(const model::Model& m) {
+  if (open_forwards.empty() || open_forwards.back().first != &m)
+    fail(Errc::state,
+         open_forwards.empty()
+             ? "accel_model_forward_end without accel_model_forward_begin on this thread"
+             : "accel_model_forward_end of another model than the innermost "
+               "accel_model_forward_begin on this thread (end them in reverse order)");
+  open_forwards.pop_back();  // leaves the autocast scope
+}
+
+std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method,
+                                      const std::vector<at::Tensor>& inputs) {
+  broadcast_buffers(m);
   const auto mp = acc_->mixed_precision();
   if (mp == runtime::MixedPrecision::kNo) return m.call(method, inputs);
   std::vector<at::Tensor> out;
@@ -191,6 +229,7 @@ void Session::backward(const at::Tensor& loss) {
     fail(Errc::state, "no model is prepared: gradients would not be averaged across the " +
                           std::to_string(acc_->place().world_size) +
                           " processes; pass the model to accel_prepare first");
+  check_host_tensors();
   const int64_t steps = acc_->settings().integer("gradient_accumulation_steps");
   at::Tensor scaled = steps > 1 ? loss / static_cast<double>(steps) : loss;
   if (scaler_) scaled = scaler_->scale_loss(scaled);
@@ -213,6 +252,7 @@ void Session::unscale_for(const std::vector<at::Tensor>& params) {
 
 void Session::optimizer_step(optim::Optimizer& o) {
   if (!sync_gradients_) return;  // an accumulation micro-step
+  check_host_tensors();
   if (scaler_) {
     if (scaler_->step(o.params(), [&] { o.step(); }))
       skipped_.erase(&o);

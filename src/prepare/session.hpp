@@ -106,6 +106,11 @@ class Session {
   std::vector<at::Tensor> call(model::Model& m, const std::string& method,
                                const std::vector<at::Tensor>& inputs);
 
+  // The host's forward of a model of host-owned tensors, as call() runs a method: rank 0's buffers
+  // copied to every rank, then the mixed-precision autocast entered on the calling thread until
+  // end_host_forward (below) closes it.
+  void forward_begin(model::Model& m);
+
   // Opens a micro-step (Accelerate's accumulate()): decides sync_gradients.
   void accumulate();
   bool sync_gradients() const { return sync_gradients_; }
@@ -133,6 +138,10 @@ class Session {
   void prepare_scheduler(const std::shared_ptr<optim::LrScheduler>& scheduler);
   void prepare_dataloader(const std::shared_ptr<data::DataLoader>& loader);
   void unscale_for(const std::vector<at::Tensor>& params);
+  // accel::Error(state) when the host resized or replaced a tensor it lent to a prepared model.
+  void check_host_tensors() const;
+  // Rank 0's buffers to every rank (DDP's broadcast_buffers), before each forward.
+  void broadcast_buffers(const model::Model& m);
 
   std::unique_ptr<runtime::Accelerator> acc_;
   std::map<const model::Model*, std::shared_ptr<model::Model>> models_;
@@ -151,6 +160,14 @@ class Session {
   int64_t micro_step_ = 0;
   int64_t total_steps_ = 0;
 };
+
+// A host forward of a model that is not prepared: nothing to do but be closed by
+// end_host_forward.
+void begin_unprepared_forward(const model::Model& m);
+// Closes this thread's innermost host forward, which must be of `m` (accel::Error(state)
+// otherwise): leaves its autocast. Needs no session, so a forward opened before its accelerator
+// was freed still closes.
+void end_host_forward(const model::Model& m);
 
 // The trainable parameters of `m`, in registration order.
 std::vector<at::Tensor> trainable_parameters(const model::Model& m);

@@ -40,6 +40,7 @@ if [ "$mode" = both ] || [ "$mode" = cmake ]; then
   cmake --build "$work/cmake_build" > "$work/cmake_build.log"
   "$work/cmake_build/consumer"
   "$prefix/bin/accel" launch -n 2 "$work/cmake_build/consumer"
+  "$prefix/bin/accel" launch -n 2 "$work/cmake_build/consumer_cpp"
   # Another ABI's version must not be accepted by the package.
   other=$major.$((minor - 1))
   [ "$major" = 0 ] || other=$((major - 1)).0

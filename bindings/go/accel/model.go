@@ -3,7 +3,10 @@ package accel
 // #include "shim.h"
 import "C"
 
-import "unsafe"
+import (
+	"runtime"
+	"unsafe"
+)
 
 // Model is a TorchScript module: loaded from an archive, or built here from layers (each
 // initialised as the matching torch.nn layer) and methods in TorchScript source (accel.h,
@@ -83,6 +86,57 @@ func (m *Model) AddLayer(name, kind, spec string) error {
 	return m.withStrings([]string{name, kind, spec}, func(p *C.accel_model, c []*C.char) C.accel_status {
 		return C.accel_model_add_layer(p, c[0], c[1], c[2])
 	})
+}
+
+// AddParameter lends the caller's tensor to the model as parameter name ("fc1.weight"), no
+// copy: the model's tensor is the caller's, and training changes it in place (accel.h, "Models
+// of the host's own tensors"). It must be a floating-point autograd leaf that requires grad
+// (Tensor.SetRequiresGrad), share memory with no other lent tensor, and sit on the model's
+// device. The model keeps its own reference: the caller may close t afterwards.
+func (m *Model) AddParameter(name string, t *Tensor) error {
+	return m.lend(name, t, func(p *C.accel_model, c *C.char, raw *C.accel_tensor) C.accel_status {
+		return C.accel_model_add_parameter(p, c, raw)
+	})
+}
+
+// AddBuffer lends the caller's tensor as buffer name: saved and copied from rank 0, not trained.
+func (m *Model) AddBuffer(name string, t *Tensor) error {
+	return m.lend(name, t, func(p *C.accel_model, c *C.char, raw *C.accel_tensor) C.accel_status {
+		return C.accel_model_add_buffer(p, c, raw)
+	})
+}
+
+func (m *Model) lend(name string, t *Tensor, f func(*C.accel_model, *C.char, *C.accel_tensor) C.accel_status) error {
+	raw, release, err := rawTensors([]*Tensor{t})
+	if err != nil {
+		return err
+	}
+	defer release()
+	return m.withStrings([]string{name}, func(p *C.accel_model, c []*C.char) C.accel_status {
+		return f(p, c[0], raw[0])
+	})
+}
+
+// Forward runs the caller's own forward of a model of lent tensors: rank 0's buffers are copied
+// to every rank first (a collective when the model has buffers) and f runs under the
+// accelerator's mixed precision. The goroutine stays on one OS thread meanwhile: LibTorch's
+// autocast state is per thread.
+func (m *Model) Forward(f func() error) error {
+	p, err := m.ref().acquire("Model")
+	if err != nil {
+		return err
+	}
+	defer m.h.release()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := call(func() C.accel_status { return C.accel_model_forward_begin(p) }); err != nil {
+		return err
+	}
+	ferr := f()
+	if err := call(func() C.accel_status { return C.accel_model_forward_end(p) }); err != nil && ferr == nil {
+		return err
+	}
+	return ferr
 }
 
 // Define compiles TorchScript source defining methods (forward, training_step, ...). Source

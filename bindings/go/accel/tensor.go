@@ -272,6 +272,31 @@ func WrapTorch(torchTensor unsafe.Pointer) (*Tensor, error) {
 	return newTensor(out), nil
 }
 
+// SetRequiresGrad sets whether autograd records operations on t (PyTorch's requires_grad_), so
+// that a tensor made from data can be lent to a model as a parameter. An autograd leaf only.
+func (t *Tensor) SetRequiresGrad(on bool) error {
+	_, err := query(t.ref(), "Tensor", func(p *C.accel_tensor, _ *struct{}) C.accel_status {
+		return C.accel_tensor_set_requires_grad(p, C.bool(on))
+	})
+	return err
+}
+
+// CheckTorch reports whether a program's own LibTorch (as gotch links it) is the very build
+// libaccel runs on: version as its headers say ("2.11.0"), cxx11ABI its _GLIBCXX_USE_CXX11_ABI
+// (-1 when unknown), cpuAllocator the address of c10::GetCPUAllocator as the program sees it (nil
+// when unknown). A mismatch is ErrUnsupported naming both builds. Check before WrapTorch.
+func CheckTorch(version string, cxx11ABI int32, cpuAllocator unsafe.Pointer) error {
+	if err := checkVersion(); err != nil {
+		return err
+	}
+	c, free, err := cString(version, "version")
+	if err != nil {
+		return err
+	}
+	defer free()
+	return call(func() C.accel_status { return C.accel_torch_check(c, C.int32_t(cxx11ABI), cpuAllocator) })
+}
+
 // BorrowTorch is the at::Tensor* inside t, valid until t is closed.
 func (t *Tensor) BorrowTorch() (unsafe.Pointer, error) {
 	return query(t.ref(), "Tensor", func(p *C.accel_tensor, out *unsafe.Pointer) C.accel_status {

@@ -381,3 +381,26 @@ func TestCheckpointsCarryRegisteredObjects(t *testing.T) {
 	state.panicked = false
 	wantStatus(t, acc.LoadState(filepath.Join(t.TempDir(), "none")), accel.ErrIO)
 }
+
+// A model of the caller's own tensors (accel.h, "Models of the host's own tensors"): what Go can
+// check without a LibTorch of its own (gotch) to compute a forward with.
+func TestModelsOfTheCallersOwnTensors(t *testing.T) {
+	w := must(accel.FromSlice([]float32{1, 2, 3}, 3))
+	defer w.Close()
+	model := must(accel.NewModel())
+	defer model.Close()
+	wantStatus(t, model.AddParameter("fc.weight", w), accel.ErrInvalidArgument, "does not require grad")
+	ok(t, w.SetRequiresGrad(true))
+	ok(t, model.AddParameter("fc.weight", w))
+	wantStatus(t, model.AddBuffer("fc.copy", w), accel.ErrInvalidArgument, "requires grad")
+	names := must(model.TensorNames())
+	if len(names) != 1 || names[0] != "fc.weight" {
+		t.Fatalf("names %v", names)
+	}
+	ran := false
+	ok(t, model.Forward(func() error { ran = true; return nil }))
+	if !ran {
+		t.Fatal("Forward did not run its function")
+	}
+	wantStatus(t, accel.CheckTorch("0.1.0", -1, nil), accel.ErrUnsupported, "built against LibTorch 0.1.0")
+}

@@ -56,6 +56,46 @@ add_layer!(model::Model, name, kind; options...) =
     add_layer!(model, name, kind, join(("$key=$(option_text(value))" for (key, value) in options), " "))
 
 """
+    add_parameter!(model, name, t::Tensor)
+
+Lends `t` to the model as parameter `name` (`"fc1.weight"`), no copy: training changes it in
+place (accel.h, "Models of the host's own tensors"). It must be a floating-point autograd leaf
+that requires grad (`set_requires_grad!`), share memory with no other lent tensor and sit on the
+model's device. The model keeps its own reference: `t` may be closed afterwards.
+"""
+function add_parameter!(model::Model, name, t::Tensor)
+    @check accel_model_add_parameter(model::Ptr{Cvoid}, c_text(name)::Cstring, t::Ptr{Cvoid})
+    model
+end
+
+"""
+    add_buffer!(model, name, t::Tensor)
+
+Lends `t` as buffer `name`: saved and copied from rank 0, never trained.
+"""
+function add_buffer!(model::Model, name, t::Tensor)
+    @check accel_model_add_buffer(model::Ptr{Cvoid}, c_text(name)::Cstring, t::Ptr{Cvoid})
+    model
+end
+
+"""
+    forward(f, model)
+
+Runs the caller's own forward `f()` of a model of lent tensors (`forward(model) do ... end`):
+rank 0's buffers are copied to every rank first (a collective when the model has buffers) and
+`f` runs under the accelerator's mixed precision. LibTorch's autocast is per OS thread: `f`
+must not yield to another task that could move it.
+"""
+function forward(f, model::Model)
+    @check accel_model_forward_begin(model::Ptr{Cvoid})
+    try
+        return f()
+    finally
+        @check accel_model_forward_end(model::Ptr{Cvoid})
+    end
+end
+
+"""
     define!(model, source)
 
 Compiles TorchScript source defining methods of the model (forward, training_step, ...). Source

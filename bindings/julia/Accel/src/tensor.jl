@@ -169,6 +169,30 @@ function wrap_torch(pointer::Ptr{Cvoid})
 end
 
 """
+    set_requires_grad!(t, on = true)
+
+Whether autograd records operations on `t` (PyTorch's `requires_grad_`), so that a tensor made
+from data can be lent to a model as a parameter (`add_parameter!`). An autograd leaf only.
+"""
+function set_requires_grad!(t::Tensor, on::Bool = true)
+    @check accel_tensor_set_requires_grad(t::Ptr{Cvoid}, on::Bool)
+    t
+end
+
+"""
+    check_torch(version; cxx11_abi = -1, cpu_allocator = C_NULL)
+
+Checks that a program's own LibTorch (Torch.jl's) is the very build libaccel runs on before a
+tensor crosses with `wrap_torch`: `version` as that LibTorch says ("2.11.0"), `cxx11_abi` its
+`_GLIBCXX_USE_CXX11_ABI` (-1 when unknown), `cpu_allocator` the address of
+`c10::GetCPUAllocator` as the program sees it. A mismatch throws `ERR_UNSUPPORTED` naming both.
+"""
+function check_torch(version::AbstractString; cxx11_abi::Integer = -1, cpu_allocator::Ptr{Cvoid} = C_NULL)
+    @check accel_torch_check(c_text(version)::Cstring, Int32(cxx11_abi)::Int32, cpu_allocator::Ptr{Cvoid})
+    nothing
+end
+
+"""
     borrow_torch(t) -> Ptr{Cvoid}
 
 Interop, no copy: the `at::Tensor*` inside `t`, valid while `t` is open.

@@ -20,7 +20,7 @@ end
 results = @testset CountingTestSet "Accel.jl" begin
 
 @testset "library" begin
-    @test Accel.library_version() == v"0.2.0"
+    @test Accel.library_version() == v"0.2.1"
     @test isfile(Accel.LIBRARY_PATH[])
     @test Accel.status_name(Accel.ERR_SHAPE) == "ACCEL_ERR_SHAPE"
     # Each way of finding the library, in a fresh process.
@@ -190,6 +190,23 @@ end
     @test lr(opt) ≈ 0.025
     @test !step_was_skipped(opt)
     foreach(close, (sched, opt, m, m2))
+end
+
+@testset "models of the caller's own tensors" begin
+    w = Tensor(Float32[1, 2, 3])
+    m = Model()
+    e = error_of(() -> add_parameter!(m, "fc.weight", w))
+    @test e.status == Accel.ERR_INVALID_ARGUMENT && occursin("does not require grad", e.message)
+    set_requires_grad!(w)
+    add_parameter!(m, "fc.weight", w)
+    close(w)  # the model keeps its own reference
+    e = error_of(() -> add_buffer!(m, "fc.weight", Tensor(Float32[0])))
+    @test occursin("already has 'fc.weight'", e.message)
+    @test tensor_names(m) == ["fc.weight"]
+    @test forward(() -> 7, m) == 7
+    e = error_of(() -> check_torch("0.1.0"))
+    @test e.status == Accel.ERR_UNSUPPORTED && occursin("built against LibTorch 0.1.0", e.message)
+    close(m)
 end
 
 @testset "function datasets" begin
@@ -406,7 +423,7 @@ end
     lines = split(out, '\n')
     for line in ["rank 0 of 2 (local rank 0) on cpu, main process",
                  "rank 1 of 2 (local rank 1) on cpu",
-                 "distributed type MULTI_CPU, mixed precision no, libaccel 0.2.0",
+                 "distributed type MULTI_CPU, mixed precision no, libaccel 0.2.1",
                  "gather                   shape [4] values 0 1 10 11",
                  "pad + gather             shape [4] values 1 -1 1 1",
                  "reduce sum of rank+1     shape [] values 3",

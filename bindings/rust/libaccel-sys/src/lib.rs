@@ -16,7 +16,7 @@ pub const SUPPORTED_VERSION_END: u32 = 300;
 /// The header's `ACCEL_VERSION_MAJOR`, `_MINOR`, `_PATCH` and `_NUMBER`.
 pub const ACCEL_VERSION_MAJOR: u32 = 0;
 pub const ACCEL_VERSION_MINOR: u32 = 2;
-pub const ACCEL_VERSION_PATCH: u32 = 0;
+pub const ACCEL_VERSION_PATCH: u32 = 1;
 pub const ACCEL_VERSION_NUMBER: u32 =
     ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH;
 
@@ -206,6 +206,15 @@ extern "C" {
     pub fn accel_tensor_borrow_torch(
         tensor: *const accel_tensor,
         out: *mut *mut c_void,
+    ) -> accel_status;
+    pub fn accel_torch_check(
+        version: *const c_char,
+        cxx11_abi: i32,
+        cpu_allocator_fn: *const c_void,
+    ) -> accel_status;
+    pub fn accel_tensor_set_requires_grad(
+        tensor: *mut accel_tensor,
+        requires_grad: bool,
     ) -> accel_status;
     pub fn accel_tensor_list_count(list: *const accel_tensor_list, out: *mut usize)
         -> accel_status;
@@ -417,6 +426,18 @@ extern "C" {
         spec: *const c_char,
     ) -> accel_status;
     pub fn accel_model_define(model: *mut accel_model, source: *const c_char) -> accel_status;
+    pub fn accel_model_add_parameter(
+        model: *mut accel_model,
+        name: *const c_char,
+        tensor: *const accel_tensor,
+    ) -> accel_status;
+    pub fn accel_model_add_buffer(
+        model: *mut accel_model,
+        name: *const c_char,
+        tensor: *const accel_tensor,
+    ) -> accel_status;
+    pub fn accel_model_forward_begin(model: *mut accel_model) -> accel_status;
+    pub fn accel_model_forward_end(model: *mut accel_model) -> accel_status;
     pub fn accel_model_call(
         model: *mut accel_model,
         method: *const c_char,

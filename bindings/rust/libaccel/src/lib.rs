@@ -86,3 +86,22 @@ const _: () = {
     send_sync::<Scheduler>();
     send_sync::<Error>();
 };
+
+/// Checks that a program's own LibTorch (tch-rs's) is the very build libaccel runs on, before
+/// any tensor crosses with [`Tensor::from_torch_ptr`]: `version` as that LibTorch says
+/// (`"2.11.0"`), `cxx11_abi` its `_GLIBCXX_USE_CXX11_ABI` (`None` when unknown), `cpu_allocator`
+/// the address of `c10::GetCPUAllocator` as the program sees it (null when unknown). A mismatch
+/// is [`Status::Unsupported`] naming both builds.
+// The pointer is only compared with libaccel's own, never read.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn check_torch(
+    version: &str,
+    cxx11_abi: Option<bool>,
+    cpu_allocator: *const std::ffi::c_void,
+) -> Result<()> {
+    ffi::ensure_supported_library()?;
+    let version = ffi::c_string(version, "version")?;
+    let abi = cxx11_abi.map_or(-1, i32::from);
+    // SAFETY: NUL-terminated string; the pointer is only compared, never dereferenced.
+    error::check(unsafe { sys::accel_torch_check(version.as_ptr(), abi, cpu_allocator) })
+}

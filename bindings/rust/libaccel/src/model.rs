@@ -69,6 +69,48 @@ impl Model {
         })
     }
 
+    /// Lends the caller's tensor to the model as parameter `name` (`"fc1.weight"`), no copy:
+    /// training changes it in place (accel.h, "Models of the host's own tensors"). It must be a
+    /// floating-point autograd leaf that requires grad ([`Tensor::set_requires_grad`]), share
+    /// memory with no other lent tensor and sit on the model's device. The model keeps its own
+    /// reference: the caller may drop `tensor` afterwards.
+    pub fn add_parameter(&mut self, name: &str, tensor: &Tensor) -> Result<()> {
+        let name = c_string(name, "name")?;
+        // SAFETY: live handles, NUL-terminated name.
+        check(unsafe {
+            sys::accel_model_add_parameter(self.as_raw(), name.as_ptr(), tensor.as_raw())
+        })
+    }
+
+    /// Lends the caller's tensor as buffer `name`: saved and copied from rank 0, never trained.
+    pub fn add_buffer(&mut self, name: &str, tensor: &Tensor) -> Result<()> {
+        let name = c_string(name, "name")?;
+        // SAFETY: live handles, NUL-terminated name.
+        check(unsafe { sys::accel_model_add_buffer(self.as_raw(), name.as_ptr(), tensor.as_raw()) })
+    }
+
+    /// Runs the caller's own forward `f` of a model of lent tensors: rank 0's buffers are copied
+    /// to every rank first (a collective when the model has buffers) and `f` runs under the
+    /// accelerator's mixed precision (LibTorch's autocast, on this thread), which ends with it.
+    pub fn forward<R>(&mut self, f: impl FnOnce() -> R) -> Result<R> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_model_forward_begin(self.as_raw()) })?;
+        struct End(*mut sys::accel_model);
+        impl Drop for End {
+            fn drop(&mut self) {
+                // SAFETY: the handle outlives this guard; it closes the begin above, on this
+                // thread, even when `f` panics.
+                unsafe { sys::accel_model_forward_end(self.0) };
+            }
+        }
+        let end = End(self.as_raw());
+        let out = f();
+        std::mem::forget(end);
+        // SAFETY: live handle; closes the begin above.
+        check(unsafe { sys::accel_model_forward_end(self.as_raw()) })?;
+        Ok(out)
+    }
+
     /// Compiles TorchScript source defining methods (`forward`, a `training_step` returning the
     /// loss, ...). Layers are called as `self.fc1.forward(x)`.
     pub fn define(&mut self, source: &str) -> Result<()> {

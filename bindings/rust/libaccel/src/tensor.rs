@@ -274,6 +274,13 @@ impl Tensor {
         Ok(Tensor::from_raw(raw).expect("non-null"))
     }
 
+    /// Sets whether autograd records operations on this tensor (PyTorch's `requires_grad_`), so
+    /// that a tensor made from data can be lent to a model as a parameter. An autograd leaf only.
+    pub fn set_requires_grad(&mut self, requires_grad: bool) -> Result<()> {
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_tensor_set_requires_grad(self.as_raw(), requires_grad) })
+    }
+
     /// The `at::Tensor*` inside, valid while `self` lives. Using it is the caller's business (and
     /// `unsafe`): changing the tensor through it bypasses the thread rules above.
     pub fn as_torch_ptr(&self) -> Result<*mut c_void> {

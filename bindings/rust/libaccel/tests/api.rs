@@ -690,3 +690,26 @@ fn errors_show_status_and_message() {
     let io: std::io::Error = e.into();
     assert!(io.to_string().contains("gone"));
 }
+
+/// A model of the caller's own tensors (accel.h, "Models of the host's own tensors"): what the
+/// binding checks without tch-rs to compute a forward with.
+#[test]
+fn models_of_the_callers_own_tensors() {
+    let mut w = Tensor::from_slice(&[1f32, 2., 3.], &[3]).unwrap();
+    let mut model = Model::new().unwrap();
+    let e = model.add_parameter("fc.weight", &w).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("does not require grad"), "{e}");
+    w.set_requires_grad(true).unwrap();
+    model.add_parameter("fc.weight", &w).unwrap();
+    drop(w); // the model keeps its own reference
+    let e = model
+        .add_buffer("fc.weight", &Tensor::from_slice(&[0f32], &[1]).unwrap())
+        .unwrap_err();
+    assert!(e.message().contains("already has 'fc.weight'"), "{e}");
+    assert_eq!(model.tensor_names().unwrap(), vec!["fc.weight".to_string()]);
+    assert_eq!(model.forward(|| 7).unwrap(), 7);
+    let e = libaccel::check_torch("0.1.0", None, std::ptr::null()).unwrap_err();
+    assert_eq!(e.status(), Status::Unsupported);
+    assert!(e.message().contains("built against LibTorch 0.1.0"), "{e}");
+}

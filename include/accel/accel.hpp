@@ -1,0 +1,636 @@
+/*
+ * accel.hpp - the C++ interface of libaccel: header-only, over accel.h alone.
+ *
+ * The same library, the same ABI, the same rules as accel.h (read its Conventions); in C++ terms:
+ *  - Handles are move-only RAII objects (accel::Accelerator, accel::Model, ...); the destructor is
+ *    the matching accel_<type>_free.
+ *  - A failing call throws accel::Error, which carries the accel_status and the library's message.
+ *  - Text and arrays are std::string and std::vector; a batch is a std::vector<accel::Tensor>.
+ *
+ * With LibTorch (define ACCEL_WITH_TORCH before including this header, and link LibTorch):
+ *  - accel::Tensor converts from and to torch::Tensor without a copy (the same storage).
+ *  - accel::Model::from_module(module) lends a torch::nn::Module's parameters and buffers to a
+ *    model, by their names ("conv1.weight"); the forward stays the module's own, run inside
+ *    model.forward() (a scope) for mixed precision and buffer broadcast. See accel.h, "Models of
+ *    the host's own tensors".
+ *  - accel::check_torch() (called by both) refuses a program whose LibTorch is not the very build
+ *    libaccel runs on, naming both: LibTorch objects cannot cross between two builds.
+ */
+#ifndef ACCEL_ACCEL_HPP
+#define ACCEL_ACCEL_HPP
+
+#include <accel/accel.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#ifdef ACCEL_WITH_TORCH
+#include <c10/core/CPUAllocator.h>
+#include <torch/nn/module.h>
+#if __has_include(<torch/headeronly/version.h>)
+#include <torch/headeronly/version.h>
+#else
+#include <torch/csrc/api/include/torch/version.h>
+#endif
+#endif
+
+namespace accel {
+
+/** A failed call: the status (ACCEL_ERR_*) and the library's message. */
+class Error : public std::runtime_error {
+ public:
+  Error(accel_status status, const std::string& message)
+      : std::runtime_error(std::string(accel_status_name(status)) + ": " + message),
+        status_(status) {}
+  accel_status status() const noexcept { return status_; }
+
+ private:
+  accel_status status_;
+};
+
+namespace detail {
+
+inline void check(accel_status status) {
+  if (status != ACCEL_OK) throw Error(status, accel_last_error_message());
+}
+
+// Text through the buffer convention: ask for the size, then fill.
+template <class F>
+std::string text(F&& call) {
+  size_t size = 0;
+  const accel_status first = call(nullptr, 0, &size);
+  if (first != ACCEL_OK && first != ACCEL_ERR_BUFFER_TOO_SMALL) check(first);
+  std::string out(size, '\0');
+  check(call(out.data(), out.size(), &size));
+  out.resize(size > 0 ? size - 1 : 0);  // without the NUL
+  return out;
+}
+
+// One owned handle; the destructor frees it.
+template <class T, void (*Free)(T*)>
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(T* p) : p_(p) {}
+  Handle(Handle&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      Free(p_);
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() { Free(p_); }
+  T* get() const { return p_; }
+  T* release() { return std::exchange(p_, nullptr); }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  T* p_ = nullptr;
+};
+
+template <class T>
+constexpr accel_dtype dtype_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return ACCEL_DTYPE_F32;
+  else if constexpr (std::is_same_v<T, double>)
+    return ACCEL_DTYPE_F64;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return ACCEL_DTYPE_I64;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return ACCEL_DTYPE_I32;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return ACCEL_DTYPE_I16;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return ACCEL_DTYPE_I8;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return ACCEL_DTYPE_U8;
+  else if constexpr (std::is_same_v<T, bool>)
+    return ACCEL_DTYPE_BOOL;
+  else
+    static_assert(sizeof(T) == 0, "no accel_dtype for this element type");
+}
+
+}  // namespace detail
+
+/** The library's version, "0.2.1". */
+inline std::string version() {
+  return accel_version();
+}
+
+#ifdef ACCEL_WITH_TORCH
+/**
+ * Throws Error(ACCEL_ERR_UNSUPPORTED) naming both builds when this program's LibTorch (its headers,
+ * its C++ ABI, the libc10 it has loaded) is not the one libaccel runs on. Checked once.
+ */
+inline void check_torch() {
+#ifdef _GLIBCXX_USE_CXX11_ABI
+  const int32_t cxx11_abi = _GLIBCXX_USE_CXX11_ABI;
+#else
+  const int32_t cxx11_abi = -1;  // not libstdc++: nothing to compare
+#endif
+  static const accel_status status = accel_torch_check(
+      TORCH_VERSION, cxx11_abi, reinterpret_cast<const void*>(&::c10::GetCPUAllocator));
+  static const std::string message = status == ACCEL_OK ? "" : accel_last_error_message();
+  if (status != ACCEL_OK) throw Error(status, message);
+}
+#endif
+
+/** A tensor handle (a LibTorch tensor underneath). */
+class Tensor {
+ public:
+  Tensor() = default;
+  /** Takes ownership of a handle the C interface returned. */
+  explicit Tensor(accel_tensor* owned) : h_(owned) {}
+
+  /** A CPU tensor of `shape` holding a copy of `values` (their count must match the shape). */
+  template <class T>
+  static Tensor from_data(const std::vector<T>& values, const std::vector<int64_t>& shape) {
+    static_assert(!std::is_same_v<T, bool>, "use std::vector<uint8_t> with dtype U8 for flags");
+    accel_tensor* t = nullptr;
+    detail::check(accel_tensor_from_data(values.data(), values.size() * sizeof(T),
+                                         detail::dtype_of<T>(), shape.data(), shape.size(), &t));
+    return Tensor(t);
+  }
+  /** A scalar (no dimensions). */
+  template <class T>
+  static Tensor scalar(T value) {
+    accel_tensor* t = nullptr;
+    detail::check(accel_tensor_from_data(&value, sizeof(T), detail::dtype_of<T>(), nullptr, 0, &t));
+    return Tensor(t);
+  }
+
+  /** The elements, row-major, converted to T's dtype only if it is the tensor's (else throws). */
+  template <class T>
+  std::vector<T> to_vector() const {
+    if (dtype() != detail::dtype_of<T>())
+      throw Error(ACCEL_ERR_DTYPE, "to_vector: the element type is not the tensor's dtype");
+    std::vector<T> out(static_cast<size_t>(element_count()));
+    size_t size = 0;
+    detail::check(accel_tensor_to_data(get(), out.data(), out.size() * sizeof(T), &size));
+    return out;
+  }
+  std::vector<int64_t> shape() const {
+    std::vector<int64_t> s(ACCEL_MAX_DIMS);
+    size_t n = 0;
+    detail::check(accel_tensor_shape(get(), s.data(), s.size(), &n));
+    s.resize(n);
+    return s;
+  }
+  accel_dtype dtype() const {
+    accel_dtype d = 0;
+    detail::check(accel_tensor_dtype(get(), &d));
+    return d;
+  }
+  int64_t element_count() const {
+    int64_t n = 0;
+    detail::check(accel_tensor_element_count(get(), &n));
+    return n;
+  }
+  double item() const {
+    double v = 0;
+    detail::check(accel_tensor_item_f64(get(), &v));
+    return v;
+  }
+  int64_t item_i64() const {
+    int64_t v = 0;
+    detail::check(accel_tensor_item_i64(get(), &v));
+    return v;
+  }
+  /** PyTorch's requires_grad_ (an autograd leaf only). */
+  Tensor& set_requires_grad(bool on) {
+    detail::check(accel_tensor_set_requires_grad(get(), on));
+    return *this;
+  }
+
+#ifdef ACCEL_WITH_TORCH
+  /** The same tensor, no copy (a new reference to its storage and autograd history). */
+  Tensor(const ::torch::Tensor& t) {  // NOLINT(google-explicit-constructor): interop is the point
+    check_torch();
+    accel_tensor* h = nullptr;
+    detail::check(accel_tensor_wrap_torch(const_cast<::torch::Tensor*>(&t), &h));
+    h_ = detail::Handle<accel_tensor, accel_tensor_free>(h);
+  }
+  /** The LibTorch tensor inside, no copy. */
+  ::torch::Tensor torch() const {
+    check_torch();
+    void* p = nullptr;
+    detail::check(accel_tensor_borrow_torch(get(), &p));
+    return *static_cast<::torch::Tensor*>(p);
+  }
+#endif
+
+  accel_tensor* get() const {
+    return h_.get();
+  }
+  explicit operator bool() const {
+    return static_cast<bool>(h_);
+  }
+
+ private:
+  detail::Handle<accel_tensor, accel_tensor_free> h_;
+};
+
+/** Configuration: Accelerate's keys and YAML files (accel.h, "Configuration"). */
+class Config {
+ public:
+  Config() {
+    accel_config* c = nullptr;
+    detail::check(accel_config_new(&c));
+    h_ = Handle(c);
+  }
+  Config& set(const std::string& key, const std::string& value) {
+    detail::check(accel_config_set(get(), key.c_str(), value.c_str()));
+    return *this;
+  }
+  Config& load_file(const std::string& path) {
+    detail::check(accel_config_load_file(get(), path.c_str()));
+    return *this;
+  }
+  std::string get(const std::string& key) const {
+    return detail::text([&](char* b, size_t c, size_t* n) {
+      return accel_config_get(get(), key.c_str(), b, c, n);
+    });
+  }
+  std::string dump() const {
+    return detail::text(
+        [&](char* b, size_t c, size_t* n) { return accel_config_dump(get(), b, c, n); });
+  }
+  accel_config* get() const { return h_.get(); }
+
+ private:
+  using Handle = detail::Handle<accel_config, accel_config_free>;
+  Handle h_;
+};
+
+class Accelerator;
+
+/**
+ * The opened host forward of a model (accel_model_forward_begin); the destructor closes it. Keep it
+ * on the stack of the thread that runs the forward.
+ */
+class ForwardScope {
+ public:
+  explicit ForwardScope(accel_model* m) : m_(m) { detail::check(accel_model_forward_begin(m_)); }
+  ForwardScope(const ForwardScope&) = delete;
+  ForwardScope& operator=(const ForwardScope&) = delete;
+  ~ForwardScope() { accel_model_forward_end(m_); }
+
+ private:
+  accel_model* m_;
+};
+
+/** A model: TorchScript, layers from the catalogue, or the host's own tensors. */
+class Model {
+ public:
+  /** An empty model, to add layers, methods or the host's tensors to. */
+  Model() {
+    accel_model* m = nullptr;
+    detail::check(accel_model_new(&m));
+    h_ = Handle(m);
+  }
+  static Model load_torchscript(const std::string& path) {
+    accel_model* m = nullptr;
+    detail::check(accel_model_load_torchscript(path.c_str(), &m));
+    return Model(m);
+  }
+  Model& add_layer(const std::string& name, const std::string& kind, const std::string& spec) {
+    detail::check(accel_model_add_layer(get(), name.c_str(), kind.c_str(), spec.c_str()));
+    return *this;
+  }
+  Model& define(const std::string& source) {
+    detail::check(accel_model_define(get(), source.c_str()));
+    return *this;
+  }
+  /** Lends the host's tensor as parameter `name` (accel_model_add_parameter). */
+  Model& add_parameter(const std::string& name, const Tensor& t) {
+    detail::check(accel_model_add_parameter(get(), name.c_str(), t.get()));
+    return *this;
+  }
+  /** Lends the host's tensor as buffer `name` (accel_model_add_buffer). */
+  Model& add_buffer(const std::string& name, const Tensor& t) {
+    detail::check(accel_model_add_buffer(get(), name.c_str(), t.get()));
+    return *this;
+  }
+  /** Runs `method`; its tensors come back in order. */
+  std::vector<Tensor> call(const std::string& method, const std::vector<const Tensor*>& inputs) {
+    std::vector<const accel_tensor*> in;
+    for (const Tensor* t : inputs) in.push_back(t->get());
+    accel_tensor_list* list = nullptr;
+    detail::check(accel_model_call(get(), method.c_str(), in.data(), in.size(), &list));
+    detail::Handle<accel_tensor_list, accel_tensor_list_free> owned(list);
+    size_t n = 0;
+    detail::check(accel_tensor_list_count(list, &n));
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < n; ++i) {
+      accel_tensor* t = nullptr;
+      detail::check(accel_tensor_list_get(list, i, &t));
+      out.emplace_back(t);
+    }
+    return out;
+  }
+  std::vector<Tensor> call(const std::string& method, std::initializer_list<const Tensor*> inputs) {
+    return call(method, std::vector<const Tensor*>(inputs));
+  }
+  /**
+   * Opens the host's forward (rank 0's buffers, the accelerator's autocast) until the returned
+   * scope is destroyed: `{ auto scope = model.forward(); auto out = module->forward(x); }`.
+   */
+  [[nodiscard]] ForwardScope forward() { return ForwardScope(get()); }
+  Model& train(bool on = true) {
+    detail::check(accel_model_train(get(), on));
+    return *this;
+  }
+  Model& eval() { return train(false); }
+  int64_t parameter_element_count() const {
+    int64_t n = 0;
+    detail::check(accel_model_parameter_element_count(get(), &n));
+    return n;
+  }
+  /** Parameter then buffer names, in registration order. */
+  std::vector<std::string> tensor_names() const {
+    size_t n = 0;
+    detail::check(accel_model_tensor_count(get(), &n));
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n; ++i)
+      out.push_back(detail::text([&](char* b, size_t c, size_t* s) {
+        return accel_model_tensor_name(get(), i, b, c, s);
+      }));
+    return out;
+  }
+  /** A detached copy of parameter or buffer `name`. */
+  Tensor tensor(const std::string& name) const {
+    accel_tensor* t = nullptr;
+    detail::check(accel_model_tensor(get(), name.c_str(), &t));
+    return Tensor(t);
+  }
+  void save_torchscript(const std::string& path) const {
+    detail::check(accel_model_save_torchscript(get(), path.c_str()));
+  }
+  /** Accelerate's load_checkpoint_in_model. */
+  void load_checkpoint(const std::string& path) {
+    detail::check(accel_load_checkpoint_in_model(get(), path.c_str()));
+  }
+
+#ifdef ACCEL_WITH_TORCH
+  /**
+   * A model of `module`'s own parameters and buffers (named_parameters(), named_buffers(), with
+   * their dotted names), no copy: training changes the module's tensors in place. The module's
+   * forward stays the host's; run it inside forward(). A frozen parameter (requires_grad off) is
+   * lent as a buffer: saved and loaded by its name, copied from rank 0, never stepped. An undefined
+   * buffer (an optional one left empty) is skipped, as torch.nn does.
+   */
+  static Model from_module(::torch::nn::Module& module) {
+    check_torch();
+    Model m;
+    for (const auto& p : module.named_parameters(/*recurse=*/true))
+      if (p.value().requires_grad())
+        m.add_parameter(p.key(), Tensor(p.value()));
+      else
+        m.add_buffer(p.key(), Tensor(p.value()));
+    for (const auto& b : module.named_buffers(/*recurse=*/true))
+      if (b.value().defined()) m.add_buffer(b.key(), Tensor(b.value()));
+    return m;
+  }
+#endif
+
+  accel_model* get() const {
+    return h_.get();
+  }
+
+ private:
+  using Handle = detail::Handle<accel_model, accel_model_free>;
+  explicit Model(accel_model* m) : h_(m) {}
+  Handle h_;
+};
+
+/** An optimizer over a model's parameters: sgd, adam, adamw, rmsprop, adagrad. */
+class Optimizer {
+ public:
+  Optimizer(Model& model, const std::string& kind) {
+    accel_optimizer* o = nullptr;
+    detail::check(accel_optimizer_new(model.get(), kind.c_str(), &o));
+    h_ = Handle(o);
+  }
+  Optimizer& set(const std::string& key, const std::string& value) {
+    detail::check(accel_optimizer_set(get(), key.c_str(), value.c_str()));
+    return *this;
+  }
+  void step() { detail::check(accel_optimizer_step(get())); }
+  void zero_grad() { detail::check(accel_optimizer_zero_grad(get())); }
+  double lr() const {
+    double v = 0;
+    detail::check(accel_optimizer_lr(get(), &v));
+    return v;
+  }
+  void set_lr(double lr) { detail::check(accel_optimizer_set_lr(get(), lr)); }
+  bool step_was_skipped() const {
+    bool v = false;
+    detail::check(accel_optimizer_step_was_skipped(get(), &v));
+    return v;
+  }
+  accel_optimizer* get() const { return h_.get(); }
+
+ private:
+  using Handle = detail::Handle<accel_optimizer, accel_optimizer_free>;
+  Handle h_;
+};
+
+/** A learning-rate schedule driving an optimizer (accel_scheduler_new lists the kinds). */
+class Scheduler {
+ public:
+  Scheduler(Optimizer& optimizer, const std::string& kind) {
+    accel_scheduler* s = nullptr;
+    detail::check(accel_scheduler_new(optimizer.get(), kind.c_str(), &s));
+    h_ = Handle(s);
+  }
+  Scheduler& set(const std::string& key, const std::string& value) {
+    detail::check(accel_scheduler_set(get(), key.c_str(), value.c_str()));
+    return *this;
+  }
+  void step() { detail::check(accel_scheduler_step(get())); }
+  double lr() const {
+    double v = 0;
+    detail::check(accel_scheduler_lr(get(), &v));
+    return v;
+  }
+  accel_scheduler* get() const { return h_.get(); }
+
+ private:
+  using Handle = detail::Handle<accel_scheduler, accel_scheduler_free>;
+  Handle h_;
+};
+
+/** A dataset: tensors whose first dimension indexes samples, or IDX files (MNIST's format). */
+class Dataset {
+ public:
+  static Dataset from_tensors(const std::vector<const Tensor*>& fields) {
+    std::vector<const accel_tensor*> in;
+    for (const Tensor* t : fields) in.push_back(t->get());
+    accel_dataset* d = nullptr;
+    detail::check(accel_dataset_from_tensors(in.data(), in.size(), &d));
+    return Dataset(d);
+  }
+  static Dataset from_idx(const std::vector<std::string>& paths) {
+    std::vector<const char*> in;
+    for (const auto& p : paths) in.push_back(p.c_str());
+    accel_dataset* d = nullptr;
+    detail::check(accel_dataset_from_idx(in.data(), in.size(), &d));
+    return Dataset(d);
+  }
+  int64_t sample_count() const {
+    int64_t n = 0;
+    detail::check(accel_dataset_sample_count(get(), &n));
+    return n;
+  }
+  accel_dataset* get() const { return h_.get(); }
+
+ private:
+  explicit Dataset(accel_dataset* d) : h_(d) {}
+  detail::Handle<accel_dataset, accel_dataset_free> h_;
+};
+
+/** A dataloader for this process (accel.h lists its options). */
+class DataLoader {
+ public:
+  DataLoader(const Accelerator& accelerator, Dataset& dataset);
+  DataLoader& set(const std::string& key, const std::string& value) {
+    detail::check(accel_dataloader_set(get(), key.c_str(), value.c_str()));
+    return *this;
+  }
+  /** The next batch, one tensor per field; std::nullopt at the end of an epoch. */
+  std::optional<std::vector<Tensor>> next() {
+    std::vector<accel_tensor*> fields(ACCEL_MAX_DIMS);
+    size_t n = 0;
+    accel_status st = accel_dataloader_next(get(), fields.data(), fields.size(), &n);
+    if (st == ACCEL_ERR_BUFFER_TOO_SMALL) {
+      fields.resize(n);
+      st = accel_dataloader_next(get(), fields.data(), fields.size(), &n);
+    }
+    detail::check(st);
+    if (n == 0) return std::nullopt;
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < n; ++i) out.emplace_back(fields[i]);
+    return out;
+  }
+  void set_epoch(int64_t epoch) { detail::check(accel_dataloader_set_epoch(get(), epoch)); }
+  int64_t batch_count() const {
+    int64_t n = 0;
+    detail::check(accel_dataloader_batch_count(get(), &n));
+    return n;
+  }
+  accel_dataloader* get() const { return h_.get(); }
+
+ private:
+  detail::Handle<accel_dataloader, accel_dataloader_free> h_;
+};
+
+/** Accelerate's Accelerator: the process's place in the job, collectives, prepare, the step. */
+class Accelerator {
+ public:
+  /** From the environment and the launcher (accel_init with no configuration). */
+  Accelerator() { init(nullptr); }
+  explicit Accelerator(const Config& config) { init(config.get()); }
+
+  int32_t process_index() const { return query<int32_t>(accel_process_index); }
+  int32_t local_process_index() const { return query<int32_t>(accel_local_process_index); }
+  int32_t num_processes() const { return query<int32_t>(accel_num_processes); }
+  bool is_main_process() const { return query<bool>(accel_is_main_process); }
+  bool is_local_main_process() const { return query<bool>(accel_is_local_main_process); }
+  std::string device() const {
+    return detail::text([&](char* b, size_t c, size_t* n) { return accel_device(get(), b, c, n); });
+  }
+  /** ACCEL_PRECISION_NO, _BF16 or _FP16. */
+  accel_precision mixed_precision() const { return query<accel_precision>(accel_mixed_precision); }
+
+  void wait_for_everyone() { detail::check(accel_wait_for_everyone(get())); }
+  /** Prints on the main process only. */
+  void print(const std::string& message) const {
+    detail::check(accel_print(get(), message.c_str()));
+  }
+  void set_seed(uint64_t seed, bool device_specific = false) {
+    detail::check(accel_set_seed(get(), seed, device_specific));
+  }
+
+  Tensor gather(const Tensor& t) { return collective(accel_gather, t); }
+  Tensor gather_for_metrics(const Tensor& t) { return collective(accel_gather_for_metrics, t); }
+  Tensor reduce(const Tensor& t, accel_reduction reduction = ACCEL_REDUCE_SUM) {
+    accel_tensor* out = nullptr;
+    detail::check(accel_reduce(get(), t.get(), reduction, &out));
+    return Tensor(out);
+  }
+  Tensor broadcast(const Tensor& t, int32_t from_process = 0) {
+    accel_tensor* out = nullptr;
+    detail::check(accel_broadcast(get(), t ? t.get() : nullptr, from_process, &out));
+    return Tensor(out);
+  }
+
+  /** Accelerate's prepare(*objects): models, optimizers, schedulers and dataloaders. */
+  template <class... Objects>
+  void prepare(Objects&... objects) {
+    void* handles[] = {static_cast<void*>(objects.get())...};
+    detail::check(accel_prepare(get(), handles, sizeof...(Objects)));
+  }
+  void accumulate() { detail::check(accel_accumulate(get())); }
+  bool sync_gradients() const {
+    bool v = false;
+    detail::check(accel_sync_gradients(get(), &v));
+    return v;
+  }
+  void backward(const Tensor& loss) { detail::check(accel_backward(get(), loss.get())); }
+  /** The total norm before clipping. */
+  double clip_grad_norm(Model& model, double max_norm, double norm_type = 2.0) {
+    double norm = 0;
+    detail::check(accel_clip_grad_norm(get(), model.get(), max_norm, norm_type, &norm));
+    return norm;
+  }
+  void clip_grad_value(Model& model, double clip_value) {
+    detail::check(accel_clip_grad_value(get(), model.get(), clip_value));
+  }
+  void save_model(const Model& model, const std::string& dir,
+                  const char* max_shard_size = nullptr) {
+    detail::check(accel_save_model(get(), model.get(), dir.c_str(), max_shard_size));
+  }
+  void save_state(const std::string& dir) { detail::check(accel_save_state(get(), dir.c_str())); }
+  void load_state(const std::string& dir) { detail::check(accel_load_state(get(), dir.c_str())); }
+
+  accel_accelerator* get() const { return h_.get(); }
+
+ private:
+  void init(const accel_config* config) {
+    accel_accelerator* a = nullptr;
+    detail::check(accel_init(config, &a));
+    h_ = detail::Handle<accel_accelerator, accel_accelerator_free>(a);
+  }
+  template <class T, class F>
+  T query(F fn) const {
+    T v{};
+    detail::check(fn(get(), &v));
+    return v;
+  }
+  template <class F>
+  Tensor collective(F fn, const Tensor& t) {
+    accel_tensor* out = nullptr;
+    detail::check(fn(get(), t.get(), &out));
+    return Tensor(out);
+  }
+  detail::Handle<accel_accelerator, accel_accelerator_free> h_;
+};
+
+inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset) {
+  accel_dataloader* l = nullptr;
+  detail::check(accel_dataloader_new(accelerator.get(), dataset.get(), &l));
+  h_ = detail::Handle<accel_dataloader, accel_dataloader_free>(l);
+}
+
+}  // namespace accel
+
+#endif  // ACCEL_ACCEL_HPP

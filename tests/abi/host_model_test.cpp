@@ -1,0 +1,402 @@
+// Models of the host's own tensors, through accel.hpp with LibTorch (a torch::nn::Module lent to
+// libaccel) and through the C functions underneath: training in place, names and checkpoints,
+// mixed precision in the host's forward, and every bad input the header names.
+#define ACCEL_WITH_TORCH
+#include "accel/accel.hpp"
+
+#include <gtest/gtest.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace {
+
+using accel::Tensor;
+
+// A world of one, whatever the caller's environment says.
+accel::Accelerator make_accelerator(const char* mixed_precision = "no") {
+  for (const char* v : {"WORLD_SIZE", "RANK", "ACCEL_CONFIG_FILE", "ACCELERATE_MIXED_PRECISION",
+                        "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"})
+    unsetenv(v);
+  accel::Config config;
+  config.set("mixed_precision", mixed_precision);
+  return accel::Accelerator(config);
+}
+
+struct Net : torch::nn::Module {
+  Net() {
+    fc1 = register_module("fc1", torch::nn::Linear(4, 8));
+    head = register_module("head", torch::nn::Sequential(torch::nn::Linear(8, 2)));
+    bn = register_module("bn", torch::nn::BatchNorm1d(8));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return head->forward(torch::relu(bn->forward(fc1->forward(x))));
+  }
+  torch::nn::Linear fc1{nullptr};
+  torch::nn::Sequential head{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+};
+
+torch::Tensor inputs() {
+  return torch::linspace(-1, 1, 32).reshape({8, 4});
+}
+torch::Tensor targets() {
+  return torch::arange(8).remainder(2);
+}
+
+// Expects `call` to throw accel::Error with `status` and a message containing `text`.
+template <class F>
+void expect_error(F&& call, accel_status status, const std::string& text) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected " << accel_status_name(status) << " with '" << text << "'";
+  } catch (const accel::Error& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
+std::string temp_dir(const std::string& name) {
+  const auto dir =
+      std::filesystem::path(::testing::TempDir()) / (name + "_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+// `steps` SGD steps of `net` through libaccel; the losses.
+std::vector<double> train(accel::Accelerator& acc, accel::Model& model, accel::Optimizer& opt,
+                          Net& net, int steps) {
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) {
+    acc.accumulate();
+    torch::Tensor loss;
+    {
+      auto scope = model.forward();
+      loss = torch::cross_entropy_loss(net.forward(inputs()), targets());
+    }
+    acc.backward(loss);
+    opt.step();
+    opt.zero_grad();
+    losses.push_back(loss.item<double>());
+  }
+  return losses;
+}
+
+TEST(HostModel, ModuleTensorsAreTrainedInPlaceAsPlainLibTorchWould) {
+  torch::manual_seed(0);
+  auto net = std::make_shared<Net>();
+  auto reference = std::make_shared<Net>();
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : net->named_parameters())
+      reference->named_parameters()[p.key()].copy_(p.value());
+  }
+  auto acc = make_accelerator();
+  auto model = accel::Model::from_module(*net);
+  accel::Optimizer opt(model, "sgd");
+  opt.set("lr", "0.1").set("momentum", "0.9");
+  acc.prepare(model, opt);
+  const void* weight_data = net->fc1->weight.data_ptr();
+  const auto losses = train(acc, model, opt, *net, 5);
+
+  // The same five steps in plain LibTorch.
+  std::vector<torch::Tensor> velocity;
+  for (int i = 0; i < 5; ++i) {
+    auto loss = torch::cross_entropy_loss(reference->forward(inputs()), targets());
+    EXPECT_NEAR(loss.item<double>(), losses[static_cast<size_t>(i)], 1e-6) << "step " << i;
+    loss.backward();
+    torch::NoGradGuard no_grad;
+    auto params = reference->parameters();
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (velocity.size() <= k)
+        velocity.push_back(params[k].grad().clone());
+      else
+        velocity[k].mul_(0.9).add_(params[k].grad());
+      params[k].sub_(0.1 * velocity[k]);
+      params[k].mutable_grad() = torch::Tensor();
+    }
+  }
+  for (const auto& p : net->named_parameters())
+    EXPECT_TRUE(torch::allclose(p.value(), reference->named_parameters()[p.key()], 1e-5, 1e-6))
+        << p.key();
+  // Batch-norm statistics are the module's own buffers, updated by its forward.
+  EXPECT_TRUE(torch::allclose(net->bn->running_mean, reference->bn->running_mean, 1e-5, 1e-6));
+  EXPECT_EQ(net->fc1->weight.data_ptr(), weight_data) << "stepped in place, not replaced";
+  EXPECT_LT(losses.back(), losses.front());
+}
+
+TEST(HostModel, NamesAreTheModulesAndWeightsRoundTripByName) {
+  torch::manual_seed(1);
+  Net net;
+  auto model = accel::Model::from_module(net);
+  const std::vector<std::string> expected = {
+      "fc1.weight", "fc1.bias",        "head.0.weight",  "head.0.bias",           "bn.weight",
+      "bn.bias",    "bn.running_mean", "bn.running_var", "bn.num_batches_tracked"};
+  auto names = model.tensor_names();
+  std::vector<std::string> sorted_names = names, sorted_expected = expected;
+  std::sort(sorted_names.begin(), sorted_names.end());
+  std::sort(sorted_expected.begin(), sorted_expected.end());
+  EXPECT_EQ(sorted_names, sorted_expected);
+  EXPECT_EQ(model.parameter_element_count(), 4 * 8 + 8 + 8 * 2 + 2 + 8 + 8);
+
+  auto acc = make_accelerator();
+  acc.prepare(model);
+  const auto dir = temp_dir("host_weights");
+  acc.save_model(model, dir);
+
+  torch::manual_seed(2);
+  Net other;
+  ASSERT_FALSE(torch::equal(other.fc1->weight, net.fc1->weight));
+  auto other_model = accel::Model::from_module(other);
+  other_model.load_checkpoint(dir);
+  for (const auto& p : net.named_parameters())
+    EXPECT_TRUE(torch::equal(other.named_parameters()[p.key()], p.value())) << p.key();
+  EXPECT_TRUE(torch::equal(other.bn->running_var, net.bn->running_var));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HostModel, SaveStateAndLoadStateRestoreTheHostsTensorsAndOptimizer) {
+  torch::manual_seed(3);
+  Net net;
+  auto acc = make_accelerator();
+  auto model = accel::Model::from_module(net);
+  accel::Optimizer opt(model, "adamw");
+  opt.set("lr", "0.01");
+  acc.prepare(model, opt);
+  train(acc, model, opt, net, 2);
+  const auto dir = temp_dir("host_state");
+  acc.save_state(dir);
+  const auto after = train(acc, model, opt, net, 3);
+  const auto weight = net.head[0]->as<torch::nn::Linear>()->weight.clone();
+  acc.load_state(dir);
+  EXPECT_EQ(train(acc, model, opt, net, 3), after) << "the same three steps again, bit for bit";
+  EXPECT_TRUE(torch::equal(net.head[0]->as<torch::nn::Linear>()->weight, weight));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HostModel, BadTensorsAreRefusedByNameAndChangeNothing) {
+  accel::Model model;
+  auto w = torch::zeros({2, 2}, torch::requires_grad());
+  model.add_parameter("fc.weight", w);
+  expect_error([&] { model.add_parameter("x", Tensor(w * 2)); }, ACCEL_ERR_INVALID_ARGUMENT,
+               "parameter 'x' is not an autograd leaf");
+  expect_error([&] { model.add_parameter("x", Tensor(torch::zeros({2}))); },
+               ACCEL_ERR_INVALID_ARGUMENT, "parameter 'x' does not require grad");
+  expect_error([&] { model.add_parameter("x", Tensor(torch::zeros({2}, torch::kLong))); },
+               ACCEL_ERR_INVALID_ARGUMENT, "a trained parameter is floating point");
+  expect_error([&] { model.add_buffer("x", Tensor(torch::zeros({2}, torch::requires_grad()))); },
+               ACCEL_ERR_INVALID_ARGUMENT, "buffer 'x' requires grad");
+  expect_error(
+      [&] {
+        model.add_parameter(
+            "x",
+            Tensor(torch::zeros(
+                {2},
+                torch::TensorOptions().device(torch::Device(torch::kMeta)).requires_grad(true))));
+      },
+      ACCEL_ERR_INVALID_ARGUMENT, "is on meta but 'fc.weight' is on cpu");
+  expect_error([&] { model.add_parameter("fc.weight2", Tensor(w)); }, ACCEL_ERR_INVALID_ARGUMENT,
+               "shares its storage with 'fc.weight' of this model");
+  auto whole = torch::zeros({4}, torch::requires_grad());
+  model.add_parameter("whole", whole);
+  expect_error([&] { model.add_buffer("part", Tensor(whole.detach().narrow(0, 1, 2))); },
+               ACCEL_ERR_INVALID_ARGUMENT, "shares its storage with 'whole'");
+  accel::Model other;
+  expect_error([&] { other.add_parameter("w", Tensor(w)); }, ACCEL_ERR_INVALID_ARGUMENT,
+               "of another model: a tensor is lent to one model only");
+  for (const char* bad : {"", "a..b", ".a", "a.", "a b", "fc-1.weight"})
+    expect_error(
+        [&] { model.add_parameter(bad, Tensor(torch::zeros({1}, torch::requires_grad()))); },
+        ACCEL_ERR_INVALID_ARGUMENT, "tensor name '" + std::string(bad) + "'");
+  expect_error(
+      [&] { model.add_parameter("fc.weight", Tensor(torch::zeros({1}, torch::requires_grad()))); },
+      ACCEL_ERR_INVALID_ARGUMENT, "already has 'fc.weight'");
+  expect_error(
+      [&] { model.add_parameter("whole.x", Tensor(torch::zeros({1}, torch::requires_grad()))); },
+      ACCEL_ERR_INVALID_ARGUMENT, "'whole' is a tensor or attribute of the model");
+  EXPECT_EQ(model.tensor_names(), (std::vector<std::string>{"fc.weight", "whole"}));
+  EXPECT_EQ(other.tensor_names(), std::vector<std::string>{});
+  // Once the first model is gone, its tensors may be lent again.
+  model = accel::Model();
+  other.add_parameter("w", Tensor(w));
+
+  expect_error([&] { other.save_torchscript(temp_dir("host.pt")); }, ACCEL_ERR_STATE,
+               "save its weights with accel_save_model");
+  auto x = Tensor(torch::zeros({1, 2}));
+  expect_error([&] { other.call("forward", {&x}); }, ACCEL_ERR_INVALID_ARGUMENT,
+               "its tensors are the host's, and so is its forward");
+  auto acc = make_accelerator();
+  acc.prepare(other);
+  expect_error(
+      [&] { other.add_parameter("late", Tensor(torch::zeros({1}, torch::requires_grad()))); },
+      ACCEL_ERR_STATE, "cannot be added to a prepared model");
+}
+
+TEST(HostModel, MemoryTwoTensorsShareIsRefusedAndArchivesTakeNoHostTensors) {
+  // Two tensors over one buffer, as from_blob makes them (tch-rs, gotch): different storages.
+  std::vector<float> memory(6, 0.f);
+  auto a = torch::from_blob(memory.data(), {4}).requires_grad_();
+  auto b = torch::from_blob(memory.data() + 3, {3});
+  accel::Model model;
+  model.add_parameter("a", a);
+  expect_error([&] { model.add_buffer("b", b); }, ACCEL_ERR_INVALID_ARGUMENT,
+               "buffer 'b' shares its storage with 'a' of this model");
+  accel::Model other;
+  expect_error([&] { other.add_buffer("b", b); }, ACCEL_ERR_INVALID_ARGUMENT,
+               "shares its storage with 'a' of another model");
+
+  // An archive's submodules may share a class type: no host tensors there.
+  accel::Model layers;
+  layers.add_layer("fc", "linear", "in_features=2 out_features=1");
+  const auto path = temp_dir("layers") + ".pt";
+  layers.save_torchscript(path);
+  auto loaded = accel::Model::load_torchscript(path);
+  expect_error(
+      [&] { loaded.add_parameter("fc.extra", Tensor(torch::zeros({1}, torch::requires_grad()))); },
+      ACCEL_ERR_INVALID_ARGUMENT, "to a model loaded from a TorchScript archive");
+  std::filesystem::remove(path);
+}
+
+TEST(HostModel, AFrozenParameterOfAModuleIsLentAsABuffer) {
+  torch::manual_seed(4);
+  Net net;
+  net.fc1->weight.set_requires_grad(false);
+  auto acc = make_accelerator();
+  auto model = accel::Model::from_module(net);
+  accel::Optimizer opt(model, "sgd");
+  opt.set("lr", "0.1");
+  acc.prepare(model, opt);
+  const auto frozen = net.fc1->weight.clone();
+  // (fc1's bias feeds batch norm, which cancels its gradient: the head's bias shows the steps.)
+  const auto bias = net.head[0]->as<torch::nn::Linear>()->bias.clone();
+  train(acc, model, opt, net, 2);
+  EXPECT_TRUE(torch::equal(net.fc1->weight, frozen)) << "never stepped";
+  EXPECT_FALSE(torch::equal(net.head[0]->as<torch::nn::Linear>()->bias, bias)) << "trained";
+  const auto names = model.tensor_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "fc1.weight"), names.end());
+  EXPECT_EQ(model.parameter_element_count(), 74 - 32);
+}
+
+TEST(HostModel, ResizingOrReplacingAPreparedTensorIsNamedAtTheNextStep) {
+  auto acc = make_accelerator();
+  auto w = torch::ones({3}, torch::requires_grad());
+  auto b = torch::zeros({1}, torch::requires_grad());
+  accel::Model model;
+  model.add_parameter("w", w).add_parameter("b", b);
+  accel::Optimizer opt(model, "sgd");
+  acc.prepare(model, opt);
+  auto loss = [&] { return (w.sum() + b.sum()) * 2; };
+  acc.backward(loss());
+  opt.step();
+  // As Python's `p.data = ...`: the same tensor object, another shape or storage.
+  const torch::Tensor w_data = w.data();
+  w.set_data(torch::zeros({5}));
+  expect_error([&] { acc.backward(loss()); }, ACCEL_ERR_STATE,
+               "the host changed 'w' while its model is prepared (resized from [3] to [5])");
+  w.set_data(w_data);
+  b.set_data(torch::zeros({1}));
+  expect_error([&] { opt.step(); }, ACCEL_ERR_STATE,
+               "'b' while its model is prepared (its storage was replaced)");
+}
+
+TEST(HostModel, TheHostMayDropItsHandlesTheModelKeepsTheTensors) {
+  auto acc = make_accelerator();
+  accel_model* model = nullptr;
+  torch::Tensor host;  // the host's own reference, taken before its handle is freed
+  ASSERT_EQ(accel_model_new(&model), ACCEL_OK);
+  {
+    // Made from data, as a C host does: requires_grad set through the C interface.
+    const float values[] = {1, 2, 3};
+    const int64_t shape[] = {3};
+    accel_tensor* t = nullptr;
+    ASSERT_EQ(accel_tensor_from_data(values, sizeof values, ACCEL_DTYPE_F32, shape, 1, &t),
+              ACCEL_OK);
+    EXPECT_EQ(accel_model_add_parameter(model, "w", t), ACCEL_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(accel_tensor_set_requires_grad(t, true), ACCEL_OK) << accel_last_error_message();
+    ASSERT_EQ(accel_model_add_parameter(model, "w", t), ACCEL_OK) << accel_last_error_message();
+    void* borrowed = nullptr;
+    ASSERT_EQ(accel_tensor_borrow_torch(t, &borrowed), ACCEL_OK);
+    host = *static_cast<torch::Tensor*>(borrowed);
+    accel_tensor_free(t);  // the host's handle is gone; the model keeps the tensor
+  }
+  accel_optimizer* opt = nullptr;
+  ASSERT_EQ(accel_optimizer_new(model, "sgd", &opt), ACCEL_OK);
+  ASSERT_EQ(accel_optimizer_set(opt, "lr", "0.5"), ACCEL_OK);
+  void* objects[] = {model, opt};
+  ASSERT_EQ(accel_prepare(acc.get(), objects, 2), ACCEL_OK) << accel_last_error_message();
+  // The host's forward, on its own reference: loss = sum(w^2), so one step of lr 0.5 zeroes w.
+  accel_tensor* loss = nullptr;
+  {
+    accel_tensor* copy = nullptr;
+    ASSERT_EQ(accel_model_tensor(model, "w", &copy), ACCEL_OK);
+    EXPECT_EQ(Tensor(copy).to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  }
+  torch::Tensor l = (host * host).sum();
+  ASSERT_EQ(accel_tensor_wrap_torch(&l, &loss), ACCEL_OK);
+  ASSERT_EQ(accel_backward(acc.get(), loss), ACCEL_OK) << accel_last_error_message();
+  ASSERT_EQ(accel_optimizer_step(opt), ACCEL_OK) << accel_last_error_message();
+  accel_tensor_free(loss);
+  EXPECT_TRUE(torch::equal(host, torch::zeros({3}))) << host;
+  accel_optimizer_free(opt);
+  accel_model_free(model);
+  EXPECT_TRUE(torch::equal(host, torch::zeros({3}))) << "the host's reference outlives the model";
+}
+
+TEST(HostModel, ForwardScopeRunsTheHostsForwardUnderTheAcceleratorsAutocast) {
+  std::optional<accel::Accelerator> acc(make_accelerator("bf16"));
+  auto w = torch::randn({4, 4}, torch::requires_grad());
+  accel::Model model;
+  model.add_parameter("w", w);
+  acc->prepare(model);
+  const auto x = torch::randn({2, 4});
+  {
+    auto scope = model.forward();
+    EXPECT_EQ(torch::mm(x, w).scalar_type(), torch::kBFloat16) << "autocast is on inside";
+  }
+  EXPECT_EQ(torch::mm(x, w).scalar_type(), torch::kFloat) << "and off after";
+  expect_error([&] { accel::detail::check(accel_model_forward_end(model.get())); }, ACCEL_ERR_STATE,
+               "without accel_model_forward_begin on this thread");
+  accel::Model second;
+  second.add_parameter("v", Tensor(torch::zeros({1}, torch::requires_grad())));
+  acc->prepare(second);
+  accel::detail::check(accel_model_forward_begin(model.get()));
+  accel::detail::check(accel_model_forward_begin(second.get()));
+  expect_error([&] { accel::detail::check(accel_model_forward_end(model.get())); }, ACCEL_ERR_STATE,
+               "end them in reverse order");
+  accel::detail::check(accel_model_forward_end(second.get()));
+  accel::detail::check(accel_model_forward_end(model.get()));
+  EXPECT_EQ(torch::mm(x, w).scalar_type(), torch::kFloat);
+
+  // A forward still open when its accelerator goes closes all the same.
+  accel::detail::check(accel_model_forward_begin(model.get()));
+  acc.reset();
+  EXPECT_EQ(accel_model_forward_end(model.get()), ACCEL_OK) << accel_last_error_message();
+  EXPECT_EQ(torch::mm(x, w).scalar_type(), torch::kFloat) << "autocast is off again";
+}
+
+TEST(HostModel, AnotherLibTorchBuildIsRefusedNamingBoth) {
+  EXPECT_NO_THROW(accel::check_torch());
+  EXPECT_EQ(accel_torch_check("0.1.0", -1, nullptr), ACCEL_ERR_UNSUPPORTED);
+  const std::string message = accel_last_error_message();
+  EXPECT_NE(message.find("built against LibTorch 0.1.0"), std::string::npos) << message;
+  EXPECT_NE(message.find(std::string("libaccel runs on LibTorch ") + TORCH_VERSION),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(accel_torch_check(TORCH_VERSION, 1 - _GLIBCXX_USE_CXX11_ABI, nullptr),
+            ACCEL_ERR_UNSUPPORTED);
+  // The right version, but another copy of the library: named by file.
+  EXPECT_EQ(accel_torch_check(TORCH_VERSION, -1, reinterpret_cast<const void*>(&accel_version)),
+            ACCEL_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(accel_last_error_message()).find("libaccel.so"), std::string::npos)
+      << accel_last_error_message();
+}
+
+}  // namespace
