@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A binding's cost: its Fashion-MNIST example against the C one, same model, data, schedule and
-# threads, in one run, interleaved C B / B C per round so drift hits both alike.
-#   bench/binding_vs_c.sh rust|go|julia [rounds (5)] [steps (300)] [processes (2)]
+# threads, in one run, interleaved C B / B C per round so drift hits both alike. `cpp` is the C++
+# example, whose model is a torch::nn::Module of its own (the host-owned tensors path).
+#   bench/binding_vs_c.sh rust|go|julia|cpp [rounds (5)] [steps (300)] [processes (2)]
 # Per run: the training rate from step 100 to the last step (computed from the example's own
 # cumulative samples/s lines, so start-up, compilation and the first 100 steps are left out: Julia
 # compiles its loop during step 1), and the seconds the run spent outside training (start-up,
@@ -30,7 +31,10 @@ case $lang in
     julia --project=bindings/julia/Accel -e 'using Accel'   # precompiled once, outside the runs
     binding=(julia --project=bindings/julia/Accel bindings/julia/Accel/examples/train_fashion_mnist.jl)
     name=Julia ;;
-  *) echo "usage: $0 rust|go|julia [rounds] [steps] [processes]" >&2; exit 2 ;;
+  cpp)
+    cmake --build build --target train_fashion_mnist_cpp >/dev/null
+    binding=(build/bin/train_fashion_mnist_cpp) name=C++ ;;
+  *) echo "usage: $0 rust|go|julia|cpp [rounds] [steps] [processes]" >&2; exit 2 ;;
 esac
 c=(build/bin/train_fashion_mnist)
 
