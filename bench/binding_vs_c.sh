@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A binding's cost: its Fashion-MNIST example against the C one, same model, data, schedule and
 # threads, in one run, interleaved C B / B C per round so drift hits both alike. `cpp` is the C++
-# example, whose model is a torch::nn::Module of its own (the host-owned tensors path).
-#   bench/binding_vs_c.sh rust|go|julia|cpp [rounds (5)] [steps (300)] [processes (2)]
+# example, whose model is a torch::nn::Module of its own (the host-owned tensors path); `tch` the
+# Rust tch-rs one (a VarStore), against the C example of build-torch2/, the same LibTorch 2.11.
+#   bench/binding_vs_c.sh rust|go|julia|cpp|tch [rounds (5)] [steps (300)] [processes (2)]
 # Per run: the training rate from step 100 to the last step (computed from the example's own
 # cumulative samples/s lines, so start-up, compilation and the first 100 steps are left out: Julia
 # compiles its loop during step 1), and the seconds the run spent outside training (start-up,
@@ -10,12 +11,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lang=${1:-} rounds=${2:-5} steps=${3:-300} procs=${4:-2}
-if [ ! -f build/CMakeCache.txt ]; then
-  echo "build/ is not configured: run tools/setup.sh first (README.md)" >&2
+dir=build
+[ "$lang" = tch ] && dir=build-torch2
+if [ ! -f $dir/CMakeCache.txt ]; then
+  echo "$dir/ is not configured: run tools/setup.sh (and for tch tools/test_torch2.sh) first (README.md)" >&2
   exit 2
 fi
 if ((steps < 200)); then echo "steps must be at least 200" >&2; exit 2; fi
-cmake --build build --target accel accel_cli train_fashion_mnist >/dev/null
+cmake --build $dir --target accel accel_cli train_fashion_mnist >/dev/null
 export HF_HOME=$PWD/build/no-hf-home
 case $lang in
   rust)
@@ -34,14 +37,21 @@ case $lang in
   cpp)
     cmake --build build --target train_fashion_mnist_cpp >/dev/null
     binding=(build/bin/train_fashion_mnist_cpp) name=C++ ;;
-  *) echo "usage: $0 rust|go|julia|cpp [rounds] [steps] [processes]" >&2; exit 2 ;;
+  tch)
+    torch=$(tools/fetch_torch.sh 2.11.0)
+    export LIBTORCH=$torch/torch LIBTORCH_CXX11_ABI=1 LD_LIBRARY_PATH=$torch/torch/lib
+    ACCEL_LIB_DIR=$PWD/build-torch2/lib cargo build --quiet --release --features tch \
+      --example train_fashion_mnist_tch --manifest-path bindings/rust/Cargo.toml \
+      --target-dir build-torch2/rust
+    binding=(build-torch2/rust/release/examples/train_fashion_mnist_tch) name=tch ;;
+  *) echo "usage: $0 rust|go|julia|cpp|tch [rounds] [steps] [processes]" >&2; exit 2 ;;
 esac
-c=(build/bin/train_fashion_mnist)
+c=($dir/bin/train_fashion_mnist)
 
 run() {  # program... -> "steady-rate outside-seconds"
   local start end out
   start=$(date +%s.%N)
-  out=$(build/bin/accel launch -n "$procs" "$@" --max-steps "$steps" --workers 1)
+  out=$($dir/bin/accel launch -n "$procs" "$@" --max-steps "$steps" --workers 1)
   end=$(date +%s.%N)
   awk -v start="$start" -v end="$end" -v world="$procs" '
     / step [0-9]+\/[0-9]+ / {

@@ -48,6 +48,8 @@ mod error;
 mod ffi;
 mod model;
 mod optim;
+#[cfg(feature = "tch")]
+mod tch_interop;
 mod tensor;
 
 pub use accelerator::{Accelerator, DistributedType, Precision, Prepare, Reduction, StateWriter};
@@ -57,6 +59,8 @@ pub use error::{last_error, BoxError, Error, Result, Status};
 pub use libaccel_sys as sys;
 pub use model::{load_checkpoint_in_model, Model};
 pub use optim::{Optimizer, Scheduler};
+#[cfg(feature = "tch")]
+pub use tch_interop::{check_tch, TCH_TORCH_VERSION};
 pub use tensor::{Dtype, Element, Tensor};
 
 /// The version of the library actually loaded, e.g. `"0.2.0"`.

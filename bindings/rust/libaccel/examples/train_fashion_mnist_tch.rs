@@ -1,0 +1,216 @@
+//! train_fashion_mnist_tch.rs - PyTorch's MNIST CNN written with tch-rs (`nn::VarStore`), trained
+//! on Fashion-MNIST with libaccel: the model stays tch's, libaccel makes it data-parallel (rank
+//! 0's weights, gradient synchronisation, AdamW stepping the VarStore's tensors in place).
+//!
+//!   cargo build --features tch --examples     (LIBTORCH: the 2.11.0 wheel, see README.md)
+//!   accel launch -n 2 target/debug/examples/train_fashion_mnist_tch
+//!   options: --epochs N (2) --batch-size B (64, per process) --lr X (1e-3) --max-steps S (0)
+//!            --data DIR (/usr/share/datasets/fashion-mnist) --workers W (1)
+//!            --print-params (rank 0 prints every parameter at the end, for the tests)
+//!
+//! The same run as examples/c/train_fashion_mnist.c: AdamW, linear warmup/decay, evaluation with
+//! gather_for_metrics.
+use std::process::ExitCode;
+use std::time::Instant;
+
+use libaccel::{fields, Accelerator, DataLoader, Dataset, Model, Optimizer, Scheduler, Tensor};
+use tch::nn::{self, ModuleT};
+
+/// The CNN of PyTorch's MNIST example, as a tch module over a VarStore.
+fn net(vs: &nn::Path) -> impl ModuleT {
+    nn::seq_t()
+        .add_fn(|x| ((x.to_kind(tch::Kind::Float) / 255.0 - 0.2860) / 0.3530).unsqueeze(1))
+        .add(nn::conv2d(vs / "conv1", 1, 32, 3, Default::default()))
+        .add_fn(|x| x.relu())
+        .add(nn::conv2d(vs / "conv2", 32, 64, 3, Default::default()))
+        .add_fn(|x| x.relu().max_pool2d_default(2))
+        .add_fn_t(|x, train| x.dropout(0.25, train).flatten(1, -1))
+        .add(nn::linear(vs / "fc1", 9216, 128, Default::default()))
+        .add_fn_t(|x, train| x.relu().dropout(0.5, train))
+        .add(nn::linear(vs / "fc2", 128, 10, Default::default()))
+}
+
+struct Options {
+    epochs: i64,
+    batch: i64,
+    lr: f64,
+    max_steps: i64,
+    data: String,
+    workers: i64,
+    print_params: bool,
+}
+
+fn parse_args() -> Result<Options, String> {
+    let mut o = Options {
+        epochs: 2,
+        batch: 64,
+        lr: 1e-3,
+        max_steps: 0,
+        data: "/usr/share/datasets/fashion-mnist".to_string(),
+        workers: 1,
+        print_params: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--epochs" => o.epochs = value()?.parse().map_err(|_| "--epochs: an integer")?,
+            "--batch-size" => o.batch = value()?.parse().map_err(|_| "--batch-size: an integer")?,
+            "--max-steps" => {
+                o.max_steps = value()?.parse().map_err(|_| "--max-steps: an integer")?
+            }
+            "--workers" => o.workers = value()?.parse().map_err(|_| "--workers: an integer")?,
+            "--lr" => o.lr = value()?.parse().map_err(|_| "--lr: a number")?,
+            "--data" => o.data = value()?,
+            "--print-params" => o.print_params = true,
+            _ => {
+                return Err(format!(
+                    "unknown argument {arg} (see the top of {})",
+                    file!()
+                ))
+            }
+        }
+    }
+    Ok(o)
+}
+
+fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
+    let acc = Accelerator::new()?;
+    let world = i64::from(acc.num_processes()?);
+    acc.set_seed(1234, false)?; // seeds LibTorch's generator too: the same start on every rank
+
+    let vs = nn::VarStore::new(tch::Device::Cpu);
+    let cnn = net(&vs.root());
+    let mut model = Model::from_var_store(&vs)?;
+    let params = model.parameter_element_count()?;
+
+    let set = |images: &str, labels: &str| {
+        Dataset::from_idx(&[
+            format!("{}/{images}", o.data),
+            format!("{}/{labels}", o.data),
+        ])
+    };
+    let train_set = set("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")?;
+    let test_set = set("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")?;
+    let mut train = DataLoader::new(&acc, &train_set)?;
+    train.set("batch_size", o.batch)?;
+    train.set("shuffle", true)?;
+    train.set("seed", 42)?;
+    train.set("num_workers", o.workers)?;
+    let mut test = DataLoader::new(&acc, &test_set)?;
+    test.set("batch_size", 500)?;
+    test.set("num_workers", 1)?;
+    let mut total_steps = train.batch_count()? * o.epochs;
+    if o.max_steps > 0 && o.max_steps < total_steps {
+        total_steps = o.max_steps;
+    }
+
+    let mut opt = Optimizer::new(&model, "adamw")?;
+    opt.set("lr", o.lr)?;
+    // The schedule counts single-process optimizer steps (see accel_scheduler_new).
+    let mut sched = Scheduler::new(&opt, "linear")?;
+    sched.set("warmup_steps", total_steps * world / 10)?;
+    sched.set("total_steps", total_steps * world)?;
+    acc.prepare(&[&model, &opt, &sched, &train, &test])?;
+    acc.print(&format!(
+        "{world} process(es), {params} parameters, {total_steps} steps of {} per process",
+        o.batch
+    ))?;
+
+    let start = Instant::now();
+    let (mut step, mut loss_avg, mut waited) = (0i64, 0f64, 0f64);
+    let mut epoch = 0;
+    while epoch < o.epochs && step < total_steps {
+        train.set_epoch(epoch)?;
+        loop {
+            let asked = Instant::now();
+            let batch = train.next_batch()?;
+            waited += asked.elapsed().as_secs_f64();
+            let Some(batch) = batch else { break };
+            let [images, labels] = fields(batch)?;
+            acc.accumulate()?;
+            let (images, labels) = (images.to_tch()?, labels.to_tch()?);
+            let loss = model.forward(|| {
+                cnn.forward_t(&images, true)
+                    .cross_entropy_for_logits(&labels.to_kind(tch::Kind::Int64))
+            })?;
+            acc.backward(&Tensor::from_tch(&loss)?)?;
+            opt.step()?;
+            sched.step()?;
+            opt.zero_grad()?;
+            let value = loss.double_value(&[]);
+            loss_avg = if step == 0 {
+                value
+            } else {
+                0.98 * loss_avg + 0.02 * value
+            };
+            step += 1;
+            if step % 100 == 0 || step == total_steps {
+                let elapsed = start.elapsed().as_secs_f64();
+                let rate = (step * o.batch * world) as f64 / elapsed;
+                acc.print(&format!(
+                    "epoch {} step {step}/{total_steps} loss {loss_avg:.4} {rate:.0} samples/s ETA {:.0}s data wait {:.2}%",
+                    epoch + 1,
+                    (total_steps - step) as f64 * (o.batch * world) as f64 / rate,
+                    100.0 * waited / elapsed
+                ))?;
+            }
+            if step >= total_steps {
+                break;
+            }
+        }
+        epoch += 1;
+    }
+
+    // Evaluation: each test sample counted once over all processes.
+    let (mut correct, mut seen) = (0i64, 0i64);
+    let _no_grad = tch::no_grad_guard();
+    for batch in &mut test {
+        let [images, labels] = fields(batch?)?;
+        let (images, labels) = (images.to_tch()?, labels.to_tch()?);
+        let hits = model.forward(|| {
+            cnn.forward_t(&images, false)
+                .argmax(1, false)
+                .eq_tensor(&labels.to_kind(tch::Kind::Int64))
+                .to_kind(tch::Kind::Int64)
+        })?;
+        let all = acc
+            .gather_for_metrics(&Tensor::from_tch(&hits)?)?
+            .to_vec::<i64>()?;
+        correct += all.iter().sum::<i64>();
+        seen += all.len() as i64;
+    }
+    acc.print(&format!(
+        "test accuracy {:.4} ({correct} of {seen}) after {:.1}s of training",
+        correct as f64 / seen as f64,
+        start.elapsed().as_secs_f64()
+    ))?;
+    if o.print_params && acc.is_main_process()? {
+        let mut names: Vec<_> = vs.variables().into_iter().collect();
+        names.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, t) in names {
+            let values = Vec::<f32>::try_from(t.flatten(0, -1))?;
+            let text: Vec<String> = values.iter().map(|v| format!("{v:e}")).collect();
+            println!("param {name} {}", text.join(" "));
+        }
+    }
+    acc.wait_for_everyone()?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let options = match parse_args() {
+        Ok(o) => o,
+        Err(why) => {
+            eprintln!("{why}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("train_fashion_mnist_tch failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
