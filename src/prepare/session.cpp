@@ -162,15 +162,19 @@ void Session::check_host_tensors() const {
   for (const auto& m : model_order_) m->host_tensors().check();
 }
 
+// The accelerator's autocast, entered on this thread until the result is destroyed; null when
+// mixed precision is off.
+static std::unique_ptr<AutocastScope> enter_autocast(const runtime::Accelerator& acc) {
+  const auto mp = acc.mixed_precision();
+  if (mp == runtime::MixedPrecision::kNo) return nullptr;
+  return std::make_unique<AutocastScope>(
+      acc.device() != "cpu", mp == runtime::MixedPrecision::kBf16 ? at::kBFloat16 : at::kHalf);
+}
+
 void Session::forward_begin(model::Model& m) {
   check_host_tensors();
   broadcast_buffers(m);
-  const auto mp = acc_->mixed_precision();
-  std::unique_ptr<AutocastScope> scope;
-  if (mp != runtime::MixedPrecision::kNo)
-    scope = std::make_unique<AutocastScope>(
-        acc_->device() != "cpu", mp == runtime::MixedPrecision::kBf16 ? at::kBFloat16 : at::kHalf);
-  open_forwards.emplace_back(&m, std::move(scope));
+  open_forwards.emplace_back(&m, enter_autocast(*acc_));
 }
 
 void begin_unprepared_forward(const model::Model& m) {
@@ -190,12 +194,10 @@ void end_host_forward(const model::Model& m) {
 std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method,
                                       const std::vector<at::Tensor>& inputs) {
   broadcast_buffers(m);
-  const auto mp = acc_->mixed_precision();
-  if (mp == runtime::MixedPrecision::kNo) return m.call(method, inputs);
+  if (acc_->mixed_precision() == runtime::MixedPrecision::kNo) return m.call(method, inputs);
   std::vector<at::Tensor> out;
   {
-    const bool cuda = acc_->device() != "cpu";
-    AutocastScope scope(cuda, mp == runtime::MixedPrecision::kBf16 ? at::kBFloat16 : at::kHalf);
+    const auto scope = enter_autocast(*acc_);
     out = m.call(method, inputs);
   }
   for (auto& t : out)
