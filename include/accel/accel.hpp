@@ -72,6 +72,14 @@ std::string text(F&& call) {
   return out;
 }
 
+// A query through one output parameter: fn(handle, &value).
+template <class T, class F, class H>
+T query(F fn, H handle) {
+  T value{};
+  check(fn(handle, &value));
+  return value;
+}
+
 // One owned handle; the destructor frees it.
 template <class T, void (*Free)(T*)>
 class Handle {
@@ -185,26 +193,12 @@ class Tensor {
     s.resize(n);
     return s;
   }
-  accel_dtype dtype() const {
-    accel_dtype d = 0;
-    detail::check(accel_tensor_dtype(get(), &d));
-    return d;
-  }
+  accel_dtype dtype() const { return detail::query<accel_dtype>(accel_tensor_dtype, get()); }
   int64_t element_count() const {
-    int64_t n = 0;
-    detail::check(accel_tensor_element_count(get(), &n));
-    return n;
+    return detail::query<int64_t>(accel_tensor_element_count, get());
   }
-  double item() const {
-    double v = 0;
-    detail::check(accel_tensor_item_f64(get(), &v));
-    return v;
-  }
-  int64_t item_i64() const {
-    int64_t v = 0;
-    detail::check(accel_tensor_item_i64(get(), &v));
-    return v;
-  }
+  double item() const { return detail::query<double>(accel_tensor_item_f64, get()); }
+  int64_t item_i64() const { return detail::query<int64_t>(accel_tensor_item_i64, get()); }
   /** PyTorch's requires_grad_ (an autograd leaf only). */
   Tensor& set_requires_grad(bool on) {
     detail::check(accel_tensor_set_requires_grad(get(), on));
@@ -351,11 +345,9 @@ class Model {
   }
   Model& eval() { return train(false); }
   int64_t parameter_element_count() const {
-    int64_t n = 0;
-    detail::check(accel_model_parameter_element_count(get(), &n));
-    return n;
+    return detail::query<int64_t>(accel_model_parameter_element_count, get());
   }
-  /** Parameter then buffer names, in registration order. */
+  /** Parameter then buffer names, in the order accel_model_tensor_name gives. */
   std::vector<std::string> tensor_names() const {
     size_t n = 0;
     detail::check(accel_model_tensor_count(get(), &n));
@@ -426,16 +418,10 @@ class Optimizer {
   }
   void step() { detail::check(accel_optimizer_step(get())); }
   void zero_grad() { detail::check(accel_optimizer_zero_grad(get())); }
-  double lr() const {
-    double v = 0;
-    detail::check(accel_optimizer_lr(get(), &v));
-    return v;
-  }
+  double lr() const { return detail::query<double>(accel_optimizer_lr, get()); }
   void set_lr(double lr) { detail::check(accel_optimizer_set_lr(get(), lr)); }
   bool step_was_skipped() const {
-    bool v = false;
-    detail::check(accel_optimizer_step_was_skipped(get(), &v));
-    return v;
+    return detail::query<bool>(accel_optimizer_step_was_skipped, get());
   }
   accel_optimizer* get() const { return h_.get(); }
 
@@ -457,11 +443,7 @@ class Scheduler {
     return *this;
   }
   void step() { detail::check(accel_scheduler_step(get())); }
-  double lr() const {
-    double v = 0;
-    detail::check(accel_scheduler_lr(get(), &v));
-    return v;
-  }
+  double lr() const { return detail::query<double>(accel_scheduler_lr, get()); }
   accel_scheduler* get() const { return h_.get(); }
 
  private:
@@ -486,11 +468,7 @@ class Dataset {
     detail::check(accel_dataset_from_idx(in.data(), in.size(), &d));
     return Dataset(d);
   }
-  int64_t sample_count() const {
-    int64_t n = 0;
-    detail::check(accel_dataset_sample_count(get(), &n));
-    return n;
-  }
+  int64_t sample_count() const { return detail::query<int64_t>(accel_dataset_sample_count, get()); }
   accel_dataset* get() const { return h_.get(); }
 
  private:
@@ -523,9 +501,7 @@ class DataLoader {
   }
   void set_epoch(int64_t epoch) { detail::check(accel_dataloader_set_epoch(get(), epoch)); }
   int64_t batch_count() const {
-    int64_t n = 0;
-    detail::check(accel_dataloader_batch_count(get(), &n));
-    return n;
+    return detail::query<int64_t>(accel_dataloader_batch_count, get());
   }
   accel_dataloader* get() const { return h_.get(); }
 
@@ -540,16 +516,22 @@ class Accelerator {
   Accelerator() { init(nullptr); }
   explicit Accelerator(const Config& config) { init(config.get()); }
 
-  int32_t process_index() const { return query<int32_t>(accel_process_index); }
-  int32_t local_process_index() const { return query<int32_t>(accel_local_process_index); }
-  int32_t num_processes() const { return query<int32_t>(accel_num_processes); }
-  bool is_main_process() const { return query<bool>(accel_is_main_process); }
-  bool is_local_main_process() const { return query<bool>(accel_is_local_main_process); }
+  int32_t process_index() const { return detail::query<int32_t>(accel_process_index, get()); }
+  int32_t local_process_index() const {
+    return detail::query<int32_t>(accel_local_process_index, get());
+  }
+  int32_t num_processes() const { return detail::query<int32_t>(accel_num_processes, get()); }
+  bool is_main_process() const { return detail::query<bool>(accel_is_main_process, get()); }
+  bool is_local_main_process() const {
+    return detail::query<bool>(accel_is_local_main_process, get());
+  }
   std::string device() const {
     return detail::text([&](char* b, size_t c, size_t* n) { return accel_device(get(), b, c, n); });
   }
   /** ACCEL_PRECISION_NO, _BF16 or _FP16. */
-  accel_precision mixed_precision() const { return query<accel_precision>(accel_mixed_precision); }
+  accel_precision mixed_precision() const {
+    return detail::query<accel_precision>(accel_mixed_precision, get());
+  }
 
   void wait_for_everyone() { detail::check(accel_wait_for_everyone(get())); }
   /** Prints on the main process only. */
@@ -580,11 +562,7 @@ class Accelerator {
     detail::check(accel_prepare(get(), handles, sizeof...(Objects)));
   }
   void accumulate() { detail::check(accel_accumulate(get())); }
-  bool sync_gradients() const {
-    bool v = false;
-    detail::check(accel_sync_gradients(get(), &v));
-    return v;
-  }
+  bool sync_gradients() const { return detail::query<bool>(accel_sync_gradients, get()); }
   void backward(const Tensor& loss) { detail::check(accel_backward(get(), loss.get())); }
   /** The total norm before clipping. */
   double clip_grad_norm(Model& model, double max_norm, double norm_type = 2.0) {
@@ -609,12 +587,6 @@ class Accelerator {
     accel_accelerator* a = nullptr;
     detail::check(accel_init(config, &a));
     h_ = detail::Handle<accel_accelerator, accel_accelerator_free>(a);
-  }
-  template <class T, class F>
-  T query(F fn) const {
-    T v{};
-    detail::check(fn(get(), &v));
-    return v;
   }
   template <class F>
   Tensor collective(F fn, const Tensor& t) {
