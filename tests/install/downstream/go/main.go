@@ -1,0 +1,49 @@
+// A project of its own that depends on libaccel by README.md's lines alone (tests/install):
+// under `accel launch -n 2` the ranks gather their indices and rank 0 reports.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/libaccel/libaccel/bindings/go/accel"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	acc, err := accel.New(nil)
+	if err != nil {
+		return err
+	}
+	defer acc.Close()
+	rank, world := acc.ProcessIndex(), acc.NumProcesses()
+	mine, err := accel.FromSlice([]int64{int64(rank)})
+	if err != nil {
+		return err
+	}
+	defer mine.Close()
+	all, err := acc.Gather(mine)
+	if err != nil {
+		return err
+	}
+	defer all.Close()
+	ranks, err := accel.ToSlice[int64](all)
+	if err != nil {
+		return err
+	}
+	for i, r := range ranks {
+		if r != int64(i) || len(ranks) != world {
+			return fmt.Errorf("rank %d gathered %v", rank, ranks)
+		}
+	}
+	if acc.IsMainProcess() {
+		fmt.Printf("downstream ok: libaccel %s, %d ranks\n", accel.Version(), world)
+	}
+	return nil
+}
