@@ -6,7 +6,7 @@ declares from it, and the idiomatic layers above stay hand-written:
 
   bindings/rust/libaccel-sys/src/generated.rs   constants, handle types, callbacks, extern "C"
   bindings/rust/libaccel/src/status_generated.rs   the Status enum and its code mapping
-  bindings/julia/Accel/src/generated.jl         SYMBOLS (every function) and the status constants
+  bindings/julia/Accel/src/generated.jl         SYMBOLS (every function) and the Status enum
 
 (Go needs none: cgo reads the header itself.)  The output is checked in, so that a crate, a Julia
 package or a docs build needs no Python; `--check` regenerates in memory and fails naming each
@@ -336,8 +336,8 @@ def rustfmt(source):
 
 def generate_julia(h):
     out = [f"# {BANNER}\n",
-           "# Included by Accel.jl before library.jl: every C function the package may call, and the\n"
-           "# status values by name.\n\n",
+           "# Included by Accel.jl before library.jl and errors.jl: every C function the package may\n"
+           "# call, and the status values by name.\n\n",
            "# Every C function of the header. @acall refuses a name that is not listed here.\n",
            "const SYMBOLS = (\n"]
     line = "   "
@@ -348,10 +348,13 @@ def generate_julia(h):
             line = "   "
         line += item
     out.append(line + "\n)\n\n")
-    out.append("# The header's status values (ACCEL_ERR_X is ERR_X here).\n")
+    out.append('"""\n    Status\n\n'
+               "The class of a failure: the `accel_status` values of accel.h (`Accel.ERR_SHAPE`, ...).\n"
+               '"""\n@enum Status::Int32 begin\n')
     for c in h.constants:
         if c.ctype == "accel_status":
-            out.append(f"const {c.name[len('ACCEL_'):]} = Int32({c.value})\n")
+            out.append(f"    {c.name[len('ACCEL_'):]} = {c.value}\n")
+    out.append("end\n")
     return "".join(out)
 
 
