@@ -20,7 +20,10 @@ const ELEMENT_TYPES = (Float32 => F32, Float64 => F64, Float16 => F16, Int64 => 
 "The Julia element types a tensor converts from and to."
 const Element = Union{Float32,Float64,Float16,Int64,Int32,Int16,Int8,UInt8,Bool}
 
-dtype_of(::Type{T}) where {T<:Element} = last(ELEMENT_TYPES[findfirst(p -> first(p) === T, ELEMENT_TYPES)])
+# One method per type, so that the dtype of a known element type is a constant.
+for (T, d) in ELEMENT_TYPES
+    @eval dtype_of(::Type{$T}) = $d
+end
 function julia_type(dtype::DType)
     i = findfirst(p -> last(p) === dtype, ELEMENT_TYPES)
     i === nothing && throw(AccelError(ERR_DTYPE, "$dtype has no Julia element type: use rawdata"))
@@ -46,10 +49,13 @@ end
 
 free_handle(::Tensor, p) = @acall accel_tensor_free(p::Ptr{Cvoid})::Cvoid
 
-function make_tensor(data, bytes::Integer, dtype::DType, juliadims)
-    shape = Int64[reverse(Tuple(juliadims))...]
+# `data` is anything ccall passes as a pointer (an Array, a Ref). The shape is a tuple in a Ref,
+# not a Vector, and a number's data a Ref, not a 0-dimensional Array: a one-element tensor costs
+# the library's call, one small object and its finalizer (bench/calls.jl), nothing more.
+function make_tensor(data, bytes::Integer, dtype::DType, juliadims::NTuple{N,Integer}) where {N}
+    shape = N == 0 ? C_NULL : Ref(ntuple(i -> Int64(juliadims[N+1-i]), Val(N)))
     pointer = @out Ptr{Cvoid} accel_tensor_from_data(data::Ptr{Cvoid}, bytes::Csize_t, Int32(dtype)::Int32,
-                                                     shape::Ptr{Int64}, length(shape)::Csize_t)
+                                                     shape::Ptr{Cvoid}, N::Csize_t)
     Tensor(pointer, Val(:own))
 end
 
@@ -57,11 +63,11 @@ Tensor(A::Array{T}) where {T<:Element} = make_tensor(A, sizeof(A), dtype_of(T), 
 Tensor(A::AbstractArray{T}) where {T<:Element} = Tensor(Array{T}(A))
 Tensor(A::AbstractArray{T}) where {T} = throw(AccelError(ERR_DTYPE,
     "Julia element type $T has no library dtype (use one of $(join(first.(ELEMENT_TYPES), ", ")))"))
-Tensor(x::Element) = Tensor(fill(x))
+Tensor(x::T) where {T<:Element} = make_tensor(Ref(x), sizeof(T), dtype_of(T), ())
 Tensor(t::Tensor) = t
 function Tensor(dtype::DType, bytes::AbstractVector{UInt8}, dims)
     data = Vector{UInt8}(bytes)
-    make_tensor(data, length(data), dtype, dims)
+    make_tensor(data, length(data), dtype, Tuple(dims))
 end
 Tensor(f::Function, args...) = with_handle(f, Tensor(args...))
 
