@@ -12,7 +12,13 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use libaccel::{fields, Accelerator, Config, DataLoader, Dataset, Model, Optimizer, Scheduler};
+use libaccel::layers::{Conv2d, Linear};
+use libaccel::optimizers::AdamW;
+use libaccel::schedules;
+use libaccel::{
+    fields, Accelerator, Config, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer,
+    Scheduler,
+};
 
 const SOURCE: &str = "\
 def forward(self, images):
@@ -41,7 +47,7 @@ struct Options {
     bf16: bool,
     max_steps: i64,
     data: String,
-    workers: i64,
+    workers: usize,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -74,7 +80,10 @@ fn parse_args() -> Result<Options, String> {
             "--batch-size" => o.batch = number(value(&arg)?, &arg)?,
             "--accum" => o.accum = number(value(&arg)?, &arg)?,
             "--max-steps" => o.max_steps = number(value(&arg)?, &arg)?,
-            "--workers" => o.workers = number(value(&arg)?, &arg)?,
+            "--workers" => {
+                o.workers = usize::try_from(number(value(&arg)?, &arg)?)
+                    .map_err(|_| "--workers takes a number of threads, not less than 0")?
+            }
             "--lr" => {
                 let text = value(&arg)?;
                 o.lr = text
@@ -111,18 +120,10 @@ fn run(o: &Options) -> libaccel::Result<()> {
 
     // The CNN of PyTorch's MNIST example.
     let mut model = Model::new()?;
-    model.add_layer(
-        "conv1",
-        "conv2d",
-        "in_channels=1 out_channels=32 kernel_size=3",
-    )?;
-    model.add_layer(
-        "conv2",
-        "conv2d",
-        "in_channels=32 out_channels=64 kernel_size=3",
-    )?;
-    model.add_layer("fc1", "linear", "in_features=9216 out_features=128")?;
-    model.add_layer("fc2", "linear", "in_features=128 out_features=10")?;
+    model.add("conv1", Conv2d::new(1, 32, 3))?;
+    model.add("conv2", Conv2d::new(32, 64, 3))?;
+    model.add("fc1", Linear::new(9216, 128))?;
+    model.add("fc2", Linear::new(128, 10))?;
     model.define(SOURCE)?;
     let params = model.parameter_element_count()?;
 
@@ -136,27 +137,26 @@ fn run(o: &Options) -> libaccel::Result<()> {
         "t10k-images-idx3-ubyte.gz",
         "t10k-labels-idx1-ubyte.gz",
     )?;
-    let mut train = DataLoader::new(&acc, &train_set)?;
-    train.set("batch_size", o.batch)?;
-    train.set("shuffle", true)?;
-    train.set("seed", 42)?;
-    train.set("num_workers", o.workers)?;
-    let mut test = DataLoader::new(&acc, &test_set)?;
-    test.set("batch_size", 500)?;
-    test.set("num_workers", 1)?;
+    let train_options = DataLoaderOptions::new()
+        .batch_size(o.batch)
+        .shuffle(true)
+        .seed(42)
+        .num_workers(o.workers);
+    let mut train = DataLoader::with(&acc, &train_set, train_options)?;
+    let test_options = DataLoaderOptions::new().batch_size(500).num_workers(1);
+    let mut test = DataLoader::with(&acc, &test_set, test_options)?;
     let steps_per_epoch = train.batch_count()?;
     let mut total_steps = steps_per_epoch * o.epochs;
     if o.max_steps > 0 && o.max_steps < total_steps {
         total_steps = o.max_steps;
     }
 
-    let mut opt = Optimizer::new(&model, "adamw")?;
-    opt.set("lr", o.lr)?;
+    let mut opt = Optimizer::with(&model, AdamW::new().lr(o.lr))?;
     // The schedule counts single-process optimizer steps: the accelerator steps it num_processes
     // times per step (see accel_scheduler_new), so it is written for total_steps * world / accum.
-    let mut sched = Scheduler::new(&opt, "linear")?;
-    sched.set("warmup_steps", total_steps * world / o.accum / 10)?;
-    sched.set("total_steps", total_steps * world / o.accum)?;
+    let schedule = schedules::Linear::new(total_steps * world / o.accum)
+        .warmup_steps(total_steps * world / o.accum / 10);
+    let mut sched = Scheduler::with(&opt, schedule)?;
     acc.prepare(&[&model, &opt, &sched, &train, &test])?;
     acc.print(&format!(
         "{world} process(es), {params} parameters, {total_steps} steps of {} per process{}",

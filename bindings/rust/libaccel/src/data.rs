@@ -12,6 +12,7 @@ use crate::accelerator::Accelerator;
 use crate::callback::FailureSlot;
 use crate::error::{check, BoxError, Error, Result, Status};
 use crate::ffi::{ensure_supported_library, make, path_string, query, set_option};
+use crate::options::{default_is_new, options_type};
 use crate::tensor::{Dtype, Tensor};
 
 /// One field of a closure dataset: its element type and per-sample shape (`[]` for a scalar
@@ -251,20 +252,44 @@ pub type Batch = Vec<Tensor>;
 /// Gives this process its shard of every global batch, exactly as Accelerate's prepared
 /// DataLoader, prefetched by `num_workers` threads.
 ///
-/// An [`Iterator`] over one epoch: `for batch in &mut loader` runs to the end of the epoch (or
-/// to the first error, which it yields), and iterating again starts the next one. Calls on one dataloader are serialised by the library;
-/// dropping it stops its workers (waiting only for sample closures already running) and
-/// [`close`](DataLoader::close) does so while keeping the handle.
+/// Iterating gives one epoch: `for batch in &mut loader` (or [`iter`](DataLoader::iter)) yields
+/// the batches of the epoch in progress, or of the next one when none is, and ends with `None` at
+/// its end, as a Rust iterator ends (it stays ended: [`Batches`] is fused); the next `for` starts
+/// the next epoch. A loop left early (`break`, `take`) leaves the epoch in progress, and the next
+/// iteration continues it. [`next_batch`](DataLoader::next_batch) takes one batch at a time
+/// (`Ok(None)` at the end of an epoch; the call after that starts the next one).
+/// Calls on one dataloader are serialised by the library; dropping it stops its workers (waiting
+/// only for sample closures already running) and [`close`](DataLoader::close) does so while
+/// keeping the handle.
 ///
-/// Options ([`set`](DataLoader::set), between epochs): `batch_size` (1), `shuffle` (false),
-/// `seed` (0), `drop_last` (false), `num_workers` (0), `prefetch_factor` (2), `split_batches`,
-/// `even_batches` (the accelerator's), `device_placement` (true).
+/// Options, between epochs, typed with [`DataLoaderOptions`] ([`with`](DataLoader::with),
+/// [`set_options`](DataLoader::set_options)) or by name ([`set`](DataLoader::set)):
+/// `batch_size` (1), `shuffle` (false), `seed` (0), `drop_last` (false), `num_workers` (0),
+/// `prefetch_factor` (2), `split_batches`, `even_batches` (the accelerator's),
+/// `device_placement` (true).
+///
+/// ```
+/// use libaccel::{Accelerator, DataLoader, DataLoaderOptions, Dataset, Tensor};
+/// let acc = Accelerator::new()?; // alone: one process
+/// let x = Tensor::from_slice(&(0..10i64).collect::<Vec<_>>(), &[10])?;
+/// let data = Dataset::from_tensors(&[&x])?;
+/// let mut loader = DataLoader::with(&acc, &data, DataLoaderOptions::new().batch_size(4))?;
+/// let mut sizes = Vec::new();
+/// for batch in &mut loader {
+///     sizes.push(batch?[0].element_count()?);
+/// }
+/// assert_eq!(sizes, [4, 4, 2]); // one epoch, then the loop ends
+/// assert_eq!(loader.epoch()?, 1);
+/// let mut epoch = loader.iter();
+/// assert_eq!(epoch.size_hint(), (0, Some(3)));
+/// assert_eq!(epoch.by_ref().count(), 3); // the next epoch, whole
+/// assert!(epoch.next().is_none()); // and it stays ended
+/// # Ok::<(), libaccel::Error>(())
+/// ```
 pub struct DataLoader {
     raw: NonNull<sys::accel_dataloader>,
     field_count: usize,
     callback: Option<Arc<SampleState>>,
-    /// The iterator yielded an error: its next item is `None`, ending the pass.
-    iteration_failed: bool,
 }
 
 // SAFETY: accel.h "Threads": a dataloader serialises its calls with a lock of its own, and may
@@ -298,12 +323,33 @@ impl DataLoader {
             raw: NonNull::new(raw).expect("non-null"),
             field_count: 0,
             callback: dataset.callback.clone(),
-            iteration_failed: false,
         };
         // SAFETY: live handle, valid out pointer.
         loader.field_count =
             query(|out| unsafe { sys::accel_dataloader_field_count(loader.raw.as_ptr(), out) })?;
         Ok(loader)
+    }
+
+    /// A dataloader over `dataset` with typed options: [`new`](DataLoader::new) then
+    /// [`set_options`](DataLoader::set_options).
+    pub fn with(
+        accelerator: &Accelerator,
+        dataset: &Dataset,
+        options: DataLoaderOptions,
+    ) -> Result<DataLoader> {
+        let mut loader = DataLoader::new(accelerator, dataset)?;
+        loader.set_options(options)?;
+        Ok(loader)
+    }
+
+    /// Sets the options given in `options`, in its order (the others stay as they are); ends an
+    /// iteration in progress. The first value the library rejects is the error, and the options
+    /// before it stay set.
+    pub fn set_options(&mut self, options: DataLoaderOptions) -> Result<()> {
+        for (key, value) in options.pairs() {
+            self.set(key, value)?;
+        }
+        Ok(())
     }
 
     /// Sets an option (see the type's documentation); ends an iteration in progress.
@@ -417,21 +463,126 @@ impl DataLoader {
     }
 }
 
-impl Iterator for DataLoader {
-    type Item = Result<Batch>;
-
-    /// The next batch; `None` at the end of the epoch (iterating again starts the next one).
-    /// After an error the next item is `None`, so a `for` loop or `collect` ends there; the
-    /// library starts that epoch again on the call after.
-    fn next(&mut self) -> Option<Result<Batch>> {
-        if std::mem::take(&mut self.iteration_failed) {
-            return None;
+impl DataLoader {
+    /// The batches of one epoch: the rest of the epoch in progress, or the next whole epoch
+    /// (see the type's documentation). `for batch in &mut loader` calls it.
+    pub fn iter(&mut self) -> Batches<'_> {
+        // An upper bound only: a resumed or interrupted epoch has fewer batches left.
+        let upper = self
+            .batch_count()
+            .ok()
+            .and_then(|n| usize::try_from(n).ok());
+        Batches {
+            loader: self,
+            state: BatchesState::Starting,
+            upper,
         }
-        let item = self.next_batch().transpose();
-        self.iteration_failed = matches!(item, Some(Err(_)));
-        item
     }
 }
+
+impl<'a> IntoIterator for &'a mut DataLoader {
+    type Item = Result<Batch>;
+    type IntoIter = Batches<'a>;
+
+    fn into_iter(self) -> Batches<'a> {
+        self.iter()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BatchesState {
+    Starting,
+    Running,
+    Ended,
+}
+
+/// The batches of one epoch of a [`DataLoader`] ([`DataLoader::iter`], `for batch in &mut
+/// loader`). It ends with `None` at the end of the epoch, and after an error it has yielded (a
+/// failing sample closure's, say: the library then starts that epoch again at the next
+/// iteration); once ended it stays ended.
+///
+/// Its [`size_hint`](Iterator::size_hint) has the epoch's batch count as upper bound, not an exact
+/// length: an epoch resumed mid-way ([`DataLoader::skip_first_batches`],
+/// [`DataLoader::set_position`], a loop left early) or ended by an error yields fewer.
+#[derive(Debug)]
+pub struct Batches<'a> {
+    loader: &'a mut DataLoader,
+    state: BatchesState,
+    upper: Option<usize>,
+}
+
+impl Iterator for Batches<'_> {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
+        match self.state {
+            BatchesState::Ended => return None,
+            BatchesState::Starting => {
+                self.state = BatchesState::Running;
+                // The previous iteration took the epoch's last batch but stopped before asking
+                // for more (`take(batch_count)`): the library ends that epoch on the next call,
+                // which is this one's business rather than an empty epoch for the caller. Asked
+                // only now, so end_of_epoch stays true while that last batch is in use.
+                if let Ok(true) = self.loader.end_of_epoch() {
+                    if let Err(e) = self.loader.next_batch() {
+                        self.state = BatchesState::Ended;
+                        return Some(Err(e));
+                    }
+                }
+            }
+            BatchesState::Running => {}
+        }
+        let item = self.loader.next_batch().transpose();
+        match &item {
+            Some(Ok(_)) => self.upper = self.upper.map(|n| n.saturating_sub(1)),
+            _ => self.state = BatchesState::Ended,
+        }
+        item
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self.state {
+            BatchesState::Ended => (0, Some(0)),
+            _ => (0, self.upper),
+        }
+    }
+}
+
+impl std::iter::FusedIterator for Batches<'_> {}
+
+options_type!(
+    /// A dataloader's options, typed, for [`DataLoader::with`] and [`DataLoader::set_options`]:
+    /// each a builder method, the ones left out unchanged (at first, the defaults given).
+    /// A value the library rejects (a batch size of 0, `split_batches` with a batch size that
+    /// does not divide by the number of processes) is an `InvalidArgument` error.
+    DataLoaderOptions {
+        required {}
+        optional {
+            /// Samples per batch on this process, or in all with `split_batches` (default 1).
+            batch_size: i64,
+            /// Draw a new permutation each epoch, from `seed` and the epoch (default false).
+            shuffle: bool,
+            /// The shuffle's seed, the same on every process (default 0).
+            seed: u64,
+            /// Drop an incomplete last round (default false).
+            drop_last: bool,
+            /// Threads making batches ahead (default 0: made in the call that asks).
+            num_workers: usize,
+            /// Batches in flight per worker (default 2).
+            prefetch_factor: usize,
+            /// Cut each batch of `batch_size` into one slice per process (default the
+            /// accelerator's configuration: false).
+            split_batches: bool,
+            /// Complete the last round from the epoch's start so every process gets as many
+            /// batches (default the accelerator's configuration: true).
+            even_batches: bool,
+            /// Batches on the accelerator's device (default true).
+            device_placement: bool,
+        }
+    }
+);
+
+default_is_new!(DataLoaderOptions);
 
 /// Checks that a batch has `n` fields and returns them by value, e.g. `let [x, y] = ...`.
 pub fn fields<const N: usize>(batch: Batch) -> Result<[Tensor; N]> {

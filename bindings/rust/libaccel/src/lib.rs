@@ -2,12 +2,14 @@
 //! many processes (`accel launch -n N`), with Accelerate's semantics, on libaccel's C interface.
 //!
 //! ```no_run
-//! use libaccel::{fields, Accelerator, DataLoader, Dataset, Model, Optimizer};
+//! use libaccel::layers::Linear;
+//! use libaccel::optimizers::AdamW;
+//! use libaccel::{fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer};
 //!
 //! fn main() -> libaccel::Result<()> {
 //!     let acc = Accelerator::new()?; // reads RANK, WORLD_SIZE, ... as set by `accel launch`
 //!     let mut model = Model::new()?;
-//!     model.add_layer("fc", "linear", "in_features=784 out_features=10")?;
+//!     model.add("fc", Linear::new(784, 10))?;
 //!     model.define(
 //!         "def training_step(self, x, y):\n\
 //!          \x20   return torch.cross_entropy_loss(self.fc.forward(x.float().flatten(1)), y.long())\n",
@@ -17,11 +19,10 @@
 //!         format!("{dir}/train-images-idx3-ubyte.gz"),
 //!         format!("{dir}/train-labels-idx1-ubyte.gz"),
 //!     ])?;
-//!     let mut loader = DataLoader::new(&acc, &train)?;
-//!     loader.set("batch_size", 64)?;
-//!     let mut opt = Optimizer::new(&model, "adamw")?;
+//!     let mut loader = DataLoader::with(&acc, &train, DataLoaderOptions::new().batch_size(64))?;
+//!     let mut opt = Optimizer::with(&model, AdamW::new().lr(1e-3))?;
 //!     acc.prepare(&[&model, &opt, &loader])?;
-//!     for batch in &mut loader {
+//!     for batch in &mut loader { // one epoch
 //!         let [x, y] = fields(batch?)?;
 //!         acc.accumulate()?;
 //!         let loss = model.call1("training_step", &[&x, &y])?;
@@ -32,6 +33,10 @@
 //!     Ok(())
 //! }
 //! ```
+//!
+//! Options are typed ([`layers`], [`optimizers`], [`schedules`], [`DataLoaderOptions`]): a
+//! misspelt one does not compile. The string forms ([`Model::add_layer`], [`Optimizer::set`],
+//! [`DataLoader::set`], ...) take the same keys, checked by the library at run time.
 //!
 //! Every call returns [`Result`]; the [`Error`] carries the library's [`Status`] and message.
 //! Every handle type frees itself on drop, and may be dropped in any order (handles keep alive
@@ -46,15 +51,19 @@ mod config;
 mod data;
 mod error;
 mod ffi;
+pub mod layers;
 mod model;
 mod optim;
+pub mod optimizers;
+mod options;
+pub mod schedules;
 #[cfg(feature = "tch")]
 mod tch_interop;
 mod tensor;
 
 pub use accelerator::{Accelerator, DistributedType, Precision, Prepare, Reduction, StateWriter};
 pub use config::Config;
-pub use data::{fields, Batch, DataLoader, Dataset, Field};
+pub use data::{fields, Batch, Batches, DataLoader, DataLoaderOptions, Dataset, Field};
 pub use error::{last_error, BoxError, Error, Result, Status};
 pub use libaccel_sys as sys;
 pub use model::{load_checkpoint_in_model, Model};

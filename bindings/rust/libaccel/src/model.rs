@@ -8,6 +8,7 @@ use crate::error::{check, Result};
 use crate::ffi::{
     c_string, ensure_supported_library, make, owned_handle, path_string, query, read_text,
 };
+use crate::layers::Layer;
 use crate::tensor::{take_list, Tensor};
 
 owned_handle!(
@@ -19,9 +20,9 @@ owned_handle!(
     /// the accelerator) are serialised by the library, so sharing it across threads is safe.
     ///
     /// ```
-    /// use libaccel::{Model, Tensor};
+    /// use libaccel::{layers::Linear, Model, Tensor};
     /// let mut model = Model::new()?;
-    /// model.add_layer("fc", "linear", "in_features=3 out_features=2")?;
+    /// model.add("fc", Linear::new(3, 2))?; // or add_layer("fc", "linear", "in_features=3 ...")
     /// model.define("def forward(self, x):\n    return self.fc.forward(x)\n")?;
     /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[1, 3])?;
     /// let outputs = model.call("forward", &[&x])?;
@@ -56,7 +57,7 @@ impl Model {
 
     /// Adds layer `name` of `kind` (`linear`, `conv2d`, `batch_norm2d`, `layer_norm`,
     /// `embedding`) with options `spec` (`"in_features=784 out_features=10"`), initialised as
-    /// the matching torch.nn layer.
+    /// the matching torch.nn layer. [`add`](Model::add) takes the same layers typed.
     pub fn add_layer(&mut self, name: &str, kind: &str, spec: &str) -> Result<()> {
         let (name, kind, spec) = (
             c_string(name, "name")?,
@@ -67,6 +68,13 @@ impl Model {
         check(unsafe {
             sys::accel_model_add_layer(self.as_raw(), name.as_ptr(), kind.as_ptr(), spec.as_ptr())
         })
+    }
+
+    /// Adds layer `name` of the typed catalogue ([`layers`](crate::layers)), e.g.
+    /// `model.add("fc", Linear::new(784, 10).bias(false))`: [`add_layer`](Model::add_layer) with
+    /// options checked by the compiler.
+    pub fn add(&mut self, name: &str, layer: impl Layer) -> Result<()> {
+        self.add_layer(name, layer.kind(), &layer.spec())
     }
 
     /// Lends the caller's tensor to the model as parameter `name` (`"fc1.weight"`), no copy:

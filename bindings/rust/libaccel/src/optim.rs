@@ -7,6 +7,8 @@ use libaccel_sys as sys;
 use crate::error::{check, Result};
 use crate::ffi::{c_string, make, owned_handle, query, set_option};
 use crate::model::Model;
+use crate::optimizers::OptimizerOptions;
+use crate::schedules::SchedulerOptions;
 
 owned_handle!(
     /// An optimizer over a model's parameters: `sgd`, `adam`, `adamw`, `rmsprop` or `adagrad`,
@@ -28,7 +30,19 @@ impl Optimizer {
         Ok(unsafe { Optimizer::from_raw(raw) }.expect("non-null"))
     }
 
-    /// Sets an option (`lr`, `momentum`, `weight_decay`, `beta1`, ...: see `accel.h`).
+    /// An optimizer over `model`'s parameters with typed options ([`optimizers`](crate::optimizers)),
+    /// e.g. `Optimizer::with(&model, AdamW::new().lr(1e-3))`: [`new`](Optimizer::new) and a
+    /// [`set`](Optimizer::set) per option given, in that type's order.
+    pub fn with(model: &Model, options: impl OptimizerOptions) -> Result<Optimizer> {
+        let mut optimizer = Optimizer::new(model, options.kind())?;
+        for (key, value) in options.options() {
+            optimizer.set(key, value)?;
+        }
+        Ok(optimizer)
+    }
+
+    /// Sets an option (`lr`, `momentum`, `weight_decay`, `beta1`, ...: see `accel.h`, or the typed
+    /// [`optimizers`](crate::optimizers)).
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
         // SAFETY: live handle; the strings live for the call.
         set_option(key, &value, |k, v| unsafe {
@@ -77,11 +91,12 @@ owned_handle!(
     /// use libaccel::{Model, Optimizer, Scheduler};
     /// let mut model = Model::new()?;
     /// model.add_layer("fc", "linear", "in_features=2 out_features=1")?;
-    /// let mut sgd = Optimizer::new(&model, "sgd")?;
+    /// let mut sgd = Optimizer::new(&model, "sgd")?; // the string API, beside the typed one
     /// sgd.set("lr", 1.0)?;
     /// let mut halving = Scheduler::new(&sgd, "step")?;
     /// halving.set("step_size", 1)?;
     /// halving.set("gamma", 0.5)?;
+    /// assert!(halving.set("gama", 0.5).is_err()); // a typo is found at run time here
     /// halving.step()?;
     /// assert_eq!(halving.lr()?, 0.5);
     /// # Ok::<(), libaccel::Error>(())
@@ -103,7 +118,19 @@ impl Scheduler {
         Ok(unsafe { Scheduler::from_raw(raw) }.expect("non-null"))
     }
 
-    /// Sets an option (`warmup_steps`, `total_steps`, `gamma`, ...) before the first step.
+    /// A schedule over `optimizer` with typed options ([`schedules`](crate::schedules)), e.g.
+    /// `Scheduler::with(&opt, schedules::Linear::new(1000).warmup_steps(100))`:
+    /// [`new`](Scheduler::new) and a [`set`](Scheduler::set) per option.
+    pub fn with(optimizer: &Optimizer, options: impl SchedulerOptions) -> Result<Scheduler> {
+        let mut scheduler = Scheduler::new(optimizer, options.kind())?;
+        for (key, value) in options.options() {
+            scheduler.set(key, value)?;
+        }
+        Ok(scheduler)
+    }
+
+    /// Sets an option (`warmup_steps`, `total_steps`, `gamma`, ...: see `accel.h`, or the typed
+    /// [`schedules`](crate::schedules)) before the first step.
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
         // SAFETY: live handle; the strings live for the call.
         set_option(key, &value, |k, v| unsafe {

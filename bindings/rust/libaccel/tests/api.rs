@@ -10,9 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{one_accelerator, temp_dir, FASHION_MNIST};
+use libaccel::layers::{self, BatchNorm2d, Conv2d, Embedding, Layer, LayerNorm, Linear};
+use libaccel::optimizers::{self, Adagrad, Adam, AdamW, OptimizerOptions, RmsProp, Sgd};
+use libaccel::schedules::{self, Anneal, SchedulerOptions};
 use libaccel::{
-    fields, Accelerator, Config, DataLoader, Dataset, DistributedType, Dtype, Field, Model,
-    Optimizer, Precision, Reduction, Scheduler, Status, Tensor,
+    fields, Accelerator, Config, DataLoader, DataLoaderOptions, Dataset, DistributedType, Dtype,
+    Field, Model, Optimizer, Precision, Reduction, Scheduler, Status, Tensor,
 };
 
 #[test]
@@ -206,6 +209,152 @@ fn bad_model_input_is_an_error() {
     assert!(Scheduler::new(&sgd, "zigzag").is_err());
 }
 
+/// Every typed option of every kind, each at a value other than its default: the library takes
+/// them all (a key misspelt in the binding would be its "unknown option" error), and they mean
+/// what the string API's do.
+#[test]
+fn typed_options_are_the_librarys_options() {
+    let mut model = Model::new().unwrap();
+    let every_layer: [(&str, &dyn Layer); 5] = [
+        (
+            "conv",
+            &Conv2d::new(4, 8, 3)
+                .stride(2)
+                .padding(1)
+                .dilation(2)
+                .groups(2)
+                .bias(false),
+        ),
+        ("fc", &Linear::new(3, 2).bias(false)),
+        ("bn", &BatchNorm2d::new(8).eps(1e-3).momentum(0.2)),
+        ("ln", &LayerNorm::new(2).eps(1e-6)),
+        ("emb", &Embedding::new(10, 4)),
+    ];
+    for (name, layer) in every_layer {
+        model
+            .add_layer(name, layer.kind(), &layer.spec())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    assert_eq!(
+        Linear::new(784, 10).bias(false).spec(),
+        "in_features=784 out_features=10 bias=false"
+    );
+    model.add("fc2", layers::Linear::new(2, 1)).unwrap();
+    let names = model.tensor_names().unwrap();
+    assert!(!names.contains(&"fc.bias".to_string()), "{names:?}");
+    assert_eq!(
+        model.tensor("conv.weight").unwrap().shape().unwrap(),
+        [8, 2, 3, 3]
+    );
+    let e = model
+        .add("conv2", Conv2d::new(3, 4, 3).groups(2))
+        .unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+
+    fn optimizer(model: &Model, options: impl OptimizerOptions) -> Optimizer {
+        let kind = options.kind();
+        Optimizer::with(model, options).unwrap_or_else(|e| panic!("{kind}: {e}"))
+    }
+    let sgd = Sgd::new()
+        .lr(0.5)
+        .momentum(0.9)
+        .dampening(0.0)
+        .weight_decay(1e-4)
+        .nesterov(true);
+    assert_eq!(optimizer(&model, sgd).lr().unwrap(), 0.5);
+    let adam = Adam::new().lr(0.01).beta1(0.8).beta2(0.99).eps(1e-6);
+    optimizer(&model, adam.weight_decay(0.1).amsgrad(true));
+    let adamw = AdamW::default().lr(0.01).beta1(0.8).beta2(0.99).eps(1e-6);
+    optimizer(&model, adamw.weight_decay(0.0).amsgrad(true));
+    let rmsprop = RmsProp::new()
+        .lr(0.1)
+        .alpha(0.9)
+        .eps(1e-6)
+        .weight_decay(0.1);
+    optimizer(&model, rmsprop.momentum(0.5).centered(true));
+    let adagrad = Adagrad::new().lr(0.1).lr_decay(0.01).weight_decay(0.1);
+    optimizer(&model, adagrad.initial_accumulator_value(0.1).eps(1e-8));
+    let e = Optimizer::with(&model, optimizers::Adam::new().beta1(1.0)).unwrap_err();
+    assert!(e.message().contains("beta1"), "{e}");
+
+    // A schedule's base rate is its optimizer's rate when made: a fresh optimizer for each.
+    type MakeScheduler<'a> = &'a dyn Fn(&Optimizer) -> libaccel::Result<Scheduler>;
+    let schedule = |make: MakeScheduler| {
+        let mut s = make(&optimizer(&model, Sgd::new().lr(1.0))).unwrap();
+        s.step().unwrap();
+        s.lr().unwrap()
+    };
+    use schedules::{
+        Constant, ConstantWithWarmup, Cosine, CosineWithRestarts, Exponential, OneCycle,
+        Polynomial, Step,
+    };
+    let every_schedule: [(&str, f64, MakeScheduler); 9] = [
+        ("constant", 1.0, &|o| Scheduler::with(o, Constant::new())),
+        ("constant_with_warmup", 0.25, &|o| {
+            Scheduler::with(o, ConstantWithWarmup::new().warmup_steps(4))
+        }),
+        ("linear", 0.5, &|o| {
+            Scheduler::with(o, schedules::Linear::new(10).warmup_steps(2))
+        }),
+        ("cosine", 0.5, &|o| {
+            Scheduler::with(o, Cosine::new(10).warmup_steps(2).num_cycles(0.25))
+        }),
+        ("cosine_with_restarts", 0.5, &|o| {
+            Scheduler::with(
+                o,
+                CosineWithRestarts::new(10).warmup_steps(2).num_cycles(2.0),
+            )
+        }),
+        ("polynomial", 0.5, &|o| {
+            let p = Polynomial::new(10).warmup_steps(2).lr_end(0.01).power(2.0);
+            Scheduler::with(o, p)
+        }),
+        ("step", 0.5, &|o| {
+            Scheduler::with(o, Step::new(1).gamma(0.5))
+        }),
+        ("exponential", 0.5, &|o| {
+            Scheduler::with(o, Exponential::new(0.5))
+        }),
+        ("one_cycle", 0.5, &|o| {
+            let c = OneCycle::new(0.5, 5)
+                .pct_start(0.4)
+                .anneal_strategy(Anneal::Linear)
+                .div_factor(2.0)
+                .final_div_factor(100.0)
+                .base_momentum(0.8)
+                .max_momentum(0.9)
+                .cycle_momentum(false);
+            Scheduler::with(o, c)
+        }),
+    ];
+    for (kind, lr_after_one_step, make) in every_schedule {
+        assert_eq!(schedule(make), lr_after_one_step, "{kind}");
+    }
+    assert_eq!(OneCycle::new(0.5, 3).kind(), "one_cycle");
+    let opt = optimizer(&model, Sgd::new());
+    let mut zero = Scheduler::with(&opt, Step::new(0)).unwrap();
+    let e = zero.step().unwrap_err();
+    assert!(e.message().contains("step_size"), "{e}");
+
+    let every_loader_option = DataLoaderOptions::new()
+        .batch_size(2)
+        .shuffle(true)
+        .seed(7)
+        .drop_last(true)
+        .num_workers(1)
+        .prefetch_factor(3)
+        .split_batches(true)
+        .even_batches(false)
+        .device_placement(false);
+    assert_eq!(every_loader_option.pairs().len(), 9);
+    let _one = one_accelerator();
+    let acc = Accelerator::new().unwrap();
+    let x = Tensor::from_slice(&(0..5i64).collect::<Vec<_>>(), &[5]).unwrap();
+    let data = Dataset::from_tensors(&[&x]).unwrap();
+    let mut loader = DataLoader::with(&acc, &data, every_loader_option).unwrap();
+    assert_eq!(loader.iter().count(), 2, "drop_last: 2 + 2, not the 1 left");
+}
+
 #[test]
 fn optimizers_and_schedulers_step() {
     let model = linear_model(2, 1);
@@ -364,7 +513,7 @@ fn idx_datasets_and_their_errors() {
     assert_eq!(loader.position().unwrap(), (0, 1000));
     assert!(!loader.end_of_epoch().unwrap());
     assert_eq!(loader.remainder().unwrap(), 0);
-    assert_eq!(loader.count(), 9, "the rest of the epoch");
+    assert_eq!(loader.iter().count(), 9, "the rest of the epoch");
 
     let e = Dataset::from_idx(&["/no/such/images.gz"]).unwrap_err();
     assert_eq!(e.status(), Status::Io);
@@ -396,10 +545,38 @@ fn dataloader_options_positions_and_close() {
     assert_eq!(e.status(), Status::InvalidArgument);
     let e = loader.set("shuffel", true).unwrap_err();
     assert!(e.message().contains("shuffel"), "{e}");
-    let firsts: Vec<i64> = (&mut loader)
-        .map(|b| b.unwrap()[0].to_vec::<i64>().unwrap()[0])
-        .collect();
-    assert_eq!(firsts, vec![0, 4, 8]);
+    let first = |b: libaccel::Result<libaccel::Batch>| b.unwrap()[0].to_vec::<i64>().unwrap()[0];
+    let mut epoch = loader.iter();
+    assert_eq!(epoch.size_hint(), (0, Some(3)));
+    assert_eq!(epoch.next().map(first), Some(0));
+    assert_eq!(epoch.size_hint(), (0, Some(2)));
+    assert_eq!(epoch.by_ref().map(first).collect::<Vec<_>>(), [4, 8]);
+    assert!(epoch.next().is_none(), "an ended epoch stays ended");
+    assert_eq!(epoch.size_hint(), (0, Some(0)));
+    assert_eq!(loader.epoch().unwrap(), 1);
+    // A loop left early leaves the epoch in progress; the next iteration continues it.
+    assert_eq!(loader.iter().next().map(first), Some(0));
+    assert_eq!(loader.iter().map(first).collect::<Vec<_>>(), [4, 8]);
+    assert_eq!(loader.epoch().unwrap(), 2);
+    // An epoch whose last batch was taken (take(batch_count)) ends before the next begins.
+    assert_eq!(
+        loader.iter().take(3).map(first).collect::<Vec<_>>(),
+        [0, 4, 8]
+    );
+    assert!(loader.end_of_epoch().unwrap());
+    assert_eq!(loader.iter().map(first).collect::<Vec<_>>(), [0, 4, 8]);
+    assert_eq!(loader.epoch().unwrap(), 4);
+    // Typed options: the same keys, checked by the compiler.
+    loader
+        .set_options(DataLoaderOptions::new().batch_size(5).drop_last(true))
+        .unwrap();
+    assert_eq!(loader.iter().map(first).collect::<Vec<_>>(), [0, 5]);
+    let e = loader
+        .set_options(DataLoaderOptions::new().batch_size(0))
+        .unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    loader.set("batch_size", 4).unwrap();
+    loader.set("drop_last", false).unwrap();
     loader.skip_first_batches(1).unwrap();
     assert_eq!(
         loader.next_batch().unwrap().unwrap()[0]
@@ -484,7 +661,7 @@ fn a_closure_error_comes_back_from_next() {
         let mut loader = DataLoader::new(&acc, &data).unwrap();
         loader.set("batch_size", 5).unwrap();
         loader.set("num_workers", workers).unwrap();
-        let results: Vec<_> = (&mut loader).collect();
+        let results: Vec<_> = loader.iter().collect();
         let e = results.last().unwrap().as_ref().unwrap_err();
         assert_eq!(e.status(), Status::Callback);
         assert!(e.message().contains("sample 17 is unreadable"), "{e}");

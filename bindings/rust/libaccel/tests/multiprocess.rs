@@ -11,7 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{repo_root, temp_dir, FASHION_MNIST};
-use libaccel::{fields, Accelerator, DataLoader, Dataset, Model, Optimizer, Reduction, Tensor};
+use libaccel::layers::Linear;
+use libaccel::optimizers::AdamW;
+use libaccel::{
+    fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer, Reduction,
+    Tensor,
+};
 
 const MLP: &str = "
 def forward(self, x):
@@ -279,18 +284,10 @@ fn one_by_64_equals_two_by_32() -> Result<(), String> {
 
 // ---- the ranks -------------------------------------------------------------------------------
 
-fn mlp(hidden: usize, inputs: usize, outputs: usize) -> libaccel::Result<Model> {
+fn mlp(hidden: i64, inputs: i64, outputs: i64) -> libaccel::Result<Model> {
     let mut model = Model::new()?;
-    model.add_layer(
-        "fc1",
-        "linear",
-        &format!("in_features={inputs} out_features={hidden}"),
-    )?;
-    model.add_layer(
-        "fc2",
-        "linear",
-        &format!("in_features={hidden} out_features={outputs}"),
-    )?;
+    model.add("fc1", Linear::new(inputs, hidden))?;
+    model.add("fc2", Linear::new(hidden, outputs))?;
     model.define(MLP)?;
     Ok(model)
 }
@@ -325,19 +322,19 @@ fn rank_train() -> Result<(), String> {
     let train = || -> libaccel::Result<(f64, f64, Model)> {
         acc.set_seed(5, false)?;
         let model = mlp(64, 784, 10)?;
-        let mut opt = Optimizer::new(&model, "adamw")?;
-        opt.set("lr", 2e-3)?;
+        let mut opt = Optimizer::with(&model, AdamW::new().lr(2e-3))?;
         let data = Dataset::from_idx(&[
             format!("{FASHION_MNIST}/train-images-idx3-ubyte.gz"),
             format!("{FASHION_MNIST}/train-labels-idx1-ubyte.gz"),
         ])?;
-        let mut loader = DataLoader::new(&acc, &data)?;
-        loader.set("batch_size", 32)?;
-        loader.set("shuffle", true)?;
-        loader.set("num_workers", 1)?;
+        let options = DataLoaderOptions::new()
+            .batch_size(32)
+            .shuffle(true)
+            .num_workers(1);
+        let mut loader = DataLoader::with(&acc, &data, options)?;
         acc.prepare(&[&model, &opt, &loader])?;
         let (mut first, mut last) = (0.0, 0.0);
-        for (step, batch) in (&mut loader).take(300).enumerate() {
+        for (step, batch) in loader.iter().take(300).enumerate() {
             let [images, labels] = fields(batch?)?;
             let x = Tensor::from_slice(
                 &images
