@@ -331,4 +331,4 @@ func (a *Accelerator) ClipGradValue(model *Model, clipValue float64) error {
 // Close frees the accelerator and leaves the process group, without waiting for the other ranks
 // (call WaitForEveryone first when they must all be done). Prepared objects stay valid handles;
 // their calls that need the accelerator then fail with ErrState. Idempotent.
-func (a *Accelerator) Close() { a.ref().close() }
+func (a *Accelerator) Close() error { return a.ref().close() }

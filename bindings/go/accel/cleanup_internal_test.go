@@ -46,6 +46,48 @@ func TestCloseStopsTheCleanup(t *testing.T) {
 	runtime.GC() // a second free would crash or corrupt here
 }
 
+// Forgotten tensors are freed by their block's cleanup once the block is unreachable; closed
+// ones were freed by Close and are not freed again (a double free would crash here).
+func TestBlockCleanupsFreeForgottenTensors(t *testing.T) {
+	const n = 3 * tensorBlockSize
+	closed := make([]func() bool, 0, n) // the handles' state, which does not keep a block alive
+	for i := 0; i < n; i++ {
+		x, err := FromSlice([]float32{float32(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed = append(closed, x.h.closed)
+		if i%2 == 0 {
+			x.Close()
+		}
+	}
+	// Move on to a new block: the last one filled above is no longer the current one.
+	for i := 0; i < tensorBlockSize; i++ {
+		x, err := FromSlice([]float32{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		open := 0
+		for _, c := range closed {
+			if !c() {
+				open++
+			}
+		}
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d forgotten tensors were never freed", open, n/2)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func TestVersionRange(t *testing.T) {
 	for _, v := range []uint32{200, 201, 299} {
 		if err := versionInRange(v); err != nil {

@@ -198,13 +198,19 @@ func TestEveryFailingCallGetsItsOwnMessage(t *testing.T) {
 			for c := 0; c < calls; c++ {
 				key := fmt.Sprintf("no_such_key_g%d_c%d", g, c)
 				var err error
-				if c%2 == 0 {
+				status := accel.ErrConfig
+				switch c % 3 {
+				case 0:
 					err = cfg.Set(key, 1)
-				} else {
+				case 1:
 					_, err = cfg.Get(key)
+				default: // the tensor calls' own path (no closure; see fromData)
+					status = accel.ErrInvalidArgument
+					_, err = accel.FromSlice([]float32{1}, int64(g+1), int64(c+1))
+					key = fmt.Sprintf("need %d bytes", 4*(g+1)*(c+1))
 				}
 				var e *accel.Error
-				if !errors.As(err, &e) || e.Status != accel.ErrConfig || !namesKey(e.Message, key) {
+				if !errors.As(err, &e) || e.Status != status || !namesKey(e.Message, key) {
 					if wrong.Add(1) == 1 {
 						firstWrong.Store(fmt.Sprintf("%s: %v", key, err))
 					}

@@ -85,4 +85,4 @@ func (c *Config) Dump() (string, error) {
 }
 
 // Close frees the configuration. Idempotent; safe from any goroutine.
-func (c *Config) Close() { c.ref().close() }
+func (c *Config) Close() error { return c.ref().close() }

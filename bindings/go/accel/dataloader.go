@@ -33,7 +33,7 @@ func (l *DataLoader) ref() *handle[*C.accel_dataloader] {
 type Batch []*Tensor
 
 // Close closes every tensor of the batch.
-func (b Batch) Close() { closeAll(b) }
+func (b Batch) Close() error { closeAll(b); return nil }
 
 // NewDataLoader makes a dataloader over ds for this accelerator's process. It keeps the
 // dataset alive.
@@ -216,7 +216,7 @@ func (l *DataLoader) Stop() error {
 // Close stops the workers and frees the dataloader. Idempotent; safe from any goroutine, also
 // while Next runs on another one (the dataloader is freed when that call returns, and later
 // calls fail with ErrState). Must not be called from the dataset's own function.
-func (l *DataLoader) Close() { l.ref().close() }
+func (l *DataLoader) Close() error { return l.ref().close() }
 
 func (l *DataLoader) preparable() (unsafe.Pointer, func(), error) {
 	return prepared(l.ref(), "DataLoader", func(p *C.accel_dataloader) unsafe.Pointer { return unsafe.Pointer(p) })

@@ -153,4 +153,4 @@ func (d *Dataset) FieldCount() (int, error) {
 
 // Close frees the dataset handle; dataloaders made over it keep using it until they are closed.
 // Idempotent; safe from any goroutine.
-func (d *Dataset) Close() { d.ref().close() }
+func (d *Dataset) Close() error { return d.ref().close() }

@@ -107,14 +107,20 @@ func (p *PanicError) Unwrap() error {
 
 // call makes one library call and, when it fails, reads its message before the goroutine can
 // move to another OS thread: the message is per OS thread (accel.h, "Status and errors"), and
-// Go moves goroutines between threads at any call. Every call into the library goes through here.
+// Go moves goroutines between threads at any call. Every call into the library goes through here
+// (the few hottest with its steps written out: LockOSThread, the call, failed, UnlockOSThread).
 func call(f func() C.accel_status) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	s := f()
-	if s == C.ACCEL_OK {
-		return nil
+	if s := f(); s != C.ACCEL_OK {
+		return failed(s)
 	}
+	return nil
+}
+
+// failed is the error of a call that returned s, read on the OS thread that made the call: the
+// caller is still locked to it.
+func failed(s C.accel_status) error {
 	e := &Error{Status: Status(s), Message: C.GoString(C.accel_last_error_message())}
 	// The thread's record must be this call's: a mismatch would be a library bug, said so
 	// rather than passing on a message that may belong to another call.

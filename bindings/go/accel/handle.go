@@ -12,14 +12,18 @@ import (
 // Close may be called from any goroutine, at any time. So every call holds a use of the handle
 // (acquire/release), Close only marks it closed, and whichever of Close and the last running
 // call comes last frees it: Close never waits, and a call that started before Close finishes
-// with a live handle. A call that starts after Close fails with ErrState.
+// with a live handle. A call that starts after Close fails with ErrState. The state is one
+// atomic word: no lock on any call.
 //
 // A cleanup (runtime.AddCleanup) frees what the program forgot to Close once the Go object is
 // unreachable. It is the safety net, not the plan: the garbage collector does not see the
 // library's memory and may run late, so programs Close what they make (training loops above all).
+// Tensors share one cleanup per block of them (tensorBlock): a cleanup of its own cost a tensor
+// more than the library's create and free together.
 type handle[T any] struct {
-	ptr     T
-	free    func(T)
+	ptr  T
+	free func(T)
+	// The cleanup of this handle alone; zero for a tensor (its block has it).
 	cleanup runtime.Cleanup
 	// bit 0: closed; the rest: the number of calls running, times two.
 	state atomic.Int64
@@ -39,17 +43,24 @@ func initHandle[O any, T any](owner *O, h *handle[T], ptr T, free func(T)) {
 func (h *handle[T]) acquire(kind string) (T, error) {
 	var zero T
 	if h == nil {
-		return zero, newError(ErrInvalidArgument, "nil *accel.%s", kind)
+		return zero, errNil(kind)
 	}
 	for {
 		s := h.state.Load()
 		if s&closedBit != 0 {
-			return zero, newError(ErrState, "the accel.%s was used after Close", kind)
+			return zero, errClosed(kind)
 		}
 		if h.state.CompareAndSwap(s, s+2) {
 			return h.ptr, nil
 		}
 	}
+}
+
+// errNil and errClosed are out of line: acquire stays small enough to inline.
+func errNil(kind string) error { return newError(ErrInvalidArgument, "nil *accel.%s", kind) }
+
+func errClosed(kind string) error {
+	return newError(ErrState, "the accel.%s was used after Close", kind)
 }
 
 // release ends a use; the last use after Close frees the handle.
@@ -67,22 +78,25 @@ func (h *handle[T]) destroy() {
 	}
 }
 
-// close marks the handle closed and frees it at once when no call is running. Idempotent.
-func (h *handle[T]) close() {
+// close marks the handle closed and frees it at once when no call is running. Idempotent. A
+// tensor block's cleanup closes its handles this way: the tensors are unreachable then, so no
+// call can start, but one that started (holding the handle, not the tensor) may still run, and
+// its release frees.
+func (h *handle[T]) close() error {
 	if h == nil {
-		return
+		return nil
 	}
 	for {
 		s := h.state.Load()
 		if s&closedBit != 0 {
-			return
+			return nil
 		}
 		if h.state.CompareAndSwap(s, s|closedBit) {
 			h.cleanup.Stop()
 			if s == 0 {
 				h.destroy()
 			}
-			return
+			return nil
 		}
 	}
 }

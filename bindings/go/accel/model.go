@@ -253,7 +253,7 @@ func LoadCheckpointInModel(m *Model, path string) error {
 
 // Close frees the model handle (optimizers over it, and the accelerator once prepared, keep the
 // model). Idempotent; safe from any goroutine.
-func (m *Model) Close() { m.ref().close() }
+func (m *Model) Close() error { return m.ref().close() }
 
 func (m *Model) preparable() (unsafe.Pointer, func(), error) {
 	return prepared(m.ref(), "Model", func(p *C.accel_model) unsafe.Pointer { return unsafe.Pointer(p) })

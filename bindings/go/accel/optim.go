@@ -82,7 +82,7 @@ func (o *Optimizer) StepWasSkipped() (bool, error) {
 
 // Close frees the optimizer handle (schedulers over it, and the accelerator once prepared, keep
 // the optimizer). Idempotent; safe from any goroutine.
-func (o *Optimizer) Close() { o.ref().close() }
+func (o *Optimizer) Close() error { return o.ref().close() }
 
 func (o *Optimizer) preparable() (unsafe.Pointer, func(), error) {
 	return prepared(o.ref(), "Optimizer", func(p *C.accel_optimizer) unsafe.Pointer { return unsafe.Pointer(p) })
@@ -147,7 +147,7 @@ func (s *Scheduler) LR() (float64, error) {
 }
 
 // Close frees the scheduler handle. Idempotent; safe from any goroutine.
-func (s *Scheduler) Close() { s.ref().close() }
+func (s *Scheduler) Close() error { return s.ref().close() }
 
 func (s *Scheduler) preparable() (unsafe.Pointer, func(), error) {
 	return prepared(s.ref(), "Scheduler", func(p *C.accel_scheduler) unsafe.Pointer { return unsafe.Pointer(p) })

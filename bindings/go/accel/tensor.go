@@ -1,10 +1,19 @@
 package accel
 
 // #include "shim.h"
+// /* The hot calls: none calls back into Go or keeps a pointer it is given, so cgo may skip its
+//    callback bookkeeping and leave their arguments and out-parameters on the stack. */
+// #cgo nocallback accel_tensor_from_data
+// #cgo noescape accel_tensor_from_data
+// #cgo nocallback accel_tensor_free
+// #cgo nocallback accel_tensor_element_count
+// #cgo noescape accel_tensor_element_count
 import "C"
 
 import (
+	"runtime"
 	"strconv"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -71,9 +80,10 @@ func DTypeOf[T Element]() DType {
 }
 
 // Tensor is a tensor held by the library (a LibTorch tensor). Values cross by copy; no method
-// changes a tensor. Close it when done: its memory is invisible to Go's garbage collector.
+// changes a tensor. Close it when done (or make it in a Scope): its memory is invisible to Go's
+// garbage collector.
 type Tensor struct {
-	h handle[*C.accel_tensor]
+	h *handle[*C.accel_tensor] // in its block's handles; nil for a Tensor{} not made here
 }
 
 func freeTensor(p *C.accel_tensor) { C.accel_tensor_free(p) }
@@ -82,13 +92,59 @@ func (t *Tensor) ref() *handle[*C.accel_tensor] {
 	if t == nil {
 		return nil
 	}
-	return &t.h
+	return t.h
 }
 
+// Tensors are made in blocks that share one cleanup: runtime.AddCleanup and Cleanup.Stop for
+// each tensor cost more than the library's create and free together (measured, see
+// bench/calls). The cleanup of a block runs once none of its tensors is reachable, and closes
+// those the program did not; a tensor kept alive thus keeps at most tensorBlockSize-1 forgotten
+// neighbours, never a closed one, which Close freed at once.
+const tensorBlockSize = 32
+
+type tensorBlock struct {
+	tensors [tensorBlockSize]Tensor // what the program holds, and what the cleanup watches
+	next    atomic.Int32            // the next free slot
+	// Outside the block: the cleanup's argument must not keep the block reachable.
+	handles *[tensorBlockSize]handle[*C.accel_tensor]
+}
+
+// currentBlock is where the next tensor is made.
+var currentBlock atomic.Pointer[tensorBlock]
+
+func newTensorBlock() *tensorBlock {
+	b := &tensorBlock{handles: new([tensorBlockSize]handle[*C.accel_tensor])}
+	for i := range b.handles {
+		b.handles[i].free = freeTensor
+		b.handles[i].state.Store(closedBit) // a slot never used has nothing to free
+	}
+	runtime.AddCleanup(b, closeTensorHandles, b.handles)
+	return b
+}
+
+func closeTensorHandles(handles *[tensorBlockSize]handle[*C.accel_tensor]) {
+	for i := range handles {
+		handles[i].close()
+	}
+}
+
+// newTensor gives p to a new Tensor, in a free slot of the current block.
 func newTensor(p *C.accel_tensor) *Tensor {
-	t := &Tensor{}
-	initHandle(t, &t.h, p, freeTensor)
-	return t
+	for {
+		b := currentBlock.Load()
+		if b != nil {
+			if i := b.next.Add(1) - 1; i < tensorBlockSize {
+				h := &b.handles[i]
+				h.ptr = p
+				h.state.Store(0) // open: after ptr, so whoever sees it open sees ptr
+				t := &b.tensors[i]
+				t.h = h
+				return t
+			}
+		}
+		// Full: the first to replace it wins; a losing new block is dropped unused.
+		currentBlock.CompareAndSwap(b, newTensorBlock())
+	}
 }
 
 // FromSlice copies data into a new CPU tensor of the given shape, row-major (C order): the
@@ -124,14 +180,17 @@ func fromData(data []byte, dtype DType, shape []int64) (*Tensor, error) {
 		shapePtr = (*C.int64_t)(unsafe.Pointer(&shape[0]))
 	}
 	var out *C.accel_tensor
-	// Go memory without Go pointers, read during the call only: allowed by cgo's rules.
-	err := call(func() C.accel_status {
-		return C.accel_tensor_from_data(unsafe.Pointer(unsafe.SliceData(data)), C.size_t(len(data)),
-			C.accel_dtype(dtype), shapePtr, C.size_t(len(shape)), &out)
-	})
-	if err != nil {
+	// Go memory without Go pointers, read during the call only: allowed by cgo's rules. The
+	// hottest call of all, so no closure: call's steps written out.
+	runtime.LockOSThread()
+	s := C.accel_tensor_from_data(unsafe.Pointer(unsafe.SliceData(data)), C.size_t(len(data)),
+		C.accel_dtype(dtype), shapePtr, C.size_t(len(shape)), &out)
+	if s != C.ACCEL_OK {
+		err := failed(s)
+		runtime.UnlockOSThread()
 		return nil, err
 	}
+	runtime.UnlockOSThread()
 	return newTensor(out), nil
 }
 
@@ -225,9 +284,19 @@ func (t *Tensor) Shape() ([]int64, error) {
 
 // ElementCount is the number of elements.
 func (t *Tensor) ElementCount() (int64, error) {
-	n, err := query(t.ref(), "Tensor", func(p *C.accel_tensor, out *C.int64_t) C.accel_status {
-		return C.accel_tensor_element_count(p, out)
-	})
+	h := t.ref()
+	p, err := h.acquire("Tensor")
+	if err != nil {
+		return 0, err
+	}
+	var n C.int64_t
+	runtime.LockOSThread() // call's steps written out, as in fromData
+	s := C.accel_tensor_element_count(p, &n)
+	h.release()
+	if s != C.ACCEL_OK {
+		err = failed(s)
+	}
+	runtime.UnlockOSThread()
 	return int64(n), err
 }
 
@@ -305,8 +374,8 @@ func (t *Tensor) BorrowTorch() (unsafe.Pointer, error) {
 }
 
 // Close frees the tensor. Idempotent; safe from any goroutine, also while a call using it runs
-// (the tensor is freed when that call returns).
-func (t *Tensor) Close() { t.ref().close() }
+// (the tensor is freed when that call returns). It returns nil: the library's free cannot fail.
+func (t *Tensor) Close() error { return t.ref().close() }
 
 // closeAll closes every tensor (nil entries too).
 func closeAll(tensors []*Tensor) {
