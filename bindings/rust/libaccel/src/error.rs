@@ -197,6 +197,7 @@ pub fn last_error() -> Option<Error> {
 }
 
 /// `Ok(())` for `ACCEL_OK`, else the error with the message of this thread's failed call.
+#[inline]
 pub(crate) fn check(raw: sys::accel_status) -> Result<()> {
     if raw == sys::ACCEL_OK {
         Ok(())

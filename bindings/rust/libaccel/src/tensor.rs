@@ -226,7 +226,11 @@ impl Tensor {
         Ok(shape[..count].to_vec())
     }
 
+    // The one-number queries are #[inline]: across crates a call would otherwise cost almost as
+    // much again as the C call (examples/calls_bench.rs, query_ns).
+
     /// The number of dimensions (0 for a scalar).
+    #[inline]
     pub fn dim_count(&self) -> Result<usize> {
         // SAFETY: live handle, valid out pointer.
         query(|out| unsafe { sys::accel_tensor_dim_count(self.as_raw(), out) })
@@ -241,24 +245,28 @@ impl Tensor {
     }
 
     /// The number of elements.
+    #[inline]
     pub fn element_count(&self) -> Result<i64> {
         // SAFETY: live handle, valid out pointer.
         query(|out| unsafe { sys::accel_tensor_element_count(self.as_raw(), out) })
     }
 
     /// The size of the elements in bytes.
+    #[inline]
     pub fn data_size(&self) -> Result<usize> {
         // SAFETY: live handle, valid out pointer.
         query(|out| unsafe { sys::accel_tensor_data_size(self.as_raw(), out) })
     }
 
     /// The value of a one-element tensor as `f64` (a loss, say).
+    #[inline]
     pub fn item_f64(&self) -> Result<f64> {
         // SAFETY: live handle, valid out pointer.
         query(|out| unsafe { sys::accel_tensor_item_f64(self.as_raw(), out) })
     }
 
     /// The value of a one-element integer or bool tensor as `i64`.
+    #[inline]
     pub fn item_i64(&self) -> Result<i64> {
         // SAFETY: live handle, valid out pointer.
         query(|out| unsafe { sys::accel_tensor_item_i64(self.as_raw(), out) })
