@@ -8,15 +8,16 @@
 using Accel
 using Printf
 
-# One line per tensor as the C example prints it: the library's shape, then %g of each value.
-function print_tensor(acc, label, t)
-    line = rpad(label, 24) * " shape [" * join(shape(t), ", ") * "] values"
-    if dtype(t) == Accel.F32
-        for v in vec(Array(t))
+# One line per result as the C example prints it: the library's shape (Julia's size reversed; a
+# number has none), then %g of each value. The collectives give arrays and numbers back for arrays
+# and numbers: nothing here needs a close.
+function print_values(acc, label, x)
+    line = rpad(label, 24) * " shape [" * join(reverse(size(x)), ", ") * "] values"
+    if eltype(x) == Float32
+        for v in x
             line *= " " * @sprintf("%g", v)
         end
     end
-    close(t)
     println(acc, line)
 end
 
@@ -32,23 +33,23 @@ Accelerator() do acc
             "libaccel $(Accel.library_version())")
 
     # gather: rank r contributes [r*10, r*10+1]; everyone gets [0, 1, 10, 11, ...].
-    print_tensor(acc, "gather", gather(acc, Float32[rank * 10, rank * 10 + 1]))
+    print_values(acc, "gather", gather(acc, Float32[rank * 10, rank * 10 + 1]))
 
     # pad_across_processes: rank r holds r+1 ones; padded with -1 to the longest, then gathered.
     padded = pad_across_processes(acc, ones(Float32, min(rank + 1, 16)); pad_value = -1)
-    print_tensor(acc, "pad + gather", gather(acc, padded))
+    print_values(acc, "pad + gather", gather(acc, padded))
 
-    # reduce: sum and mean of (rank + 1).
-    print_tensor(acc, "reduce sum of rank+1", reduce(acc, Float32(rank + 1); reduction = :sum))
-    print_tensor(acc, "reduce mean of rank+1", reduce(acc, Float32(rank + 1); reduction = :mean))
+    # reduce: sum and mean of (rank + 1), a number in and a number out.
+    print_values(acc, "reduce sum of rank+1", reduce_across(acc, Float32(rank + 1); reduction = :sum))
+    print_values(acc, "reduce mean of rank+1", reduce_across(acc, Float32(rank + 1); reduction = :mean))
 
-    # broadcast from the last rank: only it needs a tensor.
+    # broadcast from the last rank (ranks count from 0): only it needs a value.
     source = rank == world - 1 ? Float32[3.5, 4.5, 5.5] : nothing
-    print_tensor(acc, "broadcast from last rank", broadcast(acc, source; from = world - 1))
+    print_values(acc, "broadcast from last rank", broadcast_across(acc, source; from = world - 1))
 
-    # gather_object: any Julia value per rank.
-    for (i, text) in enumerate(gather_object(acc, "hello from rank $rank"))
-        println(acc, "gather_object[$(i - 1)]       \"$text\"")
+    # gather_object: any Julia value per rank, rank r's at [r + 1].
+    for (r, text) in zip(0:world-1, gather_object(acc, "hello from rank $rank"))
+        println(acc, "gather_object[$r]       \"$text\"")
     end
     wait_for_everyone(acc)
 end

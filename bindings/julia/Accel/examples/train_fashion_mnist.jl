@@ -54,16 +54,17 @@ function parse_options(args)
     o
 end
 
-# One micro-step; returns the loss.
+# One micro-step; returns the loss as a number. The loss tensor holds the step's autograd graph:
+# the do-block closes it at once, not at the next GC.
 function train_step(acc, model, opt, sched, images, labels)
-    accumulate!(acc)
-    loss = model(:training_step, images, labels)
-    backward(acc, loss)
+    accumulate_gradients!(acc)
+    value = model(:training_step, images, labels) do loss
+        backward(acc, loss)
+        item(loss)
+    end
     step!(opt)
     step!(sched)
     zero_grad!(opt)
-    value = item(loss)
-    close(loss)   # it holds the step's autograd graph: free it now, not at the next GC
     value
 end
 
@@ -110,15 +111,10 @@ function main(o)
         set_epoch!(train, epoch)
         trainmode!(model)
         epoch += 1
-        while step < total_steps
-            asked = time()
-            fields = next_batch(train)
-            waited += time() - asked   # the time this step waited for its batch
-            fields === nothing && break   # the end of the epoch
-            images, labels = fields
+        asked = time()
+        for (images, labels) in train   # each batch is closed when the loop moves on
+            waited += time() - asked    # the time this step waited for its batch
             value = train_step(acc, model, opt, sched, images, labels)
-            close(images)
-            close(labels)
             loss_avg = step == 0 ? value : 0.98 * loss_avg + 0.02 * value
             step += 1
             if step % 100 == 0 || step == total_steps
@@ -128,20 +124,21 @@ function main(o)
                                       epoch, step, total_steps, loss_avg, rate,
                                       (total_steps - step) * batch * world / rate, 100 * waited / elapsed))
             end
+            step == total_steps && break
+            asked = time()
         end
+        step < total_steps && (waited += time() - asked)   # the call that found the epoch's end
     end
 
     # Evaluation: each test sample counted once over all processes.
     testmode!(model)
     correct, seen = 0, 0
     for (images, labels) in test
-        hits = model(:correct, images, labels)
-        all = gather_for_metrics(acc, hits)
-        values = Array(all)
+        values = model(:correct, images, labels) do hits
+            gather_for_metrics(acc, Array(hits))   # an array in, an array out
+        end
         correct += sum(values)
         seen += length(values)
-        close(all)
-        close(hits)
     end
     println(acc, @sprintf("test accuracy %.4f (%d of %d) after %.1fs of training",
                           correct / seen, correct, seen, time() - start))

@@ -7,12 +7,14 @@ processes, many machines) on LibTorch, through libaccel's C interface (accel.h, 
     using Accel
     Accelerator() do acc
         model, opt, loader = prepare(acc, model, opt, loader)
-        for (x, y) in loader
-            accumulate!(acc)
-            loss = model(:training_step, x, y)
-            backward(acc, loss)
+        for (x, y) in loader                    # a batch lives for one turn of the loop
+            accumulate_gradients!(acc)
+            value = model(:training_step, x, y) do loss
+                backward(acc, loss)
+                item(loss)                      # the loss is closed when the block ends
+            end
             step!(opt); zero_grad!(opt)
-            close(loss)
+            mean_loss = reduce_across(acc, value; reduction = :mean)   # a number
         end
     end
 
@@ -20,6 +22,26 @@ Run it on several processes with `accel launch -n 2 julia --project=... train.jl
 found through `ENV["ACCEL_LIBRARY"]`, else pkg-config's libdir for `accel`, else the system's
 search path. Failures throw `AccelError`. Arrays cross with their dimensions reversed (see
 `Tensor`). Standard library only; Julia 1.5 and later.
+
+**Counting.** Every index is Julia's, from 1: sample `i` of a dataset (a function dataset's `i`,
+`Dataset(A)`'s `A[.., i]`), a dimension (`pad_across_processes`'s `dim`), the entries of a
+per-rank `Vector` (`gather_object(acc, x)[r + 1]` is rank `r`'s). Ranks and epochs are not
+indices but the names the processes share with the launcher, the environment (RANK, LOCAL_RANK),
+Accelerate and its checkpoints, and MPI.jl: they count from 0 (`process_index`,
+`local_process_index`, `broadcast_across`'s `from`, `set_epoch!`, `epoch`, `position`'s epoch).
+Counts (`skip_first_batches!`, `position`'s samples, `length`) are counts.
+
+**Values in, values out.** The collectives give back what they were given: `gather`,
+`reduce_across`, `broadcast_across`, `pad_across_processes` and `gather_for_metrics` of a number
+or an array return a number or an `Array` (nothing to close); of a `Tensor`, a `Tensor`.
+`reduce_across`, `broadcast_across` and `accumulate_gradients!` are Accelerate's `reduce`,
+`broadcast` and `accumulate` under names of their own: Base's `reduce`, `broadcast` and
+`accumulate` mean something else.
+
+**Closing.** Every handle has `close` and a do-block form (`Tensor(A) do t ... end`); so do model
+calls (`model(x) do y ... end`) and the collectives of a tensor. A batch of a `for` loop over a
+`DataLoader` is closed when the loop moves on. A finalizer frees what was not closed, but the
+collector does not see the library's memory: close what a loop makes.
 """
 module Accel
 
@@ -33,14 +55,15 @@ export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
        Accelerator, process_index, local_process_index, num_processes, is_main_process,
        is_local_main_process, device, distributed_type, mixed_precision, effective_config,
        wait_for_everyone, main_process_first, set_seed,
-       gather, pad_across_processes, gather_object, gather_bytes, gather_for_metrics,
+       gather, pad_across_processes, reduce_across, broadcast_across, gather_object, gather_bytes,
+       gather_for_metrics,
        Dataset, idx_dataset, DataLoader, next_batch, set!, set_epoch!, epoch, end_of_epoch,
        remainder, skip_first_batches!, set_position!, field_count,
        Model, load_torchscript, add_layer!, define!, call, trainmode!, testmode!,
        add_parameter!, add_buffer!, forward, set_requires_grad!, check_torch,
        parameter_count, tensor_names, save_torchscript,
        Optimizer, Scheduler, step!, zero_grad!, lr, set_lr!, step_was_skipped,
-       prepare, sync_gradients, backward, clip_grad_norm!, clip_grad_value!,
+       prepare, accumulate_gradients!, sync_gradients, backward, clip_grad_norm!, clip_grad_value!,
        save_model, load_checkpoint_in_model, save_state, load_state, register_for_checkpointing
 
 include("library.jl")

@@ -18,9 +18,9 @@ one. `settings` are configuration keys (`mixed_precision = "bf16"`, ...; see `Co
 accelerator may exist in a process at a time: close it (or let the do-block end) before making
 another.
 
-Queries: `process_index`, `local_process_index`, `num_processes` (ranks count from 0, as
-Accelerate's), `is_main_process`, `is_local_main_process`, `device`, `distributed_type`,
-`mixed_precision`, `effective_config`.
+Queries: `process_index`, `local_process_index`, `num_processes` (ranks are identifiers the
+launcher, RANK and Accelerate share: they count from 0, see `Accel`), `is_main_process`,
+`is_local_main_process`, `device`, `distributed_type`, `mixed_precision`, `effective_config`.
 """
 mutable struct Accelerator <: Handle
     ptr::Ptr{Cvoid}
@@ -40,7 +40,7 @@ Accelerator(f::Function, args...; settings...) = with_handle(f, Accelerator(args
 
 free_handle(::Accelerator, p) = @acall accel_accelerator_free(p::Ptr{Cvoid})::Cvoid
 
-"Global rank of this process, from 0."
+"Global rank of this process, from 0 (the RANK the launcher set; not an index: see `Accel`)."
 process_index(acc::Accelerator) =
     Int(@out Int32 accel_process_index(acc::Ptr{Cvoid}))
 "Rank of this process on its machine, from 0."
@@ -142,18 +142,19 @@ function prepare(acc::Accelerator, objects::Preparable...)
 end
 
 """
-    accumulate!(acc)
-    accumulate(f, acc)
+    accumulate_gradients!(acc)
+    accumulate_gradients!(f, acc)
 
-Opens a micro-step (Accelerate's `accumulate`): with gradient_accumulation_steps K, gradients
-synchronise and optimizers and schedulers step every K-th time. Call it once per batch, before the
-forward; the do-block form runs `f()` after it.
+Opens a micro-step (Accelerate's `accumulate`; named apart from Base's `accumulate`, a cumulative
+sum): with gradient_accumulation_steps K, gradients synchronise and optimizers and schedulers step
+every K-th time. Call it once per batch, before the forward; the do-block form runs `f()` after it
+and returns what `f` returns.
 """
-function Base.accumulate!(acc::Accelerator)
+function accumulate_gradients!(acc::Accelerator)
     @check accel_accumulate(acc::Ptr{Cvoid})
     acc
 end
-Base.accumulate(f::Function, acc::Accelerator) = (accumulate!(acc); f())
+accumulate_gradients!(f::Function, acc::Accelerator) = (accumulate_gradients!(acc); f())
 
 "Whether the current micro-step synchronises gradients."
 sync_gradients(acc::Accelerator) =

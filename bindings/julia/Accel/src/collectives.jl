@@ -1,78 +1,133 @@
 # Collectives: every rank makes the same calls in the same order.
 
-"""
-    gather(acc, t) -> Tensor
+# A collective's result comes back in the form its argument went in: a `Tensor` gives a `Tensor`
+# (the caller's to close), an array an `Array`, a number a number (`gather` of numbers a `Vector`),
+# as Accelerate gives tensors for tensors and Python numbers from `.item()`. Values need no close.
 
-Every rank's tensor concatenated along the library's first dimension (Julia's **last**), in rank
-order, on every rank. Shapes and dtypes must agree (see `pad_across_processes`). Arrays and
-numbers are converted to tensors.
-"""
-gather(acc::Accelerator, t) = with_tensors((t,)) do (x,)
-    pointer = @out Ptr{Cvoid} accel_gather(acc::Ptr{Cvoid}, x::Ptr{Cvoid})
-    Tensor(pointer, Val(:own))
+# `call(t)` runs the collective on `x` as a tensor and returns the library's result (a pointer).
+collective(call, x::Tensor) = Tensor(call(x), Val(:own))
+collective(call, x) = throw(ArgumentError(
+    "a collective takes a Tensor, an array or a number; got $(typeof(x))"))
+function collective(call, x::Union{Number,AbstractArray})
+    t = Tensor(x)
+    pointer = try
+        call(t)
+    finally
+        close(t)
+    end
+    value_of(pointer, x isa Number)
+end
+
+# Copies a result the library returned into Julia and frees it; a 0-dimensional result of a
+# number is that number.
+function value_of(pointer::Ptr{Cvoid}, scalar::Bool)
+    result = Tensor(pointer, Val(:own))
+    A = try
+        Array(result)
+    finally
+        close(result)
+    end
+    scalar && ndims(A) == 0 ? A[] : A
 end
 
 """
-    pad_across_processes(acc, t; dim = ndims(t), pad_value = 0, pad_first = false) -> Tensor
+    gather(acc, x) -> Tensor, Array or Vector
+
+Every rank's `x` concatenated along the library's first dimension (Julia's **last**), in rank
+order, on every rank (rank `r`'s part first for `r = 0`, as `process_index` counts ranks).
+A `Tensor` gives a `Tensor` (close it), an array an `Array`, a number a `Vector` of one number per
+rank (`gather(acc, 1.5)[r + 1]` is rank `r`'s). Shapes and dtypes must agree (see
+`pad_across_processes`).
+
+    gather(f, acc, t::Tensor)
+
+The do-block form: `f(result)`, then the result is closed.
+"""
+gather(acc::Accelerator, x) = collective(x) do t
+    @out Ptr{Cvoid} accel_gather(acc::Ptr{Cvoid}, t::Ptr{Cvoid})
+end
+
+"""
+    pad_across_processes(acc, x; dim = ndims(x), pad_value = 0, pad_first = false) -> Tensor or Array
 
 Pads Julia dimension `dim` (by default the last: the library's first, Accelerate's dim 0) to the
 largest size any rank has there, with `pad_value`, at the end or with `pad_first` at the start.
+A `Tensor` gives a `Tensor`, an array an `Array`.
 """
-function pad_across_processes(acc::Accelerator, t; dim::Union{Nothing,Integer} = nothing,
+function pad_across_processes(acc::Accelerator, x; dim::Union{Nothing,Integer} = nothing,
                               pad_value::Real = 0, pad_first::Bool = false)
-    with_tensors((t,)) do (x,)
-        n = ndims(x)
-        d = dim === nothing ? n : Int(dim)
-        1 <= d <= n || throw(AccelError(ERR_INVALID_ARGUMENT,
-            "pad_across_processes: dim $d is not a dimension of a $n-dimensional tensor"))
-        pointer = @out Ptr{Cvoid} accel_pad_across_processes(acc::Ptr{Cvoid}, x::Ptr{Cvoid},
-                                                             Int64(n - d)::Int64,
-                                                             Float64(pad_value)::Float64, pad_first::Bool)
-        Tensor(pointer, Val(:own))
+    n = ndims(x)
+    d = dim === nothing ? n : Int(dim)
+    1 <= d <= n || throw(AccelError(ERR_INVALID_ARGUMENT,
+        "pad_across_processes: dim $d is not a dimension of a $n-dimensional tensor"))
+    collective(x) do t
+        @out Ptr{Cvoid} accel_pad_across_processes(acc::Ptr{Cvoid}, t::Ptr{Cvoid}, Int64(n - d)::Int64,
+                                                   Float64(pad_value)::Float64, pad_first::Bool)
     end
 end
 
 const REDUCTIONS = (sum = 0, mean = 1, max = 2, min = 3)
 
 """
-    reduce(acc, t; reduction = :sum) -> Tensor
+    reduce_across(acc, x; reduction = :sum) -> Tensor, Array or number
 
-The element-wise `:sum`, `:mean`, `:max` or `:min` of every rank's tensor, on every rank
-(Accelerate's `reduce`).
+The element-wise `:sum`, `:mean`, `:max` or `:min` of every rank's `x`, on every rank
+(Accelerate's `reduce`; named apart from Base's `reduce(op, collection)`, which this is not). A
+`Tensor` gives a `Tensor` (close it), an array an `Array`, a number a number of its type:
+`reduce_across(acc, item(loss); reduction = :mean)` is the mean loss over the processes. `:mean`
+wants floating-point elements.
 """
-Base.reduce(acc::Accelerator, t::Tensor; reduction::Symbol = :sum) = reduce_across(acc, t, reduction)
-# Base has reduce(op, a::Number) and reduce(op, A::AbstractArray): these are the more specific.
-Base.reduce(acc::Accelerator, x::Number; reduction::Symbol = :sum) = reduce_across(acc, x, reduction)
-Base.reduce(acc::Accelerator, A::AbstractArray; reduction::Symbol = :sum) = reduce_across(acc, A, reduction)
-
-function reduce_across(acc::Accelerator, t, reduction::Symbol)
+function reduce_across(acc::Accelerator, x; reduction::Symbol = :sum)
     haskey(REDUCTIONS, reduction) || throw(AccelError(ERR_INVALID_ARGUMENT,
-        "reduce: reduction $(repr(reduction)) is not one of :sum, :mean, :max, :min"))
-    with_tensors((t,)) do (x,)
-        pointer = @out Ptr{Cvoid} accel_reduce(acc::Ptr{Cvoid}, x::Ptr{Cvoid},
-                                               Int32(REDUCTIONS[reduction])::Int32)
-        Tensor(pointer, Val(:own))
+        "reduce_across: reduction $(repr(reduction)) is not one of :sum, :mean, :max, :min"))
+    code = Int32(REDUCTIONS[reduction])
+    collective(x) do t
+        @out Ptr{Cvoid} accel_reduce(acc::Ptr{Cvoid}, t::Ptr{Cvoid}, code::Int32)
     end
 end
 
-"""
-    broadcast(acc, t; from = 0) -> Tensor
+# Accel.jl 0.2.0 named these Base.reduce and Base.broadcast, and Base's own reduce(op, x) of a
+# number (or a one-element array) returns x without calling op: an old call would quietly give
+# this rank's value. It is refused with the new name instead.
+# (One method per Base method it would otherwise be ambiguous with.)
+for X in (Any, Number, AbstractArray)
+    @eval Base.reduce(::Accelerator, ::$X; kwargs...) = throw(ArgumentError(
+        "reduce(acc, x) is Base's reduce, not a collective: use reduce_across(acc, x; reduction = :sum)"))
+end
 
-Rank `from`'s tensor, on every rank (shape and dtype included). `t` is read on rank `from` only
-and may be `nothing` on the others.
 """
-function Base.broadcast(acc::Accelerator, t; from::Integer = 0)
-    with_tensors(t === nothing ? () : (t,)) do tensors
-        source = isempty(tensors) ? C_NULL : tensors[1]
-        pointer = @out Ptr{Cvoid} accel_broadcast(acc::Ptr{Cvoid}, source::Ptr{Cvoid}, Int32(from)::Int32)
-        Tensor(pointer, Val(:own))
+    broadcast_across(acc, x; from = 0) -> Tensor, Array or number
+
+Rank `from`'s `x` on every rank, shape and dtype included (Accelerate's `broadcast`, named apart
+from Base's `broadcast(f, xs...)`). `from` is a rank, counted from 0 as `process_index` counts.
+`x` is read on rank `from` only; on the other ranks it chooses the form of the result (a `Tensor`
+gives a `Tensor` to close, an array an `Array`, a number a number) and may be `nothing`, which
+gives values: a number where rank `from` sent a number, else an `Array`.
+"""
+function broadcast_across(acc::Accelerator, x; from::Integer = 0)
+    world = num_processes(acc)
+    0 <= from < world || throw(AccelError(ERR_INVALID_ARGUMENT,
+        "broadcast_across: from = $from is not a rank: ranks count from 0, as process_index, " *
+        "here 0:$(world - 1)"))
+    if x === nothing
+        pointer = @out Ptr{Cvoid} accel_broadcast(acc::Ptr{Cvoid}, C_NULL::Ptr{Cvoid}, Int32(from)::Int32)
+        return value_of(pointer, true)
     end
+    collective(x) do t
+        @out Ptr{Cvoid} accel_broadcast(acc::Ptr{Cvoid}, t::Ptr{Cvoid}, Int32(from)::Int32)
+    end
+end
+
+# The do-block forms of the collectives of a Tensor: the result lives for the block.
+for name in (:gather, :pad_across_processes, :reduce_across, :broadcast_across, :gather_for_metrics)
+    @eval $name(f, acc::Accelerator, t::Tensor; kwargs...) =
+        with_handle(f, $name(acc, t; kwargs...))
 end
 
 """
     gather_bytes(acc, data::AbstractVector{UInt8}) -> Vector{Vector{UInt8}}
 
-Every rank's bytes (any length, may differ), in rank order.
+Every rank's bytes (any length, may differ), in rank order: rank `r`'s at `[r + 1]`.
 """
 function gather_bytes(acc::Accelerator, data::AbstractVector{UInt8})
     bytes = Vector{UInt8}(data)
@@ -94,7 +149,8 @@ end
     gather_object(acc, x) -> Vector
 
 Accelerate's gather_object: every rank's `x` (any Julia value, serialised with the standard
-library's Serialization; every rank runs the same program), in rank order.
+library's Serialization; every rank runs the same program), in rank order: rank `r`'s at
+`[r + 1]` (`for (r, x) in zip(0:num_processes(acc)-1, gather_object(acc, x))`).
 """
 function gather_object(acc::Accelerator, x)
     io = IOBuffer()
@@ -103,12 +159,12 @@ function gather_object(acc::Accelerator, x)
 end
 
 """
-    gather_for_metrics(acc, t) -> Tensor
+    gather_for_metrics(acc, x) -> Tensor, Array or Vector
 
 Gathers like `gather` (ranks may hold different numbers of samples) and, on a dataloader's last
-batch, drops the samples duplicated to even it out: each sample of the dataset counts once.
+batch, drops the samples duplicated to even it out: each sample of the dataset counts once. The
+result has the form of `x`, as for `gather`.
 """
-gather_for_metrics(acc::Accelerator, t) = with_tensors((t,)) do (x,)
-    pointer = @out Ptr{Cvoid} accel_gather_for_metrics(acc::Ptr{Cvoid}, x::Ptr{Cvoid})
-    Tensor(pointer, Val(:own))
+gather_for_metrics(acc::Accelerator, x) = collective(x) do t
+    @out Ptr{Cvoid} accel_gather_for_metrics(acc::Ptr{Cvoid}, t::Ptr{Cvoid})
 end

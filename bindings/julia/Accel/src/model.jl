@@ -15,7 +15,8 @@ A TorchScript module (see accel.h, "Models"). Build one with `add_layer!` and `d
 
 Call a method with `m(x...)` (forward) or `m(:method, x...)`: inputs are tensors, arrays or
 numbers; a method with one result returns a `Tensor`, with several a tuple of them. Results keep
-their autograd history (close a loss once `backward` is done: it holds the step's graph).
+their autograd history (close a loss once `backward` is done: it holds the step's graph), or
+use the do-block form, `m(:training_step, x, y) do loss ... end`, which closes them.
 `trainmode!(m)`, `testmode!(m)`, `parameter_count(m)`, `tensor_names(m)`, `m[name]` (a copy of
 a parameter or buffer), `save_torchscript(m, path)`.
 """
@@ -123,6 +124,30 @@ function call(model::Model, method::Union{Symbol,AbstractString}, inputs...)
 end
 (model::Model)(method::Symbol, inputs...) = call(model, method, inputs...)
 (model::Model)(inputs...) = call(model, :forward, inputs...)
+
+"""
+    call(f, model, method, inputs...)
+    model(inputs...) do results... end
+    model(:method, inputs...) do results... end
+
+The do-block form: `f` gets the method's results (one argument per result) and they are closed
+when it returns, with what `f` returns the call's value. A training step needs no close:
+
+    value = model(:training_step, x, y) do loss
+        backward(acc, loss)
+        item(loss)
+    end
+"""
+function call(f::Function, model::Model, method::Union{Symbol,AbstractString}, inputs...)
+    results = call(model, method, inputs...)
+    try
+        results isa Tensor ? f(results) : f(results...)
+    finally
+        results isa Tensor ? close(results) : foreach(close, results)
+    end
+end
+(model::Model)(f::Function, method::Symbol, inputs...) = call(f, model, method, inputs...)
+(model::Model)(f::Function, inputs...) = call(f, model, :forward, inputs...)
 
 """
     trainmode!(model, on = true)

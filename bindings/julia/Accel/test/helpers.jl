@@ -47,10 +47,8 @@ end
 
 # One micro-step of a model with a training_step method.
 function train_step!(acc, model, opt, x, y)
-    accumulate!(acc)
-    loss = model(:training_step, x, y)
-    backward(acc, loss)
-    close(loss)
+    accumulate_gradients!(acc)
+    model(loss -> backward(acc, loss), :training_step, x, y)
     step!(opt)
     zero_grad!(opt)
 end

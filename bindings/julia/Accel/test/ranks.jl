@@ -10,7 +10,7 @@ include("helpers.jl")
 function parameters_agree(acc, model)
     for name in tensor_names(model)
         mine = vec(Array(model[name]))
-        every = Array(gather(acc, reshape(mine, :, 1)))   # one column per rank
+        every = gather(acc, reshape(mine, :, 1))   # an array in, an array out: one column per rank
         for r in 2:num_processes(acc)
             every[:, r] == every[:, 1] || error("$name differs between rank 0 and rank $(r - 1)")
         end
@@ -31,15 +31,14 @@ function rank_train()
         for (images, labels) in loader
             step == 300 && break
             x = Float32.(reshape(Array(images), 784, :)) ./ 255
-            accumulate!(acc)
-            loss = model(:training_step, x, labels)
-            backward(acc, loss)
+            accumulate_gradients!(acc)
+            loss = model(:training_step, x, labels) do loss
+                backward(acc, loss)
+                item(loss)
+            end
             step!(opt)
             zero_grad!(opt)
-            mean = reduce(acc, loss; reduction = :mean)
-            value = item(mean)
-            close(mean)
-            close(loss)
+            value = reduce_across(acc, loss; reduction = :mean)   # a number in, a number out
             if step < 20
                 first += value / 20
             elseif step >= 280

@@ -174,6 +174,13 @@ end
     x = rand(Float32, 3, 4)
     @test Array(m2(x)) == Array(m(x))
     @test error_of(() -> load_torchscript(joinpath(dir, "none.pt"))).status == Accel.ERR_IO
+    # The do-block form of a call closes its results, and gives what the block gives.
+    kept = nothing
+    @test m(x) do y
+        kept = y
+        size(y)
+    end == (2, 4)
+    @test !isopen(kept)
     testmode!(m)
     trainmode!(m)
 
@@ -325,7 +332,7 @@ end
     syncs = Bool[]
     before = Array(model["fc1.weight"])
     for (x, y) in loader
-        accumulate(acc) do
+        accumulate_gradients!(acc) do
             loss = model(:training_step, x, y)
             backward(acc, loss)
             push!(syncs, sync_gradients(acc))
@@ -340,17 +347,38 @@ end
     @test syncs == [false, true, false, true]
     @test Array(model["fc1.weight"]) != before
 
-    # Collectives are the identity on one process.
-    @test Array(gather(acc, Float32[1, 2])) == Float32[1, 2]
-    @test Array(reduce(acc, [1.0, 2.0]; reduction = :max)) == [1.0, 2.0]
-    @test Array(reduce(acc, 2.0f0))[] == 2.0f0 && Array(reduce(acc, Tensor(Int32[3])))[] == 3
-    @test error_of(() -> reduce(acc, [1.0]; reduction = :median)).status == Accel.ERR_INVALID_ARGUMENT
-    @test Array(broadcast(acc, Int32[4, 5])) == Int32[4, 5]
-    @test Array(pad_across_processes(acc, ones(Float32, 2, 3); dim = 1, pad_value = -1)) == ones(Float32, 2, 3)
+    # Collectives are the identity on one process; the result has the argument's form (a number
+    # gives a number, gather's a Vector; an array an Array; a Tensor a Tensor).
+    @test gather(acc, Float32[1, 2]) == Float32[1, 2] && gather(acc, 1.5) == [1.5]
+    @test reduce_across(acc, [1.0, 2.0]; reduction = :max) == [1.0, 2.0]
+    @test reduce_across(acc, 2.0f0) === 2.0f0 && reduce_across(acc, 1.5; reduction = :mean) === 1.5
+    r = reduce_across(acc, Tensor(Int32[3]))
+    @test r isa Tensor && Array(r) == Int32[3]
+    close(r)
+    kept = nothing
+    @test reduce_across(acc, Tensor(2.5)) do t
+        kept = t
+        item(t)
+    end == 2.5
+    @test !isopen(kept)   # the do-block form closed the result
+    @test error_of(() -> reduce_across(acc, [1.0]; reduction = :median)).status == Accel.ERR_INVALID_ARGUMENT
+    @test error_of(() -> reduce_across(acc, 3; reduction = :mean)).status == Accel.ERR_DTYPE
+    @test_throws ArgumentError reduce_across(acc, "text")
+    # Base's reduce of a number returns it untouched: the 0.2.0 spelling is refused, not obeyed.
+    e = try reduce(acc, 1.5) catch e e end
+    @test e isa ArgumentError && occursin("reduce_across", e.msg)
+    @test broadcast_across(acc, Int32[4, 5]) == Int32[4, 5] && broadcast_across(acc, 7) === 7
+    @test gather(Array, acc, Tensor(Float32[1, 2])) == Float32[1, 2]
+    # Ranks count from 0: the only rank here is 0.
+    e = error_of(() -> broadcast_across(acc, 1.0; from = 1))
+    @test e.status == Accel.ERR_INVALID_ARGUMENT && occursin("ranks count from 0", e.message) && occursin("0:0", e.message)
+    @test pad_across_processes(acc, ones(Float32, 2, 3); dim = 1, pad_value = -1) == ones(Float32, 2, 3)
     @test error_of(() -> pad_across_processes(acc, ones(Float32, 2); dim = 2)).status == Accel.ERR_INVALID_ARGUMENT
     @test gather_object(acc, Dict("a" => [1, 2])) == [Dict("a" => [1, 2])]
     @test gather_bytes(acc, UInt8[]) == [UInt8[]]
-    @test Array(gather_for_metrics(acc, Int64[1, 0, 1])) == [1, 0, 1]
+    @test gather_for_metrics(acc, Int64[1, 0, 1]) == [1, 0, 1]
+    # The package's own verbs: no method of Base's broadcast or accumulate is the package's.
+    @test all(f -> all(m -> m.module !== Accel, methods(f)), (broadcast, accumulate, accumulate!))
     @test main_process_first(() -> 42, acc) == 42
     @test_throws ErrorException main_process_first(() -> error("inside"), acc)
     wait_for_everyone(acc)   # main_process_first's end ran despite the error
