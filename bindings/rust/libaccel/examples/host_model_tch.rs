@@ -4,7 +4,8 @@
 //! every rank checks it holds rank 0's values bit for bit, and rank 0 prints every parameter as
 //! "param NAME v1 v2 ...".
 //!   accel launch -n 2 target/debug/examples/host_model_tch 32
-use libaccel::{Accelerator, DataLoader, Dataset, Model, Optimizer, Tensor};
+use libaccel::optimizers::Sgd;
+use libaccel::{Accelerator, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer, Tensor};
 use tch::nn::{self, Module};
 
 fn run(batch: i64) -> Result<(), Box<dyn std::error::Error>> {
@@ -18,9 +19,7 @@ fn run(batch: i64) -> Result<(), Box<dyn std::error::Error>> {
         .add_fn(|x| x.relu())
         .add(nn::linear(&root / "fc2", 32, 4, Default::default()));
     let mut model = Model::from_var_store(&vs)?;
-    let mut opt = Optimizer::new(&model, "sgd")?;
-    opt.set("lr", 0.05)?;
-    opt.set("momentum", 0.9)?;
+    let mut opt = Optimizer::with(&model, Sgd::new().lr(0.05).momentum(0.9))?;
 
     // The data of mp_program's "equiv" mode: 1280 samples, 20 features, 4 classes.
     let n = 1280i64;
@@ -29,8 +28,7 @@ fn run(batch: i64) -> Result<(), Box<dyn std::error::Error>> {
     let x = (((index * 7 + columns * 13).remainder(17)).to_kind(tch::Kind::Float) / 17.0) - 0.5;
     let y = (tch::Tensor::arange(n, (tch::Kind::Int64, tch::Device::Cpu)) * 3).remainder(4);
     let data = Dataset::from_tensors(&[&Tensor::from_tch(&x)?, &Tensor::from_tch(&y)?])?;
-    let mut loader = DataLoader::new(&acc, &data)?;
-    loader.set("batch_size", batch)?;
+    let mut loader = DataLoader::with(&acc, &data, DataLoaderOptions::new().batch_size(batch))?;
     acc.prepare(&[&model, &opt, &loader])?;
 
     let mut step = 0;

@@ -13,7 +13,12 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use libaccel::{fields, Accelerator, DataLoader, Dataset, Model, Optimizer, Scheduler, Tensor};
+use libaccel::optimizers::AdamW;
+use libaccel::schedules;
+use libaccel::{
+    fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer, Scheduler,
+    Tensor,
+};
 use tch::nn::{self, ModuleT};
 
 /// The CNN of PyTorch's MNIST example, as a tch module over a VarStore.
@@ -36,7 +41,7 @@ struct Options {
     lr: f64,
     max_steps: i64,
     data: String,
-    workers: i64,
+    workers: usize,
     print_params: bool,
 }
 
@@ -59,7 +64,11 @@ fn parse_args() -> Result<Options, String> {
             "--max-steps" => {
                 o.max_steps = value()?.parse().map_err(|_| "--max-steps: an integer")?
             }
-            "--workers" => o.workers = value()?.parse().map_err(|_| "--workers: an integer")?,
+            "--workers" => {
+                o.workers = value()?
+                    .parse()
+                    .map_err(|_| "--workers: a number of threads")?
+            }
             "--lr" => o.lr = value()?.parse().map_err(|_| "--lr: a number")?,
             "--data" => o.data = value()?,
             "--print-params" => o.print_params = true,
@@ -92,25 +101,24 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
     };
     let train_set = set("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")?;
     let test_set = set("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")?;
-    let mut train = DataLoader::new(&acc, &train_set)?;
-    train.set("batch_size", o.batch)?;
-    train.set("shuffle", true)?;
-    train.set("seed", 42)?;
-    train.set("num_workers", o.workers)?;
-    let mut test = DataLoader::new(&acc, &test_set)?;
-    test.set("batch_size", 500)?;
-    test.set("num_workers", 1)?;
+    let train_options = DataLoaderOptions::new()
+        .batch_size(o.batch)
+        .shuffle(true)
+        .seed(42)
+        .num_workers(o.workers);
+    let mut train = DataLoader::with(&acc, &train_set, train_options)?;
+    let test_options = DataLoaderOptions::new().batch_size(500).num_workers(1);
+    let mut test = DataLoader::with(&acc, &test_set, test_options)?;
     let mut total_steps = train.batch_count()? * o.epochs;
     if o.max_steps > 0 && o.max_steps < total_steps {
         total_steps = o.max_steps;
     }
 
-    let mut opt = Optimizer::new(&model, "adamw")?;
-    opt.set("lr", o.lr)?;
+    let mut opt = Optimizer::with(&model, AdamW::new().lr(o.lr))?;
     // The schedule counts single-process optimizer steps (see accel_scheduler_new).
-    let mut sched = Scheduler::new(&opt, "linear")?;
-    sched.set("warmup_steps", total_steps * world / 10)?;
-    sched.set("total_steps", total_steps * world)?;
+    let schedule =
+        schedules::Linear::new(total_steps * world).warmup_steps(total_steps * world / 10);
+    let mut sched = Scheduler::with(&opt, schedule)?;
     acc.prepare(&[&model, &opt, &sched, &train, &test])?;
     acc.print(&format!(
         "{world} process(es), {params} parameters, {total_steps} steps of {} per process",
