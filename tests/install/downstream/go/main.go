@@ -22,7 +22,14 @@ func run() error {
 		return err
 	}
 	defer acc.Close()
-	rank, world := acc.ProcessIndex(), acc.NumProcesses()
+	rank, err := acc.ProcessIndex()
+	if err != nil {
+		return err
+	}
+	world, err := acc.NumProcesses()
+	if err != nil {
+		return err
+	}
 	mine, err := accel.FromSlice([]int64{int64(rank)})
 	if err != nil {
 		return err
@@ -42,7 +49,11 @@ func run() error {
 			return fmt.Errorf("rank %d gathered %v", rank, ranks)
 		}
 	}
-	if acc.IsMainProcess() {
+	isMain, err := acc.IsMainProcess()
+	if err != nil {
+		return err
+	}
+	if isMain {
 		fmt.Printf("downstream ok: libaccel %s, %d ranks\n", accel.Version(), world)
 	}
 	return nil
