@@ -4,10 +4,11 @@
 //
 // A training step:
 //
+//	runtime.LockOSThread()                // the loop on one OS thread: see New
 //	acc, err := accel.New(nil)            // the process's place among the ranks
 //	...
 //	err = acc.Prepare(model, opt, sched, loader)
-//	for batch, err := range loader.All() { // this rank's shard of every global batch
+//	for batch, err := range loader.All() { // this rank's shard of every global batch, closed after
 //		if err != nil { ... }
 //		acc.Accumulate()
 //		loss, _ := model.Call("training_step", batch...)
@@ -16,12 +17,23 @@
 //		loss.Close()
 //	}
 //
-// Errors are *Error values with a Status (errors.Is(err, accel.ErrTimeout)) and the library's
-// message for that very call, whatever goroutine or thread made it. Every handle type has Close;
-// a cleanup frees what is not closed once it is unreachable, but the garbage collector does not
-// see the library's memory, so close tensors in loops. Tensors cross by copy, row-major.
-// Every method may be called from any goroutine; calls on one training family (an accelerator
-// and what it prepared) run one after the other.
+// Errors: every method of a handle (Accelerator, Tensor, Model, ...) returns an error as its
+// last result, queries included ((value, error): ProcessIndex as much as ElementCount), and a
+// nil handle (ErrInvalidArgument) or a closed one (ErrState) is such an error, never a panic
+// (but Close: closing nil or a closed handle closes nothing and is no error). Only plain
+// values' methods (DType.Size, Status.String, ...) return no error. Errors are
+// *Error values with a Status (errors.Is(err, accel.ErrTimeout)) and the library's message for
+// that very call, whatever goroutine or thread made it.
+//
+// Closing: every handle is an io.Closer (Close is idempotent, returns nil, and may run from any
+// goroutine, even while a call on the handle runs: the last of them frees it). A cleanup frees
+// what is not closed once it is unreachable, but the garbage collector does not see the
+// library's memory, so close tensors in loops. Fewer closes to write: a Scope closes at once
+// every tensor added to it (s.Tensor(acc.Gather(x))), TakeFloat64 and TakeSlice read a result
+// and close it, and DataLoader.All closes each batch after the loop body.
+//
+// Tensors cross by copy, row-major. Every method may be called from any goroutine; calls on one
+// training family (an accelerator and what it prepared) run one after the other.
 //
 // Building: cgo finds the library with `pkg-config accel` (set PKG_CONFIG_PATH for an install
 // outside the system prefix), or, with -tags accel_nopkgconfig, through CGO_CFLAGS and

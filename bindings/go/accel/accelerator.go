@@ -6,7 +6,6 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"unsafe"
 )
 
@@ -96,11 +95,11 @@ func (a *Accelerator) ref() *handle[*C.accel_accelerator] {
 // sets them); with several processes it meets the others, and fails with ErrRendezvous naming
 // the ranks that never came.
 //
-// New locks the calling goroutine to its OS thread (runtime.LockOSThread) for the rest of the
-// goroutine's life: LibTorch's intra-op thread pool and the C allocator's arenas belong to the OS
-// thread that calls in, and a training loop that Go moves between threads gets one of each per
-// thread (measured: about 10 % fewer samples per second). Run the training loop on the goroutine
-// that called New, or lock the one that runs it.
+// A training loop runs faster on one OS thread: LibTorch's intra-op thread pool and the C
+// allocator's arenas belong to the OS thread that calls in, and a loop that Go moves between
+// threads gets one of each per thread (measured: about 10 % fewer samples per second). New does
+// not decide that for the caller; a program that wants it calls runtime.LockOSThread() on the
+// goroutine that runs the loop (the examples do, at the top of main).
 func New(cfg *Config) (*Accelerator, error) {
 	if err := checkVersion(); err != nil {
 		return nil, err
@@ -124,7 +123,6 @@ func New(cfg *Config) (*Accelerator, error) {
 		a.Close()
 		return nil, err
 	}
-	runtime.LockOSThread()
 	return a, nil
 }
 
@@ -156,29 +154,81 @@ func (a *Accelerator) readPlace(p *C.accel_accelerator) error {
 	return nil
 }
 
+// placed checks a before a query of its place: read once at New, each still fails like every
+// other call on a nil or closed accelerator.
+func (a *Accelerator) placed() error {
+	if a == nil {
+		return errNil("Accelerator")
+	}
+	if a.h.closed() {
+		return errClosed("Accelerator")
+	}
+	return nil
+}
+
 // ProcessIndex is this process's global rank, 0 <= rank < NumProcesses.
-func (a *Accelerator) ProcessIndex() int { return a.processIndex }
+func (a *Accelerator) ProcessIndex() (int, error) {
+	if err := a.placed(); err != nil {
+		return 0, err
+	}
+	return a.processIndex, nil
+}
 
 // LocalProcessIndex is this process's rank on its machine.
-func (a *Accelerator) LocalProcessIndex() int { return a.localProcessIndex }
+func (a *Accelerator) LocalProcessIndex() (int, error) {
+	if err := a.placed(); err != nil {
+		return 0, err
+	}
+	return a.localProcessIndex, nil
+}
 
 // NumProcesses is the number of processes in the job.
-func (a *Accelerator) NumProcesses() int { return a.numProcesses }
+func (a *Accelerator) NumProcesses() (int, error) {
+	if err := a.placed(); err != nil {
+		return 0, err
+	}
+	return a.numProcesses, nil
+}
 
 // IsMainProcess reports whether this is global rank 0.
-func (a *Accelerator) IsMainProcess() bool { return a.isMain }
+func (a *Accelerator) IsMainProcess() (bool, error) {
+	if err := a.placed(); err != nil {
+		return false, err
+	}
+	return a.isMain, nil
+}
 
 // IsLocalMainProcess reports whether this is local rank 0.
-func (a *Accelerator) IsLocalMainProcess() bool { return a.isLocalMain }
+func (a *Accelerator) IsLocalMainProcess() (bool, error) {
+	if err := a.placed(); err != nil {
+		return false, err
+	}
+	return a.isLocalMain, nil
+}
 
 // Device is the device this process computes on: "cpu", "cuda:1".
-func (a *Accelerator) Device() string { return a.device }
+func (a *Accelerator) Device() (string, error) {
+	if err := a.placed(); err != nil {
+		return "", err
+	}
+	return a.device, nil
+}
 
 // DistributedType is how the job is distributed.
-func (a *Accelerator) DistributedType() DistributedType { return a.distributedType }
+func (a *Accelerator) DistributedType() (DistributedType, error) {
+	if err := a.placed(); err != nil {
+		return 0, err
+	}
+	return a.distributedType, nil
+}
 
 // MixedPrecision is the mixed precision mode in force.
-func (a *Accelerator) MixedPrecision() Precision { return a.mixedPrecision }
+func (a *Accelerator) MixedPrecision() (Precision, error) {
+	if err := a.placed(); err != nil {
+		return 0, err
+	}
+	return a.mixedPrecision, nil
+}
 
 // do runs one call with the accelerator's handle held.
 func (a *Accelerator) do(f func(p *C.accel_accelerator) C.accel_status) error {

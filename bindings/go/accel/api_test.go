@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +17,12 @@ import (
 // cannot pass t beside a call's two results, as must(t, f()) would need.
 var cur testing.TB
 
-func begin(t testing.TB) { cur = t }
+// begin also keeps the test on one OS thread, as a training program does (see accel.New).
+func begin(t testing.TB) {
+	cur = t
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+}
 
 // must fails the running test on an error and returns the value.
 func must[T any](v T, err error) T {

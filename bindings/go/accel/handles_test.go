@@ -104,3 +104,23 @@ func checkValue(x *accel.Tensor, want float32) error {
 	}
 	return nil
 }
+
+// Every method of a handle returns an error last, the accelerator's place queries too: a nil or
+// closed accelerator is an error, never a panic or a stale answer.
+func TestPlaceQueriesFailOnANilOrClosedAccelerator(t *testing.T) {
+	begin(t)
+	var none *accel.Accelerator
+	_, err := none.ProcessIndex()
+	wantStatus(t, err, accel.ErrInvalidArgument, "nil *accel.Accelerator")
+	_, err = none.IsMainProcess()
+	wantStatus(t, err, accel.ErrInvalidArgument, "nil *accel.Accelerator")
+	acc := must(accel.New(nil))
+	if must(acc.NumProcesses()) != 1 {
+		t.Fatal("a process alone is one of one")
+	}
+	ok(t, acc.Close())
+	_, err = acc.NumProcesses()
+	wantStatus(t, err, accel.ErrState, "after Close")
+	_, err = acc.Device()
+	wantStatus(t, err, accel.ErrState, "after Close")
+}

@@ -16,6 +16,7 @@ const fashionMNIST = "/usr/share/datasets/fashion-mnist"
 // ACCEL_GO_ROLE set it plays that role (multiprocess_test.go) instead of running the tests.
 func TestMain(m *testing.M) {
 	if role := os.Getenv("ACCEL_GO_ROLE"); role != "" {
+		runtime.LockOSThread() // a training program's one OS thread (see accel.New)
 		if err := runRole(role); err != nil {
 			fmt.Fprintf(os.Stderr, "rank failed: %v\n", err)
 			os.Exit(1)

@@ -245,7 +245,11 @@ func parametersAgree(acc *accel.Accelerator, model *accel.Model) error {
 			return err
 		}
 		n := len(values)
-		for r := 1; r < acc.NumProcesses(); r++ {
+		world, err := acc.NumProcesses()
+		if err != nil {
+			return err
+		}
+		for r := 1; r < world; r++ {
 			if !slices.Equal(every[r*n:(r+1)*n], every[:n]) {
 				return fmt.Errorf("%s differs between rank 0 and rank %d", name, r)
 			}
@@ -262,7 +266,10 @@ func rankTrain() error {
 		return err
 	}
 	defer acc.Close()
-	rank := acc.ProcessIndex()
+	rank, err := acc.ProcessIndex()
+	if err != nil {
+		return err
+	}
 	if err := acc.SetSeed(5, false); err != nil {
 		return err
 	}
@@ -443,7 +450,9 @@ func rankEquiv() error {
 			return err
 		}
 	}
-	if acc.IsMainProcess() {
+	if main, err := acc.IsMainProcess(); err != nil {
+		return err
+	} else if main {
 		var text strings.Builder
 		names, err := model.TensorNames()
 		if err != nil {

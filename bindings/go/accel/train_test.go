@@ -37,12 +37,13 @@ func TestAnAcceleratorTrainsAlone(t *testing.T) {
 	acc := must(accel.New(cfg))
 	cfg.Close()
 	defer acc.Close()
-	if acc.ProcessIndex() != 0 || acc.NumProcesses() != 1 || !acc.IsMainProcess() ||
-		!acc.IsLocalMainProcess() || acc.LocalProcessIndex() != 0 {
+	if must(acc.ProcessIndex()) != 0 || must(acc.NumProcesses()) != 1 || !must(acc.IsMainProcess()) ||
+		!must(acc.IsLocalMainProcess()) || must(acc.LocalProcessIndex()) != 0 {
 		t.Fatal("a process alone is rank 0 of 1")
 	}
-	if acc.Device() != "cpu" || acc.DistributedType() != accel.DistributedNo || acc.MixedPrecision() != accel.PrecisionNo {
-		t.Fatalf("device %s, %v, %v", acc.Device(), acc.DistributedType(), acc.MixedPrecision())
+	device, dist, mp := must(acc.Device()), must(acc.DistributedType()), must(acc.MixedPrecision())
+	if device != "cpu" || dist != accel.DistributedNo || mp != accel.PrecisionNo {
+		t.Fatalf("device %s, %v, %v", device, dist, mp)
 	}
 	if text := must(acc.EffectiveConfig()); !strings.Contains(text, "gradient_accumulation_steps: 2") {
 		t.Fatalf("effective config:\n%s", text)

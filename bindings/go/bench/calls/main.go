@@ -82,7 +82,7 @@ func main() {
 		q = min(q, query(t, n))
 		r = min(r, allreduce(acc, t, nCollective))
 	}
-	if acc.ProcessIndex() == 0 {
+	if must(acc.ProcessIndex()) == 0 {
 		fmt.Printf("create_free_ns %.1f\nquery_ns %.1f\nallreduce_ns %.1f\n", c, q, r)
 	}
 }

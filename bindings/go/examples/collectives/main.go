@@ -18,7 +18,6 @@ import (
 )
 
 func printTensor(acc *accel.Accelerator, label string, t *accel.Tensor) error {
-	defer t.Close()
 	shape, err := t.Shape()
 	if err != nil {
 		return err
@@ -54,41 +53,44 @@ func check(err error) { must(0, err) }
 func main() {
 	acc := must(accel.New(nil))
 	defer acc.Close()
-	rank, world := acc.ProcessIndex(), acc.NumProcesses()
+	// Every tensor below is made in s and closed with it at the end.
+	var s accel.Scope
+	defer s.Close()
+	rank, world := must(acc.ProcessIndex()), must(acc.NumProcesses())
 	check(acc.SetSeed(42, false))
 
 	main := ""
-	if acc.IsMainProcess() {
+	if must(acc.IsMainProcess()) {
 		main = ", main process"
 	}
-	fmt.Printf("rank %d of %d (local rank %d) on %s%s\n", rank, world, acc.LocalProcessIndex(), acc.Device(), main)
+	fmt.Printf("rank %d of %d (local rank %d) on %s%s\n", rank, world, must(acc.LocalProcessIndex()), must(acc.Device()), main)
 	check(acc.WaitForEveryone())
 	check(acc.Printf("distributed type %s, mixed precision %s, libaccel %s",
-		acc.DistributedType(), acc.MixedPrecision(), accel.Version()))
+		must(acc.DistributedType()), must(acc.MixedPrecision()), accel.Version()))
 
 	// gather: rank r contributes [r*10, r*10+1]; everyone gets [0, 1, 10, 11, ...].
-	mine := must(accel.FromSlice([]float32{float32(rank * 10), float32(rank*10 + 1)}))
-	check(printTensor(acc, "gather", must(acc.Gather(mine))))
+	mine := must(s.Tensor(accel.FromSlice([]float32{float32(rank * 10), float32(rank*10 + 1)})))
+	check(printTensor(acc, "gather", must(s.Tensor(acc.Gather(mine)))))
 
 	// pad_across_processes: rank r holds r+1 ones; padded with -1 to the longest, then gathered.
 	ones := make([]float32, min(rank+1, 16))
 	for i := range ones {
 		ones[i] = 1
 	}
-	padded := must(acc.PadAcrossProcesses(must(accel.FromSlice(ones)), 0, -1, false))
-	check(printTensor(acc, "pad + gather", must(acc.Gather(padded))))
+	padded := must(s.Tensor(acc.PadAcrossProcesses(must(s.Tensor(accel.FromSlice(ones))), 0, -1, false)))
+	check(printTensor(acc, "pad + gather", must(s.Tensor(acc.Gather(padded)))))
 
 	// reduce: sum and mean of (rank + 1).
-	v := must(accel.Scalar(float32(rank + 1)))
-	check(printTensor(acc, "reduce sum of rank+1", must(acc.Reduce(v, accel.Sum))))
-	check(printTensor(acc, "reduce mean of rank+1", must(acc.Reduce(v, accel.Mean))))
+	v := must(s.Tensor(accel.Scalar(float32(rank + 1))))
+	check(printTensor(acc, "reduce sum of rank+1", must(s.Tensor(acc.Reduce(v, accel.Sum)))))
+	check(printTensor(acc, "reduce mean of rank+1", must(s.Tensor(acc.Reduce(v, accel.Mean)))))
 
 	// broadcast from the last rank: only it needs a tensor.
 	var source *accel.Tensor
 	if rank == world-1 {
-		source = must(accel.FromSlice([]float32{3.5, 4.5, 5.5}))
+		source = must(s.Tensor(accel.FromSlice([]float32{3.5, 4.5, 5.5})))
 	}
-	check(printTensor(acc, "broadcast from last rank", must(acc.Broadcast(source, world-1))))
+	check(printTensor(acc, "broadcast from last rank", must(s.Tensor(acc.Broadcast(source, world-1)))))
 
 	// gather_object: bytes of any length per rank.
 	for i, b := range must(acc.GatherObject([]byte(fmt.Sprintf("hello from rank %d", rank)))) {

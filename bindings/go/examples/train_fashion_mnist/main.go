@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/libaccel/libaccel/bindings/go/accel"
@@ -94,7 +95,11 @@ func run(o options) error {
 		return err
 	}
 	defer acc.Close()
-	world := int64(acc.NumProcesses())
+	processes, err := acc.NumProcesses()
+	if err != nil {
+		return err
+	}
+	world := int64(processes)
 	if err := acc.SetSeed(1234, false); err != nil {
 		return err
 	}
@@ -287,15 +292,13 @@ func evalStep(acc *accel.Accelerator, model *accel.Model, batch accel.Batch) ([]
 		return nil, err
 	}
 	defer hits.Close()
-	all, err := acc.GatherForMetrics(hits)
-	if err != nil {
-		return nil, err
-	}
-	defer all.Close()
-	return accel.ToSlice[int64](all)
+	return accel.TakeSlice[int64](acc.GatherForMetrics(hits)) // read, then closed
 }
 
 func main() {
+	// The training loop stays on one OS thread: LibTorch's thread pool and the C allocator's
+	// arenas are per thread, and a loop Go moves between threads runs about 10 % slower.
+	runtime.LockOSThread()
 	if err := run(parseFlags()); err != nil {
 		fmt.Fprintf(os.Stderr, "train_fashion_mnist failed: %v\n", err)
 		os.Exit(1)
