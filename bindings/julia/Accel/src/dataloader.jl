@@ -146,7 +146,8 @@ end
 """
     set_epoch!(loader, epoch)
 
-The epoch the next iteration uses (its shuffle). Epochs count from 0, as Accelerate's.
+The epoch the next iteration uses (its shuffle). Epochs are names shared with Accelerate and the
+checkpoints, not indices: they count from 0 (`for e in 0:epochs-1`; see `Accel`).
 """
 function set_epoch!(loader::DataLoader, epoch::Integer)
     release_batch!(loader)
@@ -184,7 +185,8 @@ end
 """
     position(loader) -> (epoch, samples)
 
-The global sample cursor: the epoch and how many of its samples all processes have consumed.
+The global sample cursor: the epoch (from 0, as `set_epoch!`) and how many of its samples all
+processes have consumed (a count).
 `set_position!(loader, epoch, samples)` continues there, with any number of processes.
 """
 function Base.position(loader::DataLoader)

@@ -52,7 +52,7 @@ free_handle(::Tensor, p) = @acall accel_tensor_free(p::Ptr{Cvoid})::Cvoid
 # `data` is anything ccall passes as a pointer (an Array, a Ref). The shape is a tuple in a Ref,
 # not a Vector, and a number's data a Ref, not a 0-dimensional Array: a one-element tensor costs
 # the library's call, one small object and its finalizer (bench/calls.jl), nothing more.
-function make_tensor(data, bytes::Integer, dtype::DType, juliadims::NTuple{N,Integer}) where {N}
+@inline function make_tensor(data, bytes::Integer, dtype::DType, juliadims::NTuple{N,Integer}) where {N}
     shape = N == 0 ? C_NULL : Ref(ntuple(i -> Int64(juliadims[N+1-i]), Val(N)))
     pointer = @out Ptr{Cvoid} accel_tensor_from_data(data::Ptr{Cvoid}, bytes::Csize_t, Int32(dtype)::Int32,
                                                      shape::Ptr{Cvoid}, N::Csize_t)
