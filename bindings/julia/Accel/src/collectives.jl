@@ -24,6 +24,11 @@ function value_of(pointer::Ptr{Cvoid}, scalar::Bool)
     result = Tensor(pointer, Val(:own))
     A = try
         Array(result)
+    catch e
+        # Only a broadcast to `nothing` can receive a dtype Julia has no type for (BF16).
+        e isa AccelError && e.status == ERR_DTYPE || rethrow()
+        throw(AccelError(ERR_DTYPE, "the collective's result is $(dtype(result)), which has no " *
+                                    "Julia element type: pass a Tensor to receive a Tensor"))
     finally
         close(result)
     end

@@ -64,6 +64,8 @@ Tensor(A::AbstractArray{T}) where {T<:Element} = Tensor(Array{T}(A))
 Tensor(A::AbstractArray{T}) where {T} = throw(AccelError(ERR_DTYPE,
     "Julia element type $T has no library dtype (use one of $(join(first.(ELEMENT_TYPES), ", ")))"))
 Tensor(x::T) where {T<:Element} = make_tensor(Ref(x), sizeof(T), dtype_of(T), ())
+Tensor(x::Number) = throw(AccelError(ERR_DTYPE,
+    "Julia number type $(typeof(x)) has no library dtype (use one of $(join(first.(ELEMENT_TYPES), ", ")))"))
 Tensor(t::Tensor) = t
 function Tensor(dtype::DType, bytes::AbstractVector{UInt8}, dims)
     data = Vector{UInt8}(bytes)

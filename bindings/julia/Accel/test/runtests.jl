@@ -364,6 +364,7 @@ end
     @test error_of(() -> reduce_across(acc, [1.0]; reduction = :median)).status == Accel.ERR_INVALID_ARGUMENT
     @test error_of(() -> reduce_across(acc, 3; reduction = :mean)).status == Accel.ERR_DTYPE
     @test_throws ArgumentError reduce_across(acc, "text")
+    @test error_of(() -> reduce_across(acc, 1 + 2im)).status == Accel.ERR_DTYPE
     # Base's reduce of a number returns it untouched: the 0.2.0 spelling is refused, not obeyed.
     e = try reduce(acc, 1.5) catch e e end
     @test e isa ArgumentError && occursin("reduce_across", e.msg)
