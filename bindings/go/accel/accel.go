@@ -44,8 +44,6 @@ package accel
 // #include "shim.h"
 import "C"
 
-import "sync"
-
 // The library versions this package works with: [MinVersion, MaxVersion), as
 // major*10000 + minor*100 + patch (accel.h, "Versions").
 const (
@@ -57,10 +55,11 @@ const (
 func Version() string { return C.GoString(C.accel_version()) }
 
 // checkVersion fails every constructor when the loaded library lies outside the supported range
-// (a libaccel.so.0.2 of an older patch lacks nothing, a later minor is another ABI).
-var checkVersion = sync.OnceValue(func() error {
-	return versionInRange(uint32(C.accel_version_number()))
-})
+// (a libaccel.so.0.2 of an older patch lacks nothing, a later minor is another ABI). Read once,
+// when the package is initialised: tensor constructors check it on every call.
+func checkVersion() error { return loadedVersionErr }
+
+var loadedVersionErr = versionInRange(uint32(C.accel_version_number()))
 
 func versionInRange(n uint32) error {
 	if n < MinVersion || n >= MaxVersion {

@@ -21,21 +21,25 @@ import (
 // Tensors share one cleanup per block of them (tensorBlock): a cleanup of its own cost a tensor
 // more than the library's create and free together.
 type handle[T any] struct {
-	ptr  T
-	free func(T)
+	// bit 0: open; the rest: the number of calls running, times two. The zero value is a handle
+	// never opened (a Model{} not made here): nothing to free. Read and changed with sync/atomic
+	// only, but for a tensor block's first write (newTensorBlock), before the block is shared.
+	// First in the struct: 64-bit aligned.
+	state int64
+	ptr   T
+	free  func(T)
 	// The cleanup of this handle alone; zero for a tensor (its block has it).
 	cleanup runtime.Cleanup
-	// bit 0: closed; the rest: the number of calls running, times two.
-	state atomic.Int64
 }
 
-const closedBit = 1
+const openBit = 1
 
 // initHandle makes h own ptr for owner (the Go object embedding h).
 func initHandle[O any, T any](owner *O, h *handle[T], ptr T, free func(T)) {
 	h.ptr = ptr
 	h.free = free
 	h.cleanup = runtime.AddCleanup(owner, free, ptr)
+	atomic.StoreInt64(&h.state, openBit)
 }
 
 // acquire starts a use of the handle: its pointer, or ErrState once it is closed. A nil handle
@@ -46,18 +50,25 @@ func (h *handle[T]) acquire(kind string) (T, error) {
 		return zero, errNil(kind)
 	}
 	for {
-		s := h.state.Load()
-		if s&closedBit != 0 {
-			return zero, errClosed(kind)
+		s := atomic.LoadInt64(&h.state)
+		if s&openBit == 0 {
+			return zero, h.notOpen(kind)
 		}
-		if h.state.CompareAndSwap(s, s+2) {
+		if atomic.CompareAndSwapInt64(&h.state, s, s+2) {
 			return h.ptr, nil
 		}
 	}
 }
 
-// errNil and errClosed are out of line: acquire stays small enough to inline.
+// errNil and notOpen are out of line: acquire stays small enough to inline.
 func errNil(kind string) error { return newError(ErrInvalidArgument, "nil *accel.%s", kind) }
+
+func (h *handle[T]) notOpen(kind string) error {
+	if h.free == nil {
+		return newError(ErrInvalidArgument, "an accel.%s not made by this package (use its constructor)", kind)
+	}
+	return errClosed(kind)
+}
 
 func errClosed(kind string) error {
 	return newError(ErrState, "the accel.%s was used after Close", kind)
@@ -65,18 +76,13 @@ func errClosed(kind string) error {
 
 // release ends a use; the last use after Close frees the handle.
 func (h *handle[T]) release() {
-	if h.state.Add(-2) == closedBit {
+	if atomic.AddInt64(&h.state, -2) == 0 {
 		h.destroy()
 	}
 }
 
-// destroy frees the library handle. A zero value (a Tensor{} never made by this package) has
-// nothing to free.
-func (h *handle[T]) destroy() {
-	if h.free != nil {
-		h.free(h.ptr)
-	}
-}
+// destroy frees the library handle (only ever of an opened handle, once).
+func (h *handle[T]) destroy() { h.free(h.ptr) }
 
 // close marks the handle closed and frees it at once when no call is running. Idempotent. A
 // tensor block's cleanup closes its handles this way: the tensors are unreachable then, so no
@@ -87,13 +93,13 @@ func (h *handle[T]) close() error {
 		return nil
 	}
 	for {
-		s := h.state.Load()
-		if s&closedBit != 0 {
+		s := atomic.LoadInt64(&h.state)
+		if s&openBit == 0 {
 			return nil
 		}
-		if h.state.CompareAndSwap(s, s|closedBit) {
+		if atomic.CompareAndSwapInt64(&h.state, s, s&^openBit) {
 			h.cleanup.Stop()
-			if s == 0 {
+			if s == openBit { // no call running
 				h.destroy()
 			}
 			return nil
@@ -102,7 +108,7 @@ func (h *handle[T]) close() error {
 }
 
 // closed reports whether Close was called.
-func (h *handle[T]) closed() bool { return h == nil || h.state.Load()&closedBit != 0 }
+func (h *handle[T]) closed() bool { return h == nil || atomic.LoadInt64(&h.state)&openBit == 0 }
 
 // prepared holds the handle for accel_prepare: its pointer and the release to call afterwards.
 func prepared[T any](h *handle[T], kind string, raw func(T) unsafe.Pointer) (unsafe.Pointer, func(), error) {

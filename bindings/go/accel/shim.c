@@ -1,5 +1,6 @@
-// The C half of the callbacks: passes the Go trampolines (callbacks.go) to the library. It lives
-// in its own file because cgo forbids C definitions in a file with //export.
+// The C half of the callbacks: passes the Go trampolines (callbacks.go) to the library; and the
+// create call of tensor.go's hot path. It lives in its own file because cgo forbids C
+// definitions in a file with //export.
 #include "shim.h"
 
 #include "_cgo_export.h"
@@ -17,4 +18,12 @@ accel_status goaccel_register_for_checkpointing(accel_accelerator* accelerator, 
   return accel_register_for_checkpointing(accelerator, (accel_state_save_fn)goaccelSave,
                                           (accel_state_load_fn)goaccelLoad, box,
                                           (accel_release_fn)goaccelRelease);
+}
+
+accel_tensor* goaccel_tensor_from_data(const uint8_t* data, size_t size, accel_dtype dtype,
+                                       const int64_t* shape, size_t dim_count,
+                                       accel_status* status) {
+  accel_tensor* out = NULL;
+  *status = accel_tensor_from_data(data, size, dtype, shape, dim_count, &out);
+  return out;
 }

@@ -11,6 +11,12 @@
 /* The package binds ABI 0.2 (see accel.h, "Versions"): another header must not compile. */
 #if ACCEL_VERSION_MAJOR != 0 || ACCEL_VERSION_MINOR != 2
 #error "package accel binds libaccel's ABI 0.2; the accel.h found is another version"
+/* accel_tensor_from_data through arguments that cgo need not check at run time (bytes, and the
+ * tensor as the result rather than through a pointer to it): the hottest call, see tensor.go. */
+accel_tensor* goaccel_tensor_from_data(const uint8_t* data, size_t size, accel_dtype dtype,
+                                       const int64_t* shape, size_t dim_count,
+                                       accel_status* status);
+
 #endif
 
 /* The callbacks' user_data is a C-allocated box holding a runtime/cgo.Handle, never a Go
@@ -20,5 +26,11 @@ accel_status goaccel_dataset_from_callback(int64_t sample_count, size_t field_co
                                            const int64_t* dims, uintptr_t* box,
                                            accel_dataset** out);
 accel_status goaccel_register_for_checkpointing(accel_accelerator* accelerator, uintptr_t* box);
+
+/* accel_tensor_from_data through arguments that cgo need not check at run time (bytes, and the
+ * tensor as the result rather than through a pointer to it): the hottest call, see tensor.go. */
+accel_tensor* goaccel_tensor_from_data(const uint8_t* data, size_t size, accel_dtype dtype,
+                                       const int64_t* shape, size_t dim_count,
+                                       accel_status* status);
 
 #endif

@@ -3,8 +3,8 @@ package accel
 // #include "shim.h"
 // /* The hot calls: none calls back into Go or keeps a pointer it is given, so cgo may skip its
 //    callback bookkeeping and leave their arguments and out-parameters on the stack. */
-// #cgo nocallback accel_tensor_from_data
-// #cgo noescape accel_tensor_from_data
+// #cgo nocallback goaccel_tensor_from_data
+// #cgo noescape goaccel_tensor_from_data
 // #cgo nocallback accel_tensor_free
 // #cgo nocallback accel_tensor_element_count
 // #cgo noescape accel_tensor_element_count
@@ -112,19 +112,26 @@ type tensorBlock struct {
 // currentBlock is where the next tensor is made.
 var currentBlock atomic.Pointer[tensorBlock]
 
+// newTensorBlock makes a block whose handles are open already, with no tensor (a nil ptr, which
+// the cleanup skips): taking a slot is then one atomic add and plain writes.
 func newTensorBlock() *tensorBlock {
 	b := &tensorBlock{handles: new([tensorBlockSize]handle[*C.accel_tensor])}
 	for i := range b.handles {
+		b.handles[i].state = openBit // no other goroutine has the block yet
 		b.handles[i].free = freeTensor
-		b.handles[i].state.Store(closedBit) // a slot never used has nothing to free
 	}
 	runtime.AddCleanup(b, closeTensorHandles, b.handles)
 	return b
 }
 
+// closeTensorHandles is a block's cleanup: it closes what the program did not (the tensors are
+// unreachable, so no call can start; one still running holds the handle and frees it at its
+// release). The runtime orders it after every write to the block (for the race detector too).
 func closeTensorHandles(handles *[tensorBlockSize]handle[*C.accel_tensor]) {
 	for i := range handles {
-		handles[i].close()
+		if handles[i].ptr != nil {
+			handles[i].close()
+		}
 	}
 }
 
@@ -135,8 +142,7 @@ func newTensor(p *C.accel_tensor) *Tensor {
 		if b != nil {
 			if i := b.next.Add(1) - 1; i < tensorBlockSize {
 				h := &b.handles[i]
-				h.ptr = p
-				h.state.Store(0) // open: after ptr, so whoever sees it open sees ptr
+				h.ptr = p // the slot is this goroutine's alone: the add above gave it
 				t := &b.tensors[i]
 				t.h = h
 				return t
@@ -179,12 +185,12 @@ func fromData(data []byte, dtype DType, shape []int64) (*Tensor, error) {
 	if len(shape) > 0 {
 		shapePtr = (*C.int64_t)(unsafe.Pointer(&shape[0]))
 	}
-	var out *C.accel_tensor
+	var s C.accel_status
 	// Go memory without Go pointers, read during the call only: allowed by cgo's rules. The
 	// hottest call of all, so no closure: call's steps written out.
 	runtime.LockOSThread()
-	s := C.accel_tensor_from_data(unsafe.Pointer(unsafe.SliceData(data)), C.size_t(len(data)),
-		C.accel_dtype(dtype), shapePtr, C.size_t(len(shape)), &out)
+	out := C.goaccel_tensor_from_data((*C.uint8_t)(unsafe.SliceData(data)), C.size_t(len(data)),
+		C.accel_dtype(dtype), shapePtr, C.size_t(len(shape)), &s)
 	if s != C.ACCEL_OK {
 		err := failed(s)
 		runtime.UnlockOSThread()
@@ -375,7 +381,25 @@ func (t *Tensor) BorrowTorch() (unsafe.Pointer, error) {
 
 // Close frees the tensor. Idempotent; safe from any goroutine, also while a call using it runs
 // (the tensor is freed when that call returns). It returns nil: the library's free cannot fail.
-func (t *Tensor) Close() error { return t.ref().close() }
+func (t *Tensor) Close() error {
+	h := t.ref()
+	if h == nil {
+		return nil
+	}
+	// handle.close, less what a tensor has not (its own cleanup to stop, a free through h.free).
+	for {
+		s := atomic.LoadInt64(&h.state)
+		if s&openBit == 0 {
+			return nil
+		}
+		if atomic.CompareAndSwapInt64(&h.state, s, s&^openBit) {
+			if s == openBit { // no call running
+				C.accel_tensor_free(h.ptr)
+			}
+			return nil
+		}
+	}
+}
 
 // closeAll closes every tensor (nil entries too).
 func closeAll(tensors []*Tensor) {
