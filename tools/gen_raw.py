@@ -125,18 +125,19 @@ def parse_params(text):
 
 
 def doc_text(comment):
-    """The text of a /** ... */ comment, one line per line, without the comment markers."""
+    """The text of a /** ... */ comment without its markers. Lines in the " * " style keep their
+    indentation after the star (a list item's continuation stays one); others are stripped."""
     body = comment[3:-2]
     lines = []
     for line in body.splitlines():
-        line = re.sub(r"^\s*\*( |$)", "", line.rstrip())
-        lines.append(line.strip() if not lines else line)
+        line = line.rstrip()
+        starred = re.match(r"^\s*\*( |$)(.*)", line)
+        lines.append(starred.group(2) if starred else line.strip())
     while lines and not lines[0].strip():
         lines.pop(0)
     while lines and not lines[-1].strip():
         lines.pop()
-    # Continuation lines of a one-line comment are indented by the header's layout, not the text.
-    return "\n".join(l.strip() for l in lines)
+    return "\n".join(lines)
 
 
 def parse_header(text):
@@ -223,7 +224,19 @@ def rust_doc(doc, indent=""):
         return ""
     # Brackets in C prose ("shape[0]", "[0.2.0, 0.3.0)") are not rustdoc links.
     doc = doc.replace("[", "\\[").replace("]", "\\]")
-    return "".join(f"{indent}///{(' ' + line) if line else ''}\n" for line in doc.splitlines())
+    # In Markdown a line right after a list continues its last item; the header means a new
+    # paragraph there, so one gets a blank line before it.
+    lines, in_list = [], False
+    for line in doc.splitlines():
+        if re.match(r"\s*[-*] ", line):
+            in_list = True
+        elif not line.strip():
+            in_list = False
+        elif in_list and not line[0].isspace():
+            lines.append("")
+            in_list = False
+        lines.append(line)
+    return "".join(f"{indent}///{(' ' + line) if line else ''}\n" for line in lines)
 
 
 RUST_KEYWORDS = {"fn", "type", "ref", "move", "match", "loop", "mod", "use", "impl", "self", "crate",
@@ -300,23 +313,24 @@ def generate_rust_status(h):
     variants = status_variants(h)
     out = [f"// {BANNER}\n",
            "// Included by error.rs: the header's status values as an enum, and the mappings.\n\n",
-           "/// What kind of failure a call reported: the header's `ACCEL_ERR_*` values. New kinds are\n"
-           "/// only ever appended; a value this crate does not know yet is [`Status::Other`].\n",
-           "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\n#[non_exhaustive]\npub enum Status {\n"]
+           "/// The class of an error: the header's `ACCEL_ERR_*` values. New classes are only ever\n"
+           "/// appended; one this crate does not know yet (a newer library) is [`Status::Other`].\n",
+           "#[non_exhaustive]\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum Status {\n"]
     for _, variant, doc in variants:
         out.append(rust_doc(doc, "    ") + f"    {variant},\n")
-    out.append("    /// A status value this version of the crate does not know.\n    Other(i32),\n}\n\n")
+    out.append("    /// A status this crate does not know (a newer library).\n    Other(i32),\n}\n\n")
     out.append("impl Status {\n"
-               "    /// The status of a code returned by the library (not `ACCEL_OK`).\n"
-               "    pub fn from_code(code: sys::accel_status) -> Status {\n        match code {\n")
+               "    /// The status for a raw `accel_status` value; `None` for `ACCEL_OK`.\n"
+               "    pub fn from_raw(raw: sys::accel_status) -> Option<Status> {\n"
+               "        Some(match raw {\n            sys::ACCEL_OK => return None,\n")
     for const, variant, _ in variants:
         out.append(f"            sys::{const} => Status::{variant},\n")
-    out.append("            other => Status::Other(other),\n        }\n    }\n\n"
-               "    /// The library's code for this status.\n"
-               "    pub fn code(self) -> sys::accel_status {\n        match self {\n")
+    out.append("            other => Status::Other(other),\n        })\n    }\n\n"
+               "    /// The raw `accel_status` value.\n"
+               "    pub fn to_raw(self) -> sys::accel_status {\n        match self {\n")
     for const, variant, _ in variants:
         out.append(f"            Status::{variant} => sys::{const},\n")
-    out.append("            Status::Other(code) => code,\n        }\n    }\n}\n")
+    out.append("            Status::Other(raw) => raw,\n        }\n    }\n}\n")
     return rustfmt("".join(out))
 
 

@@ -343,17 +343,18 @@ extern "C" {
     ///
     /// The process learns its place from the environment of the engine that started it, the innermost
     /// first:
-    /// - `accel launch`, torchrun, a Kubernetes PyTorchJob or variables set by hand: RANK,
-    /// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Under torchrun's agent
-    /// store (TORCHELASTIC_USE_AGENT_STORE=True) every rank joins that store as a client;
-    /// TORCHELASTIC_RESTART_COUNT keeps a restarted attempt apart from the keys of the one before.
-    /// - Open MPI (OMPI_COMM_WORLD_*), MPICH/Intel MPI (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
-    /// MPI_LOCALNRANKS), MVAPICH (MV2_COMM_WORLD_*): the store is MASTER_ADDR:MASTER_PORT,
-    /// defaulting to 127.0.0.1:29500 when every rank is on one host; ranks on several hosts
-    /// without MASTER_ADDR are ACCEL_ERR_CONFIG.
-    /// - SLURM's srun (SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS, SLURM_LOCALID,
-    /// SLURM_NODEID, SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NODELIST): the store is on the first
-    /// host of the step, port MASTER_PORT or 15000 + the last four digits of SLURM_JOB_ID.
+    ///   - `accel launch`, torchrun, a Kubernetes PyTorchJob or variables set by hand: RANK,
+    ///     WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Under torchrun's agent
+    ///     store (TORCHELASTIC_USE_AGENT_STORE=True) every rank joins that store as a client;
+    ///     TORCHELASTIC_RESTART_COUNT keeps a restarted attempt apart from the keys of the one before.
+    ///   - Open MPI (OMPI_COMM_WORLD_*), MPICH/Intel MPI (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
+    ///     MPI_LOCALNRANKS), MVAPICH (MV2_COMM_WORLD_*): the store is MASTER_ADDR:MASTER_PORT,
+    ///     defaulting to 127.0.0.1:29500 when every rank is on one host; ranks on several hosts
+    ///     without MASTER_ADDR are ACCEL_ERR_CONFIG.
+    ///   - SLURM's srun (SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS, SLURM_LOCALID,
+    ///     SLURM_NODEID, SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NODELIST): the store is on the first
+    ///     host of the step, port MASTER_PORT or 15000 + the last four digits of SLURM_JOB_ID.
+    ///
     /// A variable that does not parse or is out of range, or two engines that disagree on the number
     /// of processes, is ACCEL_ERR_CONFIG naming the variable and the engine. When the engine does not
     /// say which ranks share a machine, the ranks find out from the host name and boot id they
@@ -671,12 +672,12 @@ extern "C" {
     ) -> accel_status;
     /// Adds layer `name` of kind `kind` with options `spec` ("key=value" pairs separated by spaces or
     /// commas). Kinds and options:
-    /// linear        in_features, out_features, bias (true)
-    /// conv2d        in_channels, out_channels, kernel_size, stride (1), padding (0), dilation (1),
-    /// groups (1), bias (true)
-    /// batch_norm2d  num_features, eps (1e-5), momentum (0.1)   (running statistics are buffers)
-    /// layer_norm    normalized_shape (the last dimension), eps (1e-5)
-    /// embedding     num_embeddings, embedding_dim
+    ///   linear        in_features, out_features, bias (true)
+    ///   conv2d        in_channels, out_channels, kernel_size, stride (1), padding (0), dilation (1),
+    ///                 groups (1), bias (true)
+    ///   batch_norm2d  num_features, eps (1e-5), momentum (0.1)   (running statistics are buffers)
+    ///   layer_norm    normalized_shape (the last dimension), eps (1e-5)
+    ///   embedding     num_embeddings, embedding_dim
     /// Add layers before defining methods that use them. An unknown kind or option is
     /// ACCEL_ERR_INVALID_ARGUMENT naming it; a prepared model takes no new layers (ACCEL_ERR_STATE).
     pub fn accel_model_add_layer(
@@ -811,12 +812,12 @@ extern "C" {
     /// prepared, keep the optimizer itself alive. Waits for nothing.
     pub fn accel_optimizer_free(optimizer: *mut accel_optimizer);
     /// A learning-rate schedule driving `optimizer`, with PyTorch's and Hugging Face's formulas:
-    /// constant; constant_with_warmup (warmup_steps); linear (warmup_steps, total_steps);
-    /// cosine (warmup_steps, total_steps, num_cycles 0.5); cosine_with_restarts (warmup_steps,
-    /// total_steps, num_cycles 1); polynomial (warmup_steps, total_steps, lr_end 1e-7, power 1);
-    /// step (step_size, gamma 0.1); exponential (gamma); one_cycle (max_lr, total_steps, pct_start
-    /// 0.3, anneal_strategy cos|linear, div_factor 25, final_div_factor 1e4, base_momentum 0.85,
-    /// max_momentum 0.95, cycle_momentum true).
+    ///   constant; constant_with_warmup (warmup_steps); linear (warmup_steps, total_steps);
+    ///   cosine (warmup_steps, total_steps, num_cycles 0.5); cosine_with_restarts (warmup_steps,
+    ///   total_steps, num_cycles 1); polynomial (warmup_steps, total_steps, lr_end 1e-7, power 1);
+    ///   step (step_size, gamma 0.1); exponential (gamma); one_cycle (max_lr, total_steps, pct_start
+    ///   0.3, anneal_strategy cos|linear, div_factor 25, final_div_factor 1e4, base_momentum 0.85,
+    ///   max_momentum 0.95, cycle_momentum true).
     /// The schedule's base rate is the optimizer's rate when the scheduler is made (set lr first); the
     /// optimizer's rate is set to the schedule's value at step 0 as soon as the options are complete.
     ///

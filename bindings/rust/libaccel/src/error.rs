@@ -5,94 +5,10 @@ use std::fmt;
 
 use libaccel_sys as sys;
 
-/// The class of an error: the header's `ACCEL_ERR_*` values.
-#[non_exhaustive]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Status {
-    /// A required argument was missing or out of range.
-    InvalidArgument,
-    /// A handle of another kind was passed.
-    WrongHandle,
-    /// A configuration key is unknown or its value invalid.
-    Config,
-    /// Understood but not supported by this build (or this library version by this crate).
-    Unsupported,
-    /// A file could not be read or written, or is corrupt.
-    Io,
-    /// Tensor shapes disagree.
-    Shape,
-    /// A dtype is not acceptable, or dtypes disagree across ranks.
-    Dtype,
-    /// The processes could not meet.
-    Rendezvous,
-    /// A collective did not complete in time.
-    Timeout,
-    /// A peer process died or closed its connection.
-    PeerFailed,
-    /// The call is not valid in the current state (a closed dataloader, say).
-    State,
-    /// An output buffer was too small (the crate sizes its buffers; seen only through `sys`).
-    BufferTooSmall,
-    /// A callback (a dataset closure, a checkpoint closure) failed.
-    Callback,
-    /// Memory could not be allocated.
-    OutOfMemory,
-    /// LibTorch reported an error that fits no other class.
-    Torch,
-    /// A bug in libaccel.
-    Internal,
-    /// A status this crate does not know (a newer library).
-    Other(i32),
-}
+// The Status enum, from_raw and to_raw: generated from accel.h by tools/gen_raw.py.
+include!("status_generated.rs");
 
 impl Status {
-    /// The status for a raw `accel_status` value; `None` for `ACCEL_OK`.
-    pub fn from_raw(raw: sys::accel_status) -> Option<Status> {
-        Some(match raw {
-            sys::ACCEL_OK => return None,
-            sys::ACCEL_ERR_INVALID_ARGUMENT => Status::InvalidArgument,
-            sys::ACCEL_ERR_WRONG_HANDLE => Status::WrongHandle,
-            sys::ACCEL_ERR_CONFIG => Status::Config,
-            sys::ACCEL_ERR_UNSUPPORTED => Status::Unsupported,
-            sys::ACCEL_ERR_IO => Status::Io,
-            sys::ACCEL_ERR_SHAPE => Status::Shape,
-            sys::ACCEL_ERR_DTYPE => Status::Dtype,
-            sys::ACCEL_ERR_RENDEZVOUS => Status::Rendezvous,
-            sys::ACCEL_ERR_TIMEOUT => Status::Timeout,
-            sys::ACCEL_ERR_PEER_FAILED => Status::PeerFailed,
-            sys::ACCEL_ERR_STATE => Status::State,
-            sys::ACCEL_ERR_BUFFER_TOO_SMALL => Status::BufferTooSmall,
-            sys::ACCEL_ERR_CALLBACK => Status::Callback,
-            sys::ACCEL_ERR_OUT_OF_MEMORY => Status::OutOfMemory,
-            sys::ACCEL_ERR_TORCH => Status::Torch,
-            sys::ACCEL_ERR_INTERNAL => Status::Internal,
-            other => Status::Other(other),
-        })
-    }
-
-    /// The raw `accel_status` value.
-    pub fn to_raw(self) -> sys::accel_status {
-        match self {
-            Status::InvalidArgument => sys::ACCEL_ERR_INVALID_ARGUMENT,
-            Status::WrongHandle => sys::ACCEL_ERR_WRONG_HANDLE,
-            Status::Config => sys::ACCEL_ERR_CONFIG,
-            Status::Unsupported => sys::ACCEL_ERR_UNSUPPORTED,
-            Status::Io => sys::ACCEL_ERR_IO,
-            Status::Shape => sys::ACCEL_ERR_SHAPE,
-            Status::Dtype => sys::ACCEL_ERR_DTYPE,
-            Status::Rendezvous => sys::ACCEL_ERR_RENDEZVOUS,
-            Status::Timeout => sys::ACCEL_ERR_TIMEOUT,
-            Status::PeerFailed => sys::ACCEL_ERR_PEER_FAILED,
-            Status::State => sys::ACCEL_ERR_STATE,
-            Status::BufferTooSmall => sys::ACCEL_ERR_BUFFER_TOO_SMALL,
-            Status::Callback => sys::ACCEL_ERR_CALLBACK,
-            Status::OutOfMemory => sys::ACCEL_ERR_OUT_OF_MEMORY,
-            Status::Torch => sys::ACCEL_ERR_TORCH,
-            Status::Internal => sys::ACCEL_ERR_INTERNAL,
-            Status::Other(raw) => raw,
-        }
-    }
-
     /// The library's constant name for the status, e.g. `"ACCEL_ERR_CONFIG"`.
     pub fn name(self) -> &'static str {
         // SAFETY: accel_status_name returns static storage, never NULL, for any value.
