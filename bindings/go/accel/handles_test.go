@@ -124,3 +124,15 @@ func TestPlaceQueriesFailOnANilOrClosedAccelerator(t *testing.T) {
 	_, err = acc.Device()
 	wantStatus(t, err, accel.ErrState, "after Close")
 }
+
+// A handle's zero value (not made by its constructor) is an error naming that, never a NULL
+// passed on to the library.
+func TestAZeroHandleIsAnError(t *testing.T) {
+	begin(t)
+	var m accel.Model
+	_, err := m.ParameterElementCount()
+	wantStatus(t, err, accel.ErrInvalidArgument, "not made by this package")
+	var o accel.Optimizer
+	wantStatus(t, o.Step(), accel.ErrInvalidArgument, "not made by this package")
+	ok(t, m.Close()) // closes nothing
+}
