@@ -69,7 +69,7 @@ const (
 // Accelerator is the runtime of this process, Accelerate's Accelerator: its place among the
 // ranks, its device, its process group. One may exist in a process at a time.
 type Accelerator struct {
-	h handle[*C.accel_accelerator]
+	h *handle[*C.accel_accelerator]
 	// Fixed for the accelerator's life: read once at New.
 	processIndex, localProcessIndex, numProcesses int
 	isMain, isLocalMain                           bool
@@ -80,13 +80,11 @@ type Accelerator struct {
 	slot *failureSlot
 }
 
-func freeAccelerator(p *C.accel_accelerator) { C.accel_accelerator_free(p) }
-
 func (a *Accelerator) ref() *handle[*C.accel_accelerator] {
 	if a == nil {
 		return nil
 	}
-	return &a.h
+	return a.h.orUnopened()
 }
 
 // New creates this process's accelerator. cfg may be nil: the defaults, the environment
@@ -118,7 +116,7 @@ func New(cfg *Config) (*Accelerator, error) {
 		return nil, err
 	}
 	a := &Accelerator{slot: &failureSlot{}}
-	initHandle(a, &a.h, out, freeAccelerator)
+	a.h = newHandle(a, out)
 	if err := a.readPlace(out); err != nil {
 		a.Close()
 		return nil, err
@@ -157,12 +155,11 @@ func (a *Accelerator) readPlace(p *C.accel_accelerator) error {
 // placed checks a before a query of its place: read once at New, each still fails like every
 // other call on a nil or closed accelerator.
 func (a *Accelerator) placed() error {
-	if a == nil {
-		return errNil("Accelerator")
+	h := a.ref()
+	if _, err := h.acquire("Accelerator"); err != nil {
+		return err
 	}
-	if a.h.closed() {
-		return errClosed("Accelerator")
-	}
+	h.release()
 	return nil
 }
 

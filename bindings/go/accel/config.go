@@ -7,16 +7,14 @@ import "C"
 // libaccel's own (accel.h, "Configuration"). An explicit Set beats the environment, which beats
 // the file, which beats the defaults. New copies what it needs: close the Config after New.
 type Config struct {
-	h handle[*C.accel_config]
+	h *handle[*C.accel_config]
 }
-
-func freeConfig(p *C.accel_config) { C.accel_config_free(p) }
 
 func (c *Config) ref() *handle[*C.accel_config] {
 	if c == nil {
 		return nil
 	}
-	return &c.h
+	return c.h.orUnopened()
 }
 
 // NewConfig is an empty configuration: every key at its default.
@@ -29,7 +27,7 @@ func NewConfig() (*Config, error) {
 		return nil, err
 	}
 	c := &Config{}
-	initHandle(c, &c.h, p, freeConfig)
+	c.h = newHandle(c, p)
 	return c, nil
 }
 

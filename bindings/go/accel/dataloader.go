@@ -15,18 +15,15 @@ import (
 // Options (Set, between epochs): batch_size (1), shuffle (false), seed (0), drop_last (false),
 // num_workers (0), prefetch_factor (2), split_batches, even_batches, device_placement.
 type DataLoader struct {
-	h    handle[*C.accel_dataloader]
+	h    *handle[*C.accel_dataloader]
 	slot *failureSlot // the dataset's callback failures (nil unless a function dataset)
 }
-
-// freeDataLoader also stops the workers: the library's free closes first.
-func freeDataLoader(p *C.accel_dataloader) { C.accel_dataloader_free(p) }
 
 func (l *DataLoader) ref() *handle[*C.accel_dataloader] {
 	if l == nil {
 		return nil
 	}
-	return &l.h
+	return l.h.orUnopened()
 }
 
 // Batch is one batch: a tensor per dataset field, in the dataset's order.
@@ -53,7 +50,7 @@ func NewDataLoader(acc *Accelerator, ds *Dataset) (*DataLoader, error) {
 		return nil, err
 	}
 	l := &DataLoader{slot: ds.slot}
-	initHandle(l, &l.h, out, freeDataLoader)
+	l.h = newHandle(l, out)
 	return l, nil
 }
 

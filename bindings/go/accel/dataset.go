@@ -6,23 +6,21 @@ import "C"
 // Dataset is a number of samples with one or more fields (images, labels, ...); a sample is one
 // row of every field. Dataloaders keep their dataset alive: Close it once they are made.
 type Dataset struct {
-	h handle[*C.accel_dataset]
+	h *handle[*C.accel_dataset]
 	// The failures of a function dataset's callback, shared with its dataloaders (nil otherwise).
 	slot *failureSlot
 }
-
-func freeDataset(p *C.accel_dataset) { C.accel_dataset_free(p) }
 
 func (d *Dataset) ref() *handle[*C.accel_dataset] {
 	if d == nil {
 		return nil
 	}
-	return &d.h
+	return d.h.orUnopened()
 }
 
 func newDataset(p *C.accel_dataset, slot *failureSlot) *Dataset {
 	d := &Dataset{slot: slot}
-	initHandle(d, &d.h, p, freeDataset)
+	d.h = newHandle(d, p)
 	return d
 }
 

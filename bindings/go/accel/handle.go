@@ -1,5 +1,8 @@
 package accel
 
+// #include "shim.h"
+import "C"
+
 import (
 	"runtime"
 	"sync/atomic"
@@ -15,31 +18,40 @@ import (
 // with a live handle. A call that starts after Close fails with ErrState. The state is one
 // atomic word: no lock on any call.
 //
-// A cleanup (runtime.AddCleanup) frees what the program forgot to Close once the Go object is
+// A cleanup (runtime.AddCleanup) closes what the program forgot to Close once the Go object is
 // unreachable. It is the safety net, not the plan: the garbage collector does not see the
-// library's memory and may run late, so programs Close what they make (training loops above all).
-// Tensors share one cleanup per block of them (tensorBlock): a cleanup of its own cost a tensor
-// more than the library's create and free together.
+// library's memory and may run late, so programs Close what they make (training loops above
+// all). The handle lives outside its Go object, as the cleanup's argument: a call that started
+// holds the handle, not the object, and the cleanup's close then leaves the free to its release.
+// Close does not stop the cleanup, which finds the handle closed. Tensors share one cleanup per
+// block of them (tensorBlock): a cleanup of its own cost a tensor more than the library's create
+// and free together.
 type handle[T any] struct {
 	// bit 0: open; the rest: the number of calls running, times two. The zero value is a handle
-	// never opened (a Model{} not made here): nothing to free. Read and changed with sync/atomic
-	// only, but for a tensor block's first write (newTensorBlock), before the block is shared.
-	// First in the struct: 64-bit aligned.
+	// never opened: nothing to free. Read and changed with sync/atomic only, but for the first
+	// write, before the handle is shared. First in the struct: 64-bit aligned.
 	state int64
-	ptr   T
-	free  func(T)
-	// The cleanup of this handle alone; zero for a tensor (its block has it).
-	cleanup runtime.Cleanup
+	ptr   T // kept after the free: a zero ptr means never opened
 }
 
 const openBit = 1
 
-// initHandle makes h own ptr for owner (the Go object embedding h).
-func initHandle[O any, T any](owner *O, h *handle[T], ptr T, free func(T)) {
-	h.ptr = ptr
-	h.free = free
-	h.cleanup = runtime.AddCleanup(owner, free, ptr)
-	atomic.StoreInt64(&h.state, openBit)
+// newHandle is an open handle of ptr for owner, closed by a cleanup once owner is unreachable.
+func newHandle[O any, T any](owner *O, ptr T) *handle[T] {
+	h := &handle[T]{state: openBit, ptr: ptr}
+	runtime.AddCleanup(owner, closeHandle[T], h)
+	return h
+}
+
+func closeHandle[T any](h *handle[T]) { h.close() }
+
+// orUnopened is h, or for a Go object never made by its constructor (a Model{}) a handle never
+// opened, whose calls fail naming that.
+func (h *handle[T]) orUnopened() *handle[T] {
+	if h == nil {
+		return new(handle[T])
+	}
+	return h
 }
 
 // acquire starts a use of the handle: its pointer, or ErrState once it is closed. A nil handle
@@ -64,7 +76,8 @@ func (h *handle[T]) acquire(kind string) (T, error) {
 func errNil(kind string) error { return newError(ErrInvalidArgument, "nil *accel.%s", kind) }
 
 func (h *handle[T]) notOpen(kind string) error {
-	if h.free == nil {
+	var zero T
+	if any(h.ptr) == any(zero) {
 		return newError(ErrInvalidArgument, "an accel.%s not made by this package (use its constructor)", kind)
 	}
 	return errClosed(kind)
@@ -81,13 +94,34 @@ func (h *handle[T]) release() {
 	}
 }
 
-// destroy frees the library handle (only ever of an opened handle, once).
-func (h *handle[T]) destroy() { h.free(h.ptr) }
+// destroy frees the library handle (only ever of an opened handle, once): the free of its type,
+// chosen here rather than kept in every handle (a tensor's handle is two words).
+func (h *handle[T]) destroy() {
+	switch p := any(h.ptr).(type) {
+	case *C.accel_tensor:
+		C.accel_tensor_free(p)
+	case *C.accel_accelerator:
+		C.accel_accelerator_free(p)
+	case *C.accel_config:
+		C.accel_config_free(p)
+	case *C.accel_model:
+		C.accel_model_free(p)
+	case *C.accel_optimizer:
+		C.accel_optimizer_free(p)
+	case *C.accel_scheduler:
+		C.accel_scheduler_free(p)
+	case *C.accel_dataset:
+		C.accel_dataset_free(p)
+	case *C.accel_dataloader:
+		C.accel_dataloader_free(p) // also stops the workers: the library's free closes first
+	default:
+		panic("accel: a handle of no known type") // a bug of this package: every type is above
+	}
+}
 
-// close marks the handle closed and frees it at once when no call is running. Idempotent. A
-// tensor block's cleanup closes its handles this way: the tensors are unreachable then, so no
-// call can start, but one that started (holding the handle, not the tensor) may still run, and
-// its release frees.
+// close marks the handle closed and frees it at once when no call is running. Idempotent. The
+// cleanups close this way: the object is unreachable then, so no call can start, but one that
+// started (holding the handle, not the object) may still run, and its release frees.
 func (h *handle[T]) close() error {
 	if h == nil {
 		return nil
@@ -98,7 +132,6 @@ func (h *handle[T]) close() error {
 			return nil
 		}
 		if atomic.CompareAndSwapInt64(&h.state, s, s&^openBit) {
-			h.cleanup.Stop()
 			if s == openBit { // no call running
 				h.destroy()
 			}

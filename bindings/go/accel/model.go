@@ -12,21 +12,19 @@ import (
 // initialised as the matching torch.nn layer) and methods in TorchScript source (accel.h,
 // "Models").
 type Model struct {
-	h handle[*C.accel_model]
+	h *handle[*C.accel_model]
 }
-
-func freeModel(p *C.accel_model) { C.accel_model_free(p) }
 
 func (m *Model) ref() *handle[*C.accel_model] {
 	if m == nil {
 		return nil
 	}
-	return &m.h
+	return m.h.orUnopened()
 }
 
 func newModel(p *C.accel_model) *Model {
 	m := &Model{}
-	initHandle(m, &m.h, p, freeModel)
+	m.h = newHandle(m, p)
 	return m
 }
 

@@ -9,16 +9,14 @@ import "unsafe"
 // PyTorch's defaults and options set by key (lr, momentum, weight_decay, beta1, beta2, eps, ...).
 // Once prepared it does nothing on accumulation micro-steps.
 type Optimizer struct {
-	h handle[*C.accel_optimizer]
+	h *handle[*C.accel_optimizer]
 }
-
-func freeOptimizer(p *C.accel_optimizer) { C.accel_optimizer_free(p) }
 
 func (o *Optimizer) ref() *handle[*C.accel_optimizer] {
 	if o == nil {
 		return nil
 	}
-	return &o.h
+	return o.h.orUnopened()
 }
 
 // NewOptimizer is an optimizer of kind over model's parameters.
@@ -31,7 +29,7 @@ func NewOptimizer(model *Model, kind string) (*Optimizer, error) {
 		return nil, err
 	}
 	o := &Optimizer{}
-	initHandle(o, &o.h, out, freeOptimizer)
+	o.h = newHandle(o, out)
 	return o, nil
 }
 
@@ -93,16 +91,14 @@ func (o *Optimizer) preparable() (unsafe.Pointer, func(), error) {
 // exponential, one_cycle (options: warmup_steps, total_steps, num_cycles, gamma, ...). Prepared,
 // it steps as Accelerate: num_processes times per real optimizer step.
 type Scheduler struct {
-	h handle[*C.accel_scheduler]
+	h *handle[*C.accel_scheduler]
 }
-
-func freeScheduler(p *C.accel_scheduler) { C.accel_scheduler_free(p) }
 
 func (s *Scheduler) ref() *handle[*C.accel_scheduler] {
 	if s == nil {
 		return nil
 	}
-	return &s.h
+	return s.h.orUnopened()
 }
 
 // NewScheduler is a schedule of kind driving opt. Its base rate is the optimizer's rate now.
@@ -118,7 +114,7 @@ func NewScheduler(opt *Optimizer, kind string) (*Scheduler, error) {
 		return nil, err
 	}
 	s := &Scheduler{}
-	initHandle(s, &s.h, out, freeScheduler)
+	s.h = newHandle(s, out)
 	return s, nil
 }
 

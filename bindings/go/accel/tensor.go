@@ -86,13 +86,11 @@ type Tensor struct {
 	h *handle[*C.accel_tensor] // in its block's handles; nil for a Tensor{} not made here
 }
 
-func freeTensor(p *C.accel_tensor) { C.accel_tensor_free(p) }
-
 func (t *Tensor) ref() *handle[*C.accel_tensor] {
 	if t == nil {
 		return nil
 	}
-	return t.h
+	return t.h.orUnopened()
 }
 
 // Tensors are made in blocks that share one cleanup: runtime.AddCleanup and Cleanup.Stop for
@@ -118,7 +116,6 @@ func newTensorBlock() *tensorBlock {
 	b := &tensorBlock{handles: new([tensorBlockSize]handle[*C.accel_tensor])}
 	for i := range b.handles {
 		b.handles[i].state = openBit // no other goroutine has the block yet
-		b.handles[i].free = freeTensor
 	}
 	runtime.AddCleanup(b, closeTensorHandles, b.handles)
 	return b
