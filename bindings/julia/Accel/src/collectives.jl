@@ -82,7 +82,8 @@ The element-wise `:sum`, `:mean`, `:max` or `:min` of every rank's `x`, on every
 `reduce_across(acc, item(loss); reduction = :mean)` is the mean loss over the processes. `:mean`
 wants floating-point elements.
 """
-function reduce_across(acc::Accelerator, x; reduction::Symbol = :sum)
+function reduce_across(acc::Accelerator, x; reduction::Union{Symbol,AbstractString} = :sum)
+    reduction = Symbol(reduction)   # "mean" as Accelerate spells it is :mean
     haskey(REDUCTIONS, reduction) || throw(AccelError(ERR_INVALID_ARGUMENT,
         "reduce_across: reduction $(repr(reduction)) is not one of :sum, :mean, :max, :min"))
     code = Int32(REDUCTIONS[reduction])

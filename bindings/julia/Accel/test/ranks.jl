@@ -48,6 +48,12 @@ function rank_train()
         end
         last < 0.7 * first || error("rank $rank: the loss did not fall: $first -> $last")
         parameters_agree(acc, model)
+        # The counting rule across real processes: rank r's number is entry r + 1 of a gather,
+        # and `from` names a rank as process_index does; numbers in, numbers out.
+        world = num_processes(acc)
+        gather(acc, rank) == collect(0:world-1) || error("rank $rank: gather of ranks")
+        broadcast_across(acc, rank == world - 1 ? 42.5 : nothing; from = world - 1) === 42.5 ||
+            error("rank $rank: broadcast from the last rank")
         # One write: the ranks share the launcher's pipe, and println writes the newline apart.
         print("rank $rank: the loss fell, parameters equal on every rank\n")
         flush(stdout)

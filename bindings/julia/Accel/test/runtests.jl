@@ -352,6 +352,7 @@ end
     @test gather(acc, Float32[1, 2]) == Float32[1, 2] && gather(acc, 1.5) == [1.5]
     @test reduce_across(acc, [1.0, 2.0]; reduction = :max) == [1.0, 2.0]
     @test reduce_across(acc, 2.0f0) === 2.0f0 && reduce_across(acc, 1.5; reduction = :mean) === 1.5
+    @test reduce_across(acc, 1.5; reduction = "min") === 1.5
     r = reduce_across(acc, Tensor(Int32[3]))
     @test r isa Tensor && Array(r) == Int32[3]
     close(r)
