@@ -136,3 +136,44 @@ func TestAZeroHandleIsAnError(t *testing.T) {
 	wantStatus(t, o.Step(), accel.ErrInvalidArgument, "not made by this package")
 	ok(t, m.Close()) // closes nothing
 }
+
+// Close on one goroutine while others query the tensor: each query sees the live tensor or
+// ErrState, the tensor is freed once (a double free or a use after free would crash here).
+func TestCloseRacesWithRunningTensorCalls(t *testing.T) {
+	begin(t)
+	for round := range 20 {
+		x := must(accel.FromSlice([]float32{float32(round), 1, 2}))
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		running := make(chan struct{}, 4)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					if i == 1 {
+						running <- struct{}{}
+					}
+					n, err := x.ElementCount()
+					if err != nil {
+						if e, ok := err.(*accel.Error); !ok || e.Status != accel.ErrState {
+							errs <- err
+						}
+						return
+					}
+					if n != 3 {
+						errs <- fmt.Errorf("a live tensor of %d elements, not 3", n)
+						return
+					}
+				}
+			}()
+		}
+		<-running // Close while the queries run
+		ok(t, x.Close())
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+}
