@@ -26,7 +26,7 @@ search path. Failures throw `AccelError`. Arrays cross with their dimensions rev
 **Counting.** Every index is Julia's, from 1: sample `i` of a dataset (a function dataset's `i`,
 `Dataset(A)`'s `A[.., i]`), a dimension (`pad_across_processes`'s `dim`), the entries of a
 per-rank `Vector` (`gather_object(acc, x)[r + 1]` is rank `r`'s). Ranks and epochs are not
-indices but the names the processes share with the launcher, the environment (RANK, LOCAL_RANK),
+indices but the names the processes share with the launcher, the environment (`RANK`, `LOCAL_RANK`),
 Accelerate and its checkpoints, and MPI.jl: they count from 0 (`process_index`,
 `local_process_index`, `broadcast_across`'s `from`, `set_epoch!`, `epoch`, `position`'s epoch).
 Counts (`skip_first_batches!`, `position`'s samples, `length`) are counts.

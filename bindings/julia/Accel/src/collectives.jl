@@ -108,7 +108,7 @@ Rank `from`'s `x` on every rank, shape and dtype included (Accelerate's `broadca
 from Base's `broadcast(f, xs...)`). `from` is a rank, counted from 0 as `process_index` counts.
 `x` is read on rank `from` only; on the other ranks it chooses the form of the result (a `Tensor`
 gives a `Tensor` to close, an array an `Array`, a number a number) and may be `nothing`, which
-gives values: a number where rank `from` sent a number, else an `Array`.
+gives values: a number where rank `from` sent a number (a 0-dimensional tensor), else an `Array`.
 """
 function broadcast_across(acc::Accelerator, x; from::Integer = 0)
     world = num_processes(acc)
