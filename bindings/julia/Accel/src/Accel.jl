@@ -66,6 +66,7 @@ export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
        prepare, accumulate_gradients!, sync_gradients, backward, clip_grad_norm!, clip_grad_value!,
        save_model, load_checkpoint_in_model, save_state, load_state, register_for_checkpointing
 
+include("generated.jl")   # SYMBOLS and Status, from accel.h by tools/gen_raw.py
 include("library.jl")
 include("errors.jl")
 include("handles.jl")

@@ -1,29 +1,6 @@
 # The library's statuses and the one exception every failing call throws.
 
-"""
-    Status
-
-The class of a failure: the `accel_status` values of accel.h (`Accel.ERR_SHAPE`, ...).
-"""
-@enum Status::Int32 begin
-    OK = 0
-    ERR_INVALID_ARGUMENT = 1
-    ERR_WRONG_HANDLE = 2
-    ERR_CONFIG = 3
-    ERR_UNSUPPORTED = 4
-    ERR_IO = 5
-    ERR_SHAPE = 6
-    ERR_DTYPE = 7
-    ERR_RENDEZVOUS = 8
-    ERR_TIMEOUT = 9
-    ERR_PEER_FAILED = 10
-    ERR_STATE = 11
-    ERR_BUFFER_TOO_SMALL = 12
-    ERR_CALLBACK = 13
-    ERR_OUT_OF_MEMORY = 14
-    ERR_TORCH = 15
-    ERR_INTERNAL = 16
-end
+# Status, the header's status values as an @enum, is in generated.jl.
 
 """
     AccelError(status, message, cause = nothing)
@@ -48,7 +25,8 @@ function Base.showerror(io::IO, e::AccelError)
     end
 end
 
-status_of(code::Integer) = code in 0:16 ? Status(code) : ERR_INTERNAL
+status_of(code::Integer) =
+    Integer(typemin(Status)) <= code <= Integer(typemax(Status)) ? Status(code) : ERR_INTERNAL
 
 # Reads the message of the call that just failed on this thread: called right after the ccall,
 # before anything that could yield or make another libaccel call.

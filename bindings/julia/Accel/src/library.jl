@@ -7,49 +7,7 @@
 "The library versions this package supports: the ABI 0.2, as accel_version_number() counts."
 const SUPPORTED_VERSIONS = (200, 300)   # [0.2.0, 0.3.0)
 
-# Every C function the package calls. @acall refuses a name that is not listed here.
-const SYMBOLS = (
-    :accel_version, :accel_version_number, :accel_last_error_message, :accel_last_error_status,
-    :accel_status_name,
-    :accel_config_new, :accel_config_free, :accel_config_set, :accel_config_load_file,
-    :accel_config_get, :accel_config_dump,
-    :accel_dtype_size, :accel_tensor_from_data, :accel_tensor_to_data, :accel_tensor_free,
-    :accel_tensor_dim_count, :accel_tensor_shape, :accel_tensor_dtype,
-    :accel_tensor_element_count, :accel_tensor_data_size, :accel_tensor_item_f64,
-    :accel_tensor_item_i64, :accel_tensor_wrap_torch, :accel_tensor_borrow_torch,
-    :accel_torch_check, :accel_tensor_set_requires_grad,
-    :accel_tensor_list_count, :accel_tensor_list_get, :accel_tensor_list_free,
-    :accel_init, :accel_accelerator_free, :accel_process_index, :accel_local_process_index,
-    :accel_num_processes, :accel_is_main_process, :accel_is_local_main_process, :accel_device,
-    :accel_distributed_type, :accel_mixed_precision, :accel_effective_config,
-    :accel_wait_for_everyone, :accel_print, :accel_main_process_first_begin,
-    :accel_main_process_first_end, :accel_set_seed,
-    :accel_gather, :accel_pad_across_processes, :accel_reduce, :accel_broadcast,
-    :accel_gather_object, :accel_bytes_list_count, :accel_bytes_list_get, :accel_bytes_list_free,
-    :accel_dataset_from_tensors, :accel_dataset_from_callback, :accel_dataset_from_idx,
-    :accel_dataset_sample_count, :accel_dataset_field_count, :accel_dataset_free,
-    :accel_dataloader_new, :accel_dataloader_set, :accel_dataloader_next,
-    :accel_dataloader_field_count, :accel_dataloader_batch_count, :accel_dataloader_set_epoch,
-    :accel_dataloader_epoch, :accel_dataloader_end_of_epoch, :accel_dataloader_remainder,
-    :accel_dataloader_skip_first_batches, :accel_dataloader_position,
-    :accel_dataloader_set_position, :accel_dataloader_close, :accel_dataloader_free,
-    :accel_gather_for_metrics,
-    :accel_model_new, :accel_model_load_torchscript, :accel_model_add_layer, :accel_model_define,
-    :accel_model_call, :accel_model_train, :accel_model_parameter_element_count,
-    :accel_model_tensor_count, :accel_model_tensor_name, :accel_model_tensor,
-    :accel_model_save_torchscript, :accel_model_free,
-    :accel_model_add_parameter, :accel_model_add_buffer, :accel_model_forward_begin,
-    :accel_model_forward_end,
-    :accel_optimizer_new, :accel_optimizer_set, :accel_optimizer_step, :accel_optimizer_zero_grad,
-    :accel_optimizer_lr, :accel_optimizer_set_lr, :accel_optimizer_step_was_skipped,
-    :accel_optimizer_free,
-    :accel_scheduler_new, :accel_scheduler_set, :accel_scheduler_step, :accel_scheduler_lr,
-    :accel_scheduler_free,
-    :accel_prepare, :accel_accumulate, :accel_sync_gradients, :accel_backward,
-    :accel_clip_grad_norm, :accel_clip_grad_value,
-    :accel_save_model, :accel_load_checkpoint_in_model, :accel_save_state, :accel_load_state,
-    :accel_state_writer_write, :accel_register_for_checkpointing,
-)
+# SYMBOLS, every C function the package may call, is in generated.jl.
 
 pointer_ref(name::Symbol) = Symbol("fp_", name)
 for name in SYMBOLS
