@@ -11,11 +11,6 @@
 /* The package binds ABI 0.2 (see accel.h, "Versions"): another header must not compile. */
 #if ACCEL_VERSION_MAJOR != 0 || ACCEL_VERSION_MINOR != 2
 #error "package accel binds libaccel's ABI 0.2; the accel.h found is another version"
-/* accel_tensor_from_data through arguments that cgo need not check at run time (bytes, and the
- * tensor as the result rather than through a pointer to it): the hottest call, see tensor.go. */
-accel_tensor* goaccel_tensor_from_data(const uint8_t* data, size_t size, accel_dtype dtype,
-                                       const int64_t* shape, size_t dim_count,
-                                       accel_status* status);
 
 #endif
 
