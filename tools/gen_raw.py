@@ -157,9 +157,10 @@ def parse_header(text):
         r"/\* -{20,}\n \* (?P<section>[^\n]*)\n(?:.*?)\*/"
         r"|(?P<doc>/\*\*.*?\*/)"
         r"|(?P<comment>/\*.*?\*/)"
-        r"|(?P<pre>#[^\n]*(?:\\\n[^\n]*)*)"
+        r"|(?P<pre>#(?:\\\n|[^\n])*)"
         r"|(?P<enum>enum\s+(?P<enum_name>\w+)\s*\{(?P<enum_body>.*?)\};)"
         r"|(?P<stmt>[^;{}#/]+;)"
+        r"|(?P<brace>extern \"C\" \{|\})"
         r"|(?P<other>\S)",
         re.S,
     )
@@ -175,20 +176,43 @@ def parse_header(text):
         elif m.group("stmt"):
             parse_statement(h, " ".join(m.group("stmt").split()), pending_doc, section)
             pending_doc = ""
+        elif m.group("pre"):
+            parse_define(m.group("pre"))
+        elif m.group("other"):
+            line = text.count("\n", 0, m.start()) + 1
+            raise ValueError(f"accel.h:{line}: text the generator does not understand "
+                             f"(a comment inside a declaration?): {text[m.start():m.start() + 60]!r}")
     return h
+
+
+# The header's macros that are not constants of the interface, or that parse_header reads itself.
+KNOWN_DEFINES = {"ACCEL_ACCEL_H", "ACCEL_API", "ACCEL_VERSION_MAJOR", "ACCEL_VERSION_MINOR",
+                 "ACCEL_VERSION_PATCH", "ACCEL_VERSION_NUMBER", "ACCEL_VERSION_CHECK"}
+
+
+def parse_define(line):
+    m = re.match(r"#\s*define\s+(ACCEL_\w+)", line)
+    if m and m.group(1) not in KNOWN_DEFINES and not m.group(1).startswith("ACCEL_MAX_"):
+        raise ValueError(f"#define {m.group(1)}: a constant the generator does not know; "
+                         "teach tools/gen_raw.py what it is")
 
 
 def parse_enum(h, name, body):
     ctype = re.sub(r"_values$", "", name)
     doc = ""
-    for m in re.finditer(r"(/\*\*?.*?\*/)|(\w+)\s*=\s*(-?\d+)", body, re.S):
+    entries = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    for entry in filter(None, (e.strip() for e in entries.split(","))):
+        if not re.fullmatch(r"\w+\s*=\s*-?(0x[0-9a-fA-F]+|\d+)", entry):
+            raise ValueError(f"enum {name}: '{entry}' is not NAME = literal; the generator "
+                             "reads literal values only")
+    for m in re.finditer(r"(/\*\*?.*?\*/)|(\w+)\s*=\s*(-?(?:0x[0-9a-fA-F]+|\d+))", body, re.S):
         if m.group(1):
             doc = doc_text(m.group(1)) if m.group(1).startswith("/**") else m.group(1)[2:-2].strip()
             # A trailing /* */ after a value documents that value.
             if not m.group(1).startswith("/**") and h.constants and h.constants[-1].ctype == ctype:
                 h.constants[-1].doc, doc = doc, ""
         else:
-            h.constants.append(Constant(m.group(2), int(m.group(3)), ctype, doc))
+            h.constants.append(Constant(m.group(2), int(m.group(3), 0), ctype, doc))
             doc = ""
 
 
@@ -334,8 +358,19 @@ def generate_rust_status(h):
     return rustfmt("".join(out))
 
 
-def rustfmt(source):
+class NoRustfmt(Exception):
+    pass
+
+
+def rustfmt_tool():
     tool = shutil.which("rustfmt") or str(Path.home() / ".cargo/bin/rustfmt")
+    return tool if Path(tool).exists() else None
+
+
+def rustfmt(source):
+    tool = rustfmt_tool()
+    if tool is None:
+        raise NoRustfmt()
     try:
         done = subprocess.run([tool, "--edition", "2021", "--emit", "stdout", "--quiet"],
                               input=source, capture_output=True, text=True, check=False)
@@ -377,8 +412,14 @@ def main():
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 when stale")
     args = parser.parse_args()
     h = parse_header(HEADER.read_text())
-    outputs = {RUST_SYS: generate_rust_sys(h), RUST_STATUS: generate_rust_status(h),
-               JULIA: generate_julia(h)}
+    outputs = {JULIA: generate_julia(h)}
+    try:
+        outputs[RUST_SYS] = generate_rust_sys(h)
+        outputs[RUST_STATUS] = generate_rust_status(h)
+    except NoRustfmt:
+        if not args.check:
+            sys.exit("gen_raw: rustfmt is needed to write the Rust files (rustup component add rustfmt)")
+        print("gen_raw: no rustfmt here, so the Rust files are not compared (Julia's are)")
     stale = [p for p, text in outputs.items() if not p.exists() or p.read_text() != text]
     if args.check:
         for p in stale:

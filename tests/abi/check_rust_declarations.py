@@ -89,12 +89,28 @@ def main():
         print(done.stdout + done.stderr)
         print(f"libaccel-sys disagrees with accel.h (the C file: {source})")
         return 1
-    header_functions = set(re.findall(r"ACCEL_API[^;(]*?\b(accel_\w+)\(",
-                                      (root / "include/accel/accel.h").read_text()))
-    rust_functions = set(re.findall(r"pub fn (accel_\w+)\(", rust))
-    if header_functions != rust_functions:
-        print("functions only in the header:", sorted(header_functions - rust_functions))
-        print("functions only in Rust:", sorted(rust_functions - header_functions))
+    # Nothing left out: the header's names of each kind, read from the header itself.
+    header = (root / "include/accel/accel.h").read_text()
+    kinds = {
+        "functions": (re.findall(r"ACCEL_API[^;(]*?\b(accel_\w+)\(", header),
+                      re.findall(r"pub fn (accel_\w+)\(", rust)),
+        "constants": (re.findall(r"^\s*(ACCEL_[A-Z0-9_]+)\s*=", header, re.M)
+                      + re.findall(r"#define (ACCEL_(?:MAX_\w+|VERSION_(?:MAJOR|MINOR|PATCH|NUMBER)))\b", header),
+                      re.findall(r"pub const (ACCEL_\w+):", rust)),
+        "callback and enumeration types": (
+            re.findall(r"typedef [^;(]*\(\*(accel_\w+)\)", header)
+            + re.findall(r"typedef u?int32_t (accel_\w+);", header),
+            re.findall(r"pub type (accel_\w+) =", rust)),
+        "handle types": (re.findall(r"typedef struct \w+ (accel_\w+);", header),
+                         re.findall(r"pub struct (accel_\w+)", rust)),
+    }
+    missing = False
+    for kind, (in_header, in_rust) in kinds.items():
+        only_header, only_rust = set(in_header) - set(in_rust), set(in_rust) - set(in_header)
+        if only_header or only_rust:
+            print(f"{kind} only in the header: {sorted(only_header)}; only in Rust: {sorted(only_rust)}")
+            missing = True
+    if missing:
         return 1
     print("libaccel-sys agrees with accel.h: " +
           ", ".join(f"{n} {k}s" for k, n in counts.items()))
