@@ -342,11 +342,21 @@ impl DataLoader {
         Ok(loader)
     }
 
-    /// Sets the options given in `options`, in its order (the others stay as they are); ends an
-    /// iteration in progress. The first value the library rejects is the error, and the options
-    /// before it stay set.
+    /// Sets the options given in `options` (the others stay as they are); ends an iteration in
+    /// progress. The library checks the batch size against `split_batches` at each set, so a
+    /// `split_batches(false)` goes first and a `split_batches(true)` after the batch size: any
+    /// combination valid in the end is accepted. The first value the library rejects is the
+    /// error, and the options before it stay set.
     pub fn set_options(&mut self, options: DataLoaderOptions) -> Result<()> {
-        for (key, value) in options.pairs() {
+        let mut pairs = options.pairs();
+        if let Some(at) = pairs
+            .iter()
+            .position(|(key, value)| *key == "split_batches" && value == "false")
+        {
+            let unsplit = pairs.remove(at);
+            pairs.insert(0, unsplit);
+        }
+        for (key, value) in pairs {
             self.set(key, value)?;
         }
         Ok(())
@@ -562,7 +572,8 @@ options_type!(
             batch_size: i64,
             /// Draw a new permutation each epoch, from `seed` and the epoch (default false).
             shuffle: bool,
-            /// The shuffle's seed, the same on every process (default 0).
+            /// The shuffle's seed, the same on every process (default 0; at most `i64::MAX`,
+            /// larger is an `InvalidArgument` error).
             seed: u64,
             /// Drop an incomplete last round (default false).
             drop_last: bool,

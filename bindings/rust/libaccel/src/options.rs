@@ -41,8 +41,8 @@ macro_rules! options_type {
                 }
             )*
 
-            /// The options as the string API takes them, `(key, value)`, in the order they are
-            /// set: the required ones, then each optional one given.
+            /// The options as the string API takes them, `(key, value)`: the required ones, then
+            /// each optional one given, in the order the type declares them.
             pub fn pairs(&self) -> Vec<(&'static str, String)> {
                 #[allow(unused_mut)]
                 let mut pairs: Vec<(&'static str, String)> =
