@@ -383,7 +383,8 @@ func (t *Tensor) Close() error {
 	if h == nil {
 		return nil
 	}
-	// handle.close, less what a tensor has not (its own cleanup to stop, a free through h.free).
+	// handle.close with the tensor's free called directly: the hottest close skips destroy's
+	// type switch.
 	for {
 		s := atomic.LoadInt64(&h.state)
 		if s&openBit == 0 {
