@@ -14,7 +14,10 @@ fn main() -> libaccel::Result<()> {
         std::process::exit(2);
     }
     if acc.is_main_process()? {
-        println!("downstream ok: libaccel {}, {world} ranks", libaccel::version());
+        println!(
+            "downstream ok: libaccel {}, {world} ranks",
+            libaccel::version()
+        );
     }
     Ok(())
 }
