@@ -9,16 +9,14 @@
 //! The same program as examples/c/train_fashion_mnist.c, with the same model, data order,
 //! schedule and output: AdamW with a linear warmup/decay schedule; evaluation on the 10k test
 //! images with gather_for_metrics.
+mod fashion;
+
 use std::process::ExitCode;
-use std::time::Instant;
 
 use libaccel::layers::{Conv2d, Linear};
 use libaccel::optimizers::AdamW;
 use libaccel::schedules;
-use libaccel::{
-    fields, Accelerator, Config, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer,
-    Scheduler,
-};
+use libaccel::{fields, Accelerator, Config, Model, Optimizer, Scheduler};
 
 const SOURCE: &str = "\
 def forward(self, images):
@@ -103,10 +101,6 @@ fn parse_args() -> Result<Options, String> {
     Ok(o)
 }
 
-fn idx_pair(dir: &str, images: &str, labels: &str) -> libaccel::Result<Dataset> {
-    Dataset::from_idx(&[format!("{dir}/{images}"), format!("{dir}/{labels}")])
-}
-
 fn run(o: &Options) -> libaccel::Result<()> {
     let mut cfg = Config::new()?;
     cfg.set("gradient_accumulation_steps", o.accum)?;
@@ -127,24 +121,7 @@ fn run(o: &Options) -> libaccel::Result<()> {
     model.define(SOURCE)?;
     let params = model.parameter_element_count()?;
 
-    let train_set = idx_pair(
-        &o.data,
-        "train-images-idx3-ubyte.gz",
-        "train-labels-idx1-ubyte.gz",
-    )?;
-    let test_set = idx_pair(
-        &o.data,
-        "t10k-images-idx3-ubyte.gz",
-        "t10k-labels-idx1-ubyte.gz",
-    )?;
-    let train_options = DataLoaderOptions::new()
-        .batch_size(o.batch)
-        .shuffle(true)
-        .seed(42)
-        .num_workers(o.workers);
-    let mut train = DataLoader::with(&acc, &train_set, train_options)?;
-    let test_options = DataLoaderOptions::new().batch_size(500).num_workers(1);
-    let mut test = DataLoader::with(&acc, &test_set, test_options)?;
+    let (mut train, mut test) = fashion::loaders(&acc, &o.data, o.batch, o.workers)?;
     let steps_per_epoch = train.batch_count()?;
     let mut total_steps = steps_per_epoch * o.epochs;
     if o.max_steps > 0 && o.max_steps < total_steps {
@@ -164,17 +141,13 @@ fn run(o: &Options) -> libaccel::Result<()> {
         if o.bf16 { ", bf16" } else { "" }
     ))?;
 
-    let start = Instant::now();
-    let (mut step, mut loss_avg, mut waited) = (0i64, 0f64, 0f64);
+    let mut progress = fashion::Progress::new(o.batch * world, total_steps);
     let mut epoch = 0;
-    while epoch < o.epochs && step < total_steps {
+    while epoch < o.epochs && !progress.done() {
         train.set_epoch(epoch)?;
         model.train(true)?;
-        loop {
-            let asked = Instant::now();
-            let batch = train.next_batch()?;
-            waited += asked.elapsed().as_secs_f64(); // the time this step waited for its batch
-            let Some(batch) = batch else { break }; // the end of the epoch
+        // The end of the epoch, or the last step.
+        while let Some(batch) = progress.next_batch(&mut train)? {
             let [images, labels] = fields(batch)?;
             acc.accumulate()?;
             let loss = model.call1("training_step", &[&images, &labels])?;
@@ -182,24 +155,8 @@ fn run(o: &Options) -> libaccel::Result<()> {
             opt.step()?;
             sched.step()?;
             opt.zero_grad()?;
-            let value = loss.item_f64()?;
-            loss_avg = if step == 0 {
-                value
-            } else {
-                0.98 * loss_avg + 0.02 * value
-            };
-            step += 1;
-            if step % 100 == 0 || step == total_steps {
-                let elapsed = start.elapsed().as_secs_f64();
-                let rate = (step * o.batch * world) as f64 / elapsed;
-                acc.print(&format!(
-                    "epoch {} step {step}/{total_steps} loss {loss_avg:.4} {rate:.0} samples/s ETA {:.0}s data wait {:.2}%",
-                    epoch + 1,
-                    (total_steps - step) as f64 * (o.batch * world) as f64 / rate,
-                    100.0 * waited / elapsed
-                ))?;
-            }
-            if step >= total_steps {
+            progress.step_done(&acc, epoch, loss.item_f64()?)?;
+            if progress.done() {
                 break;
             }
         }
@@ -219,7 +176,7 @@ fn run(o: &Options) -> libaccel::Result<()> {
     acc.print(&format!(
         "test accuracy {:.4} ({correct} of {seen}) after {:.1}s of training",
         correct as f64 / seen as f64,
-        start.elapsed().as_secs_f64()
+        progress.elapsed()
     ))?;
     acc.wait_for_everyone()
 }

@@ -10,15 +10,13 @@
 //!
 //! The same run as examples/c/train_fashion_mnist.c: AdamW, linear warmup/decay, evaluation with
 //! gather_for_metrics.
+mod fashion;
+
 use std::process::ExitCode;
-use std::time::Instant;
 
 use libaccel::optimizers::AdamW;
 use libaccel::schedules;
-use libaccel::{
-    fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer, Scheduler,
-    Tensor,
-};
+use libaccel::{fields, Accelerator, Model, Optimizer, Scheduler, Tensor};
 use tch::nn::{self, ModuleT};
 
 /// The CNN of PyTorch's MNIST example, as a tch module over a VarStore.
@@ -93,22 +91,7 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
     let mut model = Model::from_var_store(&vs)?;
     let params = model.parameter_element_count()?;
 
-    let set = |images: &str, labels: &str| {
-        Dataset::from_idx(&[
-            format!("{}/{images}", o.data),
-            format!("{}/{labels}", o.data),
-        ])
-    };
-    let train_set = set("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")?;
-    let test_set = set("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")?;
-    let train_options = DataLoaderOptions::new()
-        .batch_size(o.batch)
-        .shuffle(true)
-        .seed(42)
-        .num_workers(o.workers);
-    let mut train = DataLoader::with(&acc, &train_set, train_options)?;
-    let test_options = DataLoaderOptions::new().batch_size(500).num_workers(1);
-    let mut test = DataLoader::with(&acc, &test_set, test_options)?;
+    let (mut train, mut test) = fashion::loaders(&acc, &o.data, o.batch, o.workers)?;
     let mut total_steps = train.batch_count()? * o.epochs;
     if o.max_steps > 0 && o.max_steps < total_steps {
         total_steps = o.max_steps;
@@ -125,16 +108,12 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
         o.batch
     ))?;
 
-    let start = Instant::now();
-    let (mut step, mut loss_avg, mut waited) = (0i64, 0f64, 0f64);
+    let mut progress = fashion::Progress::new(o.batch * world, total_steps);
     let mut epoch = 0;
-    while epoch < o.epochs && step < total_steps {
+    while epoch < o.epochs && !progress.done() {
         train.set_epoch(epoch)?;
-        loop {
-            let asked = Instant::now();
-            let batch = train.next_batch()?;
-            waited += asked.elapsed().as_secs_f64();
-            let Some(batch) = batch else { break };
+        // The end of the epoch, or the last step.
+        while let Some(batch) = progress.next_batch(&mut train)? {
             let [images, labels] = fields(batch)?;
             acc.accumulate()?;
             let (images, labels) = (images.to_tch()?, labels.to_tch()?);
@@ -146,24 +125,8 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
             opt.step()?;
             sched.step()?;
             opt.zero_grad()?;
-            let value = loss.double_value(&[]);
-            loss_avg = if step == 0 {
-                value
-            } else {
-                0.98 * loss_avg + 0.02 * value
-            };
-            step += 1;
-            if step % 100 == 0 || step == total_steps {
-                let elapsed = start.elapsed().as_secs_f64();
-                let rate = (step * o.batch * world) as f64 / elapsed;
-                acc.print(&format!(
-                    "epoch {} step {step}/{total_steps} loss {loss_avg:.4} {rate:.0} samples/s ETA {:.0}s data wait {:.2}%",
-                    epoch + 1,
-                    (total_steps - step) as f64 * (o.batch * world) as f64 / rate,
-                    100.0 * waited / elapsed
-                ))?;
-            }
-            if step >= total_steps {
+            progress.step_done(&acc, epoch, loss.double_value(&[]))?;
+            if progress.done() {
                 break;
             }
         }
@@ -191,7 +154,7 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
     acc.print(&format!(
         "test accuracy {:.4} ({correct} of {seen}) after {:.1}s of training",
         correct as f64 / seen as f64,
-        start.elapsed().as_secs_f64()
+        progress.elapsed()
     ))?;
     if o.print_params && acc.is_main_process()? {
         let mut names: Vec<_> = vs.variables().into_iter().collect();
