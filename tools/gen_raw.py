@@ -149,6 +149,9 @@ def parse_header(text):
     for m in re.finditer(r"(?:(/\*\*(?:(?!\*/).)*\*/)\s*)?#define (ACCEL_MAX_\w+) (\d+)", text, re.S):
         h.constants.append(Constant(m.group(2), int(m.group(3)), "usize",
                                     doc_text(m.group(1)) if m.group(1) else ""))
+    # Signed sentinels written as a parenthesised literal: #define ACCEL_RAGGED (-1).
+    for m in re.finditer(r"(/\*\*(?:(?!\*/).)*\*/)\s*#define (ACCEL_RAGGED) \((-?\d+)\)", text, re.S):
+        h.constants.append(Constant(m.group(2), int(m.group(3)), "i64", doc_text(m.group(1))))
     # Statements at file level, each with the /** */ comment right before it and its section.
     section = ""
     pos = 0
@@ -187,7 +190,8 @@ def parse_header(text):
 
 # The header's macros that are not constants of the interface, or that parse_header reads itself.
 KNOWN_DEFINES = {"ACCEL_ACCEL_H", "ACCEL_API", "ACCEL_VERSION_MAJOR", "ACCEL_VERSION_MINOR",
-                 "ACCEL_VERSION_PATCH", "ACCEL_VERSION_NUMBER", "ACCEL_VERSION_CHECK"}
+                 "ACCEL_VERSION_PATCH", "ACCEL_VERSION_NUMBER", "ACCEL_VERSION_CHECK",
+                 "ACCEL_RAGGED"}
 
 
 def parse_define(line):

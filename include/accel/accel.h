@@ -150,7 +150,7 @@ extern "C" {
 
 #define ACCEL_VERSION_MAJOR 0
 #define ACCEL_VERSION_MINOR 2
-#define ACCEL_VERSION_PATCH 1
+#define ACCEL_VERSION_PATCH 2
 /** The version as one comparable number: major * 10000 + minor * 100 + patch (0.2.0 is 200). */
 #define ACCEL_VERSION_NUMBER \
   (ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH)
@@ -658,6 +658,47 @@ ACCEL_API accel_status accel_reduce(accel_accelerator* accelerator, const accel_
 ACCEL_API accel_status accel_broadcast(accel_accelerator* accelerator, const accel_tensor* tensor,
                                        int32_t from_process, accel_tensor** out);
 
+/**
+ * Accelerate's set_trigger: raises this process's stop flag (an early stop, a NaN loss) for the
+ * next accel_check_trigger. Local: it communicates nothing and takes no lock, so any thread may
+ * call it, also while this process is inside a collective.
+ */
+ACCEL_API accel_status accel_set_trigger(accel_accelerator* accelerator);
+
+/**
+ * Accelerate's check_trigger, a collective: `*out` is true on every rank when any rank raised its
+ * flag since the last check, and every flag is lowered again. Call it at the same point of the
+ * loop on every rank, so that all stop at the same step.
+ */
+ACCEL_API accel_status accel_check_trigger(accel_accelerator* accelerator, bool* out);
+
+/**
+ * Accelerate's split_between_processes for a list of `count` items (prompts, file names): the
+ * indexes of the items this process takes, in order. Process r of P takes a contiguous slice; the
+ * first count mod P processes take one item more; a process whose slice would start past the end
+ * takes the last item. With `apply_padding` (P > 1) the slice's last item is repeated until the
+ * slice holds count / P + 1 items, as Accelerate pads lists (also when P divides count). With one
+ * process: every index, unpadded. Buffer convention (indices may be NULL with capacity 0 to ask
+ * for the number). Not a collective. Padding an empty list on more than one process is
+ * ACCEL_ERR_INVALID_ARGUMENT (there is no item to repeat).
+ */
+ACCEL_API accel_status accel_split_between_processes(const accel_accelerator* accelerator,
+                                                     int64_t count, bool apply_padding,
+                                                     int64_t* indices, size_t capacity,
+                                                     size_t* out_count);
+
+/**
+ * Accelerate's split_between_processes for a tensor: this process's rows of `tensor` (dimension 0)
+ * split as accel_split_between_processes splits a list. With `apply_padding` every process gets as
+ * many rows as the longest slice, the padding rows copies of the input's last row (Accelerate pads
+ * tensors through pad_across_processes with the last row as the value). A scalar is
+ * ACCEL_ERR_SHAPE. Not a collective: every rank computes the split from the shape alone, so the
+ * ranks' tensors must have the same number of rows.
+ */
+ACCEL_API accel_status accel_split_tensor_between_processes(const accel_accelerator* accelerator,
+                                                            const accel_tensor* tensor,
+                                                            bool apply_padding, accel_tensor** out);
+
 /** A list of byte strings, one per rank, as returned by accel_gather_object. */
 typedef struct accel_bytes_list accel_bytes_list;
 
@@ -738,6 +779,44 @@ ACCEL_API accel_status accel_dataset_from_callback(int64_t sample_count, size_t 
                                                    accel_release_fn release, accel_dataset** out);
 
 /**
+ * In accel_dataset_from_ragged_callback's `dims`, the first per-sample dimension of a ragged field:
+ * a dimension that varies from sample to sample (the tokens of a sentence). Only the first
+ * dimension of a field may be ragged; the others are fixed.
+ */
+#define ACCEL_RAGGED (-1)
+
+/**
+ * Writes the length of every ragged field of sample `index`: `lengths[f]` for each ragged field f
+ * (`count` is the number of fields; entries of fixed fields are ignored). A length is at least 0
+ * and at most 2^32. Returns 0 on success; anything else ends the epoch like a failing
+ * accel_sample_fn (ACCEL_ERR_CALLBACK). Called before the sample callback for the same index, and,
+ * when the dataloader groups by length, once for every sample before the first epoch. Same thread
+ * rules as accel_sample_fn.
+ */
+typedef int32_t (*accel_sample_length_fn)(int64_t index, int64_t* lengths, size_t count,
+                                          void* user_data);
+
+/**
+ * A dataset of `sample_count` samples whose fields may be ragged: as accel_dataset_from_callback,
+ * where a field whose first entry in `dims` is ACCEL_RAGGED has a first dimension that `lengths`
+ * reports per sample. `fn` then fills sample `index` with `sizes[f]` = its length x the bytes of
+ * one row of field f (a length of 0 gives a size of 0); the buffers of fixed fields are as in
+ * accel_dataset_from_callback.
+ *
+ * A batch pads each ragged field to its longest sample, and adds one field per ragged field after
+ * the dataset's: an attention mask (int64 [batch, padded length]: 1 on a sample's rows, 0 on
+ * padding), unless the dataloader's `mask` option says `lengths` (int64 [batch]) or `none`. The
+ * dataloader's padding options (accel_dataloader_set, accel_dataloader_set_field) choose the pad
+ * value, side, multiple and the maximum length. A field with no ragged dimension makes this the
+ * same as accel_dataset_from_callback, and `lengths` may then be NULL; with a ragged field it is
+ * required (ACCEL_ERR_INVALID_ARGUMENT).
+ */
+ACCEL_API accel_status accel_dataset_from_ragged_callback(
+    int64_t sample_count, size_t field_count, const accel_dtype* dtypes, const size_t* dim_counts,
+    const int64_t* dims, accel_sample_length_fn lengths, accel_sample_fn fn, void* user_data,
+    accel_release_fn release, accel_dataset** out);
+
+/**
  * A dataset from IDX files (the MNIST family: Debian's dataset-fashion-mnist installs them under
  * /usr/share/datasets/fashion-mnist/), plain or gzip-compressed, one field per file, each in the
  * file's own dtype and shape (Fashion-MNIST: images uint8 [N, 28, 28], labels uint8 [N]). A missing
@@ -776,7 +855,21 @@ ACCEL_API void accel_dataset_free(accel_dataset* dataset);
  * Options (accel_dataloader_set, between epochs):
  *   batch_size (1), shuffle (false), seed (0), drop_last (false), num_workers (0),
  *   prefetch_factor (2, batches in flight per worker), split_batches and even_batches (the
- *   accelerator's configuration: false, true), device_placement (true).
+ *   accelerator's configuration: false, true), device_placement (true), group_by_length (false).
+ *
+ * group_by_length (a dataset with a ragged field): the Hugging Face Trainer's length grouping. The
+ * epoch's order (shuffled or not) is cut into megabatches of m global batches (m = samples /
+ * (4 x global batch), at most 50, at least 1), each sorted by the first ragged field's length,
+ * longest first, and the longest megabatch's first sample moved to the front so the largest batch
+ * comes first. Sized by the global batch, it keeps the order world-size invariant: 1 x 64 and
+ * 2 x 32 see the same global batches.
+ *
+ * Padding options of ragged fields (accel_dataloader_set sets them for every ragged field,
+ * accel_dataloader_set_field for one): pad_value (0), padding_side (right, left),
+ * pad_to_multiple_of (1: the padded length is rounded up to it), max_length (none, or a length),
+ * truncation (false: a sample longer than max_length fails the batch with ACCEL_ERR_SHAPE naming
+ * it; true: its first max_length rows are kept), mask (attention_mask, lengths, none: the field
+ * added after the dataset's fields).
  * -------------------------------------------------------------------------------------------------
  */
 
@@ -796,6 +889,13 @@ ACCEL_API accel_status accel_dataloader_set(accel_dataloader* loader, const char
                                             const char* value);
 
 /**
+ * Sets a padding option (see above) of the ragged field `field` alone; an iteration in progress is
+ * ended. A field out of range, or one that is not ragged, is ACCEL_ERR_INVALID_ARGUMENT.
+ */
+ACCEL_API accel_status accel_dataloader_set_field(accel_dataloader* loader, size_t field,
+                                                  const char* key, const char* value);
+
+/**
  * The next batch: `fields[0..capacity)` receive one new tensor per dataset field (the caller frees
  * them) and `*out_count` their number. At the end of an epoch `*out_count` is 0 and nothing is
  * written; the following call starts the next epoch. Buffer convention: with `capacity` below the
@@ -806,7 +906,7 @@ ACCEL_API accel_status accel_dataloader_set(accel_dataloader* loader, const char
 ACCEL_API accel_status accel_dataloader_next(accel_dataloader* loader, accel_tensor** fields,
                                              size_t capacity, size_t* out_count);
 
-/** Number of fields per batch (the dataset's). */
+/** Number of fields per batch: the dataset's, then the masks its ragged fields add. */
 ACCEL_API accel_status accel_dataloader_field_count(const accel_dataloader* loader, size_t* out);
 
 /** Batches this process gets in a whole epoch. */

@@ -129,7 +129,7 @@ constexpr accel_dtype dtype_of() {
 
 }  // namespace detail
 
-/** The library's version, "0.2.1". */
+/** The library's version, "0.2.2". */
 inline std::string version() {
   return accel_version();
 }

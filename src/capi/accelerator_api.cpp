@@ -1,4 +1,6 @@
 // accel_init, the accelerator's queries and helpers, and the collectives.
+#include <ATen/ATen.h>
+
 #include <cstdio>
 
 #include "capi/handles.hpp"
@@ -125,6 +127,28 @@ ACCEL_API accel_status accel_wait_for_everyone(accel_accelerator* accelerator) {
     auto& a = runtime_of(accelerator);
     FamilyLock lock(accelerator->family);
     a.wait_for_everyone();
+  });
+}
+
+ACCEL_API accel_status accel_set_trigger(accel_accelerator* accelerator) {
+  return guarded([&] { checked(accelerator, "accelerator")->trigger.store(true); });
+}
+
+ACCEL_API accel_status accel_check_trigger(accel_accelerator* accelerator, bool* out) {
+  return guarded([&] {
+    auto& a = runtime_of(accelerator);
+    require(out, "out");
+    FamilyLock lock(accelerator->family);
+    // Lowered before the reduction: a set_trigger that lands during it counts for the next check.
+    const bool mine = accelerator->trigger.exchange(false);
+    const at::Tensor flag = at::full({1}, mine ? 1 : 0, at::kInt);
+    try {
+      *out =
+          accel::ops::reduce(a.communicator(), flag, accel::ops::Reduction::kMax).item<int>() > 0;
+    } catch (...) {
+      if (mine) accelerator->trigger.store(true);  // not seen by the others: keep it for a retry
+      throw;
+    }
   });
 }
 

@@ -1,7 +1,11 @@
 // accel_dataset_*, accel_dataloader_* and accel_gather_for_metrics.
+#include <ATen/ATen.h>
+
+#include <algorithm>
 #include <type_traits>
 
 #include "capi/handles.hpp"
+#include "data/split.hpp"
 #include "ops/collectives.hpp"
 
 using accel::Errc;
@@ -14,6 +18,7 @@ using accel::capi::require;
 // The data layer declares the callback types itself (it does not see this header): same ABI.
 static_assert(std::is_same_v<accel_sample_fn, accel::data::SampleFn>);
 static_assert(std::is_same_v<accel_release_fn, accel::data::ReleaseFn>);
+static_assert(std::is_same_v<accel_sample_length_fn, accel::data::LengthFn>);
 
 namespace {
 
@@ -50,6 +55,41 @@ ACCEL_API accel_status accel_dataset_from_tensors(const accel_tensor* const* ten
   });
 }
 
+namespace {
+
+// The field layouts of a callback dataset from the C arrays; ACCEL_RAGGED first marks a ragged
+// field where `allow_ragged`.
+std::vector<accel::data::FieldSpec> field_specs(size_t field_count, const accel_dtype* dtypes,
+                                                const size_t* dim_counts, const int64_t* dims,
+                                                bool allow_ragged) {
+  if (field_count == 0)
+    fail(Errc::invalid_argument, "field_count is 0: a dataset needs at least one field");
+  require(dtypes, "dtypes");
+  require(dim_counts, "dim_counts");
+  std::vector<accel::data::FieldSpec> fields;
+  size_t next_dim = 0;
+  for (size_t f = 0; f < field_count; ++f) {
+    accel::data::FieldSpec spec;
+    if (!accel::capi::to_scalar_type(dtypes[f], &spec.dtype))
+      fail(Errc::dtype, "dtypes[" + std::to_string(f) + "] is " + std::to_string(dtypes[f]) +
+                            ", not an accel_dtype value");
+    if (dim_counts[f] > ACCEL_MAX_DIMS - 1)
+      fail(Errc::shape, "field " + std::to_string(f) + " has " + std::to_string(dim_counts[f]) +
+                            " dimensions per sample; at most " +
+                            std::to_string(ACCEL_MAX_DIMS - 1) + " are allowed");
+    if (dim_counts[f] > 0) {
+      require(dims, "dims");
+      spec.shape.assign(dims + next_dim, dims + next_dim + dim_counts[f]);
+      next_dim += dim_counts[f];
+      spec.ragged = allow_ragged && spec.shape[0] == ACCEL_RAGGED;
+    }
+    fields.push_back(std::move(spec));
+  }
+  return fields;
+}
+
+}  // namespace
+
 ACCEL_API accel_status accel_dataset_from_callback(int64_t sample_count, size_t field_count,
                                                    const accel_dtype* dtypes,
                                                    const size_t* dim_counts, const int64_t* dims,
@@ -57,31 +97,26 @@ ACCEL_API accel_status accel_dataset_from_callback(int64_t sample_count, size_t 
                                                    accel_release_fn release, accel_dataset** out) {
   return guarded([&] {
     require(out, "out");
-    if (field_count == 0)
-      fail(Errc::invalid_argument, "field_count is 0: a dataset needs at least one field");
-    require(dtypes, "dtypes");
-    require(dim_counts, "dim_counts");
+    auto fields = field_specs(field_count, dtypes, dim_counts, dims, false);
     if (!fn) fail(Errc::invalid_argument, "fn is NULL");
-    std::vector<accel::data::FieldSpec> fields;
-    size_t next_dim = 0;
-    for (size_t f = 0; f < field_count; ++f) {
-      accel::data::FieldSpec spec;
-      if (!accel::capi::to_scalar_type(dtypes[f], &spec.dtype))
-        fail(Errc::dtype, "dtypes[" + std::to_string(f) + "] is " + std::to_string(dtypes[f]) +
-                              ", not an accel_dtype value");
-      if (dim_counts[f] > ACCEL_MAX_DIMS - 1)
-        fail(Errc::shape, "field " + std::to_string(f) + " has " + std::to_string(dim_counts[f]) +
-                              " dimensions per sample; at most " +
-                              std::to_string(ACCEL_MAX_DIMS - 1) + " are allowed");
-      if (dim_counts[f] > 0) {
-        require(dims, "dims");
-        spec.shape.assign(dims + next_dim, dims + next_dim + dim_counts[f]);
-        next_dim += dim_counts[f];
-      }
-      fields.push_back(std::move(spec));
-    }
     *out = new_dataset([&] {
-      return accel::data::callback_dataset(sample_count, std::move(fields), fn, user_data, release);
+      return accel::data::callback_dataset(sample_count, std::move(fields), nullptr, fn, user_data,
+                                           release);
+    });
+  });
+}
+
+ACCEL_API accel_status accel_dataset_from_ragged_callback(
+    int64_t sample_count, size_t field_count, const accel_dtype* dtypes, const size_t* dim_counts,
+    const int64_t* dims, accel_sample_length_fn lengths, accel_sample_fn fn, void* user_data,
+    accel_release_fn release, accel_dataset** out) {
+  return guarded([&] {
+    require(out, "out");
+    auto fields = field_specs(field_count, dtypes, dim_counts, dims, true);
+    if (!fn) fail(Errc::invalid_argument, "fn is NULL");
+    *out = new_dataset([&] {
+      return accel::data::callback_dataset(sample_count, std::move(fields), lengths, fn, user_data,
+                                           release);
     });
   });
 }
@@ -139,6 +174,16 @@ ACCEL_API accel_status accel_dataloader_set(accel_dataloader* loader, const char
     require(key, "key");
     require(value, "value");
     l.set_option(key, value);
+  });
+}
+
+ACCEL_API accel_status accel_dataloader_set_field(accel_dataloader* loader, size_t field,
+                                                  const char* key, const char* value) {
+  return guarded([&] {
+    auto& l = loader_of(loader);
+    require(key, "key");
+    require(value, "value");
+    l.set_field_option(field, key, value);
   });
 }
 
@@ -250,6 +295,51 @@ ACCEL_API accel_status accel_gather_for_metrics(accel_accelerator* accelerator,
     FamilyLock lock(accelerator->family);
     *out = accel::capi::new_tensor(
         accel::ops::gather_for_metrics(a.communicator(), tensor->tensor, *a.gradient_state()));
+  });
+}
+
+ACCEL_API accel_status accel_split_between_processes(const accel_accelerator* accelerator,
+                                                     int64_t count, bool apply_padding,
+                                                     int64_t* indices, size_t capacity,
+                                                     size_t* out_count) {
+  return guarded([&] {
+    const auto& place = checked(accelerator, "accelerator")->session->accelerator().place();
+    require(out_count, "out_count");
+    const auto mine =
+        accel::data::split_list_indices(count, place.world_size, place.rank, apply_padding);
+    accel::capi::require_capacity(mine.size(), indices, capacity, out_count, "out_count",
+                                  "indices");
+    std::copy(mine.begin(), mine.end(), indices);
+    *out_count = mine.size();
+  });
+}
+
+ACCEL_API accel_status accel_split_tensor_between_processes(const accel_accelerator* accelerator,
+                                                            const accel_tensor* tensor,
+                                                            bool apply_padding,
+                                                            accel_tensor** out) {
+  return guarded([&] {
+    const auto& place = checked(accelerator, "accelerator")->session->accelerator().place();
+    const at::Tensor& t = checked(tensor, "tensor")->tensor;
+    require(out, "out");
+    if (t.dim() == 0)
+      fail(Errc::shape,
+           "split_between_processes splits rows (dimension 0), and the tensor is a "
+           "scalar");
+    const int64_t n = t.size(0);
+    const int world = place.world_size;
+    if (apply_padding && world > 1 && n == 0)
+      fail(Errc::invalid_argument,
+           "split_between_processes: apply_padding repeats the last row, and the tensor has none");
+    const auto slice = accel::data::split_slice(n, world, place.rank);
+    at::Tensor mine = t.narrow(0, slice.start, slice.length);
+    const int64_t rows = accel::data::split_padded_rows(n, world);
+    if (apply_padding && world > 1 && slice.length < rows) {
+      std::vector<int64_t> pad_shape = t.sizes().vec();
+      pad_shape[0] = rows - slice.length;
+      mine = at::cat({mine, t.narrow(0, n - 1, 1).expand(pad_shape)});
+    }
+    *out = accel::capi::new_tensor(mine.contiguous());
   });
 }
 

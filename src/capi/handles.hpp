@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -42,6 +43,8 @@ struct accel_accelerator {
   // alive to its end; once the accelerator is freed, later calls report it.
   std::shared_ptr<accel::prepare::Session> session;
   std::shared_ptr<accel::capi::Family> family = std::make_shared<accel::capi::Family>();
+  // accel_set_trigger's flag: written without the family lock, from any thread.
+  std::atomic<bool> trigger{false};
 };
 
 // `family` is set when the handle is made and never changes (the family itself may be joined to

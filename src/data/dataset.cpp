@@ -24,6 +24,7 @@ class TensorDataset final : public Dataset {
   int64_t size() const override { return fields_.front().size(0); }
   size_t num_fields() const override { return fields_.size(); }
   std::vector<at::Tensor> get_batch(const std::vector<int64_t>& indices,
+                                    const std::vector<FieldPadding>&,
                                     const std::atomic<bool>*) const override {
     const at::Tensor idx = index_tensor(indices);
     std::vector<at::Tensor> out;
@@ -43,53 +44,183 @@ struct InCallback {
   ~InCallback() { --t_callback_depth; }
 };
 
+void check_stop(const std::atomic<bool>* stop) {
+  if (stop && stop->load(std::memory_order_acquire)) throw Cancelled{};
+}
+
+// Bytes of one row of a field: one sample of a fixed field, one step of a ragged one.
+size_t row_bytes(const FieldSpec& f) {
+  size_t n = c10::elementSize(f.dtype);
+  for (size_t d = f.ragged ? 1 : 0; d < f.shape.size(); ++d) n *= static_cast<size_t>(f.shape[d]);
+  return n;
+}
+
 class CallbackDataset final : public Dataset {
  public:
-  CallbackDataset(int64_t length, std::vector<FieldSpec> fields, SampleFn fn, void* user_data,
-                  ReleaseFn release)
+  CallbackDataset(int64_t length, std::vector<FieldSpec> fields, LengthFn lengths, SampleFn fn,
+                  void* user_data, ReleaseFn release)
       : length_(length),
         fields_(std::move(fields)),
+        lengths_fn_(lengths),
         fn_(fn),
         user_data_(user_data),
-        release_(release) {}
+        release_(release) {
+    for (const auto& f : fields_) ragged_.push_back(f.ragged);
+  }
   ~CallbackDataset() override {
     if (release_) release_(user_data_);
   }
   int64_t size() const override { return length_; }
   size_t num_fields() const override { return fields_.size(); }
+  std::vector<bool> ragged_fields() const override { return ragged_; }
+
+  int64_t sample_length(int64_t index) const override {
+    const auto first = std::find(ragged_.begin(), ragged_.end(), true) - ragged_.begin();
+    if (first == static_cast<long>(ragged_.size())) return Dataset::sample_length(index);
+    return checked(lengths_of(index), index, {})[static_cast<size_t>(first)];
+  }
+
   std::vector<at::Tensor> get_batch(const std::vector<int64_t>& indices,
+                                    const std::vector<FieldPadding>& padding,
                                     const std::atomic<bool>* stop) const override {
     const auto batch = static_cast<int64_t>(indices.size());
-    std::vector<at::Tensor> out;
-    std::vector<size_t> sizes;
-    for (const auto& f : fields_) {
-      std::vector<int64_t> shape{batch};
-      shape.insert(shape.end(), f.shape.begin(), f.shape.end());
-      out.push_back(at::empty(shape, at::TensorOptions().dtype(f.dtype)));
-      sizes.push_back(batch ? out.back().nbytes() / static_cast<size_t>(batch) : 0);
-    }
-    // Each sample is written straight into its row of the batch tensors: no copy after the fill.
-    std::vector<void*> buffers(fields_.size());
-    for (int64_t s = 0; s < batch; ++s) {
-      if (stop && stop->load(std::memory_order_acquire)) throw Cancelled{};
-      for (size_t f = 0; f < fields_.size(); ++f)
-        buffers[f] = static_cast<char*>(out[f].data_ptr()) + sizes[f] * static_cast<size_t>(s);
-      int32_t rc;
-      {
-        InCallback marked;
-        rc = fn_(indices[static_cast<size_t>(s)], buffers.data(), sizes.data(), fields_.size(),
-                 user_data_);
+    const size_t nf = fields_.size();
+    // Every sample's lengths first: the batch's padded length must be known before any fill.
+    std::vector<std::vector<int64_t>> lengths(indices.size()), kept(nf);
+    if (lengths_fn_) {
+      for (size_t s = 0; s < indices.size(); ++s) {
+        check_stop(stop);
+        lengths[s] = checked(lengths_of(indices[s]), indices[s], &padding);
+        for (size_t f = 0; f < nf; ++f)
+          if (ragged_[f]) kept[f].push_back(kept_length(padding[f], lengths[s][f], indices[s], f));
       }
-      if (rc != 0)
-        fail(Errc::callback, "the dataset's sample callback returned " + std::to_string(rc) +
-                                 " for index " + std::to_string(indices[static_cast<size_t>(s)]));
     }
+    std::vector<at::Tensor> out;
+    std::vector<int64_t> padded(nf, 0);
+    for (size_t f = 0; f < nf; ++f) {
+      const auto& spec = fields_[f];
+      std::vector<int64_t> shape{batch};
+      shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+      const auto options = at::TensorOptions().dtype(spec.dtype);
+      if (!spec.ragged) {
+        out.push_back(at::empty(shape, options));
+        continue;
+      }
+      padded[f] = padded_length(padding[f], kept[f]);
+      shape[1] = padded[f];
+      out.push_back(at::full(shape, padding[f].pad_value, options));
+    }
+    fill(indices, padding, lengths, kept, padded, out, stop);
+    append_masks(padding, kept, padded, out);
     return out;
   }
 
  private:
+  std::vector<int64_t> lengths_of(int64_t index) const {
+    std::vector<int64_t> l(fields_.size(), 0);
+    int32_t rc;
+    {
+      InCallback marked;
+      rc = lengths_fn_(index, l.data(), l.size(), user_data_);
+    }
+    if (rc != 0)
+      fail(Errc::callback, "the dataset's length callback returned " + std::to_string(rc) +
+                               " for index " + std::to_string(index));
+    return l;
+  }
+
+  // The lengths as reported, each checked (padding may be null: then only the sign and size).
+  std::vector<int64_t> checked(std::vector<int64_t> l, int64_t index,
+                               const std::vector<FieldPadding>* padding) const {
+    for (size_t f = 0; f < l.size(); ++f)
+      if (ragged_[f]) kept_length(padding ? (*padding)[f] : FieldPadding{}, l[f], index, f);
+    return l;
+  }
+
+  // Each sample written straight into its row of the batch tensors (a ragged one at its padded
+  // offset); only a truncated sample goes through a scratch buffer, cut when copied.
+  void fill(const std::vector<int64_t>& indices, const std::vector<FieldPadding>& padding,
+            const std::vector<std::vector<int64_t>>& lengths,
+            const std::vector<std::vector<int64_t>>& kept, const std::vector<int64_t>& padded,
+            std::vector<at::Tensor>& out, const std::atomic<bool>* stop) const {
+    const size_t nf = fields_.size();
+    std::vector<size_t> rows(nf), sizes(nf);
+    for (size_t f = 0; f < nf; ++f) rows[f] = row_bytes(fields_[f]);
+    std::vector<void*> buffers(nf);
+    std::vector<std::vector<char>> scratch(nf);
+    for (size_t s = 0; s < indices.size(); ++s) {
+      check_stop(stop);
+      for (size_t f = 0; f < nf; ++f) {
+        auto* base = static_cast<char*>(out[f].data_ptr());
+        if (!ragged_[f]) {
+          sizes[f] = rows[f];
+          buffers[f] = base + rows[f] * s;
+          continue;
+        }
+        const int64_t length = lengths[s][f], keep = kept[f][s];
+        sizes[f] = rows[f] * static_cast<size_t>(length);
+        char* row = base + rows[f] * static_cast<size_t>(padded[f] * static_cast<int64_t>(s) +
+                                                         first_row(padding[f], keep, padded[f]));
+        if (keep == length) {
+          buffers[f] = row;
+        } else {
+          scratch[f].resize(sizes[f]);
+          buffers[f] = scratch[f].data();
+        }
+      }
+      call_fill(indices[s], buffers, sizes);
+      for (size_t f = 0; f < nf; ++f)
+        if (ragged_[f] && buffers[f] == scratch[f].data() && kept[f][s] != lengths[s][f])
+          copy_kept(padding[f], f, s, kept[f][s], padded[f], out[f], scratch[f]);
+    }
+  }
+
+  void call_fill(int64_t index, std::vector<void*>& buffers,
+                 const std::vector<size_t>& sizes) const {
+    int32_t rc;
+    {
+      InCallback marked;
+      rc = fn_(index, buffers.data(), sizes.data(), fields_.size(), user_data_);
+    }
+    if (rc != 0)
+      fail(Errc::callback, "the dataset's sample callback returned " + std::to_string(rc) +
+                               " for index " + std::to_string(index));
+  }
+
+  // Truncation keeps a sample's first rows (Hugging Face's default truncation side).
+  void copy_kept(const FieldPadding& padding, size_t f, size_t s, int64_t keep, int64_t padded,
+                 at::Tensor& field, const std::vector<char>& scratch) const {
+    const size_t row = row_bytes(fields_[f]);
+    char* dst = static_cast<char*>(field.data_ptr()) +
+                row * static_cast<size_t>(padded * static_cast<int64_t>(s) +
+                                          first_row(padding, keep, padded));
+    std::memcpy(dst, scratch.data(), row * static_cast<size_t>(keep));
+  }
+
+  void append_masks(const std::vector<FieldPadding>& padding,
+                    const std::vector<std::vector<int64_t>>& kept,
+                    const std::vector<int64_t>& padded, std::vector<at::Tensor>& out) const {
+    for (size_t f = 0; f < fields_.size(); ++f) {
+      if (!ragged_[f] || padding[f].mask == PadMask::none) continue;
+      const auto batch = static_cast<int64_t>(kept[f].size());
+      if (padding[f].mask == PadMask::lengths) {
+        out.push_back(at::tensor(kept[f], at::kLong));
+        continue;
+      }
+      at::Tensor mask = at::zeros({batch, padded[f]}, at::kLong);
+      auto* m = mask.data_ptr<int64_t>();
+      for (int64_t s = 0; s < batch; ++s) {
+        const int64_t keep = kept[f][static_cast<size_t>(s)];
+        std::fill_n(m + s * padded[f] + first_row(padding[f], keep, padded[f]), keep, 1);
+      }
+      out.push_back(mask);
+    }
+  }
+
   int64_t length_;
   std::vector<FieldSpec> fields_;
+  std::vector<bool> ragged_;
+  LengthFn lengths_fn_;
   SampleFn fn_;
   void* user_data_;
   ReleaseFn release_;
@@ -129,14 +260,36 @@ bool in_sample_callback() {
 }
 
 std::shared_ptr<Dataset> callback_dataset(int64_t length, std::vector<FieldSpec> fields,
-                                          SampleFn fn, void* user_data, ReleaseFn release) {
+                                          LengthFn lengths, SampleFn fn, void* user_data,
+                                          ReleaseFn release) {
   if (length < 0) fail(Errc::invalid_argument, "dataset length is negative");
   if (fields.empty()) fail(Errc::invalid_argument, "a dataset needs at least one field");
   if (!fn) fail(Errc::invalid_argument, "the sample callback is NULL");
-  for (const auto& f : fields)
-    for (int64_t d : f.shape)
-      if (d < 0) fail(Errc::shape, "a field's sample shape has a negative dimension");
-  return std::make_shared<CallbackDataset>(length, std::move(fields), fn, user_data, release);
+  bool any_ragged = false;
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const auto& spec = fields[f];
+    if (spec.ragged && spec.shape.empty())
+      fail(Errc::shape, "field " + std::to_string(f) +
+                            " is ragged but has no dimensions: its first dimension is the one "
+                            "that varies");
+    for (size_t d = spec.ragged ? 1 : 0; d < spec.shape.size(); ++d)
+      if (spec.shape[d] < 0)
+        fail(Errc::shape, "field " + std::to_string(f) +
+                              "'s sample shape has a negative dimension" +
+                              (d == 0 ? " (ACCEL_RAGGED, -1, is allowed first only in "
+                                        "accel_dataset_from_ragged_callback)"
+                                      : ""));
+    any_ragged = any_ragged || spec.ragged;
+  }
+  if (any_ragged && !lengths)
+    fail(Errc::invalid_argument, "a dataset with a ragged field needs a length callback");
+  return std::make_shared<CallbackDataset>(length, std::move(fields),
+                                           any_ragged ? lengths : nullptr, fn, user_data, release);
+}
+
+int64_t Dataset::sample_length(int64_t) const {
+  fail(Errc::invalid_argument,
+       "the dataset has no ragged field, so its samples have no length to group by");
 }
 
 at::Tensor read_idx(const std::string& path) {

@@ -48,6 +48,8 @@ bool parse_flag(const std::string& key, const std::string& value) {
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderPlace place, LoaderOptions defaults)
     : dataset_(std::move(dataset)), place_(std::move(place)), options_(defaults) {
   dataset_size_ = dataset_ ? dataset_->size() : 0;
+  if (dataset_) ragged_ = dataset_->ragged_fields();
+  padding_.resize(ragged_.size());
 }
 
 DataLoader::~DataLoader() {
@@ -89,11 +91,28 @@ void DataLoader::set_option(const std::string& key, const std::string& value) {
     o.even_batches = parse_flag(key, value);
   } else if (key == "device_placement") {
     o.device_placement = parse_flag(key, value);
+  } else if (key == "group_by_length") {
+    o.group_by_length = parse_flag(key, value);
+    if (o.group_by_length && std::find(ragged_.begin(), ragged_.end(), true) == ragged_.end())
+      fail(Errc::invalid_argument,
+           "group_by_length sorts by the length of the first ragged field, and this dataset has "
+           "none");
+  } else if (is_padding_option(key)) {
+    if (std::find(ragged_.begin(), ragged_.end(), true) == ragged_.end())
+      fail(Errc::invalid_argument,
+           "dataloader option '" + key + "' pads ragged fields, and this dataset has none");
+    std::vector<FieldPadding> padding = padding_;
+    for (size_t f = 0; f < ragged_.size(); ++f)
+      if (ragged_[f]) set_padding_option(padding[f], key, value);
+    end_iteration();
+    padding_ = std::move(padding);
+    return;
   } else {
     fail(Errc::invalid_argument,
          "unknown dataloader option '" + key +
              "'; known: batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, "
-             "split_batches, even_batches, device_placement");
+             "split_batches, even_batches, device_placement, group_by_length, and for ragged "
+             "fields pad_value, padding_side, pad_to_multiple_of, max_length, truncation, mask");
   }
   ShardSpec s = spec();
   s.batch_size = o.batch_size;
@@ -101,6 +120,22 @@ void DataLoader::set_option(const std::string& key, const std::string& value) {
   validate(s);  // e.g. split_batches with a batch size that does not divide
   end_iteration();
   options_ = o;
+}
+
+void DataLoader::set_field_option(size_t field, const std::string& key, const std::string& value) {
+  auto lock = enter();
+  check_open();
+  if (field >= ragged_.size())
+    fail(Errc::invalid_argument, "field " + std::to_string(field) +
+                                     " is out of range: the dataset has " +
+                                     std::to_string(ragged_.size()) + " fields");
+  if (!ragged_[field])
+    fail(Errc::invalid_argument, "field " + std::to_string(field) +
+                                     " is not ragged: padding options apply to ragged fields only");
+  FieldPadding p = padding_[field];
+  set_padding_option(p, key, value);
+  end_iteration();
+  padding_[field] = p;
 }
 
 ShardSpec DataLoader::spec() const {
@@ -119,7 +154,10 @@ ShardSpec DataLoader::spec() const {
 size_t DataLoader::num_fields() const {
   auto lock = enter();
   check_open();
-  return dataset_->num_fields();
+  size_t masks = 0;
+  for (size_t f = 0; f < ragged_.size(); ++f)
+    if (ragged_[f] && padding_[f].mask != PadMask::none) ++masks;
+  return dataset_->num_fields() + masks;
 }
 
 int64_t DataLoader::length() const {
@@ -215,10 +253,23 @@ void DataLoader::close() {
   released = std::move(dataset_);
 }
 
+std::vector<int64_t> DataLoader::epoch_plan_order(const ShardSpec& s) {
+  auto order = epoch_order(s.dataset_size, options_.shuffle, options_.seed, epoch_);
+  if (!options_.group_by_length) return order;
+  if (lengths_.empty() && s.dataset_size > 0) {
+    // Once per loader: a sample's length does not change between epochs.
+    Producing marked(this);
+    std::vector<int64_t> lengths(static_cast<size_t>(s.dataset_size));
+    for (int64_t i = 0; i < s.dataset_size; ++i)
+      lengths[static_cast<size_t>(i)] = dataset_->sample_length(i);
+    lengths_ = std::move(lengths);
+  }
+  return group_by_length(order, lengths_, global_batch_size(s));
+}
+
 void DataLoader::begin_iteration() {
   const ShardSpec s = spec();
-  plan_ = shard_batches(s, epoch_order(s.dataset_size, options_.shuffle, options_.seed, epoch_),
-                        start_);
+  plan_ = shard_batches(s, epoch_plan_order(s), start_);
   next_ = 0;
   iterating_ = true;
   if (place_.state) place_.state->begin(this, data::remainder(s, start_));
@@ -256,7 +307,7 @@ void DataLoader::stop_workers() {
 
 std::vector<at::Tensor> DataLoader::produce(size_t k, const std::atomic<bool>* stop) const {
   Producing marked(this);
-  auto batch = dataset_->get_batch(plan_[k], stop);
+  auto batch = dataset_->get_batch(plan_[k], padding_, stop);
   // To a GPU through pinned host memory, without blocking: the copy overlaps the host's work
   // and the step that uses the batch is queued behind it on the same stream. The pinned staging
   // block comes from LibTorch's caching host allocator, which reuses it only once the copy that

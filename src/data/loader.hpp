@@ -31,6 +31,7 @@ struct LoaderOptions {
   bool split_batches = false;
   bool even_batches = true;
   bool device_placement = true;
+  bool group_by_length = false;  // batches of similar lengths (Hugging Face's group_by_length)
 };
 
 struct LoaderPlace {
@@ -51,13 +52,17 @@ class DataLoader {
   DataLoader& operator=(const DataLoader&) = delete;
 
   // Options by key (batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor,
-  // split_batches, even_batches, device_placement). Ends an iteration in progress.
+  // split_batches, even_batches, device_placement, group_by_length; a padding option sets it for
+  // every ragged field). Ends an iteration in progress.
   void set_option(const std::string& key, const std::string& value);
+  // A padding option (padding.hpp) of one ragged field. Ends an iteration in progress.
+  void set_field_option(size_t field, const std::string& key, const std::string& value);
 
   // The next batch of the current epoch, starting one when none is in progress. Returns false once
   // at the end of each epoch; the call after that starts the next epoch.
   bool next(std::vector<at::Tensor>& out);
 
+  // The dataset's fields, then one mask per ragged field whose padding asks for one.
   size_t num_fields() const;
   // Batches this rank gets in a whole epoch.
   int64_t length() const;
@@ -94,6 +99,7 @@ class DataLoader {
   void stop_workers();
   void worker_loop();
   std::vector<at::Tensor> produce(size_t k, const std::atomic<bool>* stop) const;
+  std::vector<int64_t> epoch_plan_order(const ShardSpec& s);
   // Takes the call lock after checking the caller is allowed in; throws accel::Error(state).
   std::unique_lock<std::mutex> enter() const;
   void check_open() const;
@@ -103,6 +109,9 @@ class DataLoader {
   int64_t dataset_size_ = 0;
   LoaderPlace place_;
   LoaderOptions options_;
+  std::vector<bool> ragged_;
+  std::vector<FieldPadding> padding_;  // one per dataset field; used for the ragged ones
+  std::vector<int64_t> lengths_;       // every sample's length, once length grouping needs them
   bool closed_ = false;
 
   int64_t epoch_ = 0;

@@ -67,6 +67,26 @@ std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t
   return order;
 }
 
+std::vector<int64_t> group_by_length(const std::vector<int64_t>& order,
+                                     const std::vector<int64_t>& lengths, int64_t global_batch) {
+  if (global_batch < 1) fail(Errc::invalid_argument, "group_by_length: global batch below 1");
+  const auto n = static_cast<int64_t>(order.size());
+  const int64_t mult = std::max<int64_t>(1, std::min<int64_t>(n / (global_batch * 4), 50));
+  const int64_t mega = mult * global_batch;
+  auto length_of = [&](int64_t i) { return lengths.at(static_cast<size_t>(i)); };
+  std::vector<int64_t> out(order);
+  int64_t longest_head = -1;  // the first megabatch whose head is the longest
+  for (int64_t begin = 0; begin < n; begin += mega) {
+    const auto first = out.begin() + begin, last = out.begin() + std::min(n, begin + mega);
+    std::stable_sort(first, last,
+                     [&](int64_t a, int64_t b) { return length_of(a) > length_of(b); });
+    if (longest_head < 0 || length_of(*first) > length_of(out[static_cast<size_t>(longest_head)]))
+      longest_head = begin;
+  }
+  if (longest_head > 0) std::swap(out[0], out[static_cast<size_t>(longest_head)]);
+  return out;
+}
+
 std::vector<std::vector<int64_t>> shard_batches(const ShardSpec& spec,
                                                 const std::vector<int64_t>& order, int64_t start) {
   validate(spec);

@@ -30,6 +30,14 @@ int64_t global_batch_size(const ShardSpec& spec);
 // (seed, epoch) alone, so it is the same on every rank and for every number of processes.
 std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
 
+// Hugging Face's length grouping (transformers' get_length_grouped_indices) over `order`: cut into
+// megabatches of m global batches (m = n / (4 * global_batch), at most 50, at least 1), each sorted
+// by `lengths` longest first (ties keep their order), and the longest megabatch's head swapped to
+// the very front so that the largest batch comes first. Sized by the global batch, so the global
+// batches are the same for every number of processes. `lengths[i]` is sample i's length.
+std::vector<int64_t> group_by_length(const std::vector<int64_t>& order,
+                                     const std::vector<int64_t>& lengths, int64_t global_batch);
+
 // The index batches this rank gets from `order`, resuming after the first `start` samples of it
 // (0 for a fresh epoch). With start 0 these are exactly Accelerate's: global batch i goes to rank
 // i mod P; with even_batches the last round is completed with samples from the start of the epoch;

@@ -95,7 +95,7 @@ def main():
         "functions": (re.findall(r"ACCEL_API[^;(]*?\b(accel_\w+)\(", header),
                       re.findall(r"pub fn (accel_\w+)\(", rust)),
         "constants": (re.findall(r"^\s*(ACCEL_[A-Z0-9_]+)\s*=", header, re.M)
-                      + re.findall(r"#define (ACCEL_(?:MAX_\w+|VERSION_(?:MAJOR|MINOR|PATCH|NUMBER)))\b", header),
+                      + re.findall(r"#define (ACCEL_(?:MAX_\w+|RAGGED|VERSION_(?:MAJOR|MINOR|PATCH|NUMBER)))\b", header),
                       re.findall(r"pub const (ACCEL_\w+):", rust)),
         "callback and enumeration types": (
             re.findall(r"typedef [^;(]*\(\*(accel_\w+)\)", header)

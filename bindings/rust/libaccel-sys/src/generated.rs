@@ -9,7 +9,7 @@ pub const ACCEL_VERSION_MAJOR: u32 = 0;
 /// The header's `ACCEL_VERSION_MINOR`.
 pub const ACCEL_VERSION_MINOR: u32 = 2;
 /// The header's `ACCEL_VERSION_PATCH`.
-pub const ACCEL_VERSION_PATCH: u32 = 1;
+pub const ACCEL_VERSION_PATCH: u32 = 2;
 /// The header's `ACCEL_VERSION_NUMBER`: major * 10000 + minor * 100 + patch.
 pub const ACCEL_VERSION_NUMBER: u32 =
     ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH;
@@ -27,6 +27,10 @@ pub type accel_reduction = i32;
 
 /// Maximum number of dimensions a tensor may have across this interface.
 pub const ACCEL_MAX_DIMS: usize = 16;
+/// In accel_dataset_from_ragged_callback's `dims`, the first per-sample dimension of a ragged field:
+/// a dimension that varies from sample to sample (the tokens of a sentence). Only the first
+/// dimension of a field may be ragged; the others are fixed.
+pub const ACCEL_RAGGED: i64 = -1;
 pub const ACCEL_OK: accel_status = 0;
 /// A required pointer was NULL, or a numeric or text argument is out of range.
 pub const ACCEL_ERR_INVALID_ARGUMENT: accel_status = 1;
@@ -177,6 +181,20 @@ pub type accel_sample_fn = Option<
         index: i64,
         buffers: *const *mut c_void,
         sizes: *const usize,
+        count: usize,
+        user_data: *mut c_void,
+    ) -> i32,
+>;
+/// Writes the length of every ragged field of sample `index`: `lengths\[f\]` for each ragged field f
+/// (`count` is the number of fields; entries of fixed fields are ignored). A length is at least 0
+/// and at most 2^32. Returns 0 on success; anything else ends the epoch like a failing
+/// accel_sample_fn (ACCEL_ERR_CALLBACK). Called before the sample callback for the same index, and,
+/// when the dataloader groups by length, once for every sample before the first epoch. Same thread
+/// rules as accel_sample_fn.
+pub type accel_sample_length_fn = Option<
+    unsafe extern "C" fn(
+        index: i64,
+        lengths: *mut i64,
         count: usize,
         user_data: *mut c_void,
     ) -> i32,
@@ -497,6 +515,43 @@ extern "C" {
         from_process: i32,
         out: *mut *mut accel_tensor,
     ) -> accel_status;
+    /// Accelerate's set_trigger: raises this process's stop flag (an early stop, a NaN loss) for the
+    /// next accel_check_trigger. Local: it communicates nothing and takes no lock, so any thread may
+    /// call it, also while this process is inside a collective.
+    pub fn accel_set_trigger(accelerator: *mut accel_accelerator) -> accel_status;
+    /// Accelerate's check_trigger, a collective: `*out` is true on every rank when any rank raised its
+    /// flag since the last check, and every flag is lowered again. Call it at the same point of the
+    /// loop on every rank, so that all stop at the same step.
+    pub fn accel_check_trigger(accelerator: *mut accel_accelerator, out: *mut bool)
+        -> accel_status;
+    /// Accelerate's split_between_processes for a list of `count` items (prompts, file names): the
+    /// indexes of the items this process takes, in order. Process r of P takes a contiguous slice; the
+    /// first count mod P processes take one item more; a process whose slice would start past the end
+    /// takes the last item. With `apply_padding` (P > 1) the slice's last item is repeated until the
+    /// slice holds count / P + 1 items, as Accelerate pads lists (also when P divides count). With one
+    /// process: every index, unpadded. Buffer convention (indices may be NULL with capacity 0 to ask
+    /// for the number). Not a collective. Padding an empty list on more than one process is
+    /// ACCEL_ERR_INVALID_ARGUMENT (there is no item to repeat).
+    pub fn accel_split_between_processes(
+        accelerator: *const accel_accelerator,
+        count: i64,
+        apply_padding: bool,
+        indices: *mut i64,
+        capacity: usize,
+        out_count: *mut usize,
+    ) -> accel_status;
+    /// Accelerate's split_between_processes for a tensor: this process's rows of `tensor` (dimension 0)
+    /// split as accel_split_between_processes splits a list. With `apply_padding` every process gets as
+    /// many rows as the longest slice, the padding rows copies of the input's last row (Accelerate pads
+    /// tensors through pad_across_processes with the last row as the value). A scalar is
+    /// ACCEL_ERR_SHAPE. Not a collective: every rank computes the split from the shape alone, so the
+    /// ranks' tensors must have the same number of rows.
+    pub fn accel_split_tensor_between_processes(
+        accelerator: *const accel_accelerator,
+        tensor: *const accel_tensor,
+        apply_padding: bool,
+        out: *mut *mut accel_tensor,
+    ) -> accel_status;
     /// Accelerate's gather_object, for bytes: every rank contributes `size` bytes at `data` (any length,
     /// may differ across ranks, 0 allowed with `data` NULL) and receives every rank's bytes in rank
     /// order.
@@ -547,6 +602,31 @@ extern "C" {
         release: accel_release_fn,
         out: *mut *mut accel_dataset,
     ) -> accel_status;
+    /// A dataset of `sample_count` samples whose fields may be ragged: as accel_dataset_from_callback,
+    /// where a field whose first entry in `dims` is ACCEL_RAGGED has a first dimension that `lengths`
+    /// reports per sample. `fn` then fills sample `index` with `sizes\[f\]` = its length x the bytes of
+    /// one row of field f (a length of 0 gives a size of 0); the buffers of fixed fields are as in
+    /// accel_dataset_from_callback.
+    ///
+    /// A batch pads each ragged field to its longest sample, and adds one field per ragged field after
+    /// the dataset's: an attention mask (int64 \[batch, padded length\]: 1 on a sample's rows, 0 on
+    /// padding), unless the dataloader's `mask` option says `lengths` (int64 \[batch\]) or `none`. The
+    /// dataloader's padding options (accel_dataloader_set, accel_dataloader_set_field) choose the pad
+    /// value, side, multiple and the maximum length. A field with no ragged dimension makes this the
+    /// same as accel_dataset_from_callback, and `lengths` may then be NULL; with a ragged field it is
+    /// required (ACCEL_ERR_INVALID_ARGUMENT).
+    pub fn accel_dataset_from_ragged_callback(
+        sample_count: i64,
+        field_count: usize,
+        dtypes: *const accel_dtype,
+        dim_counts: *const usize,
+        dims: *const i64,
+        lengths: accel_sample_length_fn,
+        fn_: accel_sample_fn,
+        user_data: *mut c_void,
+        release: accel_release_fn,
+        out: *mut *mut accel_dataset,
+    ) -> accel_status;
     /// A dataset from IDX files (the MNIST family: Debian's dataset-fashion-mnist installs them under
     /// /usr/share/datasets/fashion-mnist/), plain or gzip-compressed, one field per file, each in the
     /// file's own dtype and shape (Fashion-MNIST: images uint8 \[N, 28, 28\], labels uint8 \[N\]). A missing
@@ -584,6 +664,14 @@ extern "C" {
         key: *const c_char,
         value: *const c_char,
     ) -> accel_status;
+    /// Sets a padding option (see above) of the ragged field `field` alone; an iteration in progress is
+    /// ended. A field out of range, or one that is not ragged, is ACCEL_ERR_INVALID_ARGUMENT.
+    pub fn accel_dataloader_set_field(
+        loader: *mut accel_dataloader,
+        field: usize,
+        key: *const c_char,
+        value: *const c_char,
+    ) -> accel_status;
     /// The next batch: `fields\[0..capacity)` receive one new tensor per dataset field (the caller frees
     /// them) and `*out_count` their number. At the end of an epoch `*out_count` is 0 and nothing is
     /// written; the following call starts the next epoch. Buffer convention: with `capacity` below the
@@ -596,7 +684,7 @@ extern "C" {
         capacity: usize,
         out_count: *mut usize,
     ) -> accel_status;
-    /// Number of fields per batch (the dataset's).
+    /// Number of fields per batch: the dataset's, then the masks its ragged fields add.
     pub fn accel_dataloader_field_count(
         loader: *const accel_dataloader,
         out: *mut usize,
