@@ -678,9 +678,9 @@ ACCEL_API accel_status accel_check_trigger(accel_accelerator* accelerator, bool*
  * first count mod P processes take one item more; a process whose slice would start past the end
  * takes the last item. With `apply_padding` (P > 1) the slice's last item is repeated until the
  * slice holds count / P + 1 items, as Accelerate pads lists (also when P divides count). With one
- * process: every index, unpadded. Buffer convention (indices may be NULL with capacity 0 to ask
- * for the number). Not a collective. Padding an empty list on more than one process is
- * ACCEL_ERR_INVALID_ARGUMENT (there is no item to repeat).
+ * process: every index, unpadded. Buffer convention (a NULL buffer fails with
+ * ACCEL_ERR_BUFFER_TOO_SMALL, writing the number needed). Not a collective. Padding an empty list
+ * on more than one process is ACCEL_ERR_INVALID_ARGUMENT (there is no item to repeat).
  */
 ACCEL_API accel_status accel_split_between_processes(const accel_accelerator* accelerator,
                                                      int64_t count, bool apply_padding,
