@@ -718,3 +718,50 @@ TEST(MultiProcess, AccelTestChecksTheConfiguredSetupAndNamesWhatFails) {
       << failed.output;
   EXPECT_TRUE(contains(failed.output, "accel test: failed")) << failed.output;
 }
+
+// Accelerate's split_between_processes on 3 ranks, its quirks included (lists padded to n / P + 1
+// even when P divides n; a rank past the end takes the last item; tensors padded with the last
+// row), and a trigger raised by rank 2 from another thread while its main thread waits in a
+// collective: every rank stops at the same step.
+TEST(TextData, SplitBetweenProcessesAndTheTriggerOnThreeRanks) {
+  const auto r = run(launch_program(3, TEXT_PROGRAM, "inference"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* line :
+       {"rank 0: list of 3: 0\n", "rank 1: list of 3: 1\n", "rank 2: list of 3: 2\n",
+        "rank 0: list of 3 padded: 0 0\n", "rank 2: list of 3 padded: 2 2\n",
+        "rank 0: list of 4 padded: 0 1\n", "rank 1: list of 4 padded: 2 2\n",
+        "rank 2: list of 4 padded: 3 3\n", "rank 1: list of 2: 1\n", "rank 2: list of 2: 1\n",
+        "rank 0: tensor of 5: 0 1\n", "rank 1: tensor of 5: 2 3\n", "rank 2: tensor of 5: 4\n",
+        "rank 2: tensor of 5 padded: 4 4\n", "rank 0: trigger stopped the loop at step 3\n",
+        "rank 1: trigger stopped the loop at step 3\n",
+        "rank 2: trigger stopped the loop at step 3\n"})
+    EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;
+}
+
+// Ragged token batches, padded to each rank's own longest (a multiple of 4) and grouped by length:
+// a masked per-sentence loss gives 1 x 64 and 2 x 32 the same losses and parameters.
+TEST(TextData, RaggedMaskedBatchesOnTwoProcessesEqualOneProcess) {
+  auto values = [](const std::string& output, const std::string& rank) {
+    std::map<std::string, double> v;
+    std::istringstream in(output);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind(rank, 0) != 0) continue;
+      const auto space = line.rfind(' ');
+      v[line.substr(rank.size(), space - rank.size())] = std::stod(line.substr(space + 1));
+    }
+    return v;
+  };
+  const auto one = run(launch_program(1, TEXT_PROGRAM, "ragged 64"));
+  ASSERT_EQ(one.code, 0) << one.output;
+  const auto two = run(launch_program(2, TEXT_PROGRAM, "ragged 32"));
+  ASSERT_EQ(two.code, 0) << two.output;
+  const auto base = values(one.output, "rank 0: ");
+  ASSERT_EQ(base.size(), 6u) << one.output;
+  for (const char* rank : {"rank 0: ", "rank 1: "}) {
+    const auto got = values(two.output, rank);
+    ASSERT_EQ(got.size(), base.size()) << two.output;
+    for (const auto& [key, value] : base)
+      EXPECT_NEAR(got.at(key), value, 1e-5 * std::max(1.0, std::abs(value))) << rank << key;
+  }
+}
