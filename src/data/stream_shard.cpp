@@ -1,0 +1,97 @@
+#include "data/stream_shard.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace accel::data {
+
+namespace {
+
+void check(const StreamSpec& s) {
+  if (s.batch_size < 1)
+    fail(Errc::invalid_argument,
+         "batch_size must be at least 1, got " + std::to_string(s.batch_size));
+  if (s.num_processes < 1 || s.process_index < 0 || s.process_index >= s.num_processes)
+    fail(Errc::invalid_argument, "process index " + std::to_string(s.process_index) +
+                                     " is not in 0.." + std::to_string(s.num_processes - 1));
+  if (s.split_batches && s.batch_size % s.num_processes != 0)
+    fail(Errc::invalid_argument,
+         "split_batches cuts each batch into one slice per process, so batch_size (" +
+             std::to_string(s.batch_size) + ") must be a multiple of the number of processes (" +
+             std::to_string(s.num_processes) + ")");
+}
+
+std::vector<int64_t> slice(const std::vector<int64_t>& v, int64_t begin, int64_t count) {
+  return std::vector<int64_t>(v.begin() + begin, v.begin() + begin + count);
+}
+
+std::vector<int64_t> shard_take(const StreamSpec& s, std::vector<int64_t> batch,
+                                const std::vector<int64_t>& first) {
+  const int64_t global = stream_global_batch(s);
+  const int64_t share = s.split_batches ? s.batch_size / s.num_processes : s.batch_size;
+  if (static_cast<int64_t>(batch.size()) < global) {
+    if (s.drop_last || batch.empty()) return {};
+    const std::vector<int64_t> pad = first.empty() ? batch : first;
+    while (static_cast<int64_t>(batch.size()) < global)
+      batch.insert(batch.end(), pad.begin(), pad.end());
+  }
+  return slice(batch, share * s.process_index, share);
+}
+
+std::vector<int64_t> dispatch_take(const StreamSpec& s, std::vector<int64_t> batch,
+                                   const std::vector<int64_t>& first, bool last) {
+  batch = stream_kept(s, batch);
+  if (batch.empty()) return {};
+  const auto P = static_cast<int64_t>(s.num_processes);
+  const auto rows = static_cast<int64_t>(batch.size());
+  int64_t share = rows / P;
+  if (!s.drop_last && last && rows % P != 0) {
+    // The first P rows of the epoch's first global batch (fewer if it had fewer).
+    const std::vector<int64_t>& head = first.empty() ? batch : first;
+    batch.insert(batch.end(), head.begin(), head.begin() + std::min<int64_t>(P, head.size()));
+    ++share;
+  }
+  const int64_t begin = share * s.process_index;
+  const int64_t count =
+      std::max<int64_t>(0, std::min<int64_t>(share, static_cast<int64_t>(batch.size()) - begin));
+  return slice(batch, std::min<int64_t>(begin, batch.size()), count);
+}
+
+}  // namespace
+
+int64_t stream_global_batch(const StreamSpec& s) {
+  return s.split_batches ? s.batch_size : s.batch_size * s.num_processes;
+}
+
+std::vector<int64_t> stream_kept(const StreamSpec& s, const std::vector<int64_t>& batch) {
+  // With drop_last the main process reads whole batches, and dispatches only a complete round of
+  // P of them (one when split): a short global batch is dropped altogether.
+  if (s.dispatch && s.drop_last && static_cast<int64_t>(batch.size()) < stream_global_batch(s))
+    return {};
+  return batch;
+}
+
+std::vector<int64_t> stream_take(const StreamSpec& s, const std::vector<int64_t>& batch,
+                                 const std::vector<int64_t>& first, bool last) {
+  check(s);
+  return s.dispatch ? dispatch_take(s, batch, first, last) : shard_take(s, batch, first);
+}
+
+std::vector<std::vector<int64_t>> stream_epoch(const StreamSpec& s, int64_t n) {
+  check(s);
+  const int64_t global = stream_global_batch(s);
+  std::vector<std::vector<int64_t>> out;
+  std::vector<int64_t> first;
+  for (int64_t begin = 0; begin < n; begin += global) {
+    std::vector<int64_t> batch;
+    for (int64_t p = begin; p < std::min(n, begin + global); ++p) batch.push_back(p);
+    if (first.empty()) first = batch;
+    auto mine = stream_take(s, batch, first, begin + global >= n);
+    if (!mine.empty()) out.push_back(std::move(mine));
+  }
+  return out;
+}
+
+}  // namespace accel::data

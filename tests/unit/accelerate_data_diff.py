@@ -1,0 +1,180 @@
+"""libaccel's data rules against Accelerate's own code (the test venv's Accelerate 1.2.1).
+
+For random dataset lengths, batch sizes, split_batches, even_batches and drop_last, on 2 and 3
+processes: the batches each process gets from a map-style dataset (BatchSamplerShard), from a
+stream under both semantics (IterableDatasetShard, and the DataLoaderDispatcher with
+dispatch_batches), and what split_between_processes gives each process for a list and a tensor,
+with and without padding. Accelerate runs for real: one process per rank, over Gloo, through
+prepare_data_loader and PartialState. libaccel's answers come from data_probe (the same functions
+the dataloader uses).
+
+    python3 accelerate_data_diff.py DATA_PROBE     (exits 77 when no Python has Accelerate)
+
+Known and intended differences: split_batches with batch_size 1 on several processes is an error
+in libaccel (Accelerate's dispatcher accepts it and gives every rank but one an empty batch at
+most steps; its other loaders reject it as libaccel does; not generated); a dispatching loader over an empty stream gives an empty epoch
+where Accelerate raises "Batch does not contain any data" (not generated); a rank with no batch of
+a stream gets an empty epoch where Accelerate fails (NO_BATCH_BUG, compared as empty).
+"""
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+
+
+def cases(world):
+    rng = random.Random(29 + world)
+    out = []
+    for _ in range(120):
+        n, bs = rng.randint(0, 40), rng.randint(1, 6)
+        split, drop, dispatch = (rng.random() < 0.3), (rng.random() < 0.3), (rng.random() < 0.5)
+        if dispatch and n == 0:
+            n = 1
+        if split and bs == 1:  # see the module's docstring
+            bs = 2 * world
+        out.append(["stream", n, bs, world, int(split), int(drop), int(dispatch)])
+    for _ in range(80):
+        n, bs = rng.randint(1, 30), rng.randint(1, 6)
+        out.append(["shard", n, bs, world, int(rng.random() < 0.3), int(rng.random() < 0.7),
+                    int(rng.random() < 0.3)])
+    for n in range(0, 9):
+        for pad in (0, 1):
+            out.append(["split", n, world, pad])
+    return out
+
+
+# Accelerate 1.2.1 fails when a stream gives a rank no batch at all (an empty stream, or drop_last
+# with less than one global batch): DataLoaderShard with UnboundLocalError, the dispatcher with
+# TypeError (it broadcasts None). libaccel gives that rank an empty epoch.
+NO_BATCH_BUG = "(UnboundLocalError: no batch)"
+
+
+def join(batches):
+    return "|".join(b if isinstance(b, str) else " ".join(str(i) for i in b) for b in batches)
+
+
+def accelerate_rank(case, rank, world, state):
+    """What Accelerate gives this rank, as data_probe writes it."""
+    import torch
+    from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
+    from accelerate.data_loader import BatchSamplerShard, prepare_data_loader
+
+    kind = case[0]
+    try:
+        if kind == "shard":
+            _, n, bs, _, split, even, drop = case
+            sampler = BatchSampler(SequentialSampler(range(n)), bs, bool(drop))
+            return join(BatchSamplerShard(sampler, world, rank, split_batches=bool(split),
+                                          even_batches=bool(even)))
+        if kind == "stream":
+            _, n, bs, _, split, drop, dispatch = case
+
+            class Stream(IterableDataset):
+                def __iter__(self):
+                    return iter(range(n))
+
+            dl = DataLoader(Stream(), batch_size=bs, drop_last=bool(drop))
+            prepared = prepare_data_loader(dl, device=torch.device("cpu"), num_processes=world,
+                                           process_index=rank, split_batches=bool(split),
+                                           put_on_device=True, dispatch_batches=bool(dispatch))
+            try:
+                return join(("None" if b is None else b.tolist()) for b in prepared)
+            except (UnboundLocalError, TypeError):
+                return NO_BATCH_BUG
+        _, n, _, pad = case
+        with state.split_between_processes(list(range(n)), apply_padding=bool(pad)) as part:
+            items = list(part)
+        with state.split_between_processes(torch.arange(n), apply_padding=bool(pad)) as part:
+            rows = part.tolist()
+        return join([items, rows])
+    except (ValueError, IndexError, RuntimeError):
+        return "error"
+
+
+def worker(cases_path, out_path):
+    import torch
+    from accelerate import PartialState
+
+    # Accelerate 1.2.1 calls torch.cpu.device_count() and torch.cpu.set_device() for a MULTI_CPU
+    # job; Debian's torch 1.13 (the venv's) predates both. Newer torch answers 1 and does nothing.
+    if not hasattr(torch.cpu, "device_count"):
+        torch.cpu.device_count = lambda: 1
+    if not hasattr(torch.cpu, "set_device"):
+        torch.cpu.set_device = lambda device: None
+
+    state = PartialState(cpu=True)
+    with open(cases_path) as f:
+        all_cases = json.load(f)
+    results = [accelerate_rank(c, state.process_index, state.num_processes, state) for c in all_cases]
+    with open(out_path, "w") as f:
+        json.dump(results, f)
+
+
+def run_accelerate(python, world, all_cases, tmp):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cases_path = os.path.join(tmp, f"cases{world}.json")
+    with open(cases_path, "w") as f:
+        json.dump(all_cases, f)
+    procs, outs = [], []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   OMP_NUM_THREADS="1", HF_HOME=os.path.join(tmp, "hf"))
+        outs.append(os.path.join(tmp, f"out{world}_{rank}.json"))
+        procs.append(subprocess.Popen([python, __file__, "--worker", cases_path, outs[-1]], env=env))
+    for p in procs:
+        if p.wait(timeout=240) != 0:
+            sys.exit(f"an Accelerate rank of {world} failed (exit code {p.returncode})")
+    per_rank = []
+    for path in outs:
+        with open(path) as f:
+            per_rank.append(json.load(f))
+    return per_rank
+
+
+def run_probe(probe, all_cases):
+    text = "".join(" ".join(str(x) for x in c) + "\n" for c in all_cases)
+    out = subprocess.run([probe], input=text, capture_output=True, text=True, check=True).stdout
+    blocks = [b for b in out.split("--\n") if b.strip() or b == ""][: len(all_cases)]
+    answers = []
+    for block in blocks:
+        lines = [l for l in block.split("\n") if l]
+        answers.append([l.split(": ", 1)[1] if ": " in l else "" for l in lines])
+    return answers
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3])
+        return 0
+    probe = sys.argv[1]
+    python = os.environ.get("ACCEL_TEST_ACCELERATE_PYTHON", sys.executable)
+    if subprocess.run([python, "-c", "import accelerate"], capture_output=True).returncode != 0:
+        print(f"skipped: {python} cannot import accelerate (tools/setup.sh makes build/accelerate-venv)")
+        return 77
+    failures = compared = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for world in (2, 3):
+            all_cases = cases(world)
+            theirs = run_accelerate(python, world, all_cases, tmp)
+            ours = run_probe(probe, all_cases)
+            for i, case in enumerate(all_cases):
+                for rank in range(world):
+                    compared += 1
+                    mine = ours[i][rank] if rank < len(ours[i]) else "(missing)"
+                    expected = "" if theirs[rank][i] == NO_BATCH_BUG else theirs[rank][i]
+                    if expected != mine:
+                        failures += 1
+                        if failures <= 20:
+                            print(f"{case} rank {rank}: Accelerate {theirs[rank][i]!r}, libaccel {mine!r}")
+    print(f"{compared} (case, rank) pairs compared, {failures} differ")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
