@@ -387,6 +387,143 @@ impl Accelerator {
         })
     }
 
+    /// Accelerate's `split_between_processes` for a list (prompts, file names): the items this
+    /// process takes, in order. Process r of P takes a contiguous slice, the first
+    /// `len % P` processes one item more; a process whose slice would start past the end takes
+    /// the last item. With `apply_padding` (and P > 1) the slice's last item is repeated until it
+    /// holds `len / P + 1` items, as Accelerate pads lists, so every process gets as many (for a
+    /// [`gather`](Accelerator::gather) afterwards; drop the repeats from its result). Alone:
+    /// every item, unpadded. Not a collective. Padding an empty list on more than one process
+    /// is an `InvalidArgument` error (there is no item to repeat).
+    ///
+    /// ```
+    /// use libaccel::Accelerator;
+    /// let acc = Accelerator::new()?; // alone: one process
+    /// let prompts = ["a cat", "a dog", "a fish"];
+    /// assert_eq!(acc.split_between_processes(&prompts, true)?, prompts);
+    /// // With 2 processes: rank 0 gets ["a cat", "a dog"], rank 1 ["a fish", "a fish"].
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    pub fn split_between_processes<T: Clone>(
+        &self,
+        items: &[T],
+        apply_padding: bool,
+    ) -> Result<Vec<T>> {
+        self.split_indices_between_processes(items.len(), apply_padding)?
+            .into_iter()
+            .map(|i| {
+                items.get(i).cloned().ok_or_else(|| {
+                    Error::new(
+                        Status::Internal,
+                        format!("the library split {} items with index {i}", items.len()),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The indexes into a list of `count` items that
+    /// [`split_between_processes`](Accelerator::split_between_processes) gives this process,
+    /// for lists that are not slices (lines of a file, a range).
+    pub fn split_indices_between_processes(
+        &self,
+        count: usize,
+        apply_padding: bool,
+    ) -> Result<Vec<usize>> {
+        let count = i64::try_from(count).map_err(|_| {
+            Error::new(
+                Status::InvalidArgument,
+                format!("{count} items are more than the library counts"),
+            )
+        })?;
+        let mut indices: Vec<i64> = Vec::new();
+        loop {
+            let mut needed = 0usize;
+            let buf = if indices.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                indices.as_mut_ptr()
+            };
+            // SAFETY: live handle; `buf` is NULL or holds `indices.len()` entries.
+            let status = unsafe {
+                sys::accel_split_between_processes(
+                    self.as_raw(),
+                    count,
+                    apply_padding,
+                    buf,
+                    indices.len(),
+                    &mut needed,
+                )
+            };
+            if status == sys::ACCEL_ERR_BUFFER_TOO_SMALL && needed > indices.len() {
+                indices.resize(needed, 0);
+                continue;
+            }
+            check(status)?;
+            indices.truncate(needed);
+            return indices
+                .into_iter()
+                .map(|i| {
+                    usize::try_from(i).map_err(|_| {
+                        Error::new(
+                            Status::Internal,
+                            format!("the library split with index {i}"),
+                        )
+                    })
+                })
+                .collect();
+        }
+    }
+
+    /// Accelerate's `split_between_processes` for a tensor: this process's rows (dimension 0),
+    /// split as [`split_between_processes`](Accelerator::split_between_processes) splits a
+    /// list. With `apply_padding` every process gets as many rows as the longest slice, the
+    /// padding rows copies of the last row. Not a collective: every rank splits by the shape
+    /// alone, so the ranks' tensors must have the same number of rows. A scalar is a `Shape`
+    /// error.
+    pub fn split_tensor_between_processes(
+        &self,
+        tensor: &Tensor,
+        apply_padding: bool,
+    ) -> Result<Tensor> {
+        // SAFETY: live handles, valid out pointer.
+        self.tensor_op(|out| unsafe {
+            sys::accel_split_tensor_between_processes(
+                self.as_raw(),
+                tensor.as_raw(),
+                apply_padding,
+                out,
+            )
+        })
+    }
+
+    /// Accelerate's `set_trigger`: raises this process's stop flag (an early stop, a NaN loss)
+    /// for the next [`check_trigger`](Accelerator::check_trigger). Local: it communicates
+    /// nothing and takes no lock, so any thread may call it, also while this process is inside
+    /// a collective.
+    pub fn set_trigger(&self) -> Result<()> {
+        // SAFETY: live handle; the header allows this call from any thread at any time.
+        check(unsafe { sys::accel_set_trigger(self.as_raw()) })
+    }
+
+    /// Accelerate's `check_trigger`, a collective: true on every rank when any rank raised its
+    /// flag since the last check, and every flag is lowered again. Call it at the same point of
+    /// the loop on every rank, so that all stop at the same step.
+    ///
+    /// ```
+    /// use libaccel::Accelerator;
+    /// let acc = Accelerator::new()?;
+    /// assert!(!acc.check_trigger()?);
+    /// acc.set_trigger()?; // e.g. the loss is NaN on this rank
+    /// assert!(acc.check_trigger()?); // every rank sees it, and stops at the same step
+    /// assert!(!acc.check_trigger()?); // lowered again
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    pub fn check_trigger(&self) -> Result<bool> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_check_trigger(self.as_raw(), out) })
+    }
+
     /// Accelerate's `prepare`: models to the device with data-parallel gradient
     /// synchronisation, optimizers bound to the placed parameters, schedulers with Accelerate's
     /// stepping rules, dataloaders sharded. Every object is checked before any is prepared.

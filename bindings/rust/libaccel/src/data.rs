@@ -16,16 +16,22 @@ use crate::options::{default_is_new, options_type};
 use crate::tensor::{Dtype, Tensor};
 
 /// One field of a closure dataset: its element type and per-sample shape (`[]` for a scalar
-/// per sample, `[28, 28]` for an image).
+/// per sample, `[28, 28]` for an image). A ragged field ([`Field::ragged`], for
+/// [`Dataset::from_ragged_fn`]) has [`Field::RAGGED`] as its first dimension: one that varies from
+/// sample to sample (the tokens of a sentence).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Field {
     /// Element type of the field.
     pub dtype: Dtype,
-    /// Shape of one sample of the field.
+    /// Shape of one sample of the field; a ragged field's starts with [`Field::RAGGED`].
     pub shape: Vec<i64>,
 }
 
 impl Field {
+    /// The first dimension of a ragged field's shape (the header's `ACCEL_RAGGED`, -1): its
+    /// length is the sample's, as [`Dataset::from_ragged_fn`]'s length closure reports it.
+    pub const RAGGED: i64 = sys::ACCEL_RAGGED;
+
     /// A field of `dtype` with per-sample `shape`.
     pub fn new(dtype: Dtype, shape: &[i64]) -> Field {
         Field {
@@ -33,14 +39,31 @@ impl Field {
             shape: shape.to_vec(),
         }
     }
+
+    /// A ragged field of `dtype`: each sample has its own number of rows, each row of shape
+    /// `row_shape` (`[]` for a sequence of scalars such as token ids, `[768]` for a sequence of
+    /// vectors). Its shape is `[Field::RAGGED, row_shape...]`.
+    pub fn ragged(dtype: Dtype, row_shape: &[i64]) -> Field {
+        let mut shape = Vec::with_capacity(row_shape.len() + 1);
+        shape.push(Field::RAGGED);
+        shape.extend_from_slice(row_shape);
+        Field { dtype, shape }
+    }
+
+    /// Whether the field's first dimension is ragged.
+    pub fn is_ragged(&self) -> bool {
+        self.shape.first() == Some(&Field::RAGGED)
+    }
 }
 
 type SampleFn = dyn Fn(i64, &mut [&mut [u8]]) -> std::result::Result<(), BoxError> + Send + Sync;
+type LengthFn = dyn Fn(i64, &mut [i64]) -> std::result::Result<(), BoxError> + Send + Sync;
 
 /// A closure dataset's state, shared by the library (released by its release callback) and by
-/// the Rust dataset and dataloaders (for the failure slot).
+/// the Rust dataset and dataloaders (for the failure slot, which both closures share).
 struct SampleState {
     fill: Box<SampleFn>,
+    lengths: Option<Box<LengthFn>>,
     failure: FailureSlot,
 }
 
@@ -119,6 +142,7 @@ impl Dataset {
     /// When `fill` returns an error or panics, the dataloader call that needed the sample (the
     /// caller of [`DataLoader::next_batch`] or of the iterator) gets the error as a `Callback`
     /// error, or the panic resumed on its own thread; the next call starts the epoch again.
+    /// A ragged field is a `Shape` error: [`from_ragged_fn`](Dataset::from_ragged_fn) takes them.
     ///
     /// ```
     /// use libaccel::{Dataset, Dtype, Field};
@@ -134,36 +158,139 @@ impl Dataset {
         F: Fn(i64, &mut [&mut [u8]]) -> std::result::Result<(), BoxError> + Send + Sync + 'static,
     {
         ensure_supported_library()?;
+        if let Some(f) = fields.iter().position(Field::is_ragged) {
+            return Err(Error::new(
+                Status::Shape,
+                format!(
+                    "field {f} is ragged (its first dimension is Field::RAGGED): \
+                     Dataset::from_ragged_fn makes datasets with ragged fields"
+                ),
+            ));
+        }
+        Dataset::from_closures(sample_count, fields, None, Box::new(fill))
+    }
+
+    /// A dataset of `sample_count` samples whose fields may be ragged ([`Field::ragged`]): text,
+    /// where each sample has its own number of tokens. `lengths` gets a sample's index and one
+    /// entry per field, and writes the length (number of rows, at least 0) of each ragged field
+    /// (the entries of fixed fields are ignored); then `fill` gets that sample's buffers as
+    /// [`from_fn`](Dataset::from_fn)'s does, a ragged field's holding exactly its length x the
+    /// bytes of one row.
+    ///
+    /// A batch pads each ragged field to its longest sample (`[batch, longest, row_shape...]`)
+    /// and adds, after the dataset's fields, one field per ragged field: an attention mask
+    /// (`i64 [batch, longest]`: 1 on a sample's rows, 0 on padding), or the lengths
+    /// (`i64 [batch]`) or nothing, as the dataloader's [`Padding`] says; it also chooses the pad
+    /// value, the side, a multiple to round up to, and a maximum length.
+    ///
+    /// Both closures run where `fill` runs for [`from_fn`](Dataset::from_fn) (worker threads,
+    /// several at once), `lengths` before `fill` for the same sample, and with
+    /// [`DataLoaderOptions::group_by_length`] once for every sample before the first epoch. An
+    /// error or a panic of either comes back from the dataloader call that needed the sample as
+    /// for [`from_fn`](Dataset::from_fn); a negative length is a `Shape` error naming the sample.
+    ///
+    /// ```
+    /// use libaccel::{fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Dtype, Field};
+    /// // Sample i: the tokens 10 * i .. 10 * i + i + 1 (i + 1 of them).
+    /// let tokens = |i: i64| (0..=i).map(move |j| 10 * i + j);
+    /// let text = Dataset::from_ragged_fn(
+    ///     3,
+    ///     &[Field::ragged(Dtype::I64, &[])],
+    ///     |i, lengths| {
+    ///         lengths[0] = i + 1;
+    ///         Ok(())
+    ///     },
+    ///     move |i, buffers| {
+    ///         for (dst, t) in buffers[0].chunks_exact_mut(8).zip(tokens(i)) {
+    ///             dst.copy_from_slice(&t.to_ne_bytes());
+    ///         }
+    ///         Ok(())
+    ///     },
+    /// )?;
+    /// let acc = Accelerator::new()?;
+    /// let mut loader = DataLoader::with(&acc, &text, DataLoaderOptions::new().batch_size(3))?;
+    /// let [ids, mask] = fields(loader.next_batch()?.unwrap())?;
+    /// assert_eq!(ids.shape()?, [3, 3]);
+    /// assert_eq!(ids.to_vec::<i64>()?, [0, 0, 0, 10, 11, 0, 20, 21, 22]);
+    /// assert_eq!(mask.to_vec::<i64>()?, [1, 0, 0, 1, 1, 0, 1, 1, 1]);
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    pub fn from_ragged_fn<L, F>(
+        sample_count: i64,
+        fields: &[Field],
+        lengths: L,
+        fill: F,
+    ) -> Result<Dataset>
+    where
+        L: Fn(i64, &mut [i64]) -> std::result::Result<(), BoxError> + Send + Sync + 'static,
+        F: Fn(i64, &mut [&mut [u8]]) -> std::result::Result<(), BoxError> + Send + Sync + 'static,
+    {
+        ensure_supported_library()?;
+        Dataset::from_closures(
+            sample_count,
+            fields,
+            Some(Box::new(lengths)),
+            Box::new(fill),
+        )
+    }
+
+    /// A closure dataset: through `accel_dataset_from_ragged_callback` when there is a length
+    /// closure, else `accel_dataset_from_callback`.
+    fn from_closures(
+        sample_count: i64,
+        fields: &[Field],
+        lengths: Option<Box<LengthFn>>,
+        fill: Box<SampleFn>,
+    ) -> Result<Dataset> {
         let dtypes: Vec<sys::accel_dtype> = fields.iter().map(|f| f.dtype.to_raw()).collect();
         let dim_counts: Vec<usize> = fields.iter().map(|f| f.shape.len()).collect();
         let dims: Vec<i64> = fields
             .iter()
             .flat_map(|f| f.shape.iter().copied())
             .collect();
+        let ragged = lengths.is_some();
         let state = Arc::new(SampleState {
-            fill: Box::new(fill),
+            fill,
+            lengths,
             failure: FailureSlot::default(),
         });
         let user_data = Arc::into_raw(Arc::clone(&state)) as *mut c_void;
+        let dims_ptr = if dims.is_empty() {
+            std::ptr::null()
+        } else {
+            dims.as_ptr()
+        };
         let mut out: *mut sys::accel_dataset = std::ptr::null_mut();
         // SAFETY: the arrays are valid for their lengths; `user_data` is an Arc reference handed
-        // to the library, which gives it back through `release_sample_state` exactly once.
+        // to the library, which gives it back through `release_sample_state` exactly once. The
+        // length trampoline is registered only with a length closure in the state.
         let status = unsafe {
-            sys::accel_dataset_from_callback(
-                sample_count,
-                fields.len(),
-                dtypes.as_ptr(),
-                dim_counts.as_ptr(),
-                if dims.is_empty() {
-                    std::ptr::null()
-                } else {
-                    dims.as_ptr()
-                },
-                Some(fill_sample),
-                user_data,
-                Some(release_sample_state),
-                &mut out,
-            )
+            if ragged {
+                sys::accel_dataset_from_ragged_callback(
+                    sample_count,
+                    fields.len(),
+                    dtypes.as_ptr(),
+                    dim_counts.as_ptr(),
+                    dims_ptr,
+                    Some(sample_lengths),
+                    Some(fill_sample),
+                    user_data,
+                    Some(release_sample_state),
+                    &mut out,
+                )
+            } else {
+                sys::accel_dataset_from_callback(
+                    sample_count,
+                    fields.len(),
+                    dtypes.as_ptr(),
+                    dim_counts.as_ptr(),
+                    dims_ptr,
+                    Some(fill_sample),
+                    user_data,
+                    Some(release_sample_state),
+                    &mut out,
+                )
+            }
         };
         if out.is_null() && status == sys::ACCEL_OK {
             // Success always makes a handle; were it missing, the library would own the
@@ -241,12 +368,36 @@ unsafe extern "C" fn fill_sample(
     })
 }
 
+/// The library's length callback: a sample's ragged lengths through the user's closure.
+unsafe extern "C" fn sample_lengths(
+    index: i64,
+    lengths: *mut i64,
+    count: usize,
+    user_data: *mut c_void,
+) -> i32 {
+    // SAFETY: as in `fill_sample`: the Arc reference outlives every call of the callbacks.
+    let state = unsafe { &*(user_data as *const SampleState) };
+    let Some(closure) = &state.lengths else {
+        return 1; // registered only with a length closure: not reached
+    };
+    state.failure.run(|| {
+        let lengths: &mut [i64] = if count == 0 || lengths.is_null() {
+            &mut []
+        } else {
+            // SAFETY: the library passes `count` entries, valid and not aliased for the call.
+            unsafe { std::slice::from_raw_parts_mut(lengths, count) }
+        };
+        closure(index, lengths)
+    })
+}
+
 unsafe extern "C" fn release_sample_state(user_data: *mut c_void) {
-    // SAFETY: called exactly once with the pointer from Arc::into_raw in `from_fn`.
+    // SAFETY: called exactly once with the pointer from Arc::into_raw in `from_closures`.
     drop(unsafe { Arc::from_raw(user_data as *const SampleState) });
 }
 
-/// One batch: a tensor per dataset field, in field order.
+/// One batch: a tensor per dataset field, in field order, then the mask (or lengths) of each
+/// ragged field, in field order (see [`Dataset::from_ragged_fn`] and [`Padding`]).
 pub type Batch = Vec<Tensor>;
 
 /// Gives this process its shard of every global batch, exactly as Accelerate's prepared
@@ -266,7 +417,9 @@ pub type Batch = Vec<Tensor>;
 /// [`set_options`](DataLoader::set_options)) or by name ([`set`](DataLoader::set)):
 /// `batch_size` (1), `shuffle` (false), `seed` (0), `drop_last` (false), `num_workers` (0),
 /// `prefetch_factor` (2), `split_batches`, `even_batches` (the accelerator's),
-/// `device_placement` (true).
+/// `device_placement` (true), `group_by_length` (false); for a dataset with ragged fields the
+/// padding options of [`Padding`], for every ragged field at once or for one
+/// ([`set_field_padding`](DataLoader::set_field_padding), [`set_field`](DataLoader::set_field)).
 ///
 /// ```
 /// use libaccel::{Accelerator, DataLoader, DataLoaderOptions, Dataset, Tensor};
@@ -364,10 +517,61 @@ impl DataLoader {
 
     /// Sets an option (see the type's documentation); ends an iteration in progress.
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
+        let raw = self.as_raw();
         // SAFETY: live handle; the strings live for the call.
-        set_option(key, &value, |k, v| unsafe {
-            sys::accel_dataloader_set(self.as_raw(), k, v)
-        })
+        let result = set_option(key, &value, |k, v| unsafe {
+            sys::accel_dataloader_set(raw, k, v)
+        });
+        self.refresh_field_count();
+        result
+    }
+
+    /// Sets the padding options given in `padding` (the others stay as they are) for the ragged
+    /// field `field` alone (an index among the dataset's fields); ends an iteration in progress.
+    /// [`DataLoaderOptions::padding`] sets them for every ragged field. A field out of range or
+    /// not ragged is an `InvalidArgument` error; so is a value the library rejects, and the
+    /// options before it stay set.
+    ///
+    /// ```
+    /// use libaccel::{Accelerator, DataLoader, Dataset, Dtype, Field, Mask, Padding, PaddingSide};
+    /// let text = Dataset::from_ragged_fn(
+    ///     4,
+    ///     &[Field::ragged(Dtype::I32, &[]), Field::new(Dtype::I64, &[])],
+    ///     |i, lengths| {
+    ///         lengths[0] = i; // field 1 is fixed: its entry is ignored
+    ///         Ok(())
+    ///     },
+    ///     |_, buffers| {
+    ///         buffers[0].fill(1);
+    ///         buffers[1].fill(0);
+    ///         Ok(())
+    ///     },
+    /// )?;
+    /// let acc = Accelerator::new()?;
+    /// let mut loader = DataLoader::new(&acc, &text)?;
+    /// let left = Padding::new().padding_side(PaddingSide::Left).mask(Mask::Lengths);
+    /// loader.set_field_padding(0, left)?;
+    /// assert!(loader.set_field_padding(1, left).is_err()); // field 1 is not ragged
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    pub fn set_field_padding(&mut self, field: usize, padding: Padding) -> Result<()> {
+        for (key, value) in padding.pairs() {
+            self.set_field(field, key, value)?;
+        }
+        Ok(())
+    }
+
+    /// Sets a padding option by name (see [`Padding`]: `pad_value`, `padding_side`,
+    /// `pad_to_multiple_of`, `max_length`, `truncation`, `mask`) for the ragged field `field`
+    /// alone; ends an iteration in progress.
+    pub fn set_field(&mut self, field: usize, key: &str, value: impl Display) -> Result<()> {
+        let raw = self.as_raw();
+        // SAFETY: live handle; the strings live for the call.
+        let result = set_option(key, &value, |k, v| unsafe {
+            sys::accel_dataloader_set_field(raw, field, k, v)
+        });
+        self.refresh_field_count();
+        result
     }
 
     /// The next batch of this epoch, or `None` at its end (the following call starts the next
@@ -375,16 +579,26 @@ impl DataLoader {
     pub fn next_batch(&mut self) -> Result<Option<Batch>> {
         let mut fields: Vec<*mut sys::accel_tensor> = vec![std::ptr::null_mut(); self.field_count];
         let mut count = 0usize;
-        // SAFETY: `fields` has room for `field_count` handles, the number the dataset has.
-        let status = unsafe {
-            sys::accel_dataloader_next(self.as_raw(), fields.as_mut_ptr(), fields.len(), &mut count)
+        let status = loop {
+            // SAFETY: `fields` has room for `fields.len()` handles.
+            let status = unsafe {
+                sys::accel_dataloader_next(
+                    self.as_raw(),
+                    fields.as_mut_ptr(),
+                    fields.len(),
+                    &mut count,
+                )
+            };
+            // More fields than counted (a mask option changed through the raw handle): the
+            // library refused before taking a batch, and said how many.
+            if status == sys::ACCEL_ERR_BUFFER_TOO_SMALL && count > fields.len() {
+                fields.resize(count, std::ptr::null_mut());
+                self.field_count = count;
+                continue;
+            }
+            break status;
         };
-        if let Err(e) = check(status) {
-            return Err(match &self.callback {
-                Some(state) => state.failure.resolve(e),
-                None => e,
-            });
-        }
+        self.resolve(check(status))?;
         if count == 0 {
             return Ok(None);
         }
@@ -405,9 +619,27 @@ impl DataLoader {
             })
     }
 
-    /// The number of fields per batch.
+    /// The number of fields per batch: the dataset's, then one per ragged field unless the
+    /// padding's mask is [`Mask::None`].
     pub fn field_count(&self) -> usize {
         self.field_count
+    }
+
+    /// A failing call's error with what a dataset closure that failed in it left behind.
+    fn resolve<T>(&self, result: Result<T>) -> Result<T> {
+        match &self.callback {
+            Some(state) => result.map_err(|e| state.failure.resolve(e)),
+            None => result,
+        }
+    }
+
+    /// Reads the number of fields per batch again (the mask options change it).
+    fn refresh_field_count(&mut self) {
+        let raw = self.as_raw();
+        // SAFETY: live handle, valid out pointer.
+        if let Ok(n) = query(|out| unsafe { sys::accel_dataloader_field_count(raw, out) }) {
+            self.field_count = n;
+        }
     }
 
     /// The number of batches this process gets in a whole epoch.
@@ -589,11 +821,175 @@ options_type!(
             even_batches: bool,
             /// Batches on the accelerator's device (default true).
             device_placement: bool,
+            /// The Hugging Face Trainer's length grouping, for a dataset with a ragged field
+            /// (default false): the epoch's order (shuffled or not) is cut into megabatches of
+            /// global batches, each sorted by the first ragged field's length, longest first,
+            /// the longest batch first of all. Every sample still comes once per epoch, and
+            /// 1 process x 64 sees the same global batches as 2 x 32. Without a ragged field it
+            /// is an `InvalidArgument` error.
+            group_by_length: bool,
+        }
+        nested {
+            /// The padding of every ragged field (each option given; the others unchanged).
+            /// Without a ragged field it is an `InvalidArgument` error.
+            /// [`DataLoader::set_field_padding`] sets them for one field.
+            padding: Padding,
         }
     }
 );
 
 default_is_new!(DataLoaderOptions);
+
+/// Where a ragged field's padding goes ([`Padding::padding_side`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PaddingSide {
+    /// After the sample's rows (the default).
+    #[default]
+    Right,
+    /// Before the sample's rows.
+    Left,
+}
+
+impl std::fmt::Display for PaddingSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PaddingSide::Right => "right",
+            PaddingSide::Left => "left",
+        })
+    }
+}
+
+/// The field a batch adds after the dataset's for each ragged field ([`Padding::mask`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Mask {
+    /// `i64 [batch, padded length]`: 1 on a sample's rows, 0 on padding (the default; Hugging
+    /// Face's `attention_mask`).
+    #[default]
+    AttentionMask,
+    /// `i64 [batch]`: each sample's length after truncation.
+    Lengths,
+    /// No field.
+    None,
+}
+
+impl std::fmt::Display for Mask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mask::AttentionMask => "attention_mask",
+            Mask::Lengths => "lengths",
+            Mask::None => "none",
+        })
+    }
+}
+
+/// How a batch pads a ragged field ([`Field::ragged`]), typed, for
+/// [`DataLoaderOptions::padding`] (every ragged field) and [`DataLoader::set_field_padding`]
+/// (one): each a builder method, the ones left out unchanged (at first, the defaults given).
+/// A value the library rejects (a multiple or a maximum length below 1, a pad value that is not
+/// finite) is an `InvalidArgument` error naming the option and the allowed values.
+///
+/// A batch pads each ragged field to its longest sample after truncation, rounded up to
+/// `pad_to_multiple_of`.
+///
+/// ```
+/// use libaccel::{Mask, Padding, PaddingSide};
+/// let padding = Padding::new()
+///     .pad_value(-1.0)
+///     .padding_side(PaddingSide::Left)
+///     .max_length(Some(512))
+///     .truncation(true)
+///     .mask(Mask::Lengths);
+/// assert_eq!(padding.pairs()[2], ("max_length", "512".to_string()));
+/// assert_eq!(Padding::new().max_length(None).pairs(), [("max_length", "none".to_string())]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Padding {
+    pad_value: Option<f64>,
+    padding_side: Option<PaddingSide>,
+    pad_to_multiple_of: Option<i64>,
+    max_length: Option<Option<i64>>,
+    truncation: Option<bool>,
+    mask: Option<Mask>,
+}
+
+impl Padding {
+    /// No padding option given: every one as it is (at first, the library's defaults).
+    pub fn new() -> Padding {
+        Padding::default()
+    }
+
+    /// The value of the padding rows' elements (default 0), converted to the field's dtype.
+    #[must_use]
+    pub fn pad_value(mut self, pad_value: f64) -> Padding {
+        self.pad_value = Some(pad_value);
+        self
+    }
+
+    /// Where the padding goes (default [`PaddingSide::Right`]).
+    #[must_use]
+    pub fn padding_side(mut self, padding_side: PaddingSide) -> Padding {
+        self.padding_side = Some(padding_side);
+        self
+    }
+
+    /// The padded length is rounded up to a multiple of this (default 1; at least 1).
+    #[must_use]
+    pub fn pad_to_multiple_of(mut self, pad_to_multiple_of: i64) -> Padding {
+        self.pad_to_multiple_of = Some(pad_to_multiple_of);
+        self
+    }
+
+    /// The longest a sample of the field may be (default `None`: no limit; a limit is at
+    /// least 1). A longer sample fails its batch with a `Shape` error naming the sample and
+    /// field, unless [`truncation`](Padding::truncation) keeps its first `max_length` rows.
+    #[must_use]
+    pub fn max_length(mut self, max_length: Option<i64>) -> Padding {
+        self.max_length = Some(max_length);
+        self
+    }
+
+    /// Keep the first `max_length` rows of a longer sample rather than fail (default false).
+    #[must_use]
+    pub fn truncation(mut self, truncation: bool) -> Padding {
+        self.truncation = Some(truncation);
+        self
+    }
+
+    /// The field added after the dataset's (default [`Mask::AttentionMask`]).
+    #[must_use]
+    pub fn mask(mut self, mask: Mask) -> Padding {
+        self.mask = Some(mask);
+        self
+    }
+
+    /// The options as the string API takes them, `(key, value)`: each one given, in the order
+    /// above.
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        if let Some(v) = self.pad_value {
+            pairs.push(("pad_value", v.to_string()));
+        }
+        if let Some(v) = self.padding_side {
+            pairs.push(("padding_side", v.to_string()));
+        }
+        if let Some(v) = self.pad_to_multiple_of {
+            pairs.push(("pad_to_multiple_of", v.to_string()));
+        }
+        if let Some(v) = self.max_length {
+            pairs.push((
+                "max_length",
+                v.map_or("none".to_string(), |n| n.to_string()),
+            ));
+        }
+        if let Some(v) = self.truncation {
+            pairs.push(("truncation", v.to_string()));
+        }
+        if let Some(v) = self.mask {
+            pairs.push(("mask", v.to_string()));
+        }
+        pairs
+    }
+}
 
 /// Checks that a batch has `n` fields and returns them by value, e.g. `let [x, y] = ...`.
 pub fn fields<const N: usize>(batch: Batch) -> Result<[Tensor; N]> {

@@ -38,6 +38,15 @@
 //! misspelt one does not compile. The string forms ([`Model::add_layer`], [`Optimizer::set`],
 //! [`DataLoader::set`], ...) take the same keys, checked by the library at run time.
 //!
+//! Text: a dataset with ragged fields ([`Field::ragged`], [`Dataset::from_ragged_fn`]: each
+//! sample its own number of tokens) gives batches padded to their longest sample with an
+//! attention mask, as [`Padding`] says (pad value, side, multiple, `max_length` and truncation,
+//! mask or lengths), for every ragged field in [`DataLoaderOptions::padding`] or for one
+//! ([`DataLoader::set_field_padding`]); [`DataLoaderOptions::group_by_length`] batches samples of
+//! similar lengths. For inference, [`Accelerator::split_between_processes`] shares a list (or a
+//! tensor's rows) out among the processes, and [`Accelerator::set_trigger`] with
+//! [`Accelerator::check_trigger`] stops every rank at the same step.
+//!
 //! Every call returns [`Result`]; the [`Error`] carries the library's [`Status`] and message.
 //! Every handle type frees itself on drop, and may be dropped in any order (handles keep alive
 //! what they need). All types are `Send + Sync`, as the header's thread rules allow; see each
@@ -63,7 +72,10 @@ mod tensor;
 
 pub use accelerator::{Accelerator, DistributedType, Precision, Prepare, Reduction, StateWriter};
 pub use config::Config;
-pub use data::{fields, Batch, Batches, DataLoader, DataLoaderOptions, Dataset, Field};
+pub use data::{
+    fields, Batch, Batches, DataLoader, DataLoaderOptions, Dataset, Field, Mask, Padding,
+    PaddingSide,
+};
 pub use error::{last_error, BoxError, Error, Result, Status};
 pub use libaccel_sys as sys;
 pub use model::{load_checkpoint_in_model, Model};

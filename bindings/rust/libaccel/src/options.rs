@@ -10,12 +10,15 @@ pub(crate) mod sealed {
 /// Declares an options type: `required` values are arguments of `new`, each `optional` one a
 /// builder method; `pairs` lists the set ones in declaration order (the order they are sent,
 /// which matters where the library checks one option against another, as sgd's nesterov).
+/// An optional `nested` section holds groups of options, each a type with its own `pairs`
+/// (a dataloader's padding): a builder method each, their pairs sent after the others.
 macro_rules! options_type {
     (
         $(#[$meta:meta])*
         $name:ident {
             required { $($req:ident: $rty:ty),* $(,)? }
             optional { $($(#[$odoc:meta])* $opt:ident: $oty:ty),* $(,)? }
+            $(nested { $($(#[$ndoc:meta])* $nest:ident: $nty:ty),* $(,)? })?
         }
     ) => {
         $(#[$meta])*
@@ -23,14 +26,24 @@ macro_rules! options_type {
         pub struct $name {
             $($req: $rty,)*
             $($opt: Option<$oty>,)*
+            $($($nest: Option<$nty>,)*)?
         }
 
         impl $name {
             /// These options with the required values given and every other option at the
             /// library's default.
             pub fn new($($req: $rty),*) -> Self {
-                $name { $($req,)* $($opt: None,)* }
+                $name { $($req,)* $($opt: None,)* $($($nest: None,)*)? }
             }
+
+            $($(
+                $(#[$ndoc])*
+                #[must_use]
+                pub fn $nest(mut self, $nest: $nty) -> Self {
+                    self.$nest = Some($nest);
+                    self
+                }
+            )*)?
 
             $(
                 $(#[$odoc])*
@@ -42,7 +55,8 @@ macro_rules! options_type {
             )*
 
             /// The options as the string API takes them, `(key, value)`: the required ones, then
-            /// each optional one given, in the order the type declares them.
+            /// each optional one given, in the order the type declares them (a nested group's
+            /// after the others).
             pub fn pairs(&self) -> Vec<(&'static str, String)> {
                 #[allow(unused_mut)]
                 let mut pairs: Vec<(&'static str, String)> =
@@ -52,6 +66,11 @@ macro_rules! options_type {
                         pairs.push((stringify!($opt), value.to_string()));
                     }
                 )*
+                $($(
+                    if let Some(group) = &self.$nest {
+                        pairs.extend(group.pairs());
+                    }
+                )*)?
                 pairs
             }
         }

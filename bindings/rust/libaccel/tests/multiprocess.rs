@@ -222,17 +222,22 @@ fn training_example_matches_the_c_example() -> Result<(), String> {
     Ok(())
 }
 
+/// The training role, and after it (on the same two ranks: no launch of its own) the text
+/// inference helpers: split_between_processes and the trigger.
 fn two_ranks_train_and_agree() -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = run(launch(2, &exe).env("ACCEL_RS_ROLE", "train"))?;
-    expect_line(
-        &out,
+    for line in [
         "rank 0: the loss fell, parameters equal on every rank",
-    )?;
-    expect_line(
-        &out,
         "rank 1: the loss fell, parameters equal on every rank",
-    )
+        r#"rank 0: split ["zero", "one"], padded ["zero", "one"], rows [0, 1]"#,
+        r#"rank 1: split ["two"], padded ["two", "two"], rows [2, 2]"#,
+        "rank 0: the trigger rank 1 set was seen, then lowered",
+        "rank 1: the trigger rank 1 set was seen, then lowered",
+    ] {
+        expect_line(&out, line)?;
+    }
+    Ok(())
 }
 
 fn params_of(path: &Path) -> Result<BTreeMap<String, Vec<f32>>, String> {
@@ -366,7 +371,52 @@ fn rank_train() -> Result<(), String> {
     }
     parameters_agree(&acc, &model)?;
     println!("rank {rank}: the loss fell, parameters equal on every rank");
+    split_and_trigger(&acc, rank).map_err(|e| format!("rank {rank}: {e}"))?;
     acc.wait_for_everyone().map_err(|e| e.to_string())
+}
+
+/// Three items on two ranks: [0, 1] | [2], padded [0, 1] | [2, 2], for a list and for a
+/// tensor's rows; and a trigger set by rank 1 alone (from another thread) seen by both.
+fn split_and_trigger(acc: &Accelerator, rank: i32) -> Result<(), String> {
+    let fail = |e: libaccel::Error| e.to_string();
+    let items = ["zero", "one", "two"];
+    let mine = acc.split_between_processes(&items, false).map_err(fail)?;
+    let padded = acc.split_between_processes(&items, true).map_err(fail)?;
+    let (want, want_padded): (&[&str], &[&str]) = if rank == 0 {
+        (&["zero", "one"], &["zero", "one"])
+    } else {
+        (&["two"], &["two", "two"])
+    };
+    if mine != want || padded != want_padded {
+        return Err(format!("split {mine:?}, padded {padded:?}"));
+    }
+    let t = Tensor::from_slice(&[0i64, 0, 1, 10, 2, 20], &[3, 2]).map_err(fail)?;
+    let rows = acc
+        .split_tensor_between_processes(&t, true)
+        .and_then(|r| r.to_vec::<i64>())
+        .map_err(fail)?;
+    let first: Vec<i64> = rows.chunks(2).map(|r| r[0]).collect();
+    if rows.chunks(2).any(|r| r[1] != 10 * r[0]) || first.len() != 2 {
+        return Err(format!("padded rows {rows:?}"));
+    }
+    println!("rank {rank}: split {mine:?}, padded {padded:?}, rows {first:?}");
+
+    if acc.check_trigger().map_err(fail)? {
+        return Err("a trigger nobody set".into());
+    }
+    if rank == 1 {
+        std::thread::scope(|s| s.spawn(|| acc.set_trigger()).join())
+            .map_err(|_| "set_trigger panicked".to_string())?
+            .map_err(fail)?;
+    }
+    if !acc.check_trigger().map_err(fail)? {
+        return Err("the trigger rank 1 set was not seen".into());
+    }
+    if acc.check_trigger().map_err(fail)? {
+        return Err("the trigger stayed raised after a check".into());
+    }
+    println!("rank {rank}: the trigger rank 1 set was seen, then lowered");
+    Ok(())
 }
 
 /// 20 SGD steps on fixed data, no dropout, no shuffle: the parameters depend only on the global
