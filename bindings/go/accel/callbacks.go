@@ -86,10 +86,11 @@ func boxValue(userData unsafe.Pointer) any {
 	return cgo.Handle(*(*C.uintptr_t)(userData)).Value()
 }
 
-// sampleState is what a function dataset's callback needs.
+// sampleState is what a function dataset's callbacks need (lengths: a ragged dataset's only).
 type sampleState struct {
-	fn   func(index int64, fields [][]byte) error
-	slot *failureSlot
+	fn      func(index int64, fields [][]byte) error
+	lengths func(index int64, lengths []int64) error
+	slot    *failureSlot
 }
 
 //export goaccelSample
@@ -103,6 +104,14 @@ func goaccelSample(index C.int64_t, buffers *unsafe.Pointer, sizes *C.size_t, co
 			fields[i] = unsafe.Slice((*byte)(bufs[i]), int(lens[i]))
 		}
 		return state.fn(int64(index), fields)
+	})
+}
+
+//export goaccelSampleLengths
+func goaccelSampleLengths(index C.int64_t, lengths *C.int64_t, count C.size_t, userData unsafe.Pointer) C.int32_t {
+	state := boxValue(userData).(*sampleState)
+	return state.slot.run(func() error {
+		return state.lengths(int64(index), unsafe.Slice((*int64)(unsafe.Pointer(lengths)), int(count)))
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -237,6 +238,310 @@ func namesKey(message, key string) bool {
 		rest = rest[at+len(key):]
 		if rest == "" || !(rest[0] >= '0' && rest[0] <= '9' || rest[0] == '_') {
 			return true
+		}
+	}
+}
+
+// ---- ragged fields: text of any length, padded per batch --------------------------------------
+
+// corpusFields: sample i is its tokens 100*i + j for j < its length (ragged, i64) and its label
+// i (i64).
+var corpusFields = []accel.Field{accel.RaggedField(accel.I64), {DType: accel.I64}}
+
+// corpus is a ragged dataset of len(lens) samples with corpusFields; lengths and fill check that
+// the library asks for what the fields declare.
+func corpus(lens []int64) (*accel.Dataset, error) {
+	return accel.DatasetFromRaggedFunc(int64(len(lens)), corpusFields,
+		func(i int64, lengths []int64) error {
+			if len(lengths) != 2 {
+				return fmt.Errorf("lengths of %d fields", len(lengths))
+			}
+			lengths[0] = lens[i]
+			return nil
+		},
+		func(i int64, fields [][]byte) error {
+			if len(fields) != 2 || len(fields[0]) != 8*int(lens[i]) || len(fields[1]) != 8 {
+				return fmt.Errorf("sample %d: buffers of %d fields, %d and %d bytes", i, len(fields),
+					len(fields[0]), len(fields[1]))
+			}
+			for j := int64(0); j < lens[i]; j++ {
+				binary.NativeEndian.PutUint64(fields[0][8*j:], uint64(100*i+j))
+			}
+			binary.NativeEndian.PutUint64(fields[1], uint64(i))
+			return nil
+		})
+}
+
+// corpusLoader is a dataloader over corpus(lens) with options set in order (key, value, ...).
+func corpusLoader(t *testing.T, acc *accel.Accelerator, lens []int64, options ...any) *accel.DataLoader {
+	t.Helper()
+	data := must(corpus(lens))
+	loader := must(accel.NewDataLoader(acc, data))
+	data.Close()
+	for i := 0; i < len(options); i += 2 {
+		ok(t, loader.Set(options[i].(string), options[i+1]))
+	}
+	return loader
+}
+
+// int64Batch is the next batch's shapes and i64 values (more false at the end of the epoch).
+func int64Batch(t *testing.T, loader *accel.DataLoader) (shapes, values [][]int64, more bool, err error) {
+	t.Helper()
+	batch, more, err := loader.Next()
+	if err != nil || !more {
+		return nil, nil, more, err
+	}
+	defer batch.Close()
+	for _, field := range batch {
+		shapes = append(shapes, must(field.Shape()))
+		values = append(values, must(accel.ToSlice[int64](field)))
+	}
+	return shapes, values, true, nil
+}
+
+// wantBatch checks the next batch field by field: the shape and the values of each (a nil
+// want skips that field).
+func wantBatch(t *testing.T, loader *accel.DataLoader, shapes, values [][]int64) {
+	t.Helper()
+	gotShapes, gotValues, more, err := int64Batch(t, loader)
+	ok(t, err)
+	if !more {
+		t.Fatal("the epoch ended early")
+	}
+	if len(gotShapes) != len(shapes) {
+		t.Fatalf("%d fields, want %d", len(gotShapes), len(shapes))
+	}
+	for f := range shapes {
+		if shapes[f] != nil && !slices.Equal(gotShapes[f], shapes[f]) {
+			t.Fatalf("field %d: shape %v, want %v", f, gotShapes[f], shapes[f])
+		}
+		if values[f] != nil && !slices.Equal(gotValues[f], values[f]) {
+			t.Fatalf("field %d: %v, want %v", f, gotValues[f], values[f])
+		}
+	}
+}
+
+func TestRaggedBatchesArePaddedToTheLongestWithAMask(t *testing.T) {
+	begin(t)
+	acc := must(accel.New(nil))
+	defer acc.Close()
+	loader := corpusLoader(t, acc, []int64{2, 0, 3, 1, 4}, "batch_size", 3)
+	defer loader.Close()
+	if n := must(loader.FieldCount()); n != 3 {
+		t.Fatalf("%d fields: want tokens, label, the tokens' attention mask", n)
+	}
+	wantBatch(t, loader,
+		[][]int64{{3, 3}, {3}, {3, 3}},
+		[][]int64{{0, 1, 0, 0, 0, 0, 200, 201, 202}, {0, 1, 2}, {1, 1, 0, 0, 0, 0, 1, 1, 1}})
+	// The short last batch: padded to its own longest.
+	wantBatch(t, loader,
+		[][]int64{{2, 4}, {2}, {2, 4}},
+		[][]int64{{300, 0, 0, 0, 400, 401, 402, 403}, {3, 4}, {1, 0, 0, 0, 1, 1, 1, 1}})
+	if _, _, more, err := int64Batch(t, loader); err != nil || more {
+		t.Fatalf("a third batch of 5 samples in 3s: %v %v", more, err)
+	}
+
+	// Left padding with -1 to a multiple of 4, and the lengths instead of the mask.
+	ok(t, loader.SetField(0, "padding_side", "left"))
+	ok(t, loader.Set("pad_value", -1))
+	ok(t, loader.Set("pad_to_multiple_of", 4))
+	ok(t, loader.SetField(0, "mask", "lengths"))
+	ok(t, loader.SetEpoch(0))
+	wantBatch(t, loader,
+		[][]int64{{3, 4}, {3}, {3}},
+		[][]int64{{-1, -1, 0, 1, -1, -1, -1, -1, -1, 200, 201, 202}, {0, 1, 2}, {2, 0, 3}})
+	ok(t, loader.Set("mask", "none"))
+	if n := must(loader.FieldCount()); n != 2 {
+		t.Fatalf("%d fields with mask none", n)
+	}
+	wantBatch(t, loader, [][]int64{{3, 4}, {3}}, [][]int64{nil, {0, 1, 2}})
+
+	wantStatus(t, loader.SetField(1, "pad_value", 0), accel.ErrInvalidArgument, "field 1 is not ragged")
+	wantStatus(t, loader.SetField(2, "pad_value", 0), accel.ErrInvalidArgument)
+	wantStatus(t, loader.SetField(-1, "pad_value", 0), accel.ErrInvalidArgument, "negative")
+	wantStatus(t, loader.Set("padding_side", "centre"), accel.ErrInvalidArgument, "allowed: right, left")
+	wantStatus(t, loader.SetField(0, "mask", "bitmap"), accel.ErrInvalidArgument, "mask")
+
+	// Padding options need a ragged field; group_by_length too.
+	data := regression(t)
+	defer data.Close()
+	fixed := must(accel.NewDataLoader(acc, data))
+	defer fixed.Close()
+	wantStatus(t, fixed.Set("max_length", 4), accel.ErrInvalidArgument, "this dataset has none")
+	wantStatus(t, fixed.Set("group_by_length", true), accel.ErrInvalidArgument, "group_by_length")
+	wantStatus(t, fixed.SetField(0, "pad_value", 1), accel.ErrInvalidArgument)
+	loader.Close()
+	wantStatus(t, loader.SetField(0, "pad_value", 1), accel.ErrState, "after Close")
+}
+
+func TestRaggedAboveMaxLengthIsAnErrorNamingTheSampleUnlessTruncated(t *testing.T) {
+	begin(t)
+	acc := must(accel.New(nil))
+	defer acc.Close()
+	loader := corpusLoader(t, acc, []int64{2, 5, 1}, "batch_size", 1, "max_length", 3)
+	defer loader.Close()
+	wantBatch(t, loader, [][]int64{{1, 2}, nil, nil}, [][]int64{{0, 1}, {0}, nil})
+	_, _, _, err := int64Batch(t, loader)
+	e := wantStatus(t, err, accel.ErrShape, "sample 1, field 0 has length 5, above max_length 3")
+	if e.Cause != nil {
+		t.Fatalf("a library error with a cause: %v", e.Cause)
+	}
+	// Nothing lost: the epoch starts again from its first sample.
+	wantBatch(t, loader, [][]int64{{1, 2}, nil, nil}, [][]int64{{0, 1}, {0}, nil})
+
+	ok(t, loader.Set("truncation", true))
+	ok(t, loader.Set("batch_size", 3))
+	wantBatch(t, loader,
+		[][]int64{{3, 3}, {3}, {3, 3}},
+		[][]int64{{0, 1, 0, 100, 101, 102, 200, 0, 0}, {0, 1, 2}, {1, 1, 0, 1, 1, 1, 1, 0, 0}})
+	ok(t, loader.SetField(0, "padding_side", "left"))
+	ok(t, loader.SetField(0, "mask", "lengths"))
+	wantBatch(t, loader,
+		[][]int64{{3, 3}, {3}, {3}},
+		[][]int64{{0, 0, 1, 100, 101, 102, 0, 0, 200}, {0, 1, 2}, {2, 3, 1}})
+	ok(t, loader.Set("max_length", "none"))
+	wantBatch(t, loader, [][]int64{{3, 5}, nil, nil}, [][]int64{nil, nil, {2, 5, 1}})
+}
+
+var errNoText = errors.New("sample 2 has no text")
+
+// A lengths function's error or panic, and a length the library refuses, end the epoch with a
+// clear error; the next Next starts it again. The declarations are checked when the dataset is made.
+func TestRaggedLengthFailuresAndDeclarations(t *testing.T) {
+	begin(t)
+	acc := must(accel.New(nil))
+	defer acc.Close()
+	// An error to return, a string to panic with, or a length to report for sample 2. A plain
+	// variable: with num_workers 0 the functions run on the goroutine that calls Next.
+	var failWith any
+	lens := []int64{2, 4, 1}
+	fill := func(i int64, fields [][]byte) error {
+		binary.NativeEndian.PutUint64(fields[1], uint64(i))
+		return nil
+	}
+	data := must(accel.DatasetFromRaggedFunc(3, corpusFields, func(i int64, lengths []int64) error {
+		lengths[0] = lens[i]
+		if i == 2 {
+			switch v := failWith.(type) {
+			case error:
+				return v
+			case string:
+				panic(v)
+			case int64:
+				lengths[0] = v
+			}
+		}
+		return nil
+	}, fill))
+	loader := must(accel.NewDataLoader(acc, data))
+	data.Close()
+	defer loader.Close()
+	ok(t, loader.Set("batch_size", 3))
+
+	failWith = errNoText
+	_, _, _, err := int64Batch(t, loader)
+	wantStatus(t, err, accel.ErrCallback, "length callback")
+	if !errors.Is(err, errNoText) {
+		t.Fatalf("the lengths function's error is not the cause: %v", err)
+	}
+	failWith = "no tokeniser"
+	_, _, _, err = int64Batch(t, loader)
+	var p *accel.PanicError
+	if wantStatus(t, err, accel.ErrCallback); !errors.As(err, &p) || p.Value != "no tokeniser" {
+		t.Fatalf("want the panic as the cause, got %v", err)
+	}
+	failWith = int64(-4)
+	_, _, _, err = int64Batch(t, loader)
+	wantStatus(t, err, accel.ErrShape, "sample 2, field 0: the length callback reported -4")
+	failWith = int64(1)
+	wantBatch(t, loader, [][]int64{{3, 4}, nil, {3, 4}}, [][]int64{nil, {0, 1, 2}, nil})
+
+	// A fill error on a ragged dataset comes back as DatasetFromFunc's do.
+	data = must(accel.DatasetFromRaggedFunc(3, corpusFields,
+		func(i int64, lengths []int64) error { lengths[0] = 1; return nil },
+		func(i int64, fields [][]byte) error { return errBadSample }))
+	failing := must(accel.NewDataLoader(acc, data))
+	data.Close()
+	defer failing.Close()
+	_, _, _, err = int64Batch(t, failing)
+	wantStatus(t, err, accel.ErrCallback)
+	if !errors.Is(err, errBadSample) {
+		t.Fatalf("the fill function's error is not the cause: %v", err)
+	}
+
+	noop := func(int64, [][]byte) error { return nil }
+	_, err = accel.DatasetFromRaggedFunc(3, corpusFields, nil, noop)
+	wantStatus(t, err, accel.ErrInvalidArgument, "field 0 is ragged")
+	_, err = accel.DatasetFromRaggedFunc(3, corpusFields, func(int64, []int64) error { return nil }, nil)
+	wantStatus(t, err, accel.ErrInvalidArgument, "nil fill")
+	_, err = accel.DatasetFromFunc(3, corpusFields, noop)
+	wantStatus(t, err, accel.ErrShape, "DatasetFromRaggedFunc")
+	_, err = accel.DatasetFromRaggedFunc(3, []accel.Field{{DType: accel.F32, Shape: []int64{2, accel.Ragged}}},
+		func(int64, []int64) error { return nil }, noop)
+	wantStatus(t, err, accel.ErrShape)
+	// Without a ragged field it is DatasetFromFunc, and lengths may be nil.
+	plain := must(accel.DatasetFromRaggedFunc(3, squareFields, nil, squares(new(atomic.Int64))))
+	defer plain.Close()
+	if n := must(plain.FieldCount()); n != 2 {
+		t.Fatalf("%d fields", n)
+	}
+	if f := accel.RaggedField(accel.F32, 80); !f.IsRagged() || !slices.Equal(f.Shape, []int64{accel.Ragged, 80}) {
+		t.Fatalf("RaggedField(F32, 80) = %+v", f)
+	}
+	if squareFields[0].IsRagged() || squareFields[1].IsRagged() {
+		t.Fatal("a fixed field reported ragged")
+	}
+}
+
+// group_by_length on worker threads: every sample once per epoch, the longest batch first, and
+// far less padding than a random order.
+func TestRaggedLengthGroupingGivesEverySampleOnce(t *testing.T) {
+	begin(t)
+	acc := must(accel.New(nil))
+	defer acc.Close()
+	lens := make([]int64, 64)
+	real := int64(0)
+	for i := range lens {
+		lens[i] = int64(i*37) % 23
+		real += lens[i]
+	}
+	loader := corpusLoader(t, acc, lens, "batch_size", 4, "shuffle", true, "seed", 5,
+		"group_by_length", true, "num_workers", 2)
+	defer loader.Close()
+	for epoch := 0; epoch < 2; epoch++ {
+		var seen []int64
+		padded, batches := int64(0), 0
+		for batch, err := range loader.All() {
+			ok(t, err)
+			shape := must(batch[0].Shape())
+			if batches == 0 && shape[1] != 22 {
+				t.Fatalf("epoch %d: the first batch is padded to %d, not the longest, 22", epoch, shape[1])
+			}
+			batches++
+			padded += shape[0] * shape[1]
+			labels := must(accel.ToSlice[int64](batch[1]))
+			tokens := must(accel.ToSlice[int64](batch[0]))
+			mask := must(accel.ToSlice[int64](batch[2]))
+			for r, i := range labels {
+				for j := int64(0); j < shape[1]; j++ {
+					want, wantMask := int64(0), int64(0)
+					if j < lens[i] {
+						want, wantMask = 100*i+j, 1
+					}
+					if tokens[int64(r)*shape[1]+j] != want || mask[int64(r)*shape[1]+j] != wantMask {
+						t.Fatalf("sample %d, row %d: token %d mask %d", i, j,
+							tokens[int64(r)*shape[1]+j], mask[int64(r)*shape[1]+j])
+					}
+				}
+			}
+			seen = append(seen, labels...)
+		}
+		slices.Sort(seen)
+		if len(seen) != 64 || len(slices.Compact(seen)) != 64 {
+			t.Fatalf("epoch %d: %d samples, not each of 64 once", epoch, len(seen))
+		}
+		if padded >= real+real/4 {
+			t.Fatalf("epoch %d: %d padded tokens for %d real ones", epoch, padded, real)
 		}
 	}
 }

@@ -13,7 +13,30 @@ import (
 // i mod P, the last round is evened out, and 1 process x 64 sees what 2 x 32 see together.
 //
 // Options (Set, between epochs): batch_size (1), shuffle (false), seed (0), drop_last (false),
-// num_workers (0), prefetch_factor (2), split_batches, even_batches, device_placement.
+// num_workers (0), prefetch_factor (2), split_batches, even_batches, device_placement,
+// group_by_length (false).
+//
+// group_by_length (a dataset with a ragged field, DatasetFromRaggedFunc): the Hugging Face
+// Trainer's length grouping. The epoch's order (shuffled or not) is cut into megabatches of
+// global batches, each sorted by the first ragged field's length, longest first, and the batch
+// of the longest sample comes first (an out-of-memory shows at once); every sample still comes
+// once per epoch, and 1 process x 64 and 2 x 32 see the same global batches. It calls the
+// dataset's lengths function for every sample once, at the dataloader's first Next.
+//
+// Padding options of ragged fields: Set sets them for every ragged field, SetField for one.
+//
+//	pad_value           the value of padding rows (0); a number
+//	padding_side        "right" (default) or "left": where the padding goes
+//	pad_to_multiple_of  the padded length is rounded up to a multiple of it (1)
+//	max_length          the longest a sample may be: a length, or "none" (default)
+//	truncation          false (default): a sample above max_length fails Next with ErrShape
+//	                    naming the sample and the field; true: its first max_length rows are kept
+//	mask                the field added after the dataset's fields for this ragged field:
+//	                    "attention_mask" (default; I64 [batch, padded length], 1 on a sample's
+//	                    rows, 0 on padding), "lengths" (I64 [batch], the lengths kept), or "none"
+//
+// Padding options on a dataset without a ragged field, or SetField on a fixed field, are
+// ErrInvalidArgument.
 type DataLoader struct {
 	h    *handle[*C.accel_dataloader]
 	slot *failureSlot // the dataset's callback failures (nil unless a function dataset)
@@ -26,7 +49,8 @@ func (l *DataLoader) ref() *handle[*C.accel_dataloader] {
 	return l.h.orUnopened()
 }
 
-// Batch is one batch: a tensor per dataset field, in the dataset's order.
+// Batch is one batch: a tensor per dataset field, in the dataset's order, then the field each
+// ragged field adds (its attention mask or lengths, unless its mask option is "none").
 type Batch []*Tensor
 
 // Close closes every tensor of the batch.
@@ -59,6 +83,20 @@ func NewDataLoader(acc *Accelerator, ds *Dataset) (*DataLoader, error) {
 func (l *DataLoader) Set(key string, value any) error {
 	return use(l.ref(), "DataLoader", func(p *C.accel_dataloader) error {
 		return setOption(key, value, func(k, v *C.char) C.accel_status { return C.accel_dataloader_set(p, k, v) })
+	})
+}
+
+// SetField sets a padding option (see DataLoader) of the ragged field field alone, over what
+// Set gave every ragged field; an epoch in progress ends. A field that is out of range or not
+// ragged, an unknown key or a bad value is ErrInvalidArgument.
+func (l *DataLoader) SetField(field int, key string, value any) error {
+	if field < 0 {
+		return newError(ErrInvalidArgument, "DataLoader.SetField: field %d is negative", field)
+	}
+	return use(l.ref(), "DataLoader", func(p *C.accel_dataloader) error {
+		return setOption(key, value, func(k, v *C.char) C.accel_status {
+			return C.accel_dataloader_set_field(p, C.size_t(field), k, v)
+		})
 	})
 }
 

@@ -133,10 +133,16 @@ func TestTrainingExampleMatchesTheCExample(t *testing.T) {
 	}
 }
 
+// The two ranks also split work between them and stop on a trigger one of them raised (in this
+// launch rather than one of their own: every launch costs a rendezvous).
 func TestTwoRanksTrainAndAgree(t *testing.T) {
 	out := run(t, self(t, 2, "train"))
 	expectLine(t, out, "rank 0: the loss fell, parameters equal on every rank")
 	expectLine(t, out, "rank 1: the loss fell, parameters equal on every rank")
+	expectLine(t, out, `rank 0: split [0 1] padded [0 1], ["a" "b"] padded ["a" "b"], rows [0 1] padded [0 1]`)
+	expectLine(t, out, `rank 1: split [2] padded [2 2], ["c"] padded ["c" "c"], rows [2] padded [2 2]`)
+	expectLine(t, out, "rank 0: trigger set by rank 1: true, then false")
+	expectLine(t, out, "rank 1: trigger set by rank 1: true, then false")
 }
 
 func paramsOf(t *testing.T, path string) map[string][]float64 {
@@ -327,7 +333,63 @@ func rankTrain() error {
 		return err
 	}
 	fmt.Printf("rank %d: the loss fell, parameters equal on every rank\n", rank)
+	if err := splitAndTrigger(acc, rank); err != nil {
+		return err
+	}
 	return acc.WaitForEveryone()
+}
+
+// splitAndTrigger prints this rank's share of 3 items (indices, a slice, a tensor's rows), plain
+// and padded, and what two trigger checks see after rank 1 raised its trigger.
+func splitAndTrigger(acc *accel.Accelerator, rank int) error {
+	split, err := acc.SplitBetweenProcesses(3, false)
+	if err != nil {
+		return err
+	}
+	padded, err := acc.SplitBetweenProcesses(3, true)
+	if err != nil {
+		return err
+	}
+	items := []string{"a", "b", "c"}
+	mine, err := accel.SplitSlice(acc, items, false)
+	if err != nil {
+		return err
+	}
+	minePadded, err := accel.SplitSlice(acc, items, true)
+	if err != nil {
+		return err
+	}
+	rows, err := accel.FromSlice([]int64{0, 1, 2}, 3, 1)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	myRows, err := accel.TakeSlice[int64](acc.SplitTensorBetweenProcesses(rows, false))
+	if err != nil {
+		return err
+	}
+	myPaddedRows, err := accel.TakeSlice[int64](acc.SplitTensorBetweenProcesses(rows, true))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("rank %d: split %v padded %v, %q padded %q, rows %v padded %v\n", rank, split, padded,
+		mine, minePadded, myRows, myPaddedRows)
+
+	if rank == 1 {
+		if err := acc.SetTrigger(); err != nil {
+			return err
+		}
+	}
+	first, err := acc.CheckTrigger()
+	if err != nil {
+		return err
+	}
+	second, err := acc.CheckTrigger()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("rank %d: trigger set by rank 1: %v, then %v\n", rank, first, second)
+	return nil
 }
 
 // mlpStep trains on one batch of images scaled to [0, 1]; it returns the loss averaged over ranks.

@@ -188,6 +188,75 @@ func TestCollectivesAloneAreTheIdentity(t *testing.T) {
 	wantStatus(t, err, accel.ErrDType)
 }
 
+func TestSplitAndTriggerInAWorldOfOne(t *testing.T) {
+	begin(t)
+	acc := must(accel.New(nil))
+	defer acc.Close()
+	all := func(n int) []int {
+		indices := make([]int, n)
+		for i := range indices {
+			indices[i] = i
+		}
+		return indices
+	}
+	// One process takes everything, unpadded; 100 indices need a second call (64 fit the first).
+	for _, n := range []int{0, 1, 5, 64, 100} {
+		for _, pad := range []bool{false, true} {
+			if got := must(acc.SplitBetweenProcesses(n, pad)); !slices.Equal(got, all(n)) {
+				t.Fatalf("split of %d (padding %v) gave %v", n, pad, got)
+			}
+		}
+	}
+	_, err := acc.SplitBetweenProcesses(-1, false)
+	wantStatus(t, err, accel.ErrInvalidArgument)
+	prompts := []string{"a", "b", "c"}
+	if got := must(accel.SplitSlice(acc, prompts, true)); !slices.Equal(got, prompts) {
+		t.Fatalf("SplitSlice gave %q", got)
+	}
+	x := must(accel.FromSlice([]float32{1, 2, 3, 4, 5, 6}, 3, 2))
+	defer x.Close()
+	mine := must(acc.SplitTensorBetweenProcesses(x, true))
+	if s := must(mine.Shape()); !slices.Equal(s, []int64{3, 2}) {
+		t.Fatalf("split tensor shape %v", s)
+	}
+	if v := must(accel.TakeSlice[float32](mine, nil)); !slices.Equal(v, []float32{1, 2, 3, 4, 5, 6}) {
+		t.Fatalf("split tensor %v", v)
+	}
+	scalar := must(accel.Scalar(float32(1)))
+	defer scalar.Close()
+	_, err = acc.SplitTensorBetweenProcesses(scalar, false)
+	wantStatus(t, err, accel.ErrShape)
+	_, err = acc.SplitTensorBetweenProcesses(nil, false)
+	wantStatus(t, err, accel.ErrInvalidArgument, "nil *accel.Tensor")
+
+	if stop := must(acc.CheckTrigger()); stop {
+		t.Fatal("a trigger nobody set")
+	}
+	ok(t, acc.SetTrigger())
+	if stop := must(acc.CheckTrigger()); !stop {
+		t.Fatal("the trigger set was not seen")
+	}
+	if stop := must(acc.CheckTrigger()); stop {
+		t.Fatal("the check did not lower the trigger")
+	}
+	// From another goroutine (a watchdog, a signal handler's goroutine).
+	done := make(chan error)
+	go func() { done <- acc.SetTrigger() }()
+	ok(t, <-done)
+	if stop := must(acc.CheckTrigger()); !stop {
+		t.Fatal("the trigger set on another goroutine was not seen")
+	}
+	var none *accel.Accelerator
+	wantStatus(t, none.SetTrigger(), accel.ErrInvalidArgument, "nil *accel.Accelerator")
+	_, err = none.SplitBetweenProcesses(3, false)
+	wantStatus(t, err, accel.ErrInvalidArgument)
+	_, err = accel.SplitSlice(none, prompts, false)
+	wantStatus(t, err, accel.ErrInvalidArgument)
+	acc.Close()
+	_, err = acc.CheckTrigger()
+	wantStatus(t, err, accel.ErrState, "after Close")
+}
+
 func TestIDXDatasetsAndTheirErrors(t *testing.T) {
 	begin(t)
 	train := must(accel.DatasetFromIDX(fashionMNIST+"/train-images-idx3-ubyte.gz", fashionMNIST+"/train-labels-idx1-ubyte.gz"))
