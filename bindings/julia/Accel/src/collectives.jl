@@ -174,3 +174,73 @@ result has the form of `x`, as for `gather`.
 gather_for_metrics(acc::Accelerator, x) = collective(x) do t
     @out Ptr{Cvoid} accel_gather_for_metrics(acc::Ptr{Cvoid}, t::Ptr{Cvoid})
 end
+
+"""
+    split_between_processes(acc, items::AbstractVector; apply_padding = false) -> Vector
+    split_between_processes(acc, x::Union{Tensor,AbstractArray}; apply_padding = false)
+
+Accelerate's split_between_processes: this process's share of a list of `items` (prompts, file
+names), a contiguous slice in order. With `n` items on `P` processes, rank `r` (from 0) takes the
+`r + 1`-th slice; the first `n mod P` ranks take one item more, a rank past the end takes the last
+item. `apply_padding` (on more than one process) repeats the slice's last item until it holds
+`n ÷ P + 1` items, as Accelerate pads lists (also when `P` divides `n`). With one process: every
+item, unpadded. Not a collective: each rank computes its share alone. Three items on two ranks:
+`[1, 2]` and `[3]`, padded `[1, 2]` and `[3, 3]`.
+
+A `Tensor` or an array of two or more dimensions is split as Accelerate splits a tensor: along the
+library's first dimension (Julia's **last**), padded with copies of the last entry to the longest
+slice. A `Tensor` gives a `Tensor` (close it, or use the do-block form
+`split_between_processes(acc, t) do mine ... end`), an array an `Array`.
+"""
+function split_between_processes(acc::Accelerator, items::AbstractVector; apply_padding::Bool = false)
+    indices = split_indices(acc, length(items), apply_padding)
+    items[firstindex(items) .+ indices]   # the library's indices count from 0
+end
+
+split_between_processes(acc::Accelerator, x::Union{Tensor,AbstractArray}; apply_padding::Bool = false) =
+    collective(x) do t
+        @out Ptr{Cvoid} accel_split_tensor_between_processes(acc::Ptr{Cvoid}, t::Ptr{Cvoid},
+                                                             apply_padding::Bool)
+    end
+split_between_processes(f, acc::Accelerator, t::Tensor; kwargs...) =
+    with_handle(f, split_between_processes(acc, t; kwargs...))
+
+# The 0-based indices of this process's items, by the buffer convention: the first call asks for
+# the count, the second fills a buffer of that size.
+function split_indices(acc::Accelerator, n::Integer, apply_padding::Bool)
+    needed = Ref{Csize_t}(0)
+    status = @acall accel_split_between_processes(acc::Ptr{Cvoid}, Int64(n)::Int64, apply_padding::Bool,
+                                                  C_NULL::Ptr{Int64}, 0::Csize_t,
+                                                  needed::Ptr{Csize_t})::Int32
+    status == 0 && return Int64[]   # nothing to take
+    status == Int32(ERR_BUFFER_TOO_SMALL) || throw_status(status)
+    indices = Vector{Int64}(undef, needed[])
+    got = Ref{Csize_t}(0)
+    @check accel_split_between_processes(acc::Ptr{Cvoid}, Int64(n)::Int64, apply_padding::Bool,
+                                         indices::Ptr{Int64}, length(indices)::Csize_t,
+                                         got::Ptr{Csize_t})
+    resize!(indices, got[])
+end
+
+"""
+    set_trigger!(acc)
+
+Accelerate's set_trigger: raises this process's stop flag (an early stop, a NaN loss) for the next
+`check_trigger`. Local: it communicates nothing and takes no lock, so one rank alone may call it.
+"""
+function set_trigger!(acc::Accelerator)
+    @check accel_set_trigger(acc::Ptr{Cvoid})
+    nothing
+end
+
+"""
+    check_trigger(acc) -> Bool
+
+Accelerate's check_trigger, a collective: `true` on every rank when any rank called `set_trigger!`
+since the last check, and every flag is lowered again (the next check is `false` unless a rank
+sets it again). Call it at the same point of the loop on every rank, so that all stop at the same
+step: `check_trigger(acc) && break`.
+"""
+function check_trigger(acc::Accelerator)
+    @out Bool accel_check_trigger(acc::Ptr{Cvoid})
+end

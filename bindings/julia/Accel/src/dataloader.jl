@@ -3,7 +3,9 @@
 """
     DataLoader(acc, dataset; batch_size = 1, shuffle = false, seed = 0, drop_last = false,
                num_workers = 0, prefetch_factor = 2, split_batches, even_batches,
-               device_placement)
+               device_placement, group_by_length = false,
+               pad_value = 0, padding_side = :right, pad_to_multiple_of = 1,
+               max_length = nothing, truncation = false, mask = :attention_mask)
 
 This process's shard of `dataset`, as Accelerate's prepared DataLoader (see accel.h,
 "Dataloaders"). Options can be changed later with `set!(loader, key, value)` (between epochs).
@@ -14,6 +16,21 @@ lives for one turn of the loop: it is closed when the loader moves on (the loop'
 end, `next_batch`, `set!`, `set_epoch!`, `close`), so the memory of a batch is returned at once;
 copy what you keep (`Array(x)`). `next_batch(loader)` returns a batch you own instead (or
 `nothing` at the end of the epoch).
+
+**Ragged fields** (a dataset with `RaggedField`s): each batch pads every ragged field to its
+longest sample (Julia size `(dims..., padded, batch)`) and, after the dataset's fields, adds one
+field per ragged field, as `mask` says: `:attention_mask`, `Int64` of size `(padded, batch)`, 1 on
+a sample's entries and 0 on padding; `:lengths`, an `Int64` vector of each sample's length (after
+truncation); `:none` (or `nothing`), no field. `for (tokens, label, mask) in loader`.
+`field_count(loader)` counts them. The padding options, for every ragged field (`set_field!` sets
+one field's): `pad_value`; `padding_side` `:right` or `:left` (where the padding goes);
+`pad_to_multiple_of` (the padded length is rounded up to it); `max_length` (`nothing`, or a
+length); `truncation`: with `false` a sample longer than `max_length` fails the batch with an
+`AccelError` (`ERR_SHAPE`) naming the sample and field, counted from 1; with `true` its first
+`max_length` entries are kept. `group_by_length = true` gives batches of similar lengths (the
+Hugging Face Trainer's grouping, by the first ragged field's length, the same global batches
+whatever the number of processes); every sample still comes once per epoch. It asks `lengths`
+for every sample once, at the first epoch.
 """
 mutable struct DataLoader <: Handle
     ptr::Ptr{Cvoid}
@@ -66,10 +83,11 @@ const FOREIGN_THREAD_CALLBACKS = VERSION >= v"1.9"
     set!(object, key, value)
 
 Sets an option of a `DataLoader`, `Optimizer`, `Scheduler` (or a `Config`, as `cfg[key] = value`)
-by key: `set!(loader, :batch_size, 64)`. Values are Bool, numbers, strings or symbols.
+by key: `set!(loader, :batch_size, 64)`. Values are Bool, numbers, strings or symbols (and
+`nothing` for a dataloader's `max_length` and `mask`: "none").
 """
 function set!(loader::DataLoader, key::Union{AbstractString,Symbol}, value)
-    text = c_text(value)
+    text = loader_text(key, value)
     workers = String(key) == "num_workers" ? tryparse(Int, strip(text)) : nothing
     if workers !== nothing && workers > 0 && !FOREIGN_THREAD_CALLBACKS && loader.dataset.source !== nothing
         throw(AccelError(ERR_UNSUPPORTED,
@@ -81,6 +99,43 @@ function set!(loader::DataLoader, key::Union{AbstractString,Symbol}, value)
     paused_gc(loader) do
         @check accel_dataloader_set(loader::Ptr{Cvoid}, c_text(key)::Cstring, text::Cstring)
     end
+    loader.fields = field_count(loader)   # `mask` adds or removes fields
+    loader
+end
+
+# The options whose "none" is Julia's `nothing`.
+const NOTHING_IS_NONE = ("max_length", "mask")
+
+loader_text(key, value) =
+    value === nothing && String(key) in NOTHING_IS_NONE ? "none" : c_text(value)
+
+"""
+    set_field!(loader, field, key, value)
+
+Sets a padding option (`pad_value`, `padding_side`, `pad_to_multiple_of`, `max_length`,
+`truncation`, `mask`; see `DataLoader`) of one ragged field: `field` counts the dataset's fields
+from 1 (`set_field!(loader, 1, :pad_value, -1)`). `set!(loader, key, value)` sets it for every
+ragged field. A field that is not a `RaggedField` throws `ERR_INVALID_ARGUMENT`.
+"""
+function set_field!(loader::DataLoader, field::Integer, key::Union{AbstractString,Symbol}, value)
+    source = loader.dataset.source
+    fields = source === nothing ? nothing : length(source.ragged)
+    if fields === nothing || !any(source.ragged)
+        throw(AccelError(ERR_INVALID_ARGUMENT,
+            "set_field!: padding options apply to ragged fields, and the dataset has none"))
+    end
+    1 <= field <= fields || throw(AccelError(ERR_INVALID_ARGUMENT,
+        "set_field!: field $field is not a field of the dataset: fields count from 1, here 1:$fields"))
+    source.ragged[field] || throw(AccelError(ERR_INVALID_ARGUMENT,
+        "set_field!: field $field is not ragged (fields $(join(findall(source.ragged), ", ")) " *
+        "are): padding options apply to ragged fields only"))
+    text = loader_text(key, value)
+    release_batch!(loader)
+    paused_gc(loader) do
+        @check accel_dataloader_set_field(loader::Ptr{Cvoid}, Csize_t(field - 1)::Csize_t,
+                                          c_text(key)::Cstring, text::Cstring)
+    end
+    loader.fields = field_count(loader)
     loader
 end
 
@@ -106,9 +161,35 @@ function next_batch(loader::DataLoader)
         @acall accel_dataloader_next(loader::Ptr{Cvoid}, fields::Ptr{Ptr{Cvoid}},
                                      length(fields)::Csize_t, count::Ptr{Csize_t})::Int32
     end
-    status == 0 || throw_status(status, take_failure!(loader.dataset.source))
+    status == 0 || throw_batch_status(status, loader)
     count[] == 0 && return nothing
     Tuple(Tensor(fields[i], Val(:own)) for i in 1:count[])
+end
+
+# The failure of accel_dataloader_next, with the dataset function's exception as its cause. The
+# library names samples and fields in its messages as it counts, from 0 ("sample 3, field 0" of a
+# padding error, "returned 1 for index 3" of a failed function): for a Julia function dataset they
+# are given as Julia counts, from 1, as the function saw them.
+function throw_batch_status(status::Integer, loader::DataLoader)
+    source = loader.dataset.source
+    cause = take_failure!(source)
+    try
+        throw_status(status, cause)
+    catch e
+        e isa AccelError && source !== nothing && e.status in (ERR_SHAPE, ERR_CALLBACK) || rethrow()
+        throw(AccelError(e.status, count_from_one(e.message), e.cause))
+    end
+end
+
+function count_from_one(message::AbstractString)
+    message = replace(message, r"\bsample \d+, field \d+" => function (text)
+        m = match(r"sample (\d+), field (\d+)", text)
+        "sample $(parse(Int, m[1]) + 1), field $(parse(Int, m[2]) + 1)"
+    end)
+    replace(message, r"callback returned (-?\d+) for index \d+" => function (text)
+        m = match(r"returned (-?\d+) for index (\d+)", text)
+        "callback returned $(m[1]) for sample $(parse(Int, m[2]) + 1)"
+    end)
 end
 
 # On Julia >= 1.9 a function dataset's workers run Julia code on the library's threads while this

@@ -1,19 +1,45 @@
 # Datasets: from arrays or tensors, from IDX files, and from a Julia function.
 
-# The state of a function dataset, passed to the C trampoline as user_data. The Dataset and every
+# The state of a function dataset, passed to the C trampolines as user_data. The Dataset and every
 # DataLoader over it hold it in a field, so it lives as long as the library may call it: a handle
 # is freed (by close or its finalizer) before what it references can be collected.
 mutable struct SampleSource
     f::Any
     types::Vector{DataType}
-    dims::Vector{Tuple}          # per-sample dims, Julia's order
+    dims::Vector{Tuple}          # per-sample dims, Julia's order; a ragged field's fixed ones
+    ragged::Vector{Bool}         # per field: a RaggedField (its last Julia dimension varies)
+    lengths::Any                 # the lengths function of a dataset with ragged fields, or nothing
     failure::Any                 # (exception, backtrace) of the last failed call, or nothing
     lock::Threads.SpinLock       # workers (Julia >= 1.9) may fail at once
 end
 
 """
+    RaggedField(T, dims...)
+
+A field of a function dataset whose samples differ in length (the tokens of a sentence): each
+sample of it is a Julia array of size `(dims..., n)`, `n` that sample's own length. The varying
+dimension is Julia's **last** (the library's first, `ACCEL_RAGGED`; see the layout rule at
+`Tensor`): `RaggedField(Int64)` is a sequence of `n` tokens (a `Vector`), `RaggedField(Float32, 16)`
+`n` rows of 16 features (16 × n). `n` may be 0.
+
+A batch pads the field to its longest sample (see the padding options of `DataLoader`): Julia size
+`(dims..., padded, batch)`, and adds one field after the dataset's, per ragged field: by default
+the attention mask, `Int64` of size `(padded, batch)` (1 on a sample's entries, 0 on padding).
+"""
+struct RaggedField
+    type::DataType
+    dims::Tuple{Vararg{Int}}     # the fixed dims, Julia's order (the ragged one, last, left out)
+    function RaggedField(T::DataType, dims::Integer...)
+        all(d -> d >= 0, dims) ||
+            throw(ArgumentError("RaggedField($T, $(join(dims, ", "))): a negative dimension"))
+        new(T, Tuple(Int.(dims)))
+    end
+end
+
+"""
     Dataset(arrays_or_tensors...)
     Dataset(f, n, field_type => dims, ...)
+    Dataset(f, n, RaggedField(T, dims...), ...; lengths)
     idx_dataset(paths...)
 
 A dataset: `n` samples, each one row of every field.
@@ -29,6 +55,17 @@ A dataset: `n` samples, each one row of every field.
   `num_workers > 0` the function runs on the dataloader's threads, several at once: that needs
   Julia 1.9 (earlier Julia cannot run Julia code on threads it did not start), so on Julia < 1.9
   a dataloader over a function dataset refuses `num_workers > 0`.
+- Samples of different lengths: fields declared `RaggedField(T, dims...)` and a `lengths`
+  function: `Dataset(n, RaggedField(Int64), Int64 => (); lengths = i -> length(docs[i])) do i,
+  tokens, label ... end` (`tokens .= docs[i]; label[] = labels[i]`). `lengths(i)` returns the length of sample `i`'s ragged field (a tuple of lengths, in field order,
+  when there are several); the fill function then gets arrays of exactly those lengths (Julia size
+  `(dims..., lengths(i))`). Two functions rather than one returning the sample's arrays: the
+  library asks for the lengths of a whole batch before it fills any sample (to know the padded
+  length and write each sample in place), and for every sample's length once with
+  `group_by_length`, so a function returning arrays would run twice per sample or have its
+  results kept. `lengths` should be cheap and give the same answer each time. It runs on the same
+  threads as the fill function (the same `num_workers` rule), and its exceptions fail the
+  iteration the same way.
 
 `length(ds)` is the number of samples, `field_count(ds)` the number of fields.
 """
@@ -69,23 +106,41 @@ end
 
 const FieldSpec = Pair{DataType,<:Tuple}
 
-function Dataset(f::Function, n::Integer, fields::FieldSpec...)
+function Dataset(f::Function, n::Integer, fields::Union{FieldSpec,RaggedField}...; lengths = nothing)
     isempty(fields) && throw(ArgumentError("a dataset needs at least one field (Float32 => (8,), ...)"))
-    types = DataType[first(p) for p in fields]
+    types = DataType[p isa RaggedField ? p.type : first(p) for p in fields]
     for T in types
         T <: Element || throw(AccelError(ERR_DTYPE, "field type $T has no library dtype"))
     end
-    dims = Tuple[Tuple(Int.(last(p))) for p in fields]
-    source = SampleSource(f, types, dims, nothing, Threads.SpinLock())
+    ragged = Bool[p isa RaggedField for p in fields]
+    dims = Tuple[p isa RaggedField ? p.dims : Tuple(Int.(last(p))) for p in fields]
+    if any(ragged)
+        lengths === nothing && throw(ArgumentError(
+            "a dataset with a RaggedField needs the keyword `lengths`: a function of the sample " *
+            "index giving its length (a tuple of lengths, in field order, for several ragged fields)"))
+    elseif lengths !== nothing
+        throw(ArgumentError("`lengths` is for datasets with a RaggedField, and no field is ragged"))
+    end
+    source = SampleSource(f, types, dims, ragged, lengths, nothing, Threads.SpinLock())
     dtypes = Int32[Int32(dtype_of(T)) for T in types]
-    dim_counts = Csize_t[length(d) for d in dims]
-    flat = Int64[x for d in dims for x in reverse(d)]
+    # The library's per-sample dims: Julia's reversed, ACCEL_RAGGED (-1) first for a ragged field.
+    library_dims = [r ? Int64[-1; reverse(collect(Int64, d))] : collect(Int64, reverse(d))
+                    for (r, d) in zip(ragged, dims)]
+    dim_counts = Csize_t[length(d) for d in library_dims]
+    flat = reduce(vcat, library_dims; init = Int64[])
     dataset = GC.@preserve source begin
-        @out Ptr{Cvoid} accel_dataset_from_callback(Int64(n)::Int64, length(fields)::Csize_t,
-                                                    dtypes::Ptr{Int32}, dim_counts::Ptr{Csize_t},
-                                                    flat::Ptr{Int64}, SAMPLE_TRAMPOLINE[]::Ptr{Cvoid},
-                                                    pointer_from_objref(source)::Ptr{Cvoid},
-                                                    C_NULL::Ptr{Cvoid})
+        if any(ragged)
+            @out Ptr{Cvoid} accel_dataset_from_ragged_callback(Int64(n)::Int64, length(fields)::Csize_t,
+                dtypes::Ptr{Int32}, dim_counts::Ptr{Csize_t}, flat::Ptr{Int64},
+                LENGTH_TRAMPOLINE[]::Ptr{Cvoid}, SAMPLE_TRAMPOLINE[]::Ptr{Cvoid},
+                pointer_from_objref(source)::Ptr{Cvoid}, C_NULL::Ptr{Cvoid})
+        else
+            @out Ptr{Cvoid} accel_dataset_from_callback(Int64(n)::Int64, length(fields)::Csize_t,
+                                                        dtypes::Ptr{Int32}, dim_counts::Ptr{Csize_t},
+                                                        flat::Ptr{Int64}, SAMPLE_TRAMPOLINE[]::Ptr{Cvoid},
+                                                        pointer_from_objref(source)::Ptr{Cvoid},
+                                                        C_NULL::Ptr{Cvoid})
+        end
     end
     Dataset(dataset, source)
 end
@@ -99,22 +154,71 @@ function sample_trampoline(index::Int64, buffers::Ptr{Ptr{Cvoid}}, sizes::Ptr{Cs
     try
         arrays = map(1:Int(count)) do i
             T, dims = source.types[i], source.dims[i]
-            expected = sizeof(T) * prod(dims)
-            got = unsafe_load(sizes, i)
-            got == expected || error("field $i: the library gives $got bytes, $T$dims needs $expected")
+            got = Int(unsafe_load(sizes, i))
+            row = sizeof(T) * prod(dims)
+            if source.ragged[i]
+                # The sample's length, from the buffer's size (rows of no bytes: asked again).
+                n = row == 0 ? ragged_lengths(source, index + 1)[count_ragged(source, i)] : div(got, row)
+                row == 0 || got % row == 0 ||
+                    error("field $i: the library gives $got bytes, not a whole number of $T$dims rows")
+                dims = (dims..., n)
+            else
+                got == row || error("field $i: the library gives $got bytes, $T$dims needs $row")
+            end
             unsafe_wrap(Array, Ptr{T}(unsafe_load(buffers, i)), dims; own = false)
         end
         source.f(index + 1, arrays...)
         return Int32(0)
     catch exception
-        lock(source.lock)
-        source.failure = (exception, catch_backtrace())
-        unlock(source.lock)
+        keep_failure!(source, exception, catch_backtrace())
         return Int32(1)
     end
 end
 
+# Called by the library for the lengths of a sample of a dataset with ragged fields, before its
+# fill: lengths[f] for each ragged field f.
+function length_trampoline(index::Int64, lengths::Ptr{Int64}, count::Csize_t,
+                           user_data::Ptr{Cvoid})::Int32
+    source = unsafe_pointer_to_objref(user_data)::SampleSource
+    try
+        Int(count) == length(source.ragged) ||
+            error("the library asks for $(Int(count)) fields' lengths; the dataset has $(length(source.ragged))")
+        values = ragged_lengths(source, index + 1)
+        k = 0
+        for f in 1:Int(count)
+            source.ragged[f] || continue
+            k += 1
+            unsafe_store!(lengths, values[k], f)
+        end
+        return Int32(0)
+    catch exception
+        keep_failure!(source, exception, catch_backtrace())
+        return Int32(1)
+    end
+end
+
+# The lengths function's answer for sample i (1-based): one Int64 per ragged field, in field order.
+function ragged_lengths(source::SampleSource, i::Integer)
+    reported = source.lengths(i)
+    wanted = count(source.ragged)
+    values = reported isa Integer ? (reported,) : Tuple(reported)
+    length(values) == wanted || error("lengths($i) returned $(repr(reported)): the dataset has " *
+        "$wanted ragged field$(wanted == 1 ? "" : "s"), so it returns " *
+        (wanted == 1 ? "one length" : "a tuple of $wanted lengths, in field order"))
+    map(v -> Int64(v), values)
+end
+
+# Which ragged field (1st, 2nd, ...) field i is.
+count_ragged(source::SampleSource, i::Integer) = count(view(source.ragged, 1:i))
+
+function keep_failure!(source::SampleSource, exception, backtrace)
+    lock(source.lock)
+    source.failure = (exception, backtrace)
+    unlock(source.lock)
+end
+
 const SAMPLE_TRAMPOLINE = Ref{Ptr{Cvoid}}(C_NULL)
+const LENGTH_TRAMPOLINE = Ref{Ptr{Cvoid}}(C_NULL)
 
 # The failure a dataset function left, taken once.
 function take_failure!(source::Union{Nothing,SampleSource})

@@ -1,6 +1,7 @@
 # The rank programs of the multi-process tests, run under `accel launch`:
 #   julia --project=... test/ranks.jl train        300 steps on Fashion-MNIST; the loss falls and
-#                                                  every parameter is equal on every rank
+#                                                  every parameter is equal on every rank; then, on
+#                                                  two ranks, split_between_processes and the trigger
 #   julia --project=... test/ranks.jl equiv B OUT  20 SGD steps of global batch 64 as ranks x B;
 #                                                  the main rank writes the parameters to OUT
 using Accel
@@ -57,8 +58,32 @@ function rank_train()
         # One write: the ranks share the launcher's pipe, and println writes the newline apart.
         print("rank $rank: the loss fell, parameters equal on every rank\n")
         flush(stdout)
+        world == 2 && split_and_trigger(acc)
         wait_for_everyone(acc)
     end
+end
+
+# Two ranks: three items split [1, 2] | [3], padded [1, 2] | [3, 3] (arrays and tensors alike);
+# a trigger set by rank 1 alone is seen by the check on both ranks, and lowered after it.
+function split_and_trigger(acc)
+    rank = process_index(acc)
+    items = split_between_processes(acc, [1, 2, 3])
+    padded = split_between_processes(acc, [1, 2, 3]; apply_padding = true)
+    words = split_between_processes(acc, ["a", "b", "c"]; apply_padding = true)
+    rows = split_between_processes(acc, [1 2 3; 10 20 30]; apply_padding = true)   # 3 library rows
+    tensor = Tensor(t -> split_between_processes(Array, acc, t), Int64[1, 2, 3])
+    expected = rank == 0 ? ([1, 2], [1, 2], ["a", "b"], [1 2; 10 20], [1, 2]) :
+                           ([3], [3, 3], ["c", "c"], [3 3; 30 30], [3])
+    (items, padded, words, rows, tensor) == expected ||
+        error("rank $rank: split gave $((items, padded, words, rows, tensor)), not $expected")
+    gather_object(acc, (items, padded)) == [([1, 2], [1, 2]), ([3], [3, 3])] ||
+        error("rank $rank: the ranks' splits do not make [1, 2] | [3]")
+    rank == 1 && set_trigger!(acc)
+    seen = check_trigger(acc)
+    again = check_trigger(acc)
+    seen && !again || error("rank $rank: check_trigger gave $seen then $again, not true then false")
+    print("rank $rank: split $items, padded $padded; the trigger of rank 1 seen, then lowered\n")
+    flush(stdout)
 end
 
 # No dropout, no shuffle: the parameters depend only on the global batch, not on how many
