@@ -816,6 +816,63 @@ ACCEL_API accel_status accel_dataset_from_ragged_callback(
     const int64_t* dims, accel_sample_length_fn lengths, accel_sample_fn fn, void* user_data,
     accel_release_fn release, accel_dataset** out);
 
+/** A sample being written by an accel_stream_fn; valid only during that call. */
+typedef struct accel_sample accel_sample;
+
+/**
+ * Writes field `field` of the sample: `size` bytes at `data` (copied), in the field's dtype and
+ * per-sample shape, row-major. A fixed field takes exactly one sample's bytes; a ragged field any
+ * whole number of rows (its length; 0 allowed, `data` may then be NULL). A wrong size is
+ * ACCEL_ERR_SHAPE naming the sample and field; a field out of range ACCEL_ERR_INVALID_ARGUMENT.
+ * Writing a field again replaces it.
+ */
+ACCEL_API accel_status accel_sample_set_field(accel_sample* sample, size_t field, const void* data,
+                                              size_t size);
+
+/**
+ * Produces the next sample of a stream: sample `position` (0, 1, 2, ... in order) of epoch `epoch`.
+ * Position 0 means the stream starts again from its beginning (each epoch does, and so does a
+ * dataloader resuming at a saved position: it reads the samples before that position and drops
+ * them). Writes every field with accel_sample_set_field and returns 0; returns 1 when the stream
+ * has no more samples (nothing written); anything else is a failure: the dataloader call that
+ * needed the sample fails with ACCEL_ERR_CALLBACK.
+ *
+ * Threads: never called on two threads at once, and always in order. With num_workers 0 it runs on
+ * the thread that calls accel_dataloader_next; otherwise on the dataloader's reading thread, which
+ * reads up to num_workers x prefetch_factor global batches ahead. With dispatch_batches it runs on
+ * the main process only. What it may call is as for accel_sample_fn.
+ */
+typedef int32_t (*accel_stream_fn)(int64_t epoch, int64_t position, accel_sample* sample,
+                                   void* user_data);
+
+/**
+ * A stream: a dataset with no known length, read in order (an IterableDataset). Fields as in
+ * accel_dataset_from_ragged_callback (ACCEL_RAGGED marks a ragged field; the length is what
+ * accel_sample_set_field is given). accel_dataset_sample_count reports -1.
+ *
+ * A dataloader shards a stream as Accelerate does (dataloader option dispatch_batches, default true
+ * for a stream, as Accelerate's default): with dispatch_batches the main process reads P batches
+ * of batch_size (one when split_batches) and sends every process its rows (every process then
+ * calls accel_dataloader_next together: it is a collective); without it every process reads the
+ * whole stream and takes its slice of each global batch (IterableDatasetShard). The last global
+ * batch is dropped with drop_last, else completed from the epoch's first global batch (even_batches
+ * does not apply). batch_count is -1; remainder is known at the last batch. After a failure the
+ * position stays at the samples of the batches already returned, and the next call reads the
+ * stream again from its start up to there and goes on. group_by_length is not available
+ * (ACCEL_ERR_UNSUPPORTED).
+ */
+ACCEL_API accel_status accel_dataset_from_stream(size_t field_count, const accel_dtype* dtypes,
+                                                 const size_t* dim_counts, const int64_t* dims,
+                                                 accel_stream_fn fn, void* user_data,
+                                                 accel_release_fn release, accel_dataset** out);
+
+/**
+ * A stream of the lines of a text file, read lazily (again from the start each epoch): one sample
+ * per line, a single ragged uint8 field holding the line's bytes without its newline (nor a
+ * carriage return before it). An unreadable file is ACCEL_ERR_IO naming it.
+ */
+ACCEL_API accel_status accel_dataset_from_text_lines(const char* path, accel_dataset** out);
+
 /**
  * A dataset from IDX files (the MNIST family: Debian's dataset-fashion-mnist installs them under
  * /usr/share/datasets/fashion-mnist/), plain or gzip-compressed, one field per file, each in the
@@ -826,7 +883,7 @@ ACCEL_API accel_status accel_dataset_from_ragged_callback(
 ACCEL_API accel_status accel_dataset_from_idx(const char* const* paths, size_t count,
                                               accel_dataset** out);
 
-/** Number of samples. */
+/** Number of samples; -1 for a stream. */
 ACCEL_API accel_status accel_dataset_sample_count(const accel_dataset* dataset, int64_t* out);
 
 /** Number of fields per sample. */
@@ -855,7 +912,9 @@ ACCEL_API void accel_dataset_free(accel_dataset* dataset);
  * Options (accel_dataloader_set, between epochs):
  *   batch_size (1), shuffle (false), seed (0), drop_last (false), num_workers (0),
  *   prefetch_factor (2, batches in flight per worker), split_batches and even_batches (the
- *   accelerator's configuration: false, true), device_placement (true), group_by_length (false).
+ *   accelerator's configuration: false, true), device_placement (true), group_by_length (false),
+ *   dispatch_batches (auto: true for a stream, which is the only kind libaccel dispatches;
+ *   see accel_dataset_from_stream).
  *
  * group_by_length (a dataset with a ragged field): the Hugging Face Trainer's length grouping. The
  * epoch's order (shuffled or not) is cut into megabatches of m global batches (m = samples /
@@ -909,7 +968,7 @@ ACCEL_API accel_status accel_dataloader_next(accel_dataloader* loader, accel_ten
 /** Number of fields per batch: the dataset's, then the masks its ragged fields add. */
 ACCEL_API accel_status accel_dataloader_field_count(const accel_dataloader* loader, size_t* out);
 
-/** Batches this process gets in a whole epoch. */
+/** Batches this process gets in a whole epoch; -1 for a stream (unknown). */
 ACCEL_API accel_status accel_dataloader_batch_count(const accel_dataloader* loader, int64_t* out);
 
 /** Sets the epoch the next iteration uses (its shuffle); ends an iteration in progress. */

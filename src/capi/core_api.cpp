@@ -74,6 +74,8 @@ const char* tag_name(uint32_t tag) noexcept {
       return "accel_tensor_list";
     case Tag::kStateWriter:
       return "accel_state_writer";
+    case Tag::kSample:
+      return "accel_sample";
     case Tag::kFreed:
       return "a handle that was already freed";
   }

@@ -121,6 +121,37 @@ ACCEL_API accel_status accel_dataset_from_ragged_callback(
   });
 }
 
+ACCEL_API accel_status accel_sample_set_field(accel_sample* sample, size_t field, const void* data,
+                                              size_t size) {
+  return guarded([&] { checked(sample, "sample")->writer->set_field(field, data, size); });
+}
+
+ACCEL_API accel_status accel_dataset_from_stream(size_t field_count, const accel_dtype* dtypes,
+                                                 const size_t* dim_counts, const int64_t* dims,
+                                                 accel_stream_fn fn, void* user_data,
+                                                 accel_release_fn release, accel_dataset** out) {
+  return guarded([&] {
+    require(out, "out");
+    auto fields = field_specs(field_count, dtypes, dim_counts, dims, true);
+    if (!fn) fail(Errc::invalid_argument, "fn is NULL");
+    auto call = [fn, user_data](int64_t epoch, int64_t position, accel::data::SampleWriter& w) {
+      accel_sample sample;
+      sample.writer = &w;
+      return fn(epoch, position, &sample, user_data);
+    };
+    *out = new_dataset(
+        [&] { return accel::data::callback_stream(std::move(fields), call, release, user_data); });
+  });
+}
+
+ACCEL_API accel_status accel_dataset_from_text_lines(const char* path, accel_dataset** out) {
+  return guarded([&] {
+    require(out, "out");
+    require(path, "path");
+    *out = new_dataset([&] { return accel::data::text_lines_stream(path); });
+  });
+}
+
 ACCEL_API accel_status accel_dataset_from_idx(const char* const* paths, size_t count,
                                               accel_dataset** out) {
   return guarded([&] {

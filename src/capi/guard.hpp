@@ -48,6 +48,7 @@ enum class Tag : uint32_t {
   kScheduler = 0xACC10009u,
   kTensorList = 0xACC1000Au,
   kStateWriter = 0xACC1000Bu,
+  kSample = 0xACC1000Cu,
   kFreed = 0xACC1DEADu,
 };
 

@@ -14,6 +14,7 @@
 #include "config/config.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
+#include "data/stream.hpp"
 #include "prepare/session.hpp"
 #include "runtime/accelerator.hpp"
 
@@ -95,6 +96,12 @@ struct accel_state_writer {
   std::string bytes;
 };
 
+// Lives on the stack of a stream callback's call: the sample it writes.
+struct accel_sample {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kSample);
+  accel::data::SampleWriter* writer = nullptr;
+};
+
 namespace accel::capi {
 template <>
 inline Tag tag_of<accel_config>() {
@@ -139,6 +146,10 @@ inline Tag tag_of<accel_tensor_list>() {
 template <>
 inline Tag tag_of<accel_state_writer>() {
   return Tag::kStateWriter;
+}
+template <>
+inline Tag tag_of<accel_sample>() {
+  return Tag::kSample;
 }
 
 // The ABI's dtypes and LibTorch's. to_scalar_type is false for a value that is not an accel_dtype;

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "common/error.hpp"
+#include "data/collate.hpp"
 
 namespace accel::data {
 
@@ -46,13 +47,6 @@ struct InCallback {
 
 void check_stop(const std::atomic<bool>* stop) {
   if (stop && stop->load(std::memory_order_acquire)) throw Cancelled{};
-}
-
-// Bytes of one row of a field: one sample of a fixed field, one step of a ragged one.
-size_t row_bytes(const FieldSpec& f) {
-  size_t n = c10::elementSize(f.dtype);
-  for (size_t d = f.ragged ? 1 : 0; d < f.shape.size(); ++d) n *= static_cast<size_t>(f.shape[d]);
-  return n;
 }
 
 class CallbackDataset final : public Dataset {
@@ -111,7 +105,7 @@ class CallbackDataset final : public Dataset {
       out.push_back(at::full(shape, padding[f].pad_value, options));
     }
     fill(indices, padding, lengths, kept, padded, out, stop);
-    append_masks(padding, kept, padded, out);
+    append_masks(fields_, padding, kept, padded, out);
     return out;
   }
 
@@ -197,26 +191,6 @@ class CallbackDataset final : public Dataset {
     std::memcpy(dst, scratch.data(), row * static_cast<size_t>(keep));
   }
 
-  void append_masks(const std::vector<FieldPadding>& padding,
-                    const std::vector<std::vector<int64_t>>& kept,
-                    const std::vector<int64_t>& padded, std::vector<at::Tensor>& out) const {
-    for (size_t f = 0; f < fields_.size(); ++f) {
-      if (!ragged_[f] || padding[f].mask == PadMask::none) continue;
-      const auto batch = static_cast<int64_t>(kept[f].size());
-      if (padding[f].mask == PadMask::lengths) {
-        out.push_back(at::tensor(kept[f], at::kLong));
-        continue;
-      }
-      at::Tensor mask = at::zeros({batch, padded[f]}, at::kLong);
-      auto* m = mask.data_ptr<int64_t>();
-      for (int64_t s = 0; s < batch; ++s) {
-        const int64_t keep = kept[f][static_cast<size_t>(s)];
-        std::fill_n(m + s * padded[f] + first_row(padding[f], keep, padded[f]), keep, 1);
-      }
-      out.push_back(mask);
-    }
-  }
-
   int64_t length_;
   std::vector<FieldSpec> fields_;
   std::vector<bool> ragged_;
@@ -257,6 +231,10 @@ std::shared_ptr<Dataset> tensor_dataset(std::vector<at::Tensor> fields) {
 
 bool in_sample_callback() {
   return t_callback_depth > 0;
+}
+
+void mark_sample_callback(bool entering) {
+  t_callback_depth += entering ? 1 : -1;
 }
 
 std::shared_ptr<Dataset> callback_dataset(int64_t length, std::vector<FieldSpec> fields,

@@ -19,6 +19,8 @@ class Dataset {
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
   virtual size_t num_fields() const = 0;
+  // A stream (stream.hpp) has no known length (size() is -1) and is read in order, not by index.
+  virtual bool is_stream() const { return false; }
   // Per field: true when its first per-sample dimension varies from sample to sample.
   virtual std::vector<bool> ragged_fields() const { return std::vector<bool>(num_fields()); }
   // The length of sample `index`'s first ragged field (what length grouping sorts by). Only for a
@@ -40,6 +42,8 @@ struct Cancelled {};
 // True on a thread that is running a dataset's sample callback: the calls such a callback may not
 // make (into its dataloader, or into a training family that may be waiting for it) check this.
 bool in_sample_callback();
+// Marks the calling thread as entering (true) or leaving (false) a host's sample callback.
+void mark_sample_callback(bool entering);
 
 // Fields held in memory; every field's first dimension is the number of samples.
 std::shared_ptr<Dataset> tensor_dataset(std::vector<at::Tensor> fields);

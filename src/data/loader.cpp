@@ -50,6 +50,7 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderPlace place, Load
   dataset_size_ = dataset_ ? dataset_->size() : 0;
   if (dataset_) ragged_ = dataset_->ragged_fields();
   padding_.resize(ragged_.size());
+  stream_dataset_ = std::dynamic_pointer_cast<const StreamDataset>(dataset_);
 }
 
 DataLoader::~DataLoader() {
@@ -91,8 +92,17 @@ void DataLoader::set_option(const std::string& key, const std::string& value) {
     o.even_batches = parse_flag(key, value);
   } else if (key == "device_placement") {
     o.device_placement = parse_flag(key, value);
+  } else if (key == "dispatch_batches") {
+    o.dispatch_batches = value == "auto" ? -1 : parse_flag(key, value) ? 1 : 0;
+    if (o.dispatch_batches == 1 && !stream_dataset_)
+      fail(Errc::unsupported,
+           "dispatch_batches: libaccel dispatches streams only (accel_dataset_from_stream); a "
+           "dataset of known length is sharded by index on every process");
   } else if (key == "group_by_length") {
     o.group_by_length = parse_flag(key, value);
+    if (o.group_by_length && stream_dataset_)
+      fail(Errc::unsupported,
+           "group_by_length sorts the whole epoch by length, and a stream has no known length");
     if (o.group_by_length && std::find(ragged_.begin(), ragged_.end(), true) == ragged_.end())
       fail(Errc::invalid_argument,
            "group_by_length sorts by the length of the first ragged field, and this dataset has "
@@ -111,7 +121,8 @@ void DataLoader::set_option(const std::string& key, const std::string& value) {
     fail(Errc::invalid_argument,
          "unknown dataloader option '" + key +
              "'; known: batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, "
-             "split_batches, even_batches, device_placement, group_by_length, and for ragged "
+             "split_batches, even_batches, device_placement, group_by_length, dispatch_batches, "
+             "and for ragged "
              "fields pad_value, padding_side, pad_to_multiple_of, max_length, truncation, mask");
   }
   ShardSpec s = spec();
@@ -140,7 +151,7 @@ void DataLoader::set_field_option(size_t field, const std::string& key, const st
 
 ShardSpec DataLoader::spec() const {
   ShardSpec s;
-  s.dataset_size = dataset_size_;
+  s.dataset_size = std::max<int64_t>(dataset_size_, 0);  // a stream's is unknown (-1)
   s.batch_size = options_.batch_size;
   s.num_processes = place_.world_size;
   s.process_index = place_.rank;
@@ -163,7 +174,7 @@ size_t DataLoader::num_fields() const {
 int64_t DataLoader::length() const {
   auto lock = enter();
   check_open();
-  return shard_length(spec(), 0);
+  return stream_dataset_ ? -1 : shard_length(spec(), 0);
 }
 
 int64_t DataLoader::epoch() const {
@@ -175,12 +186,14 @@ int64_t DataLoader::epoch() const {
 bool DataLoader::end_of_dataloader() const {
   auto lock = enter();
   check_open();
+  if (stream_dataset_) return iterating_ && stream_last_;
   return iterating_ && next_ == plan_.size();
 }
 
 int64_t DataLoader::remainder() const {
   auto lock = enter();
   check_open();
+  if (stream_dataset_) return iterating_ && stream_last_ ? stream_kept_ : -1;
   return data::remainder(spec(), iterating_ ? start_ : 0);
 }
 
@@ -196,11 +209,13 @@ void DataLoader::skip_first_batches(int64_t n) {
   check_open();
   if (n < 0) fail(Errc::invalid_argument, "skip_first_batches: n is negative");
   end_iteration();
-  start_ = std::min(dataset_size_, n * global_batch_size(spec()));
+  const int64_t skipped = n * global_batch_size(spec());
+  start_ = stream_dataset_ ? skipped : std::min(dataset_size_, skipped);
 }
 
 std::pair<int64_t, int64_t> DataLoader::cursor_locked() const {
   if (!iterating_) return {epoch_, start_};
+  if (stream_dataset_) return {epoch_, stream_consumed_};
   const int64_t consumed = start_ + static_cast<int64_t>(next_) * global_batch_size(spec());
   return {epoch_, std::min(consumed, dataset_size_)};
 }
@@ -217,6 +232,7 @@ std::pair<int64_t, int64_t> DataLoader::checkpoint_cursor() const {
 }
 
 void DataLoader::check_cursor(int64_t epoch, int64_t samples) const {
+  if (stream_dataset_ && epoch >= 0 && samples >= 0) return;  // a stream's length is unknown
   if (epoch < 0 || samples < 0 || samples > dataset_size_)
     fail(Errc::invalid_argument,
          "set_position: epoch " + std::to_string(epoch) + ", samples " + std::to_string(samples) +
@@ -268,6 +284,19 @@ std::vector<int64_t> DataLoader::epoch_plan_order(const ShardSpec& s) {
 }
 
 void DataLoader::begin_iteration() {
+  if (stream_dataset_) {
+    // Only the main process reads a dispatched stream; the others receive its batches.
+    if (!dispatching() || place_.rank == 0)
+      stream_ = std::make_unique<StreamIteration>(
+          stream_dataset_, stream_spec(), padding_, epoch_, start_,
+          options_.num_workers > 0 ? options_.num_workers * options_.prefetch_factor : 0);
+    stream_consumed_ = start_;
+    stream_last_ = false;
+    stream_kept_ = -1;
+    iterating_ = true;
+    if (place_.state) place_.state->begin(this, -1);
+    return;
+  }
   const ShardSpec s = spec();
   plan_ = shard_batches(s, epoch_plan_order(s), start_);
   next_ = 0;
@@ -286,6 +315,7 @@ void DataLoader::begin_iteration() {
 
 void DataLoader::end_iteration() {
   stop_workers();
+  stream_.reset();  // stops its reading thread
   if (iterating_ && place_.state) place_.state->end(this);
   iterating_ = false;
   plan_.clear();
@@ -308,21 +338,24 @@ void DataLoader::stop_workers() {
 std::vector<at::Tensor> DataLoader::produce(size_t k, const std::atomic<bool>* stop) const {
   Producing marked(this);
   auto batch = dataset_->get_batch(plan_[k], padding_, stop);
+  place_on_device(batch);
+  return batch;
+}
+
+void DataLoader::place_on_device(std::vector<at::Tensor>& batch) const {
   // To a GPU through pinned host memory, without blocking: the copy overlaps the host's work
   // and the step that uses the batch is queued behind it on the same stream. The pinned staging
   // block comes from LibTorch's caching host allocator, which reuses it only once the copy that
   // reads it has completed.
-  if (options_.device_placement && place_.device != "cpu") {
-    const at::Device device(place_.device);
-    for (auto& t : batch) {
-      if (!t.device().is_cpu()) {
-        t = t.to(device);
-        continue;
-      }
-      t = (t.is_pinned() ? t : t.pin_memory()).to(device, /*non_blocking=*/true);
+  if (!options_.device_placement || place_.device == "cpu") return;
+  const at::Device device(place_.device);
+  for (auto& t : batch) {
+    if (!t.device().is_cpu()) {
+      t = t.to(device);
+      continue;
     }
+    t = (t.is_pinned() ? t : t.pin_memory()).to(device, /*non_blocking=*/true);
   }
-  return batch;
 }
 
 void DataLoader::worker_loop() {
@@ -354,6 +387,7 @@ void DataLoader::worker_loop() {
 bool DataLoader::next(std::vector<at::Tensor>& out) {
   auto lock = enter();
   check_open();
+  if (stream_dataset_) return next_stream(out);
   if (!iterating_) begin_iteration();
   if (next_ >= plan_.size()) {
     // A whole pass: the epoch advances (Accelerate increments only after a complete pass).
@@ -387,6 +421,99 @@ bool DataLoader::next(std::vector<at::Tensor>& out) {
   if (next_ == plan_.size() && place_.state) place_.state->set_end_of_dataloader(this, true);
   out = std::move(slot.batch);
   return true;
+}
+
+bool DataLoader::dispatching() const {
+  const bool on = options_.dispatch_batches < 0 ? true : options_.dispatch_batches == 1;
+  return stream_dataset_ && on && place_.world_size > 1;
+}
+
+StreamSpec DataLoader::stream_spec() const {
+  StreamSpec s;
+  s.batch_size = options_.batch_size;
+  s.num_processes = place_.world_size;
+  s.process_index = place_.rank;
+  s.split_batches = options_.split_batches;
+  s.drop_last = options_.drop_last;
+  s.dispatch = dispatching();
+  return s;
+}
+
+bool DataLoader::next_stream(std::vector<at::Tensor>& out) {
+  if (!iterating_) begin_iteration();
+  std::optional<StreamStep> step;
+  try {
+    Producing marked(this);
+    step = dispatching() ? dispatch_step() : stream_->next();
+  } catch (...) {
+    // What the program was given stays consumed: the next call reads the stream again from its
+    // start up to there and goes on.
+    start_ = stream_consumed_;
+    end_iteration();
+    throw;
+  }
+  if (!step) {
+    end_iteration();
+    ++epoch_;
+    start_ = 0;
+    return false;
+  }
+  stream_consumed_ = step->consumed;
+  stream_last_ = step->last;
+  stream_kept_ = step->kept;
+  if (step->last && place_.state) {
+    place_.state->set_end_of_dataloader(this, true);
+    place_.state->set_remainder(this, step->kept);
+  }
+  if (dispatching()) {
+    const auto rows = step->fields.empty() ? 0 : step->fields.front().size(0);
+    const auto [begin, end] = dispatch_rows(rows, step->share, place_.rank);
+    for (auto& t : step->fields) t = t.narrow(0, begin, end - begin).contiguous();
+  }
+  out = std::move(step->fields);
+  place_on_device(out);
+  return true;
+}
+
+std::optional<StreamStep> DataLoader::dispatch_step() {
+  if (!place_.broadcast) fail(Errc::internal, "a dispatching dataloader has no way to broadcast");
+  // info: status (0 a batch, 1 the end, 2 a failure), share, last, kept, consumed, field count.
+  std::vector<int64_t> info(6, 0);
+  std::vector<at::Tensor> fields;
+  std::string message;
+  std::exception_ptr error;
+  if (place_.rank == 0) {
+    std::optional<StreamStep> step;
+    try {
+      step = stream_->next();
+    } catch (const std::exception& e) {
+      error = std::current_exception();
+      message = e.what();
+    } catch (...) {
+      error = std::current_exception();
+      message = "an unknown failure";
+    }
+    if (error) {
+      info[0] = 2;
+    } else if (!step) {
+      info[0] = 1;
+    } else {
+      info = {0,          step->share,    step->last ? 1 : 0,
+              step->kept, step->consumed, static_cast<int64_t>(step->fields.size())};
+      fields = std::move(step->fields);
+    }
+  }
+  place_.broadcast(info, fields, message);  // every rank, also when the main process failed
+  if (error) std::rethrow_exception(error);
+  if (info[0] == 2) fail(Errc::callback, "the main process could not read the stream: " + message);
+  if (info[0] == 1) return std::nullopt;
+  StreamStep step;
+  step.share = info[1];
+  step.last = info[2] != 0;
+  step.kept = info[3];
+  step.consumed = info[4];
+  step.fields = std::move(fields);
+  return step;
 }
 
 }  // namespace accel::data

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@
 
 #include "data/dataset.hpp"
 #include "data/shard.hpp"
+#include "data/stream_loader.hpp"
 #include "runtime/gradient_state.hpp"
 
 namespace accel::data {
@@ -32,6 +34,7 @@ struct LoaderOptions {
   bool even_batches = true;
   bool device_placement = true;
   bool group_by_length = false;  // batches of similar lengths (Hugging Face's group_by_length)
+  int dispatch_batches = -1;     // streams: -1 auto (on for a stream, as Accelerate), 0 off, 1 on
 };
 
 struct LoaderPlace {
@@ -39,6 +42,12 @@ struct LoaderPlace {
   int world_size = 1;
   std::string device = "cpu";
   std::shared_ptr<runtime::GradientState> state;
+  // A collective from the main process to every rank, for dispatch_batches: `info` (its size is
+  // the same everywhere), `fields` (any shapes) and `message` travel from rank 0. Unset in a world
+  // of one.
+  std::function<void(std::vector<int64_t>& info, std::vector<at::Tensor>& fields,
+                     std::string& message)>
+      broadcast;
 };
 
 // Thread rules: every public function takes the loader's own lock, so calls from several threads
@@ -99,6 +108,13 @@ class DataLoader {
   void stop_workers();
   void worker_loop();
   std::vector<at::Tensor> produce(size_t k, const std::atomic<bool>* stop) const;
+  void place_on_device(std::vector<at::Tensor>& batch) const;
+  // Streams (stream_loader.hpp): one pass, and with dispatch_batches the main process's batch
+  // sent to every rank.
+  bool dispatching() const;
+  StreamSpec stream_spec() const;
+  bool next_stream(std::vector<at::Tensor>& out);
+  std::optional<StreamStep> dispatch_step();
   std::vector<int64_t> epoch_plan_order(const ShardSpec& s);
   // Takes the call lock after checking the caller is allowed in; throws accel::Error(state).
   std::unique_lock<std::mutex> enter() const;
@@ -112,6 +128,12 @@ class DataLoader {
   std::vector<bool> ragged_;
   std::vector<FieldPadding> padding_;  // one per dataset field; used for the ragged ones
   std::vector<int64_t> lengths_;       // every sample's length, once length grouping needs them
+  std::shared_ptr<const StreamDataset> stream_dataset_;  // set when the dataset is a stream
+  std::unique_ptr<StreamIteration> stream_;  // the pass in progress (none on non-main ranks when
+                                             // dispatching: they receive)
+  int64_t stream_consumed_ = 0;              // stream positions behind the batches handed out
+  bool stream_last_ = false;                 // the batch in use is the epoch's last
+  int64_t stream_kept_ = -1;                 // real samples of that last global batch
   bool closed_ = false;
 
   int64_t epoch_ = 0;

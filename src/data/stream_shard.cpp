@@ -33,6 +33,7 @@ std::vector<int64_t> shard_take(const StreamSpec& s, std::vector<int64_t> batch,
   const int64_t share = s.split_batches ? s.batch_size / s.num_processes : s.batch_size;
   if (static_cast<int64_t>(batch.size()) < global) {
     if (s.drop_last || batch.empty()) return {};
+    if (s.num_processes == 1) return batch;  // one process is not sharded: the short batch stays
     const std::vector<int64_t> pad = first.empty() ? batch : first;
     while (static_cast<int64_t>(batch.size()) < global)
       batch.insert(batch.end(), pad.begin(), pad.end());
@@ -40,26 +41,39 @@ std::vector<int64_t> shard_take(const StreamSpec& s, std::vector<int64_t> batch,
   return slice(batch, share * s.process_index, share);
 }
 
-std::vector<int64_t> dispatch_take(const StreamSpec& s, std::vector<int64_t> batch,
+std::vector<int64_t> dispatch_take(const StreamSpec& s, const std::vector<int64_t>& batch,
                                    const std::vector<int64_t>& first, bool last) {
-  batch = stream_kept(s, batch);
-  if (batch.empty()) return {};
-  const auto P = static_cast<int64_t>(s.num_processes);
-  const auto rows = static_cast<int64_t>(batch.size());
-  int64_t share = rows / P;
-  if (!s.drop_last && last && rows % P != 0) {
-    // The first P rows of the epoch's first global batch (fewer if it had fewer).
-    const std::vector<int64_t>& head = first.empty() ? batch : first;
-    batch.insert(batch.end(), head.begin(), head.begin() + std::min<int64_t>(P, head.size()));
-    ++share;
-  }
-  const int64_t begin = share * s.process_index;
-  const int64_t count =
-      std::max<int64_t>(0, std::min<int64_t>(share, static_cast<int64_t>(batch.size()) - begin));
-  return slice(batch, std::min<int64_t>(begin, batch.size()), count);
+  const DispatchPlan plan = dispatch_plan(s, batch, first, last);
+  const auto [begin, end] =
+      dispatch_rows(static_cast<int64_t>(plan.rows.size()), plan.share, s.process_index);
+  return slice(plan.rows, begin, end - begin);
 }
 
 }  // namespace
+
+DispatchPlan dispatch_plan(const StreamSpec& s, const std::vector<int64_t>& batch,
+                           const std::vector<int64_t>& first, bool last) {
+  check(s);
+  DispatchPlan plan;
+  plan.rows = stream_kept(s, batch);
+  if (plan.rows.empty()) return plan;
+  const auto P = static_cast<int64_t>(s.num_processes);
+  const auto rows = static_cast<int64_t>(plan.rows.size());
+  plan.share = rows / P;
+  if (!s.drop_last && last && rows % P != 0) {
+    // The first P rows of the epoch's first global batch (fewer if it had fewer).
+    const std::vector<int64_t>& head = first.empty() ? plan.rows : first;
+    const auto take = std::min<int64_t>(P, static_cast<int64_t>(head.size()));
+    plan.rows.insert(plan.rows.end(), head.begin(), head.begin() + take);
+    ++plan.share;
+  }
+  return plan;
+}
+
+std::pair<int64_t, int64_t> dispatch_rows(int64_t size, int64_t share, int rank) {
+  const int64_t begin = std::min(size, share * rank);
+  return {begin, std::min(size, begin + share)};
+}
 
 int64_t stream_global_batch(const StreamSpec& s) {
   return s.split_batches ? s.batch_size : s.batch_size * s.num_processes;

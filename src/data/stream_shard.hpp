@@ -3,7 +3,8 @@
 //
 //  - IterableDatasetShard (dispatch_batches false): every rank reads the whole stream in global
 //    batches (batch_size x P, or batch_size when split) and takes its slice of each. The short last
-//    global batch is dropped with drop_last, else completed with the epoch's first global batch.
+//    global batch is dropped with drop_last, else completed with the epoch's first global batch
+//    (on one process, which Accelerate does not shard, it stays short).
 //  - DataLoaderDispatcher (dispatch_batches true): the main process reads P batches of batch_size
 //    (one when split), concatenated, and every rank takes rows / P of them. The short last one is
 //    dropped with drop_last (only a complete round is sent), else its rows are completed, when P
@@ -12,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace accel::data {
@@ -35,6 +37,19 @@ int64_t stream_global_batch(const StreamSpec& spec);
 // the rank gets nothing (the global batch is dropped).
 std::vector<int64_t> stream_take(const StreamSpec& spec, const std::vector<int64_t>& batch,
                                  const std::vector<int64_t>& first, bool last);
+
+// With dispatch: the global batch the main process sends (its kept rows, completed as the last
+// one needs) and how many rows each rank takes: rank r takes rows [r * share, (r + 1) * share),
+// cut at the end. Empty `rows` when the batch is dropped.
+struct DispatchPlan {
+  std::vector<int64_t> rows;
+  int64_t share = 0;
+};
+DispatchPlan dispatch_plan(const StreamSpec& spec, const std::vector<int64_t>& batch,
+                           const std::vector<int64_t>& first, bool last);
+
+// Rank `rank`'s rows [begin, end) of a dispatched global batch of `size` rows.
+std::pair<int64_t, int64_t> dispatch_rows(int64_t size, int64_t share, int rank);
 
 // The positions of `batch` a global batch really holds before stream_take completes it: what
 // Accelerate's dispatcher reports as `remainder` for the last one. Dispatch with drop_last sends

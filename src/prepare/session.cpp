@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "compat/autocast.hpp"
+#include "ops/collectives.hpp"
 #include "optim/step_rules.hpp"
 
 namespace accel::prepare {
@@ -98,6 +99,39 @@ void Session::prepare(const Objects& objects) {
   for (const auto& s : objects.schedulers) prepare_scheduler(s);
 }
 
+namespace {
+
+// How a dispatching dataloader sends rank 0's batch to every rank: the fixed-size info first, then
+// a failure's message or each field, shapes included (ops::broadcast). Through a weak_ptr: a
+// dataloader may outlive its accelerator, and then it says so instead of using a freed one.
+std::function<void(std::vector<int64_t>&, std::vector<at::Tensor>&, std::string&)>
+dispatch_broadcast(std::weak_ptr<const Session> weak) {
+  return [weak](std::vector<int64_t>& info, std::vector<at::Tensor>& fields, std::string& message) {
+    const auto session = weak.lock();
+    if (!session)
+      fail(Errc::state, "the accelerator this dataloader dispatches batches through was freed");
+    auto* comm = const_cast<Session&>(*session).accelerator().communicator();
+    const bool root = comm->rank() == 0;
+    at::Tensor head = root ? at::tensor(info, at::kLong) : at::Tensor();
+    head = ops::broadcast(comm, head, 0);
+    info.assign(head.data_ptr<int64_t>(), head.data_ptr<int64_t>() + head.numel());
+    if (info.at(0) == 2) {
+      at::Tensor text =
+          root ? at::from_blob(message.data(), {static_cast<int64_t>(message.size())}, at::kByte)
+               : at::Tensor();
+      text = ops::broadcast(comm, text, 0).contiguous();
+      message.assign(static_cast<const char*>(text.data_ptr()), static_cast<size_t>(text.numel()));
+      return;
+    }
+    if (info.at(0) != 0) return;
+    const auto count = static_cast<size_t>(info.at(5));
+    if (!root) fields.assign(count, at::Tensor());
+    for (auto& t : fields) t = ops::broadcast(comm, t, 0);
+  };
+}
+
+}  // namespace
+
 std::shared_ptr<data::DataLoader> Session::make_dataloader(
     std::shared_ptr<data::Dataset> dataset) const {
   data::LoaderPlace place;
@@ -105,6 +139,7 @@ std::shared_ptr<data::DataLoader> Session::make_dataloader(
   place.world_size = acc_->place().world_size;
   place.device = acc_->device();
   place.state = acc_->gradient_state();
+  if (acc_->communicator()) place.broadcast = dispatch_broadcast(weak_from_this());
   data::LoaderOptions defaults;
   defaults.split_batches = acc_->settings().flag("split_batches");
   defaults.even_batches = acc_->settings().flag("even_batches");

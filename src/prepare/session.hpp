@@ -24,7 +24,8 @@
 
 namespace accel::prepare {
 
-class Session {
+// Made with std::make_shared: dataloaders it makes reach its communicator through a weak_ptr.
+class Session : public std::enable_shared_from_this<Session> {
  public:
   explicit Session(std::unique_ptr<runtime::Accelerator> accelerator);
   ~Session();

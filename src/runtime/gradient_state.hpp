@@ -33,6 +33,12 @@ class GradientState {
     for (auto& s : stack_)
       if (s.loader == loader) s.end_of_dataloader = value;
   }
+  // A stream learns its remainder only at its last batch.
+  void set_remainder(const void* loader, int64_t remainder) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& s : stack_)
+      if (s.loader == loader) s.remainder = remainder;
+  }
   std::optional<LoaderState> active() const {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stack_.empty()) return std::nullopt;

@@ -226,7 +226,9 @@ TEST(Ragged, LengthGroupingGivesBatchesOfSimilarLengthsLongestFirst) {
   int64_t padded_tokens = 0, batches = 0;
   std::vector<int64_t> seen;
   for (Batch b = next_batch(dl); !b.values.empty(); b = next_batch(dl), ++batches) {
-    if (batches == 0) EXPECT_EQ(b.shapes[0][1], 22);  // the longest batch comes first
+    if (batches == 0) {
+      EXPECT_EQ(b.shapes[0][1], 22);  // the longest batch comes first
+    }
     padded_tokens += b.shapes[0][0] * b.shapes[0][1];
     seen.insert(seen.end(), b.values[1].begin(), b.values[1].end());
   }

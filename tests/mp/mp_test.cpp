@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "data/stream_shard.hpp"
+
 namespace {
 
 struct Result {
@@ -764,4 +766,39 @@ TEST(TextData, RaggedMaskedBatchesOnTwoProcessesEqualOneProcess) {
     for (const auto& [key, value] : base)
       EXPECT_NEAR(got.at(key), value, 1e-5 * std::max(1.0, std::abs(value))) << rank << key;
   }
+}
+
+// Streams on 3 real processes, both semantics, with and without a reading thread: the batches are
+// those of the stream rules, which tests/unit checks against Accelerate's own code. A stream
+// failing on the main process fails the call on every rank (none waits forever), and the next call
+// goes on from the batch that failed.
+TEST(TextData, StreamsShardedAndDispatchedOnThreeRanks) {
+  const auto r = run(launch_program(3, TEXT_PROGRAM, "stream"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const int configs[][5] = {{11, 2, 0, 0, 1}, {11, 2, 0, 0, 0}, {10, 3, 0, 1, 1}, {10, 3, 0, 1, 0},
+                            {13, 6, 1, 0, 1}, {13, 6, 1, 0, 0}, {2, 2, 0, 0, 1},  {2, 2, 0, 0, 0}};
+  for (const auto& k : configs)
+    for (int rank = 0; rank < 3; ++rank) {
+      accel::data::StreamSpec spec;
+      spec.batch_size = k[1];
+      spec.num_processes = 3;
+      spec.process_index = rank;
+      spec.split_batches = k[2];
+      spec.drop_last = k[3];
+      spec.dispatch = k[4];
+      std::string line = "rank " + std::to_string(rank) + ": stream";
+      for (int v : k) line += " " + std::to_string(v);
+      line += ": ";
+      const auto batches = accel::data::stream_epoch(spec, k[0]);
+      for (size_t b = 0; b < batches.size(); ++b)
+        for (size_t i = 0; i < batches[b].size(); ++i)
+          line += (i ? " " : b ? "|" : "") + std::to_string(batches[b][i]);
+      EXPECT_TRUE(contains(r.output, line + "\n")) << line << "\n" << r.output;
+    }
+  for (const char* line :
+       {"rank 0: dispatched failure: ACCEL_ERR_CALLBACK",
+        "rank 1: dispatched failure: ACCEL_ERR_CALLBACK",
+        "rank 2: dispatched failure: ACCEL_ERR_CALLBACK", "rank 0: after the failure: 6 7\n",
+        "rank 1: after the failure: 8 9\n", "rank 2: after the failure: 10 11\n"})
+    EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;
 }

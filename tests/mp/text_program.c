@@ -2,6 +2,9 @@
  * text_program.c - rank program for the text-data multi-process tests (tests/mp/mp_test.cpp).
  *
  *   text_program inference      split_between_processes (lists and tensors) and the trigger
+ *   text_program stream         streams sharded both ways (dispatch_batches on and off): each
+ *                               configuration's batches as "rank R: stream N BS SPLIT DROP
+ *                               DISPATCH: p p|p p|...", then a stream failing on the main process
  *   text_program ragged BATCH   three SGD steps of a masked next-token loss over ragged, padded,
  *                               length-grouped batches of BATCH per process; prints the loss of
  *                               each step and the parameters' sums (1 x 64 must equal 2 x 32)
@@ -108,6 +111,98 @@ static int inference(accel_accelerator* acc) {
   return 0;
 }
 
+/* Stream position p: p % 3 tokens (p, p, ...) and the label p; `fail_at` fails once. */
+struct Stream {
+  int64_t length;
+  int64_t fail_at;
+};
+
+static int32_t stream_sample(int64_t epoch, int64_t position, accel_sample* sample, void* user) {
+  struct Stream* s = user;
+  int64_t tokens[2] = {position, position};
+  (void)epoch;
+  if (position == s->fail_at) {
+    s->fail_at = -1;
+    return 3;
+  }
+  if (position >= s->length) return 1;
+  CHECK(accel_sample_set_field(sample, 0, tokens, (size_t)(position % 3) * 8));
+  CHECK(accel_sample_set_field(sample, 1, &position, 8));
+  return 0;
+}
+
+static accel_dataloader* stream_loader(accel_accelerator* acc, struct Stream* s, accel_dataset** ds,
+                                       const char* batch, int split, int drop, int dispatch,
+                                       int workers) {
+  const accel_dtype dtypes[] = {ACCEL_DTYPE_I64, ACCEL_DTYPE_I64};
+  const size_t dim_counts[] = {1, 0};
+  const int64_t dims[] = {ACCEL_RAGGED};
+  accel_dataloader* dl = NULL;
+  CHECK(accel_dataset_from_stream(2, dtypes, dim_counts, dims, stream_sample, s, NULL, ds));
+  CHECK(accel_dataloader_new(acc, *ds, &dl));
+  CHECK(accel_dataloader_set(dl, "batch_size", batch));
+  CHECK(accel_dataloader_set(dl, "split_batches", split ? "true" : "false"));
+  CHECK(accel_dataloader_set(dl, "drop_last", drop ? "true" : "false"));
+  CHECK(accel_dataloader_set(dl, "dispatch_batches", dispatch ? "true" : "false"));
+  CHECK(accel_dataloader_set(dl, "num_workers", workers ? "1" : "0"));
+  return dl;
+}
+
+/* The labels of the next batch appended to `line`; false at the end of the epoch. */
+static bool append_batch(accel_dataloader* dl, char* line, size_t cap, bool first) {
+  accel_tensor* f[3];
+  size_t n = 0, size = 0;
+  int64_t labels[64];
+  CHECK(accel_dataloader_next(dl, f, 3, &n));
+  if (n == 0) return false;
+  CHECK(accel_tensor_to_data(f[1], labels, sizeof labels, &size));
+  size_t used = strlen(line);
+  if (!first) used += (size_t)snprintf(line + used, cap - used, "|");
+  for (size_t i = 0; i < size / 8; ++i)
+    used += (size_t)snprintf(line + used, cap - used, "%s%lld", i ? " " : "", (long long)labels[i]);
+  for (size_t i = 0; i < n; ++i) accel_tensor_free(f[i]);
+  return true;
+}
+
+static int streams(accel_accelerator* acc) {
+  /* n, batch size, split, drop_last, dispatch */
+  static const int configs[][5] = {{11, 2, 0, 0, 1}, {11, 2, 0, 0, 0}, {10, 3, 0, 1, 1},
+                                   {10, 3, 0, 1, 0}, {13, 6, 1, 0, 1}, {13, 6, 1, 0, 0},
+                                   {2, 2, 0, 0, 1},  {2, 2, 0, 0, 0}};
+  for (size_t c = 0; c < sizeof configs / sizeof configs[0]; ++c) {
+    const int* k = configs[c];
+    struct Stream s = {k[0], -1};
+    accel_dataset* ds = NULL;
+    char batch[16], line[1024];
+    snprintf(batch, sizeof batch, "%d", k[1]);
+    accel_dataloader* dl = stream_loader(acc, &s, &ds, batch, k[2], k[3], k[4], (int)(c % 2));
+    snprintf(line, sizeof line, "rank %d: stream %d %d %d %d %d: ", g_rank, k[0], k[1], k[2], k[3],
+             k[4]);
+    for (bool first = true; append_batch(dl, line, sizeof line, first); first = false) {
+    }
+    puts(line);
+    accel_dataloader_free(dl);
+    accel_dataset_free(ds);
+  }
+  /* The main process's stream fails inside the second global batch: every rank's call fails (none
+   * waits forever), and the next call goes on from the batch that failed. */
+  struct Stream s = {20, 7};
+  accel_dataset* ds = NULL;
+  accel_dataloader* dl = stream_loader(acc, &s, &ds, "2", 0, 0, 1, 0);
+  accel_tensor* f[3];
+  size_t n = 0;
+  char line[256] = "";
+  CHECK(accel_dataloader_next(dl, f, 3, &n));
+  for (size_t i = 0; i < n; ++i) accel_tensor_free(f[i]);
+  const accel_status st = accel_dataloader_next(dl, f, 3, &n);
+  printf("rank %d: dispatched failure: %s\n", g_rank, accel_status_name(st));
+  append_batch(dl, line, sizeof line, true);
+  printf("rank %d: after the failure: %s\n", g_rank, line);
+  accel_dataloader_free(dl);
+  accel_dataset_free(ds);
+  return 0;
+}
+
 /* 64 sentences of 1..17 tokens (one global batch per epoch: each step is an epoch, shuffled anew)
  * from a vocabulary of 32. */
 static int32_t sentence_lengths(int64_t index, int64_t* lengths, size_t count, void* user) {
@@ -205,7 +300,7 @@ static int ragged(accel_accelerator* acc, const char* batch) {
 int main(int argc, char** argv) {
   accel_accelerator* acc = NULL;
   if (argc < 2) {
-    fprintf(stderr, "usage: text_program inference | ragged BATCH\n");
+    fprintf(stderr, "usage: text_program inference | stream | ragged BATCH\n");
     return 2;
   }
   CHECK(accel_init(NULL, &acc));
@@ -213,6 +308,7 @@ int main(int argc, char** argv) {
   CHECK(accel_num_processes(acc, &g_world));
   int rc = 2;
   if (strcmp(argv[1], "inference") == 0) rc = inference(acc);
+  if (strcmp(argv[1], "stream") == 0) rc = streams(acc);
   if (strcmp(argv[1], "ragged") == 0 && argc == 3) rc = ragged(acc, argv[2]);
   fflush(stdout);
   accel_accelerator_free(acc);

@@ -20,6 +20,7 @@ const SYMBOLS = (
     :accel_check_trigger, :accel_split_between_processes, :accel_split_tensor_between_processes,
     :accel_gather_object, :accel_bytes_list_count, :accel_bytes_list_get, :accel_bytes_list_free,
     :accel_dataset_from_tensors, :accel_dataset_from_callback, :accel_dataset_from_ragged_callback,
+    :accel_sample_set_field, :accel_dataset_from_stream, :accel_dataset_from_text_lines,
     :accel_dataset_from_idx, :accel_dataset_sample_count, :accel_dataset_field_count,
     :accel_dataset_free, :accel_dataloader_new, :accel_dataloader_set, :accel_dataloader_set_field,
     :accel_dataloader_next, :accel_dataloader_field_count, :accel_dataloader_batch_count,

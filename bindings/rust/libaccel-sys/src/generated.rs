@@ -127,6 +127,12 @@ pub struct accel_dataset {
     _data: [u8; 0],
     _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
 }
+/// A sample being written by an accel_stream_fn; valid only during that call.
+#[repr(C)]
+pub struct accel_sample {
+    _data: [u8; 0],
+    _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+}
 /// The opaque handle `accel_dataloader`: only ever behind a pointer.
 #[repr(C)]
 pub struct accel_dataloader {
@@ -196,6 +202,25 @@ pub type accel_sample_length_fn = Option<
         index: i64,
         lengths: *mut i64,
         count: usize,
+        user_data: *mut c_void,
+    ) -> i32,
+>;
+/// Produces the next sample of a stream: sample `position` (0, 1, 2, ... in order) of epoch `epoch`.
+/// Position 0 means the stream starts again from its beginning (each epoch does, and so does a
+/// dataloader resuming at a saved position: it reads the samples before that position and drops
+/// them). Writes every field with accel_sample_set_field and returns 0; returns 1 when the stream
+/// has no more samples (nothing written); anything else is a failure: the dataloader call that
+/// needed the sample fails with ACCEL_ERR_CALLBACK.
+///
+/// Threads: never called on two threads at once, and always in order. With num_workers 0 it runs on
+/// the thread that calls accel_dataloader_next; otherwise on the dataloader's reading thread, which
+/// reads up to num_workers x prefetch_factor global batches ahead. With dispatch_batches it runs on
+/// the main process only. What it may call is as for accel_sample_fn.
+pub type accel_stream_fn = Option<
+    unsafe extern "C" fn(
+        epoch: i64,
+        position: i64,
+        sample: *mut accel_sample,
         user_data: *mut c_void,
     ) -> i32,
 >;
@@ -627,6 +652,48 @@ extern "C" {
         release: accel_release_fn,
         out: *mut *mut accel_dataset,
     ) -> accel_status;
+    /// Writes field `field` of the sample: `size` bytes at `data` (copied), in the field's dtype and
+    /// per-sample shape, row-major. A fixed field takes exactly one sample's bytes; a ragged field any
+    /// whole number of rows (its length; 0 allowed, `data` may then be NULL). A wrong size is
+    /// ACCEL_ERR_SHAPE naming the sample and field; a field out of range ACCEL_ERR_INVALID_ARGUMENT.
+    /// Writing a field again replaces it.
+    pub fn accel_sample_set_field(
+        sample: *mut accel_sample,
+        field: usize,
+        data: *const c_void,
+        size: usize,
+    ) -> accel_status;
+    /// A stream: a dataset with no known length, read in order (an IterableDataset). Fields as in
+    /// accel_dataset_from_ragged_callback (ACCEL_RAGGED marks a ragged field; the length is what
+    /// accel_sample_set_field is given). accel_dataset_sample_count reports -1.
+    ///
+    /// A dataloader shards a stream as Accelerate does (dataloader option dispatch_batches, default true
+    /// for a stream, as Accelerate's default): with dispatch_batches the main process reads P batches
+    /// of batch_size (one when split_batches) and sends every process its rows (every process then
+    /// calls accel_dataloader_next together: it is a collective); without it every process reads the
+    /// whole stream and takes its slice of each global batch (IterableDatasetShard). The last global
+    /// batch is dropped with drop_last, else completed from the epoch's first global batch (even_batches
+    /// does not apply). batch_count is -1; remainder is known at the last batch. After a failure the
+    /// position stays at the samples of the batches already returned, and the next call reads the
+    /// stream again from its start up to there and goes on. group_by_length is not available
+    /// (ACCEL_ERR_UNSUPPORTED).
+    pub fn accel_dataset_from_stream(
+        field_count: usize,
+        dtypes: *const accel_dtype,
+        dim_counts: *const usize,
+        dims: *const i64,
+        fn_: accel_stream_fn,
+        user_data: *mut c_void,
+        release: accel_release_fn,
+        out: *mut *mut accel_dataset,
+    ) -> accel_status;
+    /// A stream of the lines of a text file, read lazily (again from the start each epoch): one sample
+    /// per line, a single ragged uint8 field holding the line's bytes without its newline (nor a
+    /// carriage return before it). An unreadable file is ACCEL_ERR_IO naming it.
+    pub fn accel_dataset_from_text_lines(
+        path: *const c_char,
+        out: *mut *mut accel_dataset,
+    ) -> accel_status;
     /// A dataset from IDX files (the MNIST family: Debian's dataset-fashion-mnist installs them under
     /// /usr/share/datasets/fashion-mnist/), plain or gzip-compressed, one field per file, each in the
     /// file's own dtype and shape (Fashion-MNIST: images uint8 \[N, 28, 28\], labels uint8 \[N\]). A missing
@@ -637,7 +704,7 @@ extern "C" {
         count: usize,
         out: *mut *mut accel_dataset,
     ) -> accel_status;
-    /// Number of samples.
+    /// Number of samples; -1 for a stream.
     pub fn accel_dataset_sample_count(dataset: *const accel_dataset, out: *mut i64)
         -> accel_status;
     /// Number of fields per sample.
@@ -689,7 +756,7 @@ extern "C" {
         loader: *const accel_dataloader,
         out: *mut usize,
     ) -> accel_status;
-    /// Batches this process gets in a whole epoch.
+    /// Batches this process gets in a whole epoch; -1 for a stream (unknown).
     pub fn accel_dataloader_batch_count(
         loader: *const accel_dataloader,
         out: *mut i64,
