@@ -22,7 +22,10 @@
 #include <accel/accel.h>
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -451,7 +454,112 @@ class Scheduler {
   Handle h_;
 };
 
-/** A dataset: tensors whose first dimension indexes samples, or IDX files (MNIST's format). */
+/** A field of a dataset made by callbacks: a dtype and a per-sample shape. */
+struct Field {
+  accel_dtype dtype;
+  std::vector<int64_t> dims;
+  /** A field whose first dimension varies per sample (tokens): `rest` are the fixed ones. */
+  static Field ragged(accel_dtype dtype, std::vector<int64_t> rest = {}) {
+    rest.insert(rest.begin(), ACCEL_RAGGED);
+    return Field{dtype, std::move(rest)};
+  }
+};
+
+/** One sample a stream produces: each field's bytes (a ragged field any number of rows). */
+class Sample {
+ public:
+  template <class T>
+  Sample& set(size_t field, const std::vector<T>& values) {
+    return set_bytes(field, values.data(), values.size() * sizeof(T));
+  }
+  template <class T>
+  Sample& set(size_t field, const T& value) {
+    static_assert(std::is_arithmetic_v<T>, "a scalar field takes a number");
+    return set_bytes(field, &value, sizeof value);
+  }
+  Sample& set_bytes(size_t field, const void* data, size_t size) {
+    const auto* b = static_cast<const unsigned char*>(data);
+    if (fields_.size() <= field) fields_.resize(field + 1);
+    fields_[field].assign(b, b + size);
+    return *this;
+  }
+  const std::vector<std::vector<unsigned char>>& fields() const { return fields_; }
+
+ private:
+  std::vector<std::vector<unsigned char>> fields_;
+};
+
+namespace detail {
+
+// What a callback dataset's C callbacks reach: the program's functions, and the message of an
+// exception one of them threw (no exception crosses the C ABI; DataLoader::next reports it).
+struct CallbackSource {
+  std::function<void(int64_t, int64_t*)> lengths;
+  std::function<void(int64_t, void* const*, const size_t*)> fill;
+  std::function<std::optional<Sample>(int64_t, int64_t)> next;
+  size_t fields = 0;
+  template <class F>
+  int32_t guarded(F&& f) noexcept {
+    try {
+      f();
+      return 0;
+    } catch (const std::exception& e) {
+      set_error(e.what());
+    } catch (...) {
+      set_error("an exception that is not a std::exception");
+    }
+    return -1;
+  }
+  void set_error(std::string message) {
+    std::lock_guard<std::mutex> lock(mutex);
+    last_error = std::move(message);
+  }
+  std::string error() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return last_error;
+  }
+  std::mutex mutex;  // callbacks may fail on several worker threads at once
+  std::string last_error;
+  static void release(void* self) { delete static_cast<CallbackSource*>(self); }
+  static int32_t on_lengths(int64_t index, int64_t* lengths, size_t, void* self) {
+    auto* s = static_cast<CallbackSource*>(self);
+    return s->guarded([&] { s->lengths(index, lengths); });
+  }
+  static int32_t on_fill(int64_t index, void* const* buffers, const size_t* sizes, size_t,
+                         void* self) {
+    auto* s = static_cast<CallbackSource*>(self);
+    return s->guarded([&] { s->fill(index, buffers, sizes); });
+  }
+  static int32_t on_next(int64_t epoch, int64_t position, accel_sample* sample, void* self) {
+    auto* s = static_cast<CallbackSource*>(self);
+    bool ended = false;
+    const int32_t rc = s->guarded([&] {
+      std::optional<Sample> got = s->next(epoch, position);
+      if (!got) {
+        ended = true;
+        return;
+      }
+      const auto& f = got->fields();
+      for (size_t i = 0; i < f.size(); ++i)
+        check(accel_sample_set_field(sample, i, f[i].data(), f[i].size()));
+    });
+    return ended ? 1 : rc;
+  }
+};
+
+inline void field_arrays(const std::vector<Field>& fields, std::vector<accel_dtype>& dtypes,
+                         std::vector<size_t>& counts, std::vector<int64_t>& dims) {
+  for (const auto& f : fields) {
+    dtypes.push_back(f.dtype);
+    counts.push_back(f.dims.size());
+    dims.insert(dims.end(), f.dims.begin(), f.dims.end());
+  }
+}
+
+}  // namespace detail
+
+/** A dataset: tensors whose first dimension indexes samples, IDX files (MNIST's format), the
+ *  program's functions, or a stream. */
 class Dataset {
  public:
   static Dataset from_tensors(const std::vector<const Tensor*>& fields) {
@@ -468,12 +576,68 @@ class Dataset {
     detail::check(accel_dataset_from_idx(in.data(), in.size(), &d));
     return Dataset(d);
   }
+  /**
+   * `count` samples with ragged fields (Field::ragged): `lengths(index, lengths)` writes each
+   * ragged field's length, then `fill(index, buffers, sizes)` fills `sizes[f]` bytes of each field.
+   * Both may run on the dataloader's worker threads at once. An exception they throw fails the
+   * batch (Error with ACCEL_ERR_CALLBACK and its message).
+   */
+  static Dataset from_ragged(int64_t count, const std::vector<Field>& fields,
+                             std::function<void(int64_t, int64_t*)> lengths,
+                             std::function<void(int64_t, void* const*, const size_t*)> fill) {
+    auto source = std::make_unique<detail::CallbackSource>();
+    source->lengths = std::move(lengths);
+    source->fill = std::move(fill);
+    std::vector<accel_dtype> dtypes;
+    std::vector<size_t> counts;
+    std::vector<int64_t> dims;
+    detail::field_arrays(fields, dtypes, counts, dims);
+    accel_dataset* d = nullptr;
+    detail::CallbackSource* raw = source.get();
+    detail::check(accel_dataset_from_ragged_callback(
+        count, fields.size(), dtypes.data(), counts.data(), dims.data(),
+        detail::CallbackSource::on_lengths, detail::CallbackSource::on_fill, raw,
+        detail::CallbackSource::release, &d));
+    source.release();  // the dataset releases it
+    return Dataset(d, raw);
+  }
+  /**
+   * A stream: `next(epoch, position)` returns sample `position` (0, 1, ... in order; 0 starts the
+   * stream again), or std::nullopt at its end. Never called on two threads at once.
+   */
+  static Dataset from_stream(const std::vector<Field>& fields,
+                             std::function<std::optional<Sample>(int64_t, int64_t)> next) {
+    auto source = std::make_unique<detail::CallbackSource>();
+    source->next = std::move(next);
+    std::vector<accel_dtype> dtypes;
+    std::vector<size_t> counts;
+    std::vector<int64_t> dims;
+    detail::field_arrays(fields, dtypes, counts, dims);
+    accel_dataset* d = nullptr;
+    detail::CallbackSource* raw = source.get();
+    detail::check(accel_dataset_from_stream(fields.size(), dtypes.data(), counts.data(),
+                                            dims.data(), detail::CallbackSource::on_next, raw,
+                                            detail::CallbackSource::release, &d));
+    source.release();
+    return Dataset(d, raw);
+  }
+  /** A stream of the lines of a text file (one ragged uint8 field). */
+  static Dataset from_text_lines(const std::string& path) {
+    accel_dataset* d = nullptr;
+    detail::check(accel_dataset_from_text_lines(path.c_str(), &d));
+    return Dataset(d);
+  }
+  /** -1 for a stream. */
   int64_t sample_count() const { return detail::query<int64_t>(accel_dataset_sample_count, get()); }
   accel_dataset* get() const { return h_.get(); }
+  // The program's callbacks, when it has some (their last exception's message); null otherwise.
+  detail::CallbackSource* source() const { return source_; }
 
  private:
-  explicit Dataset(accel_dataset* d) : h_(d) {}
+  explicit Dataset(accel_dataset* d, detail::CallbackSource* source = nullptr)
+      : h_(d), source_(source) {}
   detail::Handle<accel_dataset, accel_dataset_free> h_;
+  detail::CallbackSource* source_ = nullptr;
 };
 
 /** A dataloader for this process (accel.h lists its options). */
@@ -482,6 +646,11 @@ class DataLoader {
   DataLoader(const Accelerator& accelerator, Dataset& dataset);
   DataLoader& set(const std::string& key, const std::string& value) {
     detail::check(accel_dataloader_set(get(), key.c_str(), value.c_str()));
+    return *this;
+  }
+  /** A padding option of one ragged field (accel.h: pad_value, padding_side, max_length, ...). */
+  DataLoader& set_field(size_t field, const std::string& key, const std::string& value) {
+    detail::check(accel_dataloader_set_field(get(), field, key.c_str(), value.c_str()));
     return *this;
   }
   /** The next batch, one tensor per field; std::nullopt at the end of an epoch. */
@@ -493,6 +662,8 @@ class DataLoader {
       fields.resize(n);
       st = accel_dataloader_next(get(), fields.data(), fields.size(), &n);
     }
+    if (st == ACCEL_ERR_CALLBACK && source_ && !source_->error().empty())
+      throw Error(st, std::string(accel_last_error_message()) + ": " + source_->error());
     detail::check(st);
     if (n == 0) return std::nullopt;
     std::vector<Tensor> out;
@@ -507,6 +678,7 @@ class DataLoader {
 
  private:
   detail::Handle<accel_dataloader, accel_dataloader_free> h_;
+  detail::CallbackSource* source_ = nullptr;  // the dataset's, which this loader keeps alive
 };
 
 /** Accelerate's Accelerator: the process's place in the job, collectives, prepare, the step. */
@@ -549,6 +721,30 @@ class Accelerator {
     detail::check(accel_reduce(get(), t.get(), reduction, &out));
     return Tensor(out);
   }
+  /** Accelerate's split_between_processes for a list: this process's items (accel.h). */
+  template <class T>
+  std::vector<T> split_between_processes(const std::vector<T>& items, bool apply_padding = false) {
+    size_t n = 0;
+    const accel_status st = accel_split_between_processes(get(), static_cast<int64_t>(items.size()),
+                                                          apply_padding, nullptr, 0, &n);
+    if (st != ACCEL_ERR_BUFFER_TOO_SMALL) detail::check(st);
+    std::vector<int64_t> idx(n);
+    detail::check(accel_split_between_processes(get(), static_cast<int64_t>(items.size()),
+                                                apply_padding, idx.data(), idx.size(), &n));
+    std::vector<T> out;
+    for (int64_t i : idx) out.push_back(items[static_cast<size_t>(i)]);
+    return out;
+  }
+  /** The same for a tensor's rows. */
+  Tensor split_between_processes(const Tensor& t, bool apply_padding = false) {
+    accel_tensor* out = nullptr;
+    detail::check(accel_split_tensor_between_processes(get(), t.get(), apply_padding, &out));
+    return Tensor(out);
+  }
+  /** Accelerate's set_trigger (local) and check_trigger (a collective). */
+  void set_trigger() { detail::check(accel_set_trigger(get())); }
+  bool check_trigger() { return detail::query<bool>(accel_check_trigger, get()); }
+
   Tensor broadcast(const Tensor& t, int32_t from_process = 0) {
     accel_tensor* out = nullptr;
     detail::check(accel_broadcast(get(), t ? t.get() : nullptr, from_process, &out));
@@ -597,7 +793,8 @@ class Accelerator {
   detail::Handle<accel_accelerator, accel_accelerator_free> h_;
 };
 
-inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset) {
+inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset)
+    : source_(dataset.source()) {
   accel_dataloader* l = nullptr;
   detail::check(accel_dataloader_new(accelerator.get(), dataset.get(), &l));
   h_ = detail::Handle<accel_dataloader, accel_dataloader_free>(l);

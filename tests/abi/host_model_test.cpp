@@ -400,3 +400,55 @@ TEST(HostModel, AnotherLibTorchBuildIsRefusedNamingBoth) {
 }
 
 }  // namespace
+
+// The C++ API's text data: a ragged dataset and a stream from std::function, an exception from a
+// callback reported by next(), split_between_processes and the trigger in a world of one.
+TEST(CppApi, RaggedDatasetsStreamsSplitAndTrigger) {
+  accel::Accelerator acc = make_accelerator();
+  const std::vector<int64_t> lengths = {2, 0, 3};
+  auto ragged = accel::Dataset::from_ragged(
+      3, {accel::Field::ragged(ACCEL_DTYPE_I64)},
+      [&](int64_t i, int64_t* out) { out[0] = lengths[static_cast<size_t>(i)]; },
+      [&](int64_t i, void* const* buffers, const size_t* sizes) {
+        if (i == 1 && sizes[0] != 0) throw std::runtime_error("sizes disagree");
+        auto* tokens = static_cast<int64_t*>(buffers[0]);
+        for (size_t j = 0; j < sizes[0] / 8; ++j) tokens[j] = 10 * i + static_cast<int64_t>(j);
+      });
+  accel::DataLoader dl(acc, ragged);
+  dl.set("batch_size", "3").set_field(0, "pad_value", "-1");
+  auto batch = dl.next();
+  ASSERT_TRUE(batch.has_value());
+  ASSERT_EQ(batch->size(), 2u);
+  EXPECT_EQ((*batch)[0].to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 1, -1, -1, -1, -1, 20, 21, 22}));
+  EXPECT_EQ((*batch)[1].to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 0, 0, 0, 0, 1, 1, 1}));
+
+  int64_t failing_at = 2;
+  auto stream =
+      accel::Dataset::from_stream({accel::Field{ACCEL_DTYPE_I64, {}}},
+                                  [&](int64_t, int64_t position) -> std::optional<accel::Sample> {
+                                    if (position == failing_at)
+                                      throw std::runtime_error("the source went away");
+                                    if (position >= 4) return std::nullopt;
+                                    return accel::Sample().set(0, position);
+                                  });
+  EXPECT_EQ(stream.sample_count(), -1);
+  accel::DataLoader sl(acc, stream);
+  sl.set("batch_size", "2");
+  EXPECT_EQ(sl.next()->at(0).to_vector<int64_t>(), (std::vector<int64_t>{0, 1}));
+  try {
+    sl.next();
+    FAIL() << "the stream's exception was not reported";
+  } catch (const accel::Error& e) {
+    EXPECT_EQ(e.status(), ACCEL_ERR_CALLBACK);
+    EXPECT_NE(std::string(e.what()).find("the source went away"), std::string::npos) << e.what();
+  }
+  failing_at = -1;
+  EXPECT_EQ(sl.next()->at(0).to_vector<int64_t>(), (std::vector<int64_t>{2, 3}));
+
+  EXPECT_EQ(acc.split_between_processes(std::vector<std::string>{"a", "b"}, true),
+            (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(acc.check_trigger());
+  acc.set_trigger();
+  EXPECT_TRUE(acc.check_trigger());
+}
