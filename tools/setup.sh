@@ -14,6 +14,8 @@ packages=(
   # matmul ~40x slower and the pthread build's threads fight LibTorch's.
   libopenblas0-openmp
   dataset-fashion-mnist
+  # Real text of varying lengths for the text examples: ~15,000 entries, plain files (train_text).
+  fortunes
   # The reference for the scheduler, initialisation and clipping tests (the same torch 1.13).
   python3-torch
   # localedef and the locale sources: the unit tests run under de_DE.UTF-8 (decimal comma).
