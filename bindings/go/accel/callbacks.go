@@ -120,6 +120,39 @@ func goaccelRelease(userData unsafe.Pointer) {
 	freeBox((*C.uintptr_t)(userData))
 }
 
+// streamState is what a stream's callback needs.
+type streamState struct {
+	next   func(epoch, position int64, s *Sample) (bool, error)
+	dtypes []DType // the fields' element types, which Sample.Set checks typed data against
+	slot   *failureSlot
+}
+
+// A stream callback's results (accel_stream_fn): 0 a sample, 1 the end of the stream, anything
+// else a failure. failureSlot.run's nonzero return cannot be passed on as it is: it is 1.
+const (
+	streamSample = 0
+	streamEnd    = 1
+	streamFailed = -1
+)
+
+//export goaccelStreamSample
+func goaccelStreamSample(epoch, position C.int64_t, sample *C.accel_sample, userData unsafe.Pointer) C.int32_t {
+	state := boxValue(userData).(*streamState)
+	s := &Sample{p: sample, dtypes: state.dtypes}
+	defer func() { s.p = nil }() // the library's sample ends with this call
+	more := false
+	if state.slot.run(func() (err error) {
+		more, err = state.next(int64(epoch), int64(position), s)
+		return err
+	}) != 0 {
+		return streamFailed
+	}
+	if !more {
+		return streamEnd
+	}
+	return streamSample
+}
+
 // checkpointState is what a registered object's callbacks need.
 type checkpointState struct {
 	obj  Stateful

@@ -545,3 +545,253 @@ func TestRaggedLengthGroupingGivesEverySampleOnce(t *testing.T) {
 		}
 	}
 }
+
+// ---- streams: samples read in order, of no known length ---------------------------------------
+
+// tokenStream is a stream of length samples with corpusFields: sample p of epoch e holds the
+// tokens 100*p + j for j < p%4 and the label 1000*e + p. It fails once at each position of
+// failures: an error to return, or a string to panic with. Atomics: with num_workers > 0 the
+// function runs on the dataloader's reading thread.
+type tokenStream struct {
+	length   int64
+	failures sync.Map // position -> error or string, removed when used
+	restarts atomic.Int64
+}
+
+var errStreamBroken = errors.New("the stream broke")
+
+func (s *tokenStream) next(epoch, position int64, sample *accel.Sample) (bool, error) {
+	if position == 0 {
+		s.restarts.Add(1)
+	}
+	if failure, found := s.failures.LoadAndDelete(position); found {
+		if err, isErr := failure.(error); isErr {
+			return false, err
+		}
+		panic(failure)
+	}
+	if position >= s.length {
+		return false, nil
+	}
+	tokens := make([]int64, position%4)
+	for j := range tokens {
+		tokens[j] = 100*position + int64(j)
+	}
+	if err := sample.Set(0, tokens); err != nil {
+		return false, err
+	}
+	return true, sample.Set(1, 1000*epoch+position)
+}
+
+// streamLoader is a dataloader over s with options set in order (key, value, ...).
+func streamLoader(t *testing.T, acc *accel.Accelerator, s *tokenStream, options ...any) *accel.DataLoader {
+	t.Helper()
+	data := must(accel.DatasetFromStream(corpusFields, s.next))
+	if n := must(data.SampleCount()); n != -1 {
+		t.Fatalf("a stream of %d samples, want -1 (unknown)", n)
+	}
+	loader := must(accel.NewDataLoader(acc, data))
+	data.Close()
+	for i := 0; i < len(options); i += 2 {
+		ok(t, loader.Set(options[i].(string), options[i+1]))
+	}
+	return loader
+}
+
+func TestStreamBatchesArePaddedAndEachEpochRestartsTheStream(t *testing.T) {
+	begin(t)
+	acc := must(accel.New(nil))
+	defer acc.Close()
+	for _, workers := range []int{0, 2} {
+		s := &tokenStream{length: 7}
+		loader := streamLoader(t, acc, s, "batch_size", 3, "num_workers", workers)
+		if n := must(loader.BatchCount()); n != -1 {
+			t.Fatalf("%d batches of a stream, want -1 (unknown)", n)
+		}
+		if n := must(loader.FieldCount()); n != 3 {
+			t.Fatalf("%d fields: want tokens, label, the tokens' attention mask", n)
+		}
+		// Lengths 0, 1, 2 | 3, 0, 1 | 2: each batch padded to its own longest.
+		wantBatch(t, loader,
+			[][]int64{{3, 2}, {3}, {3, 2}},
+			[][]int64{{0, 0, 100, 0, 200, 201}, {0, 1, 2}, {0, 0, 1, 0, 1, 1}})
+		wantBatch(t, loader,
+			[][]int64{{3, 3}, {3}, {3, 3}},
+			[][]int64{{300, 301, 302, 0, 0, 0, 500, 0, 0}, {3, 4, 5}, {1, 1, 1, 0, 0, 0, 1, 0, 0}})
+		if end, r := must(loader.EndOfEpoch()), must(loader.Remainder()); end || r != -1 {
+			t.Fatalf("workers %d: before the last batch: end of epoch %v, remainder %d (want -1: unknown)",
+				workers, end, r)
+		}
+		wantBatch(t, loader, [][]int64{{1, 2}, {1}, {1, 2}}, [][]int64{{600, 601}, {6}, {1, 1}})
+		if end := must(loader.EndOfEpoch()); !end {
+			t.Fatalf("workers %d: the last batch is not the end of the epoch", workers)
+		}
+		if r := must(loader.Remainder()); r != 1 {
+			t.Fatalf("workers %d: remainder %d at the last batch, want 1", workers, r)
+		}
+		if _, _, more, err := int64Batch(t, loader); err != nil || more {
+			t.Fatalf("workers %d: a fourth batch of 7 samples in 3s: %v %v", workers, more, err)
+		}
+		// Epoch 1 reads the stream again from position 0.
+		wantBatch(t, loader, [][]int64{nil, {3}, nil}, [][]int64{nil, {1000, 1001, 1002}, nil})
+		if e, n := must2(loader.Position()); e != 1 || n != 3 {
+			t.Fatalf("workers %d: position (%d, %d), want (1, 3)", workers, e, n)
+		}
+		if n := s.restarts.Load(); n != 2 {
+			t.Fatalf("workers %d: the stream started %d times in two epochs", workers, n)
+		}
+		loader.Close()
+	}
+}
+
+// must2 is must for a call of two results.
+func must2[A, B any](a A, b B, err error) (A, B) {
+	if err != nil {
+		cur.Helper()
+		cur.Fatal(err)
+	}
+	return a, b
+}
+
+// A failing stream function fails the Next that needed the sample; the position stays after
+// the batches returned, and the next Next reads the stream again up to there and goes on.
+func TestAStreamFailingMidEpochGoesOnFromTheBatchThatFailed(t *testing.T) {
+	begin(t)
+	acc := must(accel.New(nil))
+	defer acc.Close()
+	for _, workers := range []int{0, 1} {
+		s := &tokenStream{length: 7}
+		s.failures.Store(int64(4), errStreamBroken)
+		s.failures.Store(int64(6), "no more records")
+		loader := streamLoader(t, acc, s, "batch_size", 3, "num_workers", workers)
+		wantBatch(t, loader, [][]int64{nil, nil, nil}, [][]int64{nil, {0, 1, 2}, nil})
+
+		_, _, _, err := int64Batch(t, loader)
+		wantStatus(t, err, accel.ErrCallback, "for sample 4 of epoch 0")
+		if !errors.Is(err, errStreamBroken) {
+			t.Fatalf("workers %d: the stream function's error is not the cause: %v", workers, err)
+		}
+		if e, n := must2(loader.Position()); e != 0 || n != 3 {
+			t.Fatalf("workers %d: position (%d, %d) after the failure, want (0, 3)", workers, e, n)
+		}
+		wantBatch(t, loader, [][]int64{nil, nil, nil}, [][]int64{nil, {3, 4, 5}, nil})
+		if n := s.restarts.Load(); n != 2 {
+			t.Fatalf("workers %d: the stream started %d times, want again after the failure", workers, n)
+		}
+
+		_, _, _, err = int64Batch(t, loader)
+		var p *accel.PanicError
+		if wantStatus(t, err, accel.ErrCallback, "for sample 6"); !errors.As(err, &p) || p.Value != "no more records" {
+			t.Fatalf("workers %d: want the panic as the cause, got %v", workers, err)
+		}
+		if e, n := must2(loader.Position()); e != 0 || n != 6 {
+			t.Fatalf("workers %d: position (%d, %d) after the panic, want (0, 6)", workers, e, n)
+		}
+		wantBatch(t, loader, [][]int64{nil, nil, nil}, [][]int64{nil, {6}, nil})
+		if _, _, more, err := int64Batch(t, loader); err != nil || more {
+			t.Fatalf("workers %d: a batch after the last: %v %v", workers, more, err)
+		}
+		loader.Close()
+	}
+}
+
+// Sample.Set checks the field, the size and the element type; a wrong size is the library's
+// ErrShape naming the sample and the field.
+func TestStreamSampleSetChecksWhatItIsGiven(t *testing.T) {
+	begin(t)
+	acc := must(accel.New(nil))
+	defer acc.Close()
+	// Frames of two f32 values (ragged) and an i64 label. With num_workers 0 the function runs on
+	// this goroutine: plain variables.
+	fields := []accel.Field{accel.RaggedField(accel.F32, 2), {DType: accel.I64}}
+	var setErrs []error
+	var kept *accel.Sample
+	data := must(accel.DatasetFromStream(fields, func(epoch, position int64, s *accel.Sample) (bool, error) {
+		switch position {
+		case 0:
+			kept = s
+			setErrs = []error{
+				s.Set(1, []byte{1, 2, 3, 4}),
+				s.Set(0, []float32{1, 2, 3}),
+				s.Set(1, int32(5)),
+				s.Set(0, []int64{1, 2}),
+				s.Set(2, int64(0)),
+				s.Set(-1, int64(0)),
+				s.Set(1, 5),
+			}
+			// Raw bytes of any element type; a field set again is replaced.
+			label := make([]byte, 8)
+			binary.NativeEndian.PutUint64(label, 77)
+			if err := s.Set(1, label); err != nil {
+				return false, err
+			}
+			if err := s.Set(0, []float32{9}); err == nil {
+				return false, errors.New("half a frame accepted")
+			}
+			return true, s.Set(0, []float32{1, 2, 3, 4})
+		case 1: // the wrong size, returned: the cause of the ErrCallback
+			return true, s.Set(1, []byte{1, 2, 3, 4})
+		case 2: // an empty frame sequence and the label
+			if err := s.Set(0, []float32{}); err != nil {
+				return false, err
+			}
+			return true, s.Set(1, int64(2))
+		}
+		return false, nil
+	}))
+	loader := must(accel.NewDataLoader(acc, data))
+	data.Close()
+	defer loader.Close()
+
+	batch, more, err := loader.Next()
+	ok(t, err)
+	if !more {
+		t.Fatal("no first batch")
+	}
+	if shape, v := must(batch[0].Shape()), must(accel.ToSlice[float32](batch[0])); !slices.Equal(shape, []int64{1, 2, 2}) ||
+		!slices.Equal(v, []float32{1, 2, 3, 4}) {
+		t.Fatalf("frames %v %v", shape, v)
+	}
+	if v := must(accel.ToSlice[int64](batch[1])); !slices.Equal(v, []int64{77}) {
+		t.Fatalf("the label set from raw bytes is %v", v)
+	}
+	batch.Close()
+	wantStatus(t, setErrs[0], accel.ErrShape, "sample 0, field 1: 4 bytes given, and one sample of the field is 8 bytes")
+	wantStatus(t, setErrs[1], accel.ErrShape, "sample 0, field 0: 12 bytes given, not a whole number of rows of 8 bytes")
+	wantStatus(t, setErrs[2], accel.ErrDType, "field 1 holds i64 elements, not i32")
+	wantStatus(t, setErrs[3], accel.ErrDType, "field 0 holds f32 elements, not i64")
+	wantStatus(t, setErrs[4], accel.ErrInvalidArgument, "field 2 is out of range")
+	wantStatus(t, setErrs[5], accel.ErrInvalidArgument, "field -1 is out of range")
+	wantStatus(t, setErrs[6], accel.ErrInvalidArgument, "a int is neither")
+	wantStatus(t, kept.Set(1, int64(1)), accel.ErrState, "outside the stream function")
+
+	_, _, err = loader.Next()
+	wantStatus(t, err, accel.ErrCallback, "for sample 1 of epoch 0")
+	if !errors.Is(err, accel.ErrShape) || !strings.Contains(err.Error(), "sample 1, field 1: 4 bytes given") {
+		t.Fatalf("the wrong size is not the cause: %v", err)
+	}
+	// The batch of sample 1 is still to come: it fails again (the function fails every time).
+	_, _, err = loader.Next()
+	wantStatus(t, err, accel.ErrCallback)
+
+	// A field left unwritten fails the sample; no Go error is the cause.
+	data = must(accel.DatasetFromStream(fields, func(epoch, position int64, s *accel.Sample) (bool, error) {
+		return true, s.Set(0, []float32{1, 2})
+	}))
+	unwritten := must(accel.NewDataLoader(acc, data))
+	data.Close()
+	defer unwritten.Close()
+	_, _, err = unwritten.Next()
+	if e := wantStatus(t, err, accel.ErrCallback, "without writing field 1"); e.Cause != nil {
+		t.Fatalf("a cause for a library failure: %v", e.Cause)
+	}
+	wantStatus(t, unwritten.Set("group_by_length", true), accel.ErrUnsupported)
+
+	noop := func(int64, int64, *accel.Sample) (bool, error) { return false, nil }
+	_, err = accel.DatasetFromStream(fields, nil)
+	wantStatus(t, err, accel.ErrInvalidArgument, "nil function")
+	_, err = accel.DatasetFromStream(nil, noop)
+	wantStatus(t, err, accel.ErrInvalidArgument, "no fields")
+	_, err = accel.DatasetFromStream([]accel.Field{{DType: accel.F32, Shape: []int64{2, accel.Ragged}}}, noop)
+	wantStatus(t, err, accel.ErrShape)
+}

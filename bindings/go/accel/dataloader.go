@@ -14,7 +14,8 @@ import (
 //
 // Options (Set, between epochs): batch_size (1), shuffle (false), seed (0), drop_last (false),
 // num_workers (0), prefetch_factor (2), split_batches, even_batches, device_placement,
-// group_by_length (false).
+// group_by_length (false), dispatch_batches ("auto": true for a stream, the only kind of dataset
+// dispatched; see DatasetFromStream).
 //
 // group_by_length (a dataset with a ragged field, DatasetFromRaggedFunc): the Hugging Face
 // Trainer's length grouping. The epoch's order (shuffled or not) is cut into megabatches of
@@ -102,7 +103,9 @@ func (l *DataLoader) SetField(field int, key string, value any) error {
 
 // Next is the next batch of the epoch; ok is false at the end of the epoch (the following call
 // starts the next one). The caller closes the batch. When the dataset's function failed, the
-// error's Cause is its error and the next call starts the epoch again.
+// error's Cause is its error and the next call starts the epoch again (a stream's goes on from
+// the batch that failed). Over a stream with dispatch_batches, Next is a collective: every
+// process calls it together.
 func (l *DataLoader) Next() (batch Batch, ok bool, err error) {
 	p, err := l.ref().acquire("DataLoader")
 	if err != nil {
@@ -175,7 +178,8 @@ func (l *DataLoader) FieldCount() (int, error) {
 	return int(n), err
 }
 
-// BatchCount is the number of batches this process gets in a whole epoch.
+// BatchCount is the number of batches this process gets in a whole epoch; -1 for a stream
+// (DatasetFromStream, DatasetFromTextLines), whose length is unknown.
 func (l *DataLoader) BatchCount() (int64, error) {
 	n, err := query(l.ref(), "DataLoader", func(p *C.accel_dataloader, out *C.int64_t) C.accel_status {
 		return C.accel_dataloader_batch_count(p, out)
@@ -208,7 +212,8 @@ func (l *DataLoader) EndOfEpoch() (bool, error) {
 }
 
 // Remainder is how many samples of the last global step are real rather than padding (the
-// sample count mod the global batch size); -1 with drop_last.
+// sample count mod the global batch size); -1 with drop_last. A stream's is -1 too until its
+// last batch is in use (EndOfEpoch).
 func (l *DataLoader) Remainder() (int64, error) {
 	n, err := query(l.ref(), "DataLoader", func(p *C.accel_dataloader, out *C.int64_t) C.accel_status {
 		return C.accel_dataloader_remainder(p, out)

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/libaccel/libaccel/bindings/go/accel"
@@ -133,8 +134,8 @@ func TestTrainingExampleMatchesTheCExample(t *testing.T) {
 	}
 }
 
-// The two ranks also split work between them and stop on a trigger one of them raised (in this
-// launch rather than one of their own: every launch costs a rendezvous).
+// The two ranks also split work between them, stop on a trigger one of them raised, and share a
+// stream (in this launch rather than one of their own: every launch costs a rendezvous).
 func TestTwoRanksTrainAndAgree(t *testing.T) {
 	out := run(t, self(t, 2, "train"))
 	expectLine(t, out, "rank 0: the loss fell, parameters equal on every rank")
@@ -143,6 +144,12 @@ func TestTwoRanksTrainAndAgree(t *testing.T) {
 	expectLine(t, out, `rank 1: split [2] padded [2 2], ["c"] padded ["c" "c"], rows [2] padded [2 2]`)
 	expectLine(t, out, "rank 0: trigger set by rank 1: true, then false")
 	expectLine(t, out, "rank 1: trigger set by rank 1: true, then false")
+	// Accelerate's sharding of an IterableDataset: global batch i to rank i mod 2, the last one
+	// completed from the first. Dispatched, the main process alone reads the stream.
+	expectLine(t, out, "rank 0: stream of 5, dispatch_batches true: [[0] [2] [4]], read here: true")
+	expectLine(t, out, "rank 1: stream of 5, dispatch_batches true: [[1] [3] [0]], read here: false")
+	expectLine(t, out, "rank 0: stream of 5, dispatch_batches false: [[0] [2] [4]], read here: true")
+	expectLine(t, out, "rank 1: stream of 5, dispatch_batches false: [[1] [3] [0]], read here: true")
 }
 
 func paramsOf(t *testing.T, path string) map[string][]float64 {
@@ -336,7 +343,58 @@ func rankTrain() error {
 	if err := splitAndTrigger(acc, rank); err != nil {
 		return err
 	}
+	for _, dispatch := range []bool{true, false} {
+		if err := streamShards(acc, rank, dispatch); err != nil {
+			return err
+		}
+	}
 	return acc.WaitForEveryone()
+}
+
+// streamShards prints the labels this rank gets from a stream of 5 samples (label = position)
+// in batches of 1, and whether its stream function ran here. Dispatched, on the main process's
+// reading thread (num_workers 1); not dispatched, on this goroutine.
+func streamShards(acc *accel.Accelerator, rank int, dispatch bool) error {
+	var read atomic.Bool
+	data, err := accel.DatasetFromStream([]accel.Field{{DType: accel.I64}},
+		func(epoch, position int64, s *accel.Sample) (bool, error) {
+			read.Store(true)
+			if position >= 5 {
+				return false, nil
+			}
+			return true, s.Set(0, position)
+		})
+	if err != nil {
+		return err
+	}
+	loader, err := accel.NewDataLoader(acc, data)
+	data.Close()
+	if err != nil {
+		return err
+	}
+	defer loader.Close()
+	workers := 0
+	if dispatch {
+		workers = 1
+	}
+	for _, o := range [][2]any{{"batch_size", 1}, {"dispatch_batches", dispatch}, {"num_workers", workers}} {
+		if err := loader.Set(o[0].(string), o[1]); err != nil {
+			return err
+		}
+	}
+	var labels [][]int64
+	for batch, err := range loader.All() {
+		if err != nil {
+			return err
+		}
+		values, err := accel.ToSlice[int64](batch[0])
+		if err != nil {
+			return err
+		}
+		labels = append(labels, values)
+	}
+	fmt.Printf("rank %d: stream of 5, dispatch_batches %v: %v, read here: %v\n", rank, dispatch, labels, read.Load())
+	return nil
 }
 
 // splitAndTrigger prints this rank's share of 3 items (indices, a slice, a tensor's rows), plain

@@ -24,6 +24,14 @@ accel_status goaccel_dataset_from_ragged_callback(int64_t sample_count, size_t f
                                             (accel_release_fn)goaccelRelease, out);
 }
 
+accel_status goaccel_dataset_from_stream(size_t field_count, const accel_dtype* dtypes,
+                                         const size_t* dim_counts, const int64_t* dims,
+                                         uintptr_t* box, accel_dataset** out) {
+  return accel_dataset_from_stream(field_count, dtypes, dim_counts, dims,
+                                   (accel_stream_fn)goaccelStreamSample, box,
+                                   (accel_release_fn)goaccelRelease, out);
+}
+
 accel_status goaccel_register_for_checkpointing(accel_accelerator* accelerator, uintptr_t* box) {
   return accel_register_for_checkpointing(accelerator, (accel_state_save_fn)goaccelSave,
                                           (accel_state_load_fn)goaccelLoad, box,

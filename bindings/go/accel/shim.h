@@ -25,6 +25,10 @@ accel_status goaccel_dataset_from_ragged_callback(int64_t sample_count, size_t f
                                                   const accel_dtype* dtypes,
                                                   const size_t* dim_counts, const int64_t* dims,
                                                   uintptr_t* box, accel_dataset** out);
+/* A stream, with goaccelStreamSample as the sample callback. */
+accel_status goaccel_dataset_from_stream(size_t field_count, const accel_dtype* dtypes,
+                                         const size_t* dim_counts, const int64_t* dims,
+                                         uintptr_t* box, accel_dataset** out);
 accel_status goaccel_register_for_checkpointing(accel_accelerator* accelerator, uintptr_t* box);
 
 /* accel_tensor_from_data through arguments that cgo need not check at run time (bytes, and the

@@ -279,6 +279,51 @@ func TestIDXDatasetsAndTheirErrors(t *testing.T) {
 	wantStatus(t, err, accel.ErrInvalidArgument)
 }
 
+func TestTextLinesAreAStreamOfRaggedBytes(t *testing.T) {
+	begin(t)
+	acc := must(accel.New(nil))
+	defer acc.Close()
+	path := filepath.Join(t.TempDir(), "lines.txt")
+	ok(t, os.WriteFile(path, []byte("first\r\n\nthird\nlast"), 0o644))
+	data := must(accel.DatasetFromTextLines(path))
+	if n := must(data.SampleCount()); n != -1 {
+		t.Fatalf("%d lines known in advance, want -1 (a stream)", n)
+	}
+	loader := must(accel.NewDataLoader(acc, data))
+	data.Close()
+	defer loader.Close()
+	ok(t, loader.Set("batch_size", 3))
+	ok(t, loader.Set("pad_value", '.'))
+	if n := must(loader.BatchCount()); n != -1 {
+		t.Fatalf("%d batches, want -1 (a stream)", n)
+	}
+	// The lines without their newline (nor the carriage return before it), padded, with a mask.
+	for epoch := 0; epoch < 2; epoch++ {
+		var lines []string
+		var masks [][]int64
+		for batch, err := range loader.All() {
+			ok(t, err)
+			shape := must(batch[0].Shape())
+			text := must(accel.ToSlice[uint8](batch[0]))
+			mask := must(accel.ToSlice[int64](batch[1]))
+			for r := int64(0); r < shape[0]; r++ {
+				lines = append(lines, string(text[r*shape[1]:(r+1)*shape[1]]))
+				masks = append(masks, mask[r*shape[1]:(r+1)*shape[1]])
+			}
+		}
+		if want := []string{"first", ".....", "third", "last"}; !slices.Equal(lines, want) {
+			t.Fatalf("epoch %d: lines %q, want %q", epoch, lines, want)
+		}
+		if !slices.Equal(masks[1], []int64{0, 0, 0, 0, 0}) || !slices.Equal(masks[3], []int64{1, 1, 1, 1}) {
+			t.Fatalf("epoch %d: masks %v", epoch, masks)
+		}
+	}
+	_, err := accel.DatasetFromTextLines(path + ".missing")
+	wantStatus(t, err, accel.ErrIO, "lines.txt.missing")
+	_, err = accel.DatasetFromTextLines("a\x00b")
+	wantStatus(t, err, accel.ErrInvalidArgument, "NUL")
+}
+
 func TestDataLoaderOptionsPositionsAndStop(t *testing.T) {
 	begin(t)
 	acc := must(accel.New(nil))
