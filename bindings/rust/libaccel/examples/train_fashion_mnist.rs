@@ -122,7 +122,8 @@ fn run(o: &Options) -> libaccel::Result<()> {
     let params = model.parameter_element_count()?;
 
     let (mut train, mut test) = fashion::loaders(&acc, &o.data, o.batch, o.workers)?;
-    let steps_per_epoch = train.batch_count()?;
+    // IDX files have a known length (only a stream's is None).
+    let steps_per_epoch = train.batch_count()?.expect("a sized dataset");
     let mut total_steps = steps_per_epoch * o.epochs;
     if o.max_steps > 0 && o.max_steps < total_steps {
         total_steps = o.max_steps;

@@ -92,7 +92,8 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
     let params = model.parameter_element_count()?;
 
     let (mut train, mut test) = fashion::loaders(&acc, &o.data, o.batch, o.workers)?;
-    let mut total_steps = train.batch_count()? * o.epochs;
+    // IDX files have a known length (only a stream's is None).
+    let mut total_steps = train.batch_count()?.expect("a sized dataset") * o.epochs;
     if o.max_steps > 0 && o.max_steps < total_steps {
         total_steps = o.max_steps;
     }

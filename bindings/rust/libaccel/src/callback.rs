@@ -16,7 +16,25 @@ use crate::error::{BoxError, Error, Result, Status};
 enum Failure {
     Panic(Box<dyn Any + Send + 'static>),
     Error(String),
+    /// An error of the crate's own (a library call the trampoline made for the closure): it
+    /// replaces the callback error rather than adding to it, so its status comes back.
+    Surfaced(Error),
 }
+
+/// An error a trampoline raises itself, returned from the closure given to
+/// [`FailureSlot::catch`]: the library call's error comes back with its own status (a stream
+/// sample's field of the wrong size is `Shape`, not `Callback`). Private to the crate, so a user
+/// closure's errors (even this crate's `Error`s) are always reported as the closure's.
+#[derive(Debug)]
+pub(crate) struct Surfaced(pub(crate) Error);
+
+impl std::fmt::Display for Surfaced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Surfaced {}
 
 #[derive(Default)]
 pub(crate) struct FailureSlot {
@@ -26,16 +44,30 @@ pub(crate) struct FailureSlot {
 impl FailureSlot {
     /// Runs a user closure; 0 when it succeeded, 1 (the callback's failure) after storing why.
     pub(crate) fn run(&self, f: impl FnOnce() -> std::result::Result<(), BoxError>) -> i32 {
+        match self.catch(f) {
+            Some(()) => 0,
+            None => 1,
+        }
+    }
+
+    /// Runs a user closure; its value when it succeeded, `None` after storing why it did not.
+    pub(crate) fn catch<T>(
+        &self,
+        f: impl FnOnce() -> std::result::Result<T, BoxError>,
+    ) -> Option<T> {
         let failure = match catch_unwind(AssertUnwindSafe(f)) {
-            Ok(Ok(())) => return 0,
-            Ok(Err(e)) => Failure::Error(e.to_string()),
+            Ok(Ok(value)) => return Some(value),
+            Ok(Err(e)) => match e.downcast::<Surfaced>() {
+                Ok(own) => Failure::Surfaced(own.0),
+                Err(e) => Failure::Error(e.to_string()),
+            },
             Err(payload) => Failure::Panic(payload),
         };
         let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
             *slot = Some(failure);
         }
-        1
+        None
     }
 
     /// Turns a library error into what the closure did: resumes its panic, or adds its error's
@@ -48,6 +80,7 @@ impl FailureSlot {
         match taken {
             Some(Failure::Panic(payload)) => resume_unwind(payload),
             Some(Failure::Error(message)) => error.with_detail(&message),
+            Some(Failure::Surfaced(own)) => own,
             None => error,
         }
     }

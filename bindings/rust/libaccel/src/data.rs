@@ -1,19 +1,20 @@
-//! Datasets (from tensors, IDX files or a Rust closure) and the sharded, prefetching dataloader.
+//! Datasets (from tensors, IDX files, a Rust closure or a stream) and the sharded, prefetching
+//! dataloader.
 
 use std::ffi::c_void;
 use std::fmt::Display;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use libaccel_sys as sys;
 
 use crate::accelerator::Accelerator;
-use crate::callback::FailureSlot;
+use crate::callback::{FailureSlot, Surfaced};
 use crate::error::{check, BoxError, Error, Result, Status};
 use crate::ffi::{ensure_supported_library, make, path_string, query, set_option};
 use crate::options::{default_is_new, options_type};
-use crate::tensor::{Dtype, Tensor};
+use crate::tensor::{Dtype, Element, Tensor};
 
 /// One field of a closure dataset: its element type and per-sample shape (`[]` for a scalar
 /// per sample, `[28, 28]` for an image). A ragged field ([`Field::ragged`], for
@@ -58,13 +59,184 @@ impl Field {
 
 type SampleFn = dyn Fn(i64, &mut [&mut [u8]]) -> std::result::Result<(), BoxError> + Send + Sync;
 type LengthFn = dyn Fn(i64, &mut [i64]) -> std::result::Result<(), BoxError> + Send + Sync;
+type StreamFn = dyn FnMut(i64, i64) -> std::result::Result<Option<Sample>, BoxError> + Send;
+
+/// What makes a closure dataset's samples.
+enum Source {
+    /// By index ([`Dataset::from_fn`], [`Dataset::from_ragged_fn`]), on several threads at once.
+    Indexed {
+        fill: Box<SampleFn>,
+        lengths: Option<Box<LengthFn>>,
+    },
+    /// In order ([`Dataset::from_stream`]). The library never calls it on two threads at once;
+    /// the mutex (never contended) lets the `FnMut` be shared.
+    Stream {
+        next: Mutex<Box<StreamFn>>,
+        dtypes: Vec<Dtype>,
+    },
+}
 
 /// A closure dataset's state, shared by the library (released by its release callback) and by
-/// the Rust dataset and dataloaders (for the failure slot, which both closures share).
+/// the Rust dataset and dataloaders (for the failure slot, which all its closures share).
 struct SampleState {
-    fill: Box<SampleFn>,
-    lengths: Option<Box<LengthFn>>,
+    source: Source,
     failure: FailureSlot,
+}
+
+/// The header's per-field arrays, as `accel_dataset_from_callback` and its kin take them.
+struct RawFields {
+    dtypes: Vec<sys::accel_dtype>,
+    dim_counts: Vec<usize>,
+    dims: Vec<i64>,
+}
+
+impl RawFields {
+    fn new(fields: &[Field]) -> RawFields {
+        RawFields {
+            dtypes: fields.iter().map(|f| f.dtype.to_raw()).collect(),
+            dim_counts: fields.iter().map(|f| f.shape.len()).collect(),
+            dims: fields
+                .iter()
+                .flat_map(|f| f.shape.iter().copied())
+                .collect(),
+        }
+    }
+
+    /// `dims`, or NULL when no field has a dimension (the header allows it then).
+    fn dims_ptr(&self) -> *const i64 {
+        if self.dims.is_empty() {
+            std::ptr::null()
+        } else {
+            self.dims.as_ptr()
+        }
+    }
+}
+
+/// One sample of a stream ([`Dataset::from_stream`]): each field's values, set by index.
+///
+/// A fixed field takes exactly one sample of its shape (`[]`: one value; `[28, 28]`: 784); a
+/// ragged field ([`Field::ragged`]) any whole number of rows, its length (0 too). Typed values
+/// ([`set`](Sample::set), [`with`](Sample::with)) must be of the field's element type; raw bytes
+/// ([`set_bytes`](Sample::set_bytes), for `F16`, `BF16` or data already in bytes) are taken as
+/// they are, row-major in the field's dtype. Setting a field again replaces it. The stream
+/// checks each sample as it reads it, and fails the batch that needed it: a field left unset is
+/// a `Callback` error, values of another element type a `Dtype` error and a size that is not one
+/// sample (or not whole rows) a `Shape` error, each naming the sample and field; a field out of
+/// range is an `InvalidArgument` error.
+///
+/// ```
+/// use libaccel::Sample;
+/// let tokens = [101i64, 7592, 102];
+/// let sample = Sample::new().with(0, &tokens).with(1, &[1i64]);
+/// assert_eq!(sample.field_count(), 2);
+/// assert_eq!(sample.bytes(1), Some(&1i64.to_ne_bytes()[..]));
+/// let mut line = Sample::new();
+/// line.set_bytes(0, "hello");
+/// assert_eq!(line.bytes(0), Some(&b"hello"[..]));
+/// assert_eq!(line.bytes(1), None);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sample {
+    fields: Vec<Option<SampleField>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SampleField {
+    /// The element type of typed values; `None` for raw bytes (not checked).
+    dtype: Option<Dtype>,
+    bytes: Vec<u8>,
+}
+
+impl Sample {
+    /// A sample with no field set.
+    pub fn new() -> Sample {
+        Sample::default()
+    }
+
+    /// Sets field `field` to a copy of `values` (row-major), which must be of the field's
+    /// element type: `&tokens[..]` (`i64`) for a ragged `I64` field, `&[label]` for a scalar.
+    pub fn set<T: Element>(&mut self, field: usize, values: &[T]) -> &mut Sample {
+        // SAFETY: the bytes of a slice of an Element type (plain data, no padding).
+        let bytes = unsafe {
+            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+        };
+        self.put(field, Some(T::DTYPE), bytes.to_vec())
+    }
+
+    /// [`set`](Sample::set), by value: `Sample::new().with(0, &tokens).with(1, &[label])`.
+    #[must_use]
+    pub fn with<T: Element>(mut self, field: usize, values: &[T]) -> Sample {
+        self.set(field, values);
+        self
+    }
+
+    /// Sets field `field` to `bytes`, taken as they are: its elements in the field's dtype,
+    /// row-major (no element type to check: any dtype, `F16` and `BF16` included).
+    pub fn set_bytes(&mut self, field: usize, bytes: impl Into<Vec<u8>>) -> &mut Sample {
+        self.put(field, None, bytes.into())
+    }
+
+    /// [`set_bytes`](Sample::set_bytes), by value.
+    #[must_use]
+    pub fn with_bytes(mut self, field: usize, bytes: impl Into<Vec<u8>>) -> Sample {
+        self.set_bytes(field, bytes);
+        self
+    }
+
+    /// The bytes of field `field`, `None` while it is not set.
+    pub fn bytes(&self, field: usize) -> Option<&[u8]> {
+        self.fields
+            .get(field)
+            .and_then(Option::as_ref)
+            .map(|f| f.bytes.as_slice())
+    }
+
+    /// One more than the highest field set (0 when none is).
+    pub fn field_count(&self) -> usize {
+        self.fields.len()
+    }
+
+    fn put(&mut self, field: usize, dtype: Option<Dtype>, bytes: Vec<u8>) -> &mut Sample {
+        if self.fields.len() <= field {
+            self.fields.resize(field + 1, None);
+        }
+        self.fields[field] = Some(SampleField { dtype, bytes });
+        self
+    }
+
+    /// Writes the sample's fields through the library, which copies them and checks their
+    /// sizes; a library error comes back with its own status.
+    fn write(
+        &self,
+        raw: *mut sys::accel_sample,
+        dtypes: &[Dtype],
+        position: i64,
+    ) -> std::result::Result<(), Surfaced> {
+        for (f, value) in self.fields.iter().enumerate() {
+            let Some(value) = value else { continue }; // unset: the library names it
+            if let (Some(given), Some(&want)) = (value.dtype, dtypes.get(f)) {
+                if given != want {
+                    return Err(Surfaced(Error::new(
+                        Status::Dtype,
+                        format!(
+                            "sample {position}, field {f}: {given:?} values given, and the \
+                             field's dtype is {want:?}"
+                        ),
+                    )));
+                }
+            }
+            let data = if value.bytes.is_empty() {
+                std::ptr::null()
+            } else {
+                value.bytes.as_ptr().cast::<c_void>()
+            };
+            // SAFETY: `raw` is the sample the library passed to this very call; `data` holds
+            // `len` bytes (or is NULL for none, which the header allows), copied by the call.
+            let status = unsafe { sys::accel_sample_set_field(raw, f, data, value.bytes.len()) };
+            check(status).map_err(Surfaced)?;
+        }
+        Ok(())
+    }
 }
 
 /// A set of samples with one or more fields (images, labels, ...).
@@ -117,7 +289,7 @@ impl Dataset {
     ///     format!("{dir}/t10k-images-idx3-ubyte.gz"),
     ///     format!("{dir}/t10k-labels-idx1-ubyte.gz"),
     /// ])?;
-    /// assert_eq!(test.sample_count()?, 10_000);
+    /// assert_eq!(test.sample_count()?, Some(10_000));
     /// assert!(libaccel::Dataset::from_idx(&["/no/such/file"]).is_err());
     /// # Ok::<(), libaccel::Error>(())
     /// ```
@@ -150,7 +322,7 @@ impl Dataset {
     ///     fields[0].copy_from_slice(&(i * i).to_ne_bytes());
     ///     Ok(())
     /// })?;
-    /// assert_eq!(squares.sample_count()?, 10);
+    /// assert_eq!(squares.sample_count()?, Some(10));
     /// # Ok::<(), libaccel::Error>(())
     /// ```
     pub fn from_fn<F>(sample_count: i64, fields: &[Field], fill: F) -> Result<Dataset>
@@ -234,6 +406,148 @@ impl Dataset {
         )
     }
 
+    /// A stream: a dataset with no known length, read in order (PyTorch's `IterableDataset`),
+    /// whose samples `next` makes. It gets the epoch and the sample's position (0, 1, 2, ... in
+    /// order) and returns `Ok(Some(sample))`, or `Ok(None)` at the end of the stream. Position 0
+    /// means "from the beginning again": each epoch starts there, and so does a dataloader that
+    /// resumes ([`DataLoader::set_position`], or the call after a failure), reading the samples
+    /// before its position again and dropping them. Fields are declared as for
+    /// [`from_ragged_fn`](Dataset::from_ragged_fn) (a ragged field's length is the number of
+    /// rows its [`Sample`] holds); batches are padded and masked the same way.
+    ///
+    /// `next` is never called on two threads at once, and always in order: with `num_workers` 0
+    /// in the call that needs the sample, otherwise on the dataloader's reading thread, which
+    /// reads up to `num_workers` x `prefetch_factor` global batches ahead. With
+    /// [`DataLoaderOptions::dispatch_batches`] (the default for a stream) it runs on the main
+    /// process only, which sends every process its rows.
+    ///
+    /// An error or a panic of `next`, or a sample the stream refuses (see [`Sample`]), comes back
+    /// from the dataloader call that needed the sample (an error as a `Callback` error with its
+    /// message, a refused sample with its own status, a panic resumed), and the dataloader's
+    /// [`position`](DataLoader::position) stays after the batches already returned: the next
+    /// call reads the stream again from position 0 up to there and goes on with the batch that
+    /// failed. [`sample_count`](Dataset::sample_count) and [`DataLoader::batch_count`] are
+    /// `None`; `group_by_length` is an `Unsupported` error.
+    ///
+    /// ```
+    /// use libaccel::{fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Dtype, Field};
+    /// use libaccel::Sample;
+    /// // Sample i: the tokens 10 * i .. 10 * i + i + 1, and the label i; four of them.
+    /// let text = Dataset::from_stream(
+    ///     &[Field::ragged(Dtype::I64, &[]), Field::new(Dtype::I64, &[])],
+    ///     |_epoch, i| {
+    ///         if i == 4 {
+    ///             return Ok(None);
+    ///         }
+    ///         let tokens: Vec<i64> = (0..=i).map(|j| 10 * i + j).collect();
+    ///         Ok(Some(Sample::new().with(0, &tokens).with(1, &[i])))
+    ///     },
+    /// )?;
+    /// assert_eq!(text.sample_count()?, None);
+    /// let acc = Accelerator::new()?;
+    /// let mut loader = DataLoader::with(&acc, &text, DataLoaderOptions::new().batch_size(3))?;
+    /// assert_eq!(loader.batch_count()?, None);
+    /// let [ids, labels, mask] = fields(loader.next_batch()?.unwrap())?;
+    /// assert_eq!(ids.to_vec::<i64>()?, [0, 0, 0, 10, 11, 0, 20, 21, 22]);
+    /// assert_eq!(labels.to_vec::<i64>()?, [0, 1, 2]);
+    /// assert_eq!(mask.to_vec::<i64>()?, [1, 0, 0, 1, 1, 0, 1, 1, 1]);
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    pub fn from_stream<F>(fields: &[Field], next: F) -> Result<Dataset>
+    where
+        F: FnMut(i64, i64) -> std::result::Result<Option<Sample>, BoxError> + Send + 'static,
+    {
+        ensure_supported_library()?;
+        let raw_fields = RawFields::new(fields);
+        let source = Source::Stream {
+            next: Mutex::new(Box::new(next)),
+            dtypes: fields.iter().map(|f| f.dtype).collect(),
+        };
+        // SAFETY: the arrays are valid for their lengths; `user_data` is as `with_state` says.
+        Dataset::with_state(source, |user_data, out| unsafe {
+            sys::accel_dataset_from_stream(
+                fields.len(),
+                raw_fields.dtypes.as_ptr(),
+                raw_fields.dim_counts.as_ptr(),
+                raw_fields.dims_ptr(),
+                Some(next_stream_sample),
+                user_data,
+                Some(release_sample_state),
+                out,
+            )
+        })
+    }
+
+    /// A stream ([`from_stream`](Dataset::from_stream)) from an iterator per epoch: `open` gets
+    /// the epoch and returns the epoch's samples, which the stream reads in order until the
+    /// iterator ends (a file opened again, a query run again). An `Err` from `open` or from the
+    /// iterator fails the batch that needed the sample, as `from_stream`'s closure's does. A
+    /// stream that starts again (a new epoch, a resume, the call after a failure) calls `open`
+    /// again and skips the samples before its position.
+    ///
+    /// ```
+    /// use libaccel::{Dataset, Dtype, Field, Sample};
+    /// let words = ["a", "stream", "of", "words"];
+    /// let data = Dataset::from_stream_iter(&[Field::ragged(Dtype::U8, &[])], move |_epoch| {
+    ///     Ok(words.map(|w| Ok(Sample::new().with(0, w.as_bytes()))))
+    /// })?;
+    /// assert_eq!(data.field_count()?, 1);
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    pub fn from_stream_iter<F, I>(fields: &[Field], mut open: F) -> Result<Dataset>
+    where
+        F: FnMut(i64) -> std::result::Result<I, BoxError> + Send + 'static,
+        I: IntoIterator<Item = std::result::Result<Sample, BoxError>>,
+        I::IntoIter: Send + 'static,
+    {
+        // The epoch and the position its iterator is at.
+        let mut current: Option<(i64, i64, I::IntoIter)> = None;
+        Dataset::from_stream(fields, move |epoch, position| {
+            let at = matches!(&current, Some((e, p, _)) if *e == epoch && *p == position);
+            if !at || position == 0 {
+                current = None; // the old one first: it may hold what `open` opens again
+                let mut samples = open(epoch)?.into_iter();
+                for _ in 0..position {
+                    if samples.next().transpose()?.is_none() {
+                        return Ok(None);
+                    }
+                }
+                current = Some((epoch, position, samples));
+            }
+            let Some((_, at, samples)) = current.as_mut() else {
+                return Ok(None); // set just above
+            };
+            match samples.next() {
+                Some(Ok(sample)) => {
+                    *at += 1;
+                    Ok(Some(sample))
+                }
+                Some(Err(e)) => {
+                    current = None;
+                    Err(e)
+                }
+                None => Ok(None),
+            }
+        })
+    }
+
+    /// A stream of the lines of a text file, read lazily and again from the start each epoch:
+    /// one sample per line, a single ragged `U8` field holding the line's bytes without its
+    /// newline (nor a carriage return before it). A file that cannot be opened is an `Io` error
+    /// naming it.
+    ///
+    /// ```
+    /// let e = libaccel::Dataset::from_text_lines("/no/such/corpus.txt").unwrap_err();
+    /// assert_eq!(e.status(), libaccel::Status::Io);
+    /// ```
+    pub fn from_text_lines<P: AsRef<Path>>(path: P) -> Result<Dataset> {
+        ensure_supported_library()?;
+        let path = path_string(path.as_ref())?;
+        // SAFETY: a NUL-terminated path that outlives the call.
+        let raw = make(|out| unsafe { sys::accel_dataset_from_text_lines(path.as_ptr(), out) })?;
+        Ok(Dataset::own(raw, None))
+    }
+
     /// A closure dataset: through `accel_dataset_from_ragged_callback` when there is a length
     /// closure, else `accel_dataset_from_callback`.
     fn from_closures(
@@ -242,56 +556,55 @@ impl Dataset {
         lengths: Option<Box<LengthFn>>,
         fill: Box<SampleFn>,
     ) -> Result<Dataset> {
-        let dtypes: Vec<sys::accel_dtype> = fields.iter().map(|f| f.dtype.to_raw()).collect();
-        let dim_counts: Vec<usize> = fields.iter().map(|f| f.shape.len()).collect();
-        let dims: Vec<i64> = fields
-            .iter()
-            .flat_map(|f| f.shape.iter().copied())
-            .collect();
+        let raw_fields = RawFields::new(fields);
         let ragged = lengths.is_some();
-        let state = Arc::new(SampleState {
-            fill,
-            lengths,
-            failure: FailureSlot::default(),
-        });
-        let user_data = Arc::into_raw(Arc::clone(&state)) as *mut c_void;
-        let dims_ptr = if dims.is_empty() {
-            std::ptr::null()
-        } else {
-            dims.as_ptr()
-        };
-        let mut out: *mut sys::accel_dataset = std::ptr::null_mut();
-        // SAFETY: the arrays are valid for their lengths; `user_data` is an Arc reference handed
-        // to the library, which gives it back through `release_sample_state` exactly once. The
-        // length trampoline is registered only with a length closure in the state.
-        let status = unsafe {
+        let source = Source::Indexed { fill, lengths };
+        // SAFETY: the arrays are valid for their lengths; `user_data` is as `with_state` says.
+        // The length trampoline is registered only with a length closure in the state.
+        Dataset::with_state(source, |user_data, out| unsafe {
             if ragged {
                 sys::accel_dataset_from_ragged_callback(
                     sample_count,
                     fields.len(),
-                    dtypes.as_ptr(),
-                    dim_counts.as_ptr(),
-                    dims_ptr,
+                    raw_fields.dtypes.as_ptr(),
+                    raw_fields.dim_counts.as_ptr(),
+                    raw_fields.dims_ptr(),
                     Some(sample_lengths),
                     Some(fill_sample),
                     user_data,
                     Some(release_sample_state),
-                    &mut out,
+                    out,
                 )
             } else {
                 sys::accel_dataset_from_callback(
                     sample_count,
                     fields.len(),
-                    dtypes.as_ptr(),
-                    dim_counts.as_ptr(),
-                    dims_ptr,
+                    raw_fields.dtypes.as_ptr(),
+                    raw_fields.dim_counts.as_ptr(),
+                    raw_fields.dims_ptr(),
                     Some(fill_sample),
                     user_data,
                     Some(release_sample_state),
-                    &mut out,
+                    out,
                 )
             }
-        };
+        })
+    }
+
+    /// A dataset whose closures live in a `SampleState` made of `source`: `create` gets the
+    /// state's `user_data` (an Arc reference handed to the library, which gives it back through
+    /// `release_sample_state` exactly once) and the `out` pointer.
+    fn with_state(
+        source: Source,
+        create: impl FnOnce(*mut c_void, *mut *mut sys::accel_dataset) -> sys::accel_status,
+    ) -> Result<Dataset> {
+        let state = Arc::new(SampleState {
+            source,
+            failure: FailureSlot::default(),
+        });
+        let user_data = Arc::into_raw(Arc::clone(&state)) as *mut c_void;
+        let mut out: *mut sys::accel_dataset = std::ptr::null_mut();
+        let status = create(user_data, &mut out);
         if out.is_null() && status == sys::ACCEL_OK {
             // Success always makes a handle; were it missing, the library would own the
             // reference (and release it), so it is not taken back here.
@@ -313,10 +626,11 @@ impl Dataset {
         }
     }
 
-    /// The number of samples.
-    pub fn sample_count(&self) -> Result<i64> {
+    /// The number of samples; `None` for a stream ([`from_stream`](Dataset::from_stream),
+    /// [`from_text_lines`](Dataset::from_text_lines)), whose length is unknown.
+    pub fn sample_count(&self) -> Result<Option<i64>> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_dataset_sample_count(self.raw.as_ptr(), out) })
+        query(|out| unsafe { sys::accel_dataset_sample_count(self.raw.as_ptr(), out) }).map(known)
     }
 
     /// The number of fields per sample.
@@ -331,6 +645,11 @@ impl Dataset {
     }
 }
 
+/// A count the library reports as -1 when it is unknown (a stream's).
+fn known(count: i64) -> Option<i64> {
+    (count >= 0).then_some(count)
+}
+
 /// The library's sample callback: fills one sample through the user's closure.
 unsafe extern "C" fn fill_sample(
     index: i64,
@@ -342,6 +661,9 @@ unsafe extern "C" fn fill_sample(
     // SAFETY: `user_data` is the Arc reference the library holds until it calls release, which
     // happens only after the last call of this callback has returned.
     let state = unsafe { &*(user_data as *const SampleState) };
+    let Source::Indexed { fill, .. } = &state.source else {
+        return 1; // registered only for an indexed source: not reached
+    };
     state.failure.run(|| {
         // SAFETY: the library passes `count` buffers of `sizes[f]` bytes each, valid and not
         // aliased for the duration of the call.
@@ -360,10 +682,10 @@ unsafe extern "C" fn fill_sample(
             for (f, slot) in fields.iter_mut().enumerate().take(count) {
                 *slot = field(f);
             }
-            (state.fill)(index, &mut fields[..count])
+            fill(index, &mut fields[..count])
         } else {
             let mut fields: Vec<&mut [u8]> = (0..count).map(field).collect();
-            (state.fill)(index, &mut fields)
+            fill(index, &mut fields)
         }
     })
 }
@@ -377,7 +699,11 @@ unsafe extern "C" fn sample_lengths(
 ) -> i32 {
     // SAFETY: as in `fill_sample`: the Arc reference outlives every call of the callbacks.
     let state = unsafe { &*(user_data as *const SampleState) };
-    let Some(closure) = &state.lengths else {
+    let Source::Indexed {
+        lengths: Some(closure),
+        ..
+    } = &state.source
+    else {
         return 1; // registered only with a length closure: not reached
     };
     state.failure.run(|| {
@@ -389,6 +715,39 @@ unsafe extern "C" fn sample_lengths(
         };
         closure(index, lengths)
     })
+}
+
+/// What the stream trampoline returns: the header's 0 (a sample), 1 (the end), or a failure.
+const STREAM_SAMPLE: i32 = 0;
+const STREAM_END: i32 = 1;
+const STREAM_FAILED: i32 = -1;
+
+/// The library's stream callback: the next sample through the user's closure, written field by
+/// field.
+unsafe extern "C" fn next_stream_sample(
+    epoch: i64,
+    position: i64,
+    sample: *mut sys::accel_sample,
+    user_data: *mut c_void,
+) -> i32 {
+    // SAFETY: as in `fill_sample`: the Arc reference outlives every call of the callback.
+    let state = unsafe { &*(user_data as *const SampleState) };
+    let Source::Stream { next, dtypes } = &state.source else {
+        return STREAM_FAILED; // registered only for a stream source: not reached
+    };
+    state
+        .failure
+        .catch(|| {
+            // A panic earlier left the mutex poisoned; the library starts the stream again at
+            // position 0 after a failure, which the closure is told.
+            let produced = next.lock().unwrap_or_else(PoisonError::into_inner)(epoch, position)?;
+            let Some(produced) = produced else {
+                return Ok(STREAM_END);
+            };
+            produced.write(sample, dtypes, position)?;
+            Ok(STREAM_SAMPLE)
+        })
+        .unwrap_or(STREAM_FAILED)
 }
 
 unsafe extern "C" fn release_sample_state(user_data: *mut c_void) {
@@ -417,7 +776,8 @@ pub type Batch = Vec<Tensor>;
 /// [`set_options`](DataLoader::set_options)) or by name ([`set`](DataLoader::set)):
 /// `batch_size` (1), `shuffle` (false), `seed` (0), `drop_last` (false), `num_workers` (0),
 /// `prefetch_factor` (2), `split_batches`, `even_batches` (the accelerator's),
-/// `device_placement` (true), `group_by_length` (false); for a dataset with ragged fields the
+/// `device_placement` (true), `group_by_length` (false), `dispatch_batches` (`auto`: true over
+/// a stream, see [`DataLoaderOptions::dispatch_batches`]); for a dataset with ragged fields the
 /// padding options of [`Padding`], for every ragged field at once or for one
 /// ([`set_field_padding`](DataLoader::set_field_padding), [`set_field`](DataLoader::set_field)).
 ///
@@ -575,7 +935,10 @@ impl DataLoader {
     }
 
     /// The next batch of this epoch, or `None` at its end (the following call starts the next
-    /// epoch). A failing sample closure ends the epoch with its error (or resumes its panic).
+    /// epoch). A failing sample closure ends the epoch with its error (or resumes its panic);
+    /// over a stream the position stays after the batches already returned, and the next call
+    /// gives the batch that failed ([`Dataset::from_stream`]). With `dispatch_batches` every
+    /// process calls it together.
     pub fn next_batch(&mut self) -> Result<Option<Batch>> {
         let mut fields: Vec<*mut sys::accel_tensor> = vec![std::ptr::null_mut(); self.field_count];
         let mut count = 0usize;
@@ -642,10 +1005,11 @@ impl DataLoader {
         }
     }
 
-    /// The number of batches this process gets in a whole epoch.
-    pub fn batch_count(&self) -> Result<i64> {
+    /// The number of batches this process gets in a whole epoch; `None` over a stream
+    /// ([`Dataset::from_stream`]), whose length is unknown.
+    pub fn batch_count(&self) -> Result<Option<i64>> {
         // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_dataloader_batch_count(self.as_raw(), out) })
+        query(|out| unsafe { sys::accel_dataloader_batch_count(self.as_raw(), out) }).map(known)
     }
 
     /// Sets the epoch the next iteration uses (its shuffle); ends an iteration in progress.
@@ -713,6 +1077,7 @@ impl DataLoader {
         let upper = self
             .batch_count()
             .ok()
+            .flatten()
             .and_then(|n| usize::try_from(n).ok());
         Batches {
             loader: self,
@@ -828,6 +1193,14 @@ options_type!(
             /// 1 process x 64 sees the same global batches as 2 x 32. Without a ragged field it
             /// is an `InvalidArgument` error.
             group_by_length: bool,
+            /// Over a stream ([`Dataset::from_stream`]; default true there, Accelerate's
+            /// default): the main process reads each global batch and sends every process its
+            /// rows, and every process must ask for each batch together (the call is a
+            /// collective). False: every process reads the whole stream and keeps its own rows
+            /// (Accelerate's `IterableDatasetShard`). The same batches either way. Over a
+            /// dataset of known length, sharded by index on every process, true is an
+            /// `Unsupported` error.
+            dispatch_batches: bool,
         }
         nested {
             /// The padding of every ragged field (each option given; the others unchanged).

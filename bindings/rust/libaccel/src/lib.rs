@@ -43,7 +43,11 @@
 //! attention mask, as [`Padding`] says (pad value, side, multiple, `max_length` and truncation,
 //! mask or lengths), for every ragged field in [`DataLoaderOptions::padding`] or for one
 //! ([`DataLoader::set_field_padding`]); [`DataLoaderOptions::group_by_length`] batches samples of
-//! similar lengths. For inference, [`Accelerator::split_between_processes`] shares a list (or a
+//! similar lengths. A corpus too large to index is a stream, read in order
+//! ([`Dataset::from_stream`] with a [`Sample`] per call, [`Dataset::from_stream_iter`] from an
+//! iterator per epoch, [`Dataset::from_text_lines`]): its length is unknown (`None` from
+//! [`Dataset::sample_count`] and [`DataLoader::batch_count`]) and the main process reads it and
+//! sends each process its rows ([`DataLoaderOptions::dispatch_batches`]). For inference, [`Accelerator::split_between_processes`] shares a list (or a
 //! tensor's rows) out among the processes, and [`Accelerator::set_trigger`] with
 //! [`Accelerator::check_trigger`] stops every rank at the same step.
 //!
@@ -74,7 +78,7 @@ pub use accelerator::{Accelerator, DistributedType, Precision, Prepare, Reductio
 pub use config::Config;
 pub use data::{
     fields, Batch, Batches, DataLoader, DataLoaderOptions, Dataset, Field, Mask, Padding,
-    PaddingSide,
+    PaddingSide, Sample,
 };
 pub use error::{last_error, BoxError, Error, Result, Status};
 pub use libaccel_sys as sys;

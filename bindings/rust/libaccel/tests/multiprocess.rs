@@ -14,8 +14,8 @@ use common::{repo_root, temp_dir, FASHION_MNIST};
 use libaccel::layers::Linear;
 use libaccel::optimizers::AdamW;
 use libaccel::{
-    fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer, Reduction,
-    Tensor,
+    fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Dtype, Field, Model, Optimizer,
+    Reduction, Sample, Tensor,
 };
 
 const MLP: &str = "
@@ -223,7 +223,8 @@ fn training_example_matches_the_c_example() -> Result<(), String> {
 }
 
 /// The training role, and after it (on the same two ranks: no launch of its own) the text
-/// inference helpers: split_between_processes and the trigger.
+/// inference helpers (split_between_processes and the trigger) and a stream, dispatched by the
+/// main process and sharded on every process.
 fn two_ranks_train_and_agree() -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = run(launch(2, &exe).env("ACCEL_RS_ROLE", "train"))?;
@@ -234,6 +235,8 @@ fn two_ranks_train_and_agree() -> Result<(), String> {
         r#"rank 1: split ["two"], padded ["two", "two"], rows [2, 2]"#,
         "rank 0: the trigger rank 1 set was seen, then lowered",
         "rank 1: the trigger rank 1 set was seen, then lowered",
+        "rank 0: stream labels [[0], [2], [4]] dispatched (read here) and sharded",
+        "rank 1: stream labels [[1], [3], [0]] dispatched (not read here) and sharded",
     ] {
         expect_line(&out, line)?;
     }
@@ -372,6 +375,7 @@ fn rank_train() -> Result<(), String> {
     parameters_agree(&acc, &model)?;
     println!("rank {rank}: the loss fell, parameters equal on every rank");
     split_and_trigger(&acc, rank).map_err(|e| format!("rank {rank}: {e}"))?;
+    stream_shards(&acc, rank).map_err(|e| format!("rank {rank}: {e}"))?;
     acc.wait_for_everyone().map_err(|e| e.to_string())
 }
 
@@ -416,6 +420,59 @@ fn split_and_trigger(acc: &Accelerator, rank: i32) -> Result<(), String> {
         return Err("the trigger stayed raised after a check".into());
     }
     println!("rank {rank}: the trigger rank 1 set was seen, then lowered");
+    Ok(())
+}
+
+/// A stream of five samples (label = position), one per batch: global batches [0, 1], [2, 3],
+/// [4, 0] (the last completed from the epoch's first), the same whether the main process reads
+/// it and sends each rank its row (dispatch_batches, where rank 1 never runs the closure) or
+/// every rank reads it all and keeps its own.
+fn stream_shards(acc: &Accelerator, rank: i32) -> Result<(), String> {
+    let fail = |e: libaccel::Error| e.to_string();
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&calls);
+    let data = Dataset::from_stream(&[Field::new(Dtype::I64, &[])], move |_, i| {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok((i < 5).then(|| Sample::new().with(0, &[i])))
+    })
+    .map_err(fail)?;
+    let want: &[Vec<i64>] = if rank == 0 {
+        &[vec![0], vec![2], vec![4]]
+    } else {
+        &[vec![1], vec![3], vec![0]]
+    };
+    let mut read_here = Vec::new();
+    for dispatch in [true, false] {
+        calls.store(0, std::sync::atomic::Ordering::SeqCst);
+        let options = DataLoaderOptions::new()
+            .batch_size(1)
+            .dispatch_batches(dispatch);
+        let mut loader = DataLoader::with(acc, &data, options).map_err(fail)?;
+        if loader.batch_count().map_err(fail)?.is_some() {
+            return Err("a stream has a batch count".into());
+        }
+        let mut labels = Vec::new();
+        for batch in &mut loader {
+            let [label] = fields(batch.map_err(fail)?).map_err(fail)?;
+            labels.push(label.to_vec::<i64>().map_err(fail)?);
+        }
+        if labels != want {
+            return Err(format!(
+                "dispatch_batches {dispatch}: stream labels {labels:?}"
+            ));
+        }
+        read_here.push(calls.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    }
+    // Without dispatch every rank reads the stream; with it the main process alone.
+    if read_here != [rank == 0, true] {
+        return Err(format!("the closure ran (dispatch, shard): {read_here:?}"));
+    }
+    let here = if rank == 0 {
+        "read here"
+    } else {
+        "not read here"
+    };
+    println!("rank {rank}: stream labels {want:?} dispatched ({here}) and sharded");
     Ok(())
 }
 
