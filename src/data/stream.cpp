@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "common/error.hpp"
 
@@ -14,15 +15,25 @@ SampleWriter::SampleWriter(const std::vector<FieldSpec>& specs, Sample& sample, 
 }
 
 void SampleWriter::set_field(size_t field, const void* data, size_t size) {
+  try {
+    write(field, data, size);
+  } catch (const Error& e) {
+    // Kept: a callback that ignores the failure and returns 0 still fails with this message.
+    if (!failure_) failure_ = e;
+    throw;
+  }
+}
+
+void SampleWriter::write(size_t field, const void* data, size_t size) {
+  const std::string sample = "sample " + std::to_string(position_);
   if (field >= specs_.size())
-    fail(Errc::invalid_argument, "field " + std::to_string(field) +
+    fail(Errc::invalid_argument, sample + ": field " + std::to_string(field) +
                                      " is out of range: the dataset has " +
                                      std::to_string(specs_.size()) + " fields");
-  if (size > 0 && !data) fail(Errc::invalid_argument, "data is NULL");
+  if (size > 0 && !data) fail(Errc::invalid_argument, sample + ": data is NULL");
   const auto& spec = specs_[field];
   const size_t row = row_bytes(spec);
-  const std::string where =
-      "sample " + std::to_string(position_) + ", field " + std::to_string(field) + ": ";
+  const std::string where = sample + ", field " + std::to_string(field) + ": ";
   if (!spec.ragged && size != row)
     fail(Errc::shape, where + std::to_string(size) +
                           " bytes given, and one sample of the field is " + std::to_string(row) +
@@ -42,10 +53,15 @@ void SampleWriter::set_field(size_t field, const void* data, size_t size) {
 }
 
 void SampleWriter::check_complete() const {
+  if (failure_) throw *failure_;
   for (size_t f = 0; f < written_.size(); ++f)
     if (!written_[f])
       fail(Errc::callback, "the stream callback returned sample " + std::to_string(position_) +
                                " without writing field " + std::to_string(f));
+}
+
+std::string SampleWriter::failure_note() const {
+  return failure_ ? std::string(" after accel_sample_set_field failed: ") + failure_->what() : "";
 }
 
 StreamDataset::StreamDataset(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {}

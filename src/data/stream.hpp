@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "data/collate.hpp"
 #include "data/dataset.hpp"
 
@@ -20,14 +22,19 @@ class SampleWriter {
   // Field `field`'s bytes: exactly one row for a fixed field; any whole number of rows for a ragged
   // one. Copies. Throws accel::Error (invalid_argument, shape) naming the field.
   void set_field(size_t field, const void* data, size_t size);
-  // Throws accel::Error(callback) naming a field that was never written.
+  // Throws the first failure of set_field (the callback may have ignored it), else
+  // accel::Error(callback) naming a field that was never written.
   void check_complete() const;
+  // ": after accel_sample_set_field failed: ..." when a write failed, else "".
+  std::string failure_note() const;
 
  private:
+  void write(size_t field, const void* data, size_t size);
   const std::vector<FieldSpec>& specs_;
   Sample& sample_;
   int64_t position_;
   std::vector<bool> written_;
+  std::optional<Error> failure_;
 };
 
 // Reads one epoch of a stream in order, from its start.

@@ -196,5 +196,22 @@ TEST(Stream, LinesOfATextFileAndBadWritesAreClearErrors) {
   EXPECT_EQ(accel_dataloader_set(dl, "group_by_length", "true"), ACCEL_ERR_UNSUPPORTED);
   accel_dataloader_free(dl);
   accel_dataset_free(d);
+
+  // A callback that ignores its failed write and returns 0 still fails, with the write's error.
+  struct Ignoring {
+    static int32_t fn(int64_t, int64_t, accel_sample* sample, void*) {
+      const int32_t small = 1;
+      accel_sample_set_field(sample, 0, &small, 4);
+      return 0;
+    }
+  };
+  OK(accel_dataset_from_stream(1, &dtype, &dims, nullptr, Ignoring::fn, nullptr, nullptr, &d));
+  dl = loader_of(d, "2");
+  next_labels(dl, ACCEL_ERR_SHAPE);
+  EXPECT_NE(std::string(accel_last_error_message()).find("sample 0, field 0: 4 bytes given"),
+            std::string::npos)
+      << accel_last_error_message();
+  accel_dataloader_free(dl);
+  accel_dataset_free(d);
   EXPECT_EQ(accel_sample_set_field(nullptr, 0, nullptr, 0), ACCEL_ERR_INVALID_ARGUMENT);
 }

@@ -210,7 +210,8 @@ pub type accel_sample_length_fn = Option<
 /// dataloader resuming at a saved position: it reads the samples before that position and drops
 /// them). Writes every field with accel_sample_set_field and returns 0; returns 1 when the stream
 /// has no more samples (nothing written); anything else is a failure: the dataloader call that
-/// needed the sample fails with ACCEL_ERR_CALLBACK.
+/// needed the sample fails with ACCEL_ERR_CALLBACK. (1 means the end here only: bindings whose
+/// callbacks report failures as 1 elsewhere return another value from this one.)
 ///
 /// Threads: never called on two threads at once, and always in order. With num_workers 0 it runs on
 /// the thread that calls accel_dataloader_next; otherwise on the dataloader's reading thread, which
@@ -656,7 +657,8 @@ extern "C" {
     /// per-sample shape, row-major. A fixed field takes exactly one sample's bytes; a ragged field any
     /// whole number of rows (its length; 0 allowed, `data` may then be NULL). A wrong size is
     /// ACCEL_ERR_SHAPE naming the sample and field; a field out of range ACCEL_ERR_INVALID_ARGUMENT.
-    /// Writing a field again replaces it.
+    /// Writing a field again replaces it. A failed write also fails the sample if the callback goes on
+    /// and returns 0, with the write's status and message.
     pub fn accel_sample_set_field(
         sample: *mut accel_sample,
         field: usize,
@@ -673,7 +675,8 @@ extern "C" {
     /// calls accel_dataloader_next together: it is a collective); without it every process reads the
     /// whole stream and takes its slice of each global batch (IterableDatasetShard). The last global
     /// batch is dropped with drop_last, else completed from the epoch's first global batch (even_batches
-    /// does not apply). batch_count is -1; remainder is known at the last batch. After a failure the
+    /// does not apply; one process takes the short last batch as it is, as Accelerate does not shard a
+    /// world of one). batch_count is -1; remainder is known at the last batch. After a failure the
     /// position stays at the samples of the batches already returned, and the next call reads the
     /// stream again from its start up to there and goes on. group_by_length is not available
     /// (ACCEL_ERR_UNSUPPORTED).
