@@ -24,13 +24,16 @@ search path. Failures throw `AccelError`. Arrays cross with their dimensions rev
 `Tensor`). Standard library only; Julia 1.5 and later.
 
 **Counting.** Every index is Julia's, from 1: sample `i` of a dataset (a function dataset's `i`,
-`Dataset(A)`'s `A[.., i]`, the sample and field a batch's error names), a field (`set_field!`), a
-dimension (`pad_across_processes`'s `dim`), the entries of a per-rank `Vector`
-(`gather_object(acc, x)[r + 1]` is rank `r`'s), the items `split_between_processes` picks. Ranks
+`Dataset(A)`'s `A[.., i]`, the `i`-th item of a stream's pass, line `i` of `text_lines_dataset`,
+the sample and field a batch's error names), a field (`set_field!`), a dimension
+(`pad_across_processes`'s `dim`), the entries of a per-rank `Vector` (`gather_object(acc, x)[r +
+1]` is rank `r`'s), the items `split_between_processes` picks. Ranks
 and epochs are not indices but the names the processes share with the launcher, the environment
 (`RANK`, `LOCAL_RANK`), Accelerate and its checkpoints, and MPI.jl: they count from 0
 (`process_index`, `local_process_index`, `broadcast_across`'s `from`, `set_epoch!`, `epoch`,
-`position`'s epoch). Counts (`skip_first_batches!`, `position`'s samples, `length`) are counts.
+`position`'s epoch, the epoch a `stream_dataset`'s factory is given). Counts
+(`skip_first_batches!`, `position`'s samples, `length`) are counts; a stream has no `length`
+(it throws; see `isstream`).
 
 **Values in, values out.** The collectives give back what they were given: `gather`,
 `reduce_across`, `broadcast_across`, `pad_across_processes` and `gather_for_metrics` of a number
@@ -58,8 +61,9 @@ export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
        wait_for_everyone, main_process_first, set_seed,
        gather, pad_across_processes, reduce_across, broadcast_across, gather_object, gather_bytes,
        gather_for_metrics, split_between_processes, set_trigger!, check_trigger,
-       Dataset, RaggedField, idx_dataset, DataLoader, next_batch, set!, set_field!, set_epoch!,
-       epoch, end_of_epoch, remainder, skip_first_batches!, set_position!, field_count,
+       Dataset, RaggedField, idx_dataset, stream_dataset, text_lines_dataset, isstream,
+       DataLoader, next_batch, set!, set_field!, set_epoch!, epoch, end_of_epoch, remainder,
+       skip_first_batches!, set_position!, field_count,
        Model, load_torchscript, add_layer!, define!, call, trainmode!, testmode!,
        add_parameter!, add_buffer!, forward, set_requires_grad!, check_torch,
        parameter_count, tensor_names, save_torchscript,
@@ -75,6 +79,7 @@ include("text.jl")
 include("config.jl")
 include("tensor.jl")
 include("dataset.jl")
+include("stream.jl")
 include("dataloader.jl")
 include("model.jl")
 include("optim.jl")
@@ -88,6 +93,7 @@ function __init__()
     SAMPLE_TRAMPOLINE[] = @cfunction(sample_trampoline, Int32,
                                      (Int64, Ptr{Ptr{Cvoid}}, Ptr{Csize_t}, Csize_t, Ptr{Cvoid}))
     LENGTH_TRAMPOLINE[] = @cfunction(length_trampoline, Int32, (Int64, Ptr{Int64}, Csize_t, Ptr{Cvoid}))
+    STREAM_TRAMPOLINE[] = @cfunction(stream_trampoline, Int32, (Int64, Int64, Ptr{Cvoid}, Ptr{Cvoid}))
     SAVE_TRAMPOLINE[] = @cfunction(save_trampoline, Int32, (Ptr{Cvoid}, Ptr{Cvoid}))
     LOAD_TRAMPOLINE[] = @cfunction(load_trampoline, Int32, (Ptr{Cvoid}, Csize_t, Ptr{Cvoid}))
 end

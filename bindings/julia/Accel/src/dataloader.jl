@@ -3,7 +3,7 @@
 """
     DataLoader(acc, dataset; batch_size = 1, shuffle = false, seed = 0, drop_last = false,
                num_workers = 0, prefetch_factor = 2, split_batches, even_batches,
-               device_placement, group_by_length = false,
+               device_placement, group_by_length = false, dispatch_batches = :auto,
                pad_value = 0, padding_side = :right, pad_to_multiple_of = 1,
                max_length = nothing, truncation = false, mask = :attention_mask)
 
@@ -31,17 +31,41 @@ length); `truncation`: with `false` a sample longer than `max_length` fails the 
 Hugging Face Trainer's grouping, by the first ragged field's length, the same global batches
 whatever the number of processes); every sample still comes once per epoch. It asks `lengths`
 for every sample once, at the first epoch.
+
+**Streams** (`stream_dataset`, `text_lines_dataset`): sharded as Accelerate shards an
+`IterableDataset`. With `dispatch_batches` (`:auto`, the default, is `true` for a stream; it
+matters on several processes only) the main process reads the stream, one global batch of
+`batch_size` per process (one batch in all with `split_batches`) at a time, and sends every
+process its rows: every `next_batch` (every turn of the loop) is then a collective, which every
+process makes together; the stream's Julia code runs on the main process alone. With
+`dispatch_batches = false` every process reads the whole stream and keeps its slice of each
+global batch (`IterableDatasetShard`). Either way global batch `i` goes to the ranks in order,
+and the last global batch is dropped with `drop_last`, else completed from the epoch's first
+samples (`even_batches` does not apply). `dispatch_batches = true` on a dataset of known length
+throws `ERR_UNSUPPORTED` (it is sharded by index on every process), and so does
+`group_by_length` on a stream. A stream has no `length(loader)` (it throws; iterating and
+`collect` do not need it: `Base.IteratorSize` is `SizeUnknown`); `remainder` is known at the
+last batch. A failure (an exception in the stream's iterator) keeps `position(loader)` at the
+batches already returned: the next call reads the stream again up to there and returns the batch
+that failed.
 """
 mutable struct DataLoader <: Handle
     ptr::Ptr{Cvoid}
-    dataset::Dataset                      # roots a function dataset's state
+    dataset::Dataset                      # roots a function dataset's state (a stream's copy)
     fields::Int
     batch::Union{Nothing,Tuple}           # the batch the running loop holds
 end
 
 function DataLoader(acc, dataset::Dataset; options...)
-    pointer = @out Ptr{Cvoid} accel_dataloader_new(acc::Ptr{Cvoid}, dataset::Ptr{Cvoid})
-    loader = own(DataLoader(pointer, dataset, 0, nothing))
+    reader = reader_of(dataset)   # a stream from Julia: a copy with a pass of its own
+    pointer = try
+        @out Ptr{Cvoid} accel_dataloader_new(acc::Ptr{Cvoid}, reader::Ptr{Cvoid})
+    finally
+        # The dataloader keeps the library's dataset; the Julia object stays in the dataloader, as
+        # the root of its source.
+        reader === dataset || close(reader)
+    end
+    loader = own(DataLoader(pointer, reader, 0, nothing))
     try
         loader.fields = field_count(loader)
         for (key, value) in options
@@ -90,10 +114,12 @@ function set!(loader::DataLoader, key::Union{AbstractString,Symbol}, value)
     text = loader_text(key, value)
     workers = String(key) == "num_workers" ? tryparse(Int, strip(text)) : nothing
     if workers !== nothing && workers > 0 && !FOREIGN_THREAD_CALLBACKS && loader.dataset.source !== nothing
+        what = loader.dataset.source isa StreamSource ? "a stream from a Julia iterator" :
+                                                       "a Julia function"
         throw(AccelError(ERR_UNSUPPORTED,
-            "num_workers = $value: the dataset is a Julia function, and Julia $VERSION cannot run " *
+            "num_workers = $value: the dataset is $what, and Julia $VERSION cannot run " *
             "it on the dataloader's threads (that needs Julia 1.9); use num_workers = 0, or a " *
-            "dataset of arrays or IDX files"))
+            "dataset of arrays, IDX files or text lines"))
     end
     release_batch!(loader)     # the library ends an iteration in progress
     paused_gc(loader) do
@@ -118,16 +144,14 @@ from 1 (`set_field!(loader, 1, :pad_value, -1)`). `set!(loader, key, value)` set
 ragged field. A field that is not a `RaggedField` throws `ERR_INVALID_ARGUMENT`.
 """
 function set_field!(loader::DataLoader, field::Integer, key::Union{AbstractString,Symbol}, value)
-    source = loader.dataset.source
-    fields = source === nothing ? nothing : length(source.ragged)
-    if fields === nothing || !any(source.ragged)
-        throw(AccelError(ERR_INVALID_ARGUMENT,
-            "set_field!: padding options apply to ragged fields, and the dataset has none"))
-    end
+    ragged = loader.dataset.ragged
+    fields = length(ragged)
+    any(ragged) || throw(AccelError(ERR_INVALID_ARGUMENT,
+        "set_field!: padding options apply to ragged fields, and the dataset has none"))
     1 <= field <= fields || throw(AccelError(ERR_INVALID_ARGUMENT,
         "set_field!: field $field is not a field of the dataset: fields count from 1, here 1:$fields"))
-    source.ragged[field] || throw(AccelError(ERR_INVALID_ARGUMENT,
-        "set_field!: field $field is not ragged (fields $(join(findall(source.ragged), ", ")) " *
+    ragged[field] || throw(AccelError(ERR_INVALID_ARGUMENT,
+        "set_field!: field $field is not ragged (fields $(join(findall(ragged), ", ")) " *
         "are): padding options apply to ragged fields only"))
     text = loader_text(key, value)
     release_batch!(loader)
@@ -151,7 +175,9 @@ end
 
 The next batch (tensors you own and close), or `nothing` at the end of the epoch; the call after
 that starts the next epoch. A failing dataset function throws an `AccelError` (`ERR_CALLBACK`)
-with the function's exception as its `cause`; the next call starts that epoch again.
+with the function's exception as its `cause`; the next call starts that epoch again (a stream's:
+goes on with the batch that failed). With a dispatched stream on several processes it is a
+collective (see `DataLoader`).
 """
 function next_batch(loader::DataLoader)
     release_batch!(loader)
@@ -168,15 +194,15 @@ end
 
 # The failure of accel_dataloader_next, with the dataset function's exception as its cause. The
 # library names samples and fields in its messages as it counts, from 0 ("sample 3, field 0" of a
-# padding error, "returned 1 for index 3" of a failed function): for a Julia function dataset they
-# are given as Julia counts, from 1, as the function saw them.
+# padding error, "returned 1 for index 3" of a failed function, "returned -1 for sample 3 of
+# epoch 0" of a stream): they are given as Julia counts, from 1, as the function saw them (a
+# stream's item, a file's line).
 function throw_batch_status(status::Integer, loader::DataLoader)
-    source = loader.dataset.source
-    cause = take_failure!(source)
+    cause = take_failure!(loader.dataset.source)
     try
         throw_status(status, cause)
     catch e
-        e isa AccelError && source !== nothing && e.status in (ERR_SHAPE, ERR_CALLBACK) || rethrow()
+        e isa AccelError && e.status in (ERR_SHAPE, ERR_CALLBACK) || rethrow()
         throw(AccelError(e.status, count_from_one(e.message), e.cause))
     end
 end
@@ -185,6 +211,14 @@ function count_from_one(message::AbstractString)
     message = replace(message, r"\bsample \d+, field \d+" => function (text)
         m = match(r"sample (\d+), field (\d+)", text)
         "sample $(parse(Int, m[1]) + 1), field $(parse(Int, m[2]) + 1)"
+    end)
+    message = replace(message, r"returned (-?\d+) for sample \d+ of epoch" => function (text)
+        m = match(r"returned (-?\d+) for sample (\d+)", text)
+        "returned $(m[1]) for sample $(parse(Int, m[2]) + 1) of epoch"
+    end)
+    message = replace(message, r"returned sample \d+ without writing field \d+" => function (text)
+        m = match(r"sample (\d+) without writing field (\d+)", text)
+        "returned sample $(parse(Int, m[1]) + 1) without writing field $(parse(Int, m[2]) + 1)"
     end)
     replace(message, r"callback returned (-?\d+) for index \d+" => function (text)
         m = match(r"returned (-?\d+) for index (\d+)", text)
@@ -215,10 +249,17 @@ end
 Base.IteratorSize(::Type{DataLoader}) = Base.SizeUnknown()
 Base.eltype(::Type{DataLoader}) = Tuple{Vararg{Tensor}}
 
-"The number of batches this process gets in a whole epoch."
+"The number of batches this process gets in a whole epoch. A stream has none: it throws."
 function Base.length(loader::DataLoader)
-    Int(@out Int64 accel_dataloader_batch_count(loader::Ptr{Cvoid}))
+    n = Int(@out Int64 accel_dataloader_batch_count(loader::Ptr{Cvoid}))
+    n >= 0 || throw(AccelError(ERR_UNSUPPORTED,
+        "length: the dataloader reads a stream, whose number of batches is unknown until a pass " *
+        "reaches its end; iterate it (`for`, `collect`), and ask `isstream(loader)` first in " *
+        "code that takes dataloaders of both kinds"))
+    n
 end
+
+isstream(loader::DataLoader) = (@out Int64 accel_dataloader_batch_count(loader::Ptr{Cvoid})) < 0
 
 function field_count(loader::DataLoader)
     Int(@out Csize_t accel_dataloader_field_count(loader::Ptr{Cvoid}))
@@ -248,7 +289,10 @@ function end_of_epoch(loader::DataLoader)
     @out Bool accel_dataloader_end_of_epoch(loader::Ptr{Cvoid})
 end
 
-"How many samples of the last global step are real (Accelerate's `remainder`); -1 with drop_last."
+"""
+How many samples of the last global step are real (Accelerate's `remainder`); -1 with drop_last.
+A stream's is known at its last batch (`end_of_epoch`), -1 before.
+"""
 function remainder(loader::DataLoader)
     Int(@out Int64 accel_dataloader_remainder(loader::Ptr{Cvoid}))
 end

@@ -1,4 +1,4 @@
-# Datasets: from arrays or tensors, from IDX files, and from a Julia function.
+# Datasets: from arrays or tensors, from IDX files, and from a Julia function (streams: stream.jl).
 
 # The state of a function dataset, passed to the C trampolines as user_data. The Dataset and every
 # DataLoader over it hold it in a field, so it lives as long as the library may call it: a handle
@@ -11,6 +11,23 @@ mutable struct SampleSource
     lengths::Any                 # the lengths function of a dataset with ragged fields, or nothing
     failure::Any                 # (exception, backtrace) of the last failed call, or nothing
     lock::Threads.SpinLock       # workers (Julia >= 1.9) may fail at once
+end
+
+# The state of a stream from a Julia iterator (stream.jl), passed to its C trampoline as
+# user_data, rooted as a SampleSource is. The library reads a stream in order, one call at a time;
+# `iterator` and `state` are where the running pass is. Every DataLoader reads its own copy (see
+# `reader_of`): the C callback cannot tell two dataloaders' passes apart.
+mutable struct StreamSource
+    factory::Any                 # epoch -> an iterator of samples
+    types::Vector{DataType}
+    dims::Vector{Tuple}          # per-sample dims, Julia's order; a ragged field's fixed ones
+    ragged::Vector{Bool}
+    iterator::Any                # the running pass (nothing when none)
+    state::Any                   # its iteration state
+    epoch::Int64                 # the epoch of the running pass
+    next::Int64                  # the library's position of the sample it will ask for; -1: none
+    failure::Any
+    lock::Threads.SpinLock
 end
 
 """
@@ -67,13 +84,17 @@ A dataset: `n` samples, each one row of every field.
   threads as the fill function (the same `num_workers` rule), and its exceptions fail the
   iteration the same way.
 
-`length(ds)` is the number of samples, `field_count(ds)` the number of fields.
+`length(ds)` is the number of samples, `field_count(ds)` the number of fields. A dataset with no
+known length, read in order, is a stream: see `stream_dataset` and `text_lines_dataset`.
 """
 mutable struct Dataset <: Handle
     ptr::Ptr{Cvoid}
-    source::Union{Nothing,SampleSource}
-    Dataset(pointer::Ptr{Cvoid}, source) = own(new(pointer, source))
+    source::Union{Nothing,SampleSource,StreamSource}   # the Julia code the library calls
+    ragged::Vector{Bool}                               # per field: whether it is ragged
+    Dataset(pointer::Ptr{Cvoid}, source, ragged::Vector{Bool}) = own(new(pointer, source, ragged))
 end
+Dataset(pointer::Ptr{Cvoid}, source::Union{SampleSource,StreamSource}) =
+    Dataset(pointer, source, source.ragged)
 
 free_handle(::Dataset, p) = @acall accel_dataset_free(p::Ptr{Cvoid})::Cvoid
 
@@ -83,7 +104,7 @@ function Dataset(fields::Union{Tensor,AbstractArray}...)
         handles = HandleArray(tensors)
         dataset = @out Ptr{Cvoid} accel_dataset_from_tensors(handles::Ptr{Ptr{Cvoid}},
                                                              length(handles)::Csize_t)
-        Dataset(dataset, nothing)
+        Dataset(dataset, nothing, fill(false, length(fields)))
     end
 end
 
@@ -101,7 +122,7 @@ function idx_dataset(paths::AbstractString...)
     dataset = GC.@preserve texts begin
         @out Ptr{Cvoid} accel_dataset_from_idx(pointers::Ptr{Ptr{UInt8}}, length(pointers)::Csize_t)
     end
-    Dataset(dataset, nothing)
+    Dataset(dataset, nothing, fill(false, length(paths)))
 end
 
 const FieldSpec = Pair{DataType,<:Tuple}
@@ -211,7 +232,7 @@ end
 # Which ragged field (1st, 2nd, ...) field i is.
 count_ragged(source::SampleSource, i::Integer) = count(view(source.ragged, 1:i))
 
-function keep_failure!(source::SampleSource, exception, backtrace)
+function keep_failure!(source::Union{SampleSource,StreamSource}, exception, backtrace)
     lock(source.lock)
     source.failure = (exception, backtrace)
     unlock(source.lock)
@@ -221,7 +242,7 @@ const SAMPLE_TRAMPOLINE = Ref{Ptr{Cvoid}}(C_NULL)
 const LENGTH_TRAMPOLINE = Ref{Ptr{Cvoid}}(C_NULL)
 
 # The failure a dataset function left, taken once.
-function take_failure!(source::Union{Nothing,SampleSource})
+function take_failure!(source::Union{Nothing,SampleSource,StreamSource})
     source === nothing && return nothing
     lock(source.lock)
     failure = source.failure
@@ -231,8 +252,21 @@ function take_failure!(source::Union{Nothing,SampleSource})
 end
 
 function Base.length(ds::Dataset)
-    Int(@out Int64 accel_dataset_sample_count(ds::Ptr{Cvoid}))
+    n = Int(@out Int64 accel_dataset_sample_count(ds::Ptr{Cvoid}))
+    n >= 0 || throw(AccelError(ERR_UNSUPPORTED,
+        "length: the dataset is a stream, whose length is unknown until a pass reaches its end; " *
+        "iterate a DataLoader over it (`for`, `collect`), and ask `isstream(ds)` first in code " *
+        "that takes datasets of both kinds"))
+    n
 end
+
+"""
+    isstream(dataset_or_loader) -> Bool
+
+Whether the dataset (or the dataloader's) is a stream (`stream_dataset`, `text_lines_dataset`):
+read in order, with no known length, so that `length` throws.
+"""
+isstream(ds::Dataset) = (@out Int64 accel_dataset_sample_count(ds::Ptr{Cvoid})) < 0
 
 """
     field_count(dataset_or_loader) -> Int

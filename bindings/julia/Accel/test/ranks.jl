@@ -1,7 +1,8 @@
 # The rank programs of the multi-process tests, run under `accel launch`:
 #   julia --project=... test/ranks.jl train        300 steps on Fashion-MNIST; the loss falls and
 #                                                  every parameter is equal on every rank; then, on
-#                                                  two ranks, split_between_processes and the trigger
+#                                                  two ranks, split_between_processes, the trigger
+#                                                  and a stream sharded both ways
 #   julia --project=... test/ranks.jl equiv B OUT  20 SGD steps of global batch 64 as ranks x B;
 #                                                  the main rank writes the parameters to OUT
 using Accel
@@ -59,6 +60,7 @@ function rank_train()
         print("rank $rank: the loss fell, parameters equal on every rank\n")
         flush(stdout)
         world == 2 && split_and_trigger(acc)
+        world == 2 && stream_shards(acc)
         wait_for_everyone(acc)
     end
 end
@@ -83,6 +85,35 @@ function split_and_trigger(acc)
     again = check_trigger(acc)
     seen && !again || error("rank $rank: check_trigger gave $seen then $again, not true then false")
     print("rank $rank: split $items, padded $padded; the trigger of rank 1 seen, then lowered\n")
+    flush(stdout)
+end
+
+# Two ranks: a stream of 5 samples (sample k's label is k - 1, its 0-based position) in batches
+# of 1 gives rank 0 the labels 0, 2, 4 and rank 1 1, 3 and then 0 (the last global batch completed
+# from the first), whether the main process reads it and sends each rank its rows
+# (dispatch_batches) or every rank reads it all and keeps its slice; dispatched, the stream's
+# iterator runs on the main process alone.
+function stream_shards(acc)
+    rank = process_index(acc)
+    passes = Ref(0)
+    ds = stream_dataset(Int64 => ()) do epoch
+        passes[] += 1
+        (p for p in 0:4)
+    end
+    expected = rank == 0 ? [[0], [2], [4]] : [[1], [3], [0]]
+    for dispatch in (true, false)
+        passes[] = 0
+        labels = DataLoader(acc, ds; batch_size = 1, dispatch_batches = dispatch) do loader
+            [Array(y) for (y,) in loader]
+        end
+        labels == expected ||
+            error("rank $rank, dispatch_batches $dispatch: labels $labels, not $expected")
+        read = dispatch && rank != 0 ? 0 : 1
+        passes[] == read || error("rank $rank, dispatch_batches $dispatch: the stream was read " *
+                                  "$(passes[]) times, not $read")
+    end
+    close(ds)
+    print("rank $rank: stream labels $expected, dispatched and not\n")
     flush(stdout)
 end
 
