@@ -673,6 +673,24 @@ ACCEL_API accel_status accel_set_trigger(accel_accelerator* accelerator);
 ACCEL_API accel_status accel_check_trigger(accel_accelerator* accelerator, bool* out);
 
 /**
+ * Accelerate's join_uneven_inputs, as a begin/end pair around the training loop, for ranks whose
+ * numbers of batches differ (even_batches false): a rank that runs out of batches calls end and
+ * keeps answering the others' gradient synchronisation (with zero gradients: the average still
+ * divides by the number of processes, as PyTorch's Join by default) until every rank has called
+ * it; then every rank takes the parameters of the rank that made the most steps. `even_batches`
+ * -1 leaves the prepared dataloaders as they are, 0 or 1 sets theirs (not a stream's) until end.
+ * Join is on only with several processes and even_batches false (with even batches nothing is
+ * uneven); otherwise both calls only set and restore the option. Only the gradient
+ * synchronisation is answered: other collectives inside the loop (gather, reduce, check_trigger)
+ * must not be called by one rank after another has ended. Several prepared models, or a model with
+ * buffers (batch norm: every forward broadcasts them), are ACCEL_ERR_UNSUPPORTED with join on.
+ * end is a collective.
+ */
+ACCEL_API accel_status accel_join_uneven_inputs_begin(accel_accelerator* accelerator,
+                                                      int32_t even_batches);
+ACCEL_API accel_status accel_join_uneven_inputs_end(accel_accelerator* accelerator);
+
+/**
  * Accelerate's split_between_processes for a list of `count` items (prompts, file names): the
  * indexes of the items this process takes, in order. Process r of P takes a contiguous slice; the
  * first count mod P processes take one item more; a process whose slice would start past the end
@@ -839,10 +857,13 @@ ACCEL_API accel_status accel_sample_set_field(accel_sample* sample, size_t field
  * needed the sample fails with ACCEL_ERR_CALLBACK. (1 means the end here only: bindings whose
  * callbacks report failures as 1 elsewhere return another value from this one.)
  *
- * Threads: never called on two threads at once, and always in order. With num_workers 0 it runs on
- * the thread that calls accel_dataloader_next; otherwise on the dataloader's reading thread, which
- * reads up to num_workers x prefetch_factor global batches ahead. With dispatch_batches it runs on
- * the main process only. What it may call is as for accel_sample_fn.
+ * Threads: one dataloader never calls it on two threads at once, and always in order. With
+ * num_workers 0 it runs on the thread that calls accel_dataloader_next; otherwise on the
+ * dataloader's reading thread, which reads up to num_workers x prefetch_factor global batches
+ * ahead. Each dataloader over the stream reads its own pass with the same `user_data`, so two
+ * dataloaders over one stream may call it at once, each in its own order: keep per-pass state out
+ * of `user_data`, or make one dataset per dataloader. With dispatch_batches it runs on the main
+ * process only. What it may call is as for accel_sample_fn.
  */
 typedef int32_t (*accel_stream_fn)(int64_t epoch, int64_t position, accel_sample* sample,
                                    void* user_data);

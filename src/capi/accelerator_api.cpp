@@ -152,6 +152,26 @@ ACCEL_API accel_status accel_check_trigger(accel_accelerator* accelerator, bool*
   });
 }
 
+ACCEL_API accel_status accel_join_uneven_inputs_begin(accel_accelerator* accelerator,
+                                                      int32_t even_batches) {
+  return guarded([&] {
+    auto session = checked(accelerator, "accelerator")->session;
+    if (even_batches < -1 || even_batches > 1)
+      fail(Errc::invalid_argument,
+           "even_batches is " + std::to_string(even_batches) + "; allowed: -1 (keep), 0, 1");
+    FamilyLock lock(accelerator->family);
+    session->join_begin(even_batches);
+  });
+}
+
+ACCEL_API accel_status accel_join_uneven_inputs_end(accel_accelerator* accelerator) {
+  return guarded([&] {
+    auto session = checked(accelerator, "accelerator")->session;
+    FamilyLock lock(accelerator->family);
+    session->join_end();
+  });
+}
+
 ACCEL_API accel_status accel_print(const accel_accelerator* accelerator, const char* message) {
   return guarded([&] {
     const auto& a = runtime_of(accelerator);

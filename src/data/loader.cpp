@@ -171,6 +171,11 @@ size_t DataLoader::num_fields() const {
   return dataset_->num_fields() + masks;
 }
 
+bool DataLoader::even_batches() const {
+  auto lock = enter();
+  return options_.even_batches;
+}
+
 int64_t DataLoader::length() const {
   auto lock = enter();
   check_open();

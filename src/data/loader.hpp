@@ -73,6 +73,8 @@ class DataLoader {
 
   // The dataset's fields, then one mask per ragged field whose padding asks for one.
   size_t num_fields() const;
+  bool is_stream() const { return stream_dataset_ != nullptr; }
+  bool even_batches() const;
   // Batches this rank gets in a whole epoch.
   int64_t length() const;
   int64_t epoch() const;

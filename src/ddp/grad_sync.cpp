@@ -148,8 +148,20 @@ void GradSync::end_backward() {
   }
 }
 
+void GradSync::shadow_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& b : buckets_) {
+    b.flat.zero_();
+    b.work = comm_.all_reduce_start(b.flat);
+  }
+  for (auto& b : buckets_) {
+    comm_.all_reduce_finish(b.work);
+    b.work.reset();
+  }
+}
+
 void broadcast_from_main(runtime::Communicator& comm, const std::vector<at::Tensor>& tensors,
-                         const char* what, bool verify) {
+                         const char* what, bool verify, int root) {
   // A signature of shapes and dtypes first: a model that differs across ranks is an error on every
   // rank, not a garbled broadcast.
   if (verify) {
@@ -175,7 +187,7 @@ void broadcast_from_main(runtime::Communicator& comm, const std::vector<at::Tens
       flat_parts.push_back(t.detach().reshape({-1}).to(comm.wire_device(t)));
     at::Tensor flat = at::cat(flat_parts);
     if (flat.numel() == 0) continue;
-    comm.broadcast(flat, 0);
+    comm.broadcast(flat, root);
     int64_t offset = 0;
     for (const auto& t : group) {
       at::Tensor(t).detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));

@@ -37,6 +37,10 @@ class GradSync {
   // its gradient as it was, as DDP with find_unused_parameters.
   void end_backward();
 
+  // A rank that has joined (join_uneven_inputs) answers one synchronised backward of the others:
+  // every bucket all-reduced, in order, with zero gradients and no parameter flagged used.
+  void shadow_backward();
+
   size_t num_buckets() const { return buckets_.size(); }
 
  private:
@@ -67,8 +71,8 @@ class GradSync {
 // Copies rank 0's values of `tensors` into every rank's (parameters and buffers at prepare, buffers
 // before each forward). Fails on every rank alike when the ranks' tensors differ in shape or dtype.
 // `verify` first compares every rank's shapes and dtypes (one extra collective): at prepare, not
-// before every forward.
+// before every forward. `root` is the rank whose values every rank takes.
 void broadcast_from_main(runtime::Communicator& comm, const std::vector<at::Tensor>& tensors,
-                         const char* what, bool verify);
+                         const char* what, bool verify, int root = 0);
 
 }  // namespace accel::ddp

@@ -270,7 +270,11 @@ void Session::backward(const at::Tensor& loss) {
   const int64_t steps = acc_->settings().integer("gradient_accumulation_steps");
   at::Tensor scaled = steps > 1 ? loss / static_cast<double>(steps) : loss;
   if (scaler_) scaled = scaler_->scale_loss(scaled);
-  for (auto& [m, sync] : syncs_) sync->begin_backward(sync_gradients_);
+  if (join_.enabled && sync_gradients_) join_count_step();
+  // In prepare order, the same on every rank: the buckets left to launch go out in one order.
+  for (const auto& m : model_order_)
+    if (auto it = syncs_.find(m.get()); it != syncs_.end())
+      it->second->begin_backward(sync_gradients_);
   try {
     scaled.backward();
   } catch (const accel::Error&) {
@@ -280,7 +284,8 @@ void Session::backward(const at::Tensor& loss) {
     fail(Errc::torch,
          std::string("backward failed: ") + (ce ? ce->what_without_backtrace() : e.what()));
   }
-  for (auto& [m, sync] : syncs_) sync->end_backward();
+  for (const auto& m : model_order_)
+    if (auto it = syncs_.find(m.get()); it != syncs_.end()) it->second->end_backward();
 }
 
 void Session::unscale_for(const std::vector<at::Tensor>& params) {

@@ -118,6 +118,15 @@ class Session : public std::enable_shared_from_this<Session> {
   // loss / accumulation steps (x the loss scale under fp16), backward, gradient synchronisation.
   void backward(const at::Tensor& loss);
 
+  // Accelerate's join_uneven_inputs around a training loop (join.cpp). `even_batches` -1 keeps the
+  // prepared dataloaders' setting, 0 or 1 overrides it until join_end. Join is on only when the
+  // batches may be uneven (even_batches false) and there are several processes. join_end is a
+  // collective: a rank that reaches it early answers the others' gradient synchronisation with
+  // zeros until every rank has reached it, then every rank takes the parameters of the rank that
+  // made the most steps.
+  void join_begin(int even_batches);
+  void join_end();
+
   // Optimizer and scheduler steps with Accelerate's gating.
   void optimizer_step(optim::Optimizer& o);
   void optimizer_zero_grad(optim::Optimizer& o);
@@ -147,6 +156,16 @@ class Session : public std::enable_shared_from_this<Session> {
   std::unique_ptr<runtime::Accelerator> acc_;
   std::map<const model::Model*, std::shared_ptr<model::Model>> models_;
   std::map<const model::Model*, std::unique_ptr<ddp::GradSync>> syncs_;
+  // join_uneven_inputs (join.cpp): on between join_begin and join_end when the ranks' batches may
+  // be uneven; `steps` counts the synchronised backwards this rank made inside it.
+  struct JoinState {
+    bool open = false;
+    bool enabled = false;
+    int64_t steps = 0;
+    std::vector<std::pair<std::shared_ptr<data::DataLoader>, bool>> restore;  // even_batches
+  };
+  JoinState join_;
+  void join_count_step();
   std::map<const optim::Optimizer*, std::shared_ptr<optim::Optimizer>> optimizers_;
   std::set<const optim::Optimizer*> skipped_;
   std::map<const optim::LrScheduler*, std::shared_ptr<optim::LrScheduler>> schedulers_;

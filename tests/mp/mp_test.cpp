@@ -802,3 +802,27 @@ TEST(TextData, StreamsShardedAndDispatchedOnThreeRanks) {
         "rank 1: after the failure: 8 9\n", "rank 2: after the failure: 10 11\n"})
     EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;
 }
+
+// join_uneven_inputs with even_batches turned off inside it: 10 samples, 2 per rank per step, so
+// rank 0 makes a third step alone while rank 1, out of batches, answers its gradient all-reduce
+// with zeros. Both end with the parameters of one process whose third step is halved (Join divides
+// by the number of processes), and nobody hangs.
+TEST(TextData, JoinUnevenInputsKeepsTheLastRankTrainingAndEveryoneAgrees) {
+  const auto ref = run(launch_program(1, TEXT_PROGRAM, "join"));
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  const auto two = run(launch_program(2, TEXT_PROGRAM, "join"));
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_TRUE(contains(two.output, "rank 0: 3 steps")) << two.output;
+  EXPECT_TRUE(contains(two.output, "rank 1: 2 steps")) << two.output;
+  for (const char* name : {"fc.weight", "fc.bias"}) {
+    const std::string key = std::string("rank 0: ") + name + " ";
+    const auto at = ref.output.find(key);
+    ASSERT_NE(at, std::string::npos) << ref.output;
+    const std::string values =
+        ref.output.substr(at + key.size(), ref.output.find('\n', at) - at - key.size());
+    for (const char* rank : {"rank 0: ", "rank 1: "})
+      EXPECT_TRUE(contains(two.output, rank + std::string(name) + " " + values + "\n"))
+          << rank << name << " " << values << "\n"
+          << two.output;
+  }
+}

@@ -5,6 +5,10 @@
  *   text_program stream         streams sharded both ways (dispatch_batches on and off): each
  *                               configuration's batches as "rank R: stream N BS SPLIT DROP
  *                               DISPATCH: p p|p p|...", then a stream failing on the main process
+ *   text_program join           10 samples, 4 per step over all ranks, even_batches off inside
+ *                               join_uneven_inputs: on 2 ranks rank 0 makes a third step while
+ *                               rank 1 has joined; prints the final parameters (on 1 process
+ *                               the reference: the third step's loss halved, as Join divides by 2)
  *   text_program ragged BATCH   three SGD steps of a masked next-token loss over ragged, padded,
  *                               length-grouped batches of BATCH per process; prints the loss of
  *                               each step and the parameters' sums (1 x 64 must equal 2 x 32)
@@ -297,10 +301,88 @@ static int ragged(accel_accelerator* acc, const char* batch) {
   return 0;
 }
 
+static int join(accel_accelerator* acc) {
+  float xs[10 * 3], ys[10];
+  for (int i = 0; i < 10; ++i) {
+    for (int j = 0; j < 3; ++j) xs[3 * i + j] = (float)((i * 7 + j * 3) % 5) - 2.0f;
+    ys[i] = (float)(i % 3) - 1.0f;
+  }
+  const int64_t xshape[] = {10, 3}, yshape[] = {10, 1};
+  accel_tensor *x = NULL, *y = NULL;
+  CHECK(accel_tensor_from_data(xs, sizeof xs, ACCEL_DTYPE_F32, xshape, 2, &x));
+  CHECK(accel_tensor_from_data(ys, sizeof ys, ACCEL_DTYPE_F32, yshape, 2, &y));
+  const accel_tensor* fields[] = {x, y};
+  accel_dataset* ds = NULL;
+  accel_dataloader* dl = NULL;
+  accel_model* model = NULL;
+  accel_optimizer* opt = NULL;
+  CHECK(accel_dataset_from_tensors(fields, 2, &ds));
+  CHECK(accel_dataloader_new(acc, ds, &dl));
+  CHECK(accel_dataloader_set(dl, "batch_size", g_world == 1 ? "4" : "2"));
+  CHECK(accel_set_seed(acc, 3, false));
+  CHECK(accel_model_new(&model));
+  CHECK(accel_model_add_layer(model, "fc", "linear", "in_features=3 out_features=1"));
+  CHECK(accel_model_define(model,
+                           "def training_step(self, x, y, scale):\n"
+                           "    return torch.mse_loss(self.fc.forward(x), y) * scale\n"));
+  CHECK(accel_optimizer_new(model, "sgd", &opt));
+  CHECK(accel_optimizer_set(opt, "lr", "0.1"));
+  void* objects[] = {model, opt, dl};
+  CHECK(accel_prepare(acc, objects, 3));
+  CHECK(accel_join_uneven_inputs_begin(acc, 0));
+  int steps = 0;
+  for (;;) {
+    accel_tensor* batch[2];
+    size_t n = 0;
+    int64_t rows = 0;
+    CHECK(accel_dataloader_next(dl, batch, 2, &n));
+    if (n == 0) break;
+    CHECK(accel_tensor_element_count(batch[1], &rows));
+    /* One process stands for two: its short last batch is the only one left, averaged with a
+     * joined rank's zeros. */
+    const float scale_value = g_world == 1 && rows < 4 ? 0.5f : 1.0f;
+    accel_tensor* scale = NULL;
+    CHECK(accel_tensor_from_data(&scale_value, 4, ACCEL_DTYPE_F32, NULL, 0, &scale));
+    const accel_tensor* in[] = {batch[0], batch[1], scale};
+    accel_tensor_list* out = NULL;
+    accel_tensor* loss = NULL;
+    CHECK(accel_model_call(model, "training_step", in, 3, &out));
+    CHECK(accel_tensor_list_get(out, 0, &loss));
+    CHECK(accel_backward(acc, loss));
+    CHECK(accel_optimizer_step(opt));
+    CHECK(accel_optimizer_zero_grad(opt));
+    accel_tensor_free(loss);
+    accel_tensor_list_free(out);
+    accel_tensor_free(scale);
+    accel_tensor_free(batch[0]);
+    accel_tensor_free(batch[1]);
+    ++steps;
+  }
+  CHECK(accel_join_uneven_inputs_end(acc));
+  printf("rank %d: %d steps\n", g_rank, steps);
+  const char* names[] = {"fc.weight", "fc.bias"};
+  for (int i = 0; i < 2; ++i) {
+    accel_tensor* p = NULL;
+    float v[3] = {0, 0, 0};
+    size_t size = 0;
+    CHECK(accel_model_tensor(model, names[i], &p));
+    CHECK(accel_tensor_to_data(p, v, sizeof v, &size));
+    printf("rank %d: %s %.7f %.7f %.7f\n", g_rank, names[i], v[0], v[1], v[2]);
+    accel_tensor_free(p);
+  }
+  accel_optimizer_free(opt);
+  accel_model_free(model);
+  accel_dataloader_free(dl);
+  accel_dataset_free(ds);
+  accel_tensor_free(x);
+  accel_tensor_free(y);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   accel_accelerator* acc = NULL;
   if (argc < 2) {
-    fprintf(stderr, "usage: text_program inference | stream | ragged BATCH\n");
+    fprintf(stderr, "usage: text_program inference | stream | join | ragged BATCH\n");
     return 2;
   }
   CHECK(accel_init(NULL, &acc));
@@ -309,6 +391,7 @@ int main(int argc, char** argv) {
   int rc = 2;
   if (strcmp(argv[1], "inference") == 0) rc = inference(acc);
   if (strcmp(argv[1], "stream") == 0) rc = streams(acc);
+  if (strcmp(argv[1], "join") == 0) rc = join(acc);
   if (strcmp(argv[1], "ragged") == 0 && argc == 3) rc = ragged(acc, argv[2]);
   fflush(stdout);
   accel_accelerator_free(acc);
