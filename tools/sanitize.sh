@@ -47,6 +47,9 @@ mode=${1:-all}
 #   Lifetimes.*, Threads.*  the thread rules of accel.h: dataloaders freed or closed while their
 #                 workers are inside callbacks, release callbacks, one training family called from
 #                 many threads, families joined by accel_prepare, frees on finalizer threads
+#   Stream.*, Ragged.*, TextData.*  a stream's reading thread (prefetch, failures, resume), ragged
+#                 callbacks on workers, dispatch across ranks, a trigger raised from another thread
+#                 while the main one waits in a collective, join_uneven_inputs
 #   example.*     but example.cpp_*: a user's programs: every collective on two ranks; training
 #                 with a prefetching worker thread on one rank (150 steps) and on two ranks with
 #                 gradient synchronisation (300 steps; the two-epoch run is `slow`, see SLOW). Not
@@ -55,7 +58,7 @@ mode=${1:-all}
 # Not the rest: single-threaded logic (Config, Shard, Schedule, ...), the C header and symbol
 # checks, the install tests (the consumers are not instrumented) and bench.quick_smoke (a
 # benchmark harness, its programs are those of the examples).
-TSAN_TESTS='^(Data\.|ShmReduce\.|MultiProcess\.|Train\.|Lifetimes\.|Threads\.|CApi\.(FreeFromAnotherThread|ErrorMessageIsPerThread|ThreadSettingsReachLibTorchAndOpenBlas)$|example\.(collectives|train|cuda_choice|store_socket))'
+TSAN_TESTS='^(Data\.|Stream\.|Ragged\.|TextData\.|ShmReduce\.|MultiProcess\.|Train\.|Lifetimes\.|Threads\.|CApi\.(FreeFromAnotherThread|ErrorMessageIsPerThread|ThreadSettingsReachLibTorchAndOpenBlas)$|example\.(collectives|train|cuda_choice|store_socket))'
 
 declare -A results=()
 say() { printf '\n== %s\n' "$*"; }
@@ -173,7 +176,10 @@ canary() {
 #   cluster.*                             the same library paths as the multi-process tests, run
 #                                          by torchrun, mpirun, srun and in namespaces; the engines
 #                                          (Python, Open MPI, SLURM daemons) are not instrumented.
-ASAN_SKIP='^(MallocTuning\.FreedStepMemoryIsReused|MultiProcess\.RanksAlreadyStartedAreStoppedWhenALaterRankCannotStart|faults\.suite|cluster\..*)$'
+#   data.accelerate_differential          its time is Python Accelerate's on real processes (not
+#                                          instrumented); the rules it compares run instrumented in
+#                                          unit_tests, data_test and the TextData.* runs.
+ASAN_SKIP='^(MallocTuning\.FreedStepMemoryIsReused|MultiProcess\.RanksAlreadyStartedAreStoppedWhenALaterRankCannotStart|faults\.suite|cluster\..*|data\.accelerate_differential)$'
 # Label `slow` (the two-epoch accuracy bars, tools/test.sh --all): not repeated under either
 # sanitizer. The same programs, code paths and threads run in the 300-step learning checks
 # (example.train_fashion_mnist_2proc_learns); a second epoch adds minutes of the same
