@@ -23,6 +23,7 @@ StreamIteration::StreamIteration(std::shared_ptr<const StreamDataset> dataset, S
 }
 
 StreamIteration::~StreamIteration() {
+  stopping_.store(true, std::memory_order_release);
   {
     std::lock_guard<std::mutex> guard(mutex_);
     stop_ = true;
@@ -37,6 +38,7 @@ StreamIteration::Chunk StreamIteration::read_chunk() {
     if (!started_) {
       // The first global batch completes the last one, so it is kept even when a resume skips it.
       for (int64_t i = 0; i < global_ && !ended_; ++i) {
+        if (stopping()) return c;
         Sample s;
         if (reader_->next(s)) {
           first_.push_back(std::move(s));
@@ -49,6 +51,7 @@ StreamIteration::Chunk StreamIteration::read_chunk() {
     }
     Sample dropped;  // a resume reads the positions before it and drops them
     while (position_ < start_ && !ended_) {
+      if (stopping()) return c;
       if (reader_->next(dropped))
         ++position_;
       else
@@ -63,6 +66,7 @@ StreamIteration::Chunk StreamIteration::read_chunk() {
         continue;
       }
       if (ended_) break;
+      if (stopping()) return c;
       Sample s;
       if (!reader_->next(s)) {
         ended_ = true;

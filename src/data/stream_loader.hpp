@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -79,6 +80,9 @@ class StreamIteration {
   std::condition_variable cv_;
   std::deque<Chunk> queue_;
   bool stop_ = false;
+  // Read between samples without mutex_: stopping waits for one sample callback at most.
+  std::atomic<bool> stopping_{false};
+  bool stopping() const { return stopping_.load(std::memory_order_acquire); }
   std::thread thread_;
 };
 
