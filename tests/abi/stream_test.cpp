@@ -215,3 +215,20 @@ TEST(Stream, LinesOfATextFileAndBadWritesAreClearErrors) {
   accel_dataset_free(d);
   EXPECT_EQ(accel_sample_set_field(nullptr, 0, nullptr, 0), ACCEL_ERR_INVALID_ARGUMENT);
 }
+
+TEST(Stream, SaveStateKeepsTheCursorAndLoadStateResumesThere) {
+  Source s;
+  accel_dataset* d = source_stream(&s);
+  accel_dataloader* dl = loader_of(d, "4", "1");
+  void* objects[] = {dl};
+  OK(accel_prepare(g_acc, objects, 1));
+  EXPECT_EQ(next_labels(dl), (V{0, 1, 2, 3}));
+  const std::string dir = ::testing::TempDir() + "stream_state";
+  OK(accel_save_state(g_acc, dir.c_str()));
+  EXPECT_EQ(next_labels(dl), (V{4, 5, 6, 7}));
+  EXPECT_EQ(next_labels(dl), (V{8, 9}));
+  OK(accel_load_state(g_acc, dir.c_str()));
+  EXPECT_EQ(next_labels(dl), (V{4, 5, 6, 7})) << "the stream is read again up to the cursor";
+  accel_dataloader_free(dl);
+  accel_dataset_free(d);
+}
