@@ -524,6 +524,66 @@ impl Accelerator {
         query(|out| unsafe { sys::accel_check_trigger(self.as_raw(), out) })
     }
 
+    /// Accelerate's `join_uneven_inputs`: runs `f` (the training loop) for ranks whose numbers
+    /// of batches differ. A rank that runs out of batches returns from `f` and keeps answering
+    /// the others' gradient synchronisation with zero gradients (the average still divides by
+    /// the number of processes) until every rank has returned; then every rank takes the
+    /// parameters of the rank that made the most steps.
+    ///
+    /// `even_batches`: `None` leaves the prepared dataloaders as they are, `Some(b)` sets theirs
+    /// (not a stream's) for the duration of `f`. Join is on only with several processes and
+    /// even_batches false; otherwise this only sets and restores the option. Only the gradient
+    /// synchronisation is answered: other collectives inside `f` (gather, reduce,
+    /// [`check_trigger`](Accelerator::check_trigger)) must not be called by one rank after
+    /// another has returned. Several prepared models, or a model with buffers (batch norm), are
+    /// [`Status::Unsupported`] with join on; a join inside another is [`Status::State`].
+    ///
+    /// The end is a collective and runs whatever `f` does: when `f` fails its error comes back
+    /// (the end's, if it fails too, added to its message); when `f` panics the panic resumes
+    /// after the end. For an error type of your own, return it inside: `f` returning
+    /// `Ok(my_loop(acc))` gives `Ok(Err(e))`.
+    ///
+    /// ```no_run
+    /// # use libaccel::*;
+    /// # fn f(acc: &Accelerator, model: &Model, opt: &mut Optimizer, loader: &mut DataLoader) -> Result<()> {
+    /// acc.prepare(&[model, &*opt, &*loader])?;
+    /// let steps = acc.join_uneven_inputs(Some(false), |acc| {
+    ///     let mut steps = 0;
+    ///     for batch in &mut *loader {
+    ///         let [x, y] = fields(batch?)?;
+    ///         let loss = model.call1("training_step", &[&x, &y])?;
+    ///         acc.backward(&loss)?;
+    ///         opt.step()?;
+    ///         opt.zero_grad()?;
+    ///         steps += 1;
+    ///     }
+    ///     Ok(steps)
+    /// })?; // the parameters now agree on every rank, whatever its number of steps
+    /// # Ok(()) }
+    /// ```
+    pub fn join_uneven_inputs<T>(
+        &self,
+        even_batches: Option<bool>,
+        f: impl FnOnce(&Accelerator) -> Result<T>,
+    ) -> Result<T> {
+        let even = even_batches.map_or(-1, i32::from);
+        // SAFETY: live handle.
+        check(unsafe { sys::accel_join_uneven_inputs_begin(self.as_raw(), even) })?;
+        // The end answers the other ranks: it runs also when `f` panics, and the panic resumes.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        // SAFETY: live handle; begin succeeded.
+        let ended = check(unsafe { sys::accel_join_uneven_inputs_end(self.as_raw()) });
+        match (ran, ended) {
+            (Err(payload), _) => std::panic::resume_unwind(payload),
+            (Ok(Err(e)), Err(end)) => {
+                Err(e.with_detail(&format!("and join_uneven_inputs' end failed too: {end}")))
+            }
+            (Ok(Err(e)), Ok(())) => Err(e),
+            (Ok(Ok(_)), Err(end)) => Err(end),
+            (Ok(Ok(value)), Ok(())) => Ok(value),
+        }
+    }
+
     /// Accelerate's `prepare`: models to the device with data-parallel gradient
     /// synchronisation, optimizers bound to the placed parameters, schedulers with Accelerate's
     /// stepping rules, dataloaders sharded. Every object is checked before any is prepared.

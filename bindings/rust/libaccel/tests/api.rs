@@ -1326,6 +1326,73 @@ fn a_trigger_is_seen_once_then_lowered() {
     assert!(!acc.check_trigger().unwrap());
 }
 
+/// In a world of one join is off: the closure runs and its value or error comes back, the end
+/// runs whatever the closure does (another join opens after it), a join inside a join is State.
+#[test]
+fn join_uneven_inputs_in_one_process_runs_the_closure_and_always_ends() {
+    let _one = one_accelerator();
+    let acc = Accelerator::new().unwrap();
+    for even in [None, Some(false), Some(true)] {
+        assert_eq!(acc.join_uneven_inputs(even, |_| Ok(7)).unwrap(), 7);
+    }
+    // A loop inside, on a model with buffers (refused only with join on, i.e. several ranks).
+    let mut model = Model::new().unwrap();
+    model.add("fc", Linear::new(3, 2)).unwrap();
+    model.add("bn", BatchNorm2d::new(2)).unwrap(); // unused: its buffers are what counts
+    model
+        .define("def training_step(self, x):\n    return self.fc.forward(x).pow(2).mean()\n")
+        .unwrap();
+    let mut opt = Optimizer::new(&model, "sgd").unwrap();
+    let x = Tensor::from_slice(
+        &(0..30).map(|i| i as f32 / 10.0).collect::<Vec<_>>(),
+        &[10, 3],
+    )
+    .unwrap();
+    let data = Dataset::from_tensors(&[&x]).unwrap();
+    let mut loader = DataLoader::with(&acc, &data, DataLoaderOptions::new().batch_size(4)).unwrap();
+    acc.prepare(&[&model, &opt, &loader]).unwrap();
+    let steps = acc
+        .join_uneven_inputs(Some(false), |acc| {
+            let mut steps = 0;
+            for batch in &mut loader {
+                let [x] = fields(batch?)?;
+                acc.backward(&model.call1("training_step", &[&x])?)?;
+                opt.step()?;
+                opt.zero_grad()?;
+                steps += 1;
+            }
+            Ok(steps)
+        })
+        .unwrap();
+    assert_eq!(steps, 3);
+
+    // The closure's error, as it was.
+    let e = acc
+        .join_uneven_inputs(None, |acc| acc.broadcast(None, 0))
+        .unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    // Nested: the inner begin is refused, the outer still ends.
+    let e = acc
+        .join_uneven_inputs(Some(false), |acc| acc.join_uneven_inputs(None, |_| Ok(1)))
+        .unwrap_err();
+    assert_eq!(e.status(), Status::State, "{e}");
+    // A panic resumes after the end.
+    let panicked = catch_unwind(AssertUnwindSafe(|| {
+        acc.join_uneven_inputs(None, |_| -> libaccel::Result<()> { panic!("in the loop") })
+    }))
+    .unwrap_err();
+    assert_eq!(panicked.downcast_ref::<&str>(), Some(&"in the loop"));
+    // An error type of the program's own travels inside.
+    let mine: Result<i32, String> = acc
+        .join_uneven_inputs(None, |_| Ok(Err("mine".to_string())))
+        .unwrap();
+    assert_eq!(mine, Err("mine".to_string()));
+    assert_eq!(
+        acc.join_uneven_inputs(None, |_| Ok("after")).unwrap(),
+        "after"
+    );
+}
+
 // ---- streams: datasets of unknown length, read in order -------------------------------------
 
 /// Every call of a stream's closure: (epoch, position).

@@ -222,8 +222,8 @@ fn training_example_matches_the_c_example() -> Result<(), String> {
     Ok(())
 }
 
-/// The training role, and after it (on the same two ranks: no launch of its own) the text
-/// inference helpers (split_between_processes and the trigger) and a stream, dispatched by the
+/// The training role, and after it (on the same two ranks: no launch of its own) uneven inputs
+/// under join_uneven_inputs with the same model, the text inference helpers (split_between_processes and the trigger) and a stream, dispatched by the
 /// main process and sharded on every process.
 fn two_ranks_train_and_agree() -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -231,6 +231,8 @@ fn two_ranks_train_and_agree() -> Result<(), String> {
     for line in [
         "rank 0: the loss fell, parameters equal on every rank",
         "rank 1: the loss fell, parameters equal on every rank",
+        "rank 0: 3 steps in join_uneven_inputs, parameters equal on every rank",
+        "rank 1: 2 steps in join_uneven_inputs, parameters equal on every rank",
         r#"rank 0: split ["zero", "one"], padded ["zero", "one"], rows [0, 1]"#,
         r#"rank 1: split ["two"], padded ["two", "two"], rows [2, 2]"#,
         "rank 0: the trigger rank 1 set was seen, then lowered",
@@ -327,7 +329,7 @@ fn parameters_agree(acc: &Accelerator, model: &Model) -> Result<(), String> {
 fn rank_train() -> Result<(), String> {
     let acc = Accelerator::new().map_err(|e| e.to_string())?;
     let rank = acc.process_index().map_err(|e| e.to_string())?;
-    let train = || -> libaccel::Result<(f64, f64, Model)> {
+    let train = || -> libaccel::Result<(f64, f64, Model, Optimizer, DataLoader)> {
         acc.set_seed(5, false)?;
         let model = mlp(64, 784, 10)?;
         let mut opt = Optimizer::with(&model, AdamW::new().lr(2e-3))?;
@@ -364,9 +366,11 @@ fn rank_train() -> Result<(), String> {
                 last += value / 20.0;
             }
         }
-        Ok((first, last, model))
+        // The loader stays open: join_uneven_inputs' even_batches override sets every prepared
+        // loader's, and a closed one refuses (State).
+        Ok((first, last, model, opt, loader))
     };
-    let (first, last, model) = train().map_err(|e| e.to_string())?;
+    let (first, last, model, mut opt, _loader) = train().map_err(|e| e.to_string())?;
     if last.partial_cmp(&(0.7 * first)) != Some(std::cmp::Ordering::Less) {
         return Err(format!(
             "rank {rank}: the loss did not fall: {first:.4} -> {last:.4}"
@@ -374,9 +378,71 @@ fn rank_train() -> Result<(), String> {
     }
     parameters_agree(&acc, &model)?;
     println!("rank {rank}: the loss fell, parameters equal on every rank");
+    join_uneven(&acc, rank, &model, &mut opt).map_err(|e| format!("rank {rank}: {e}"))?;
     split_and_trigger(&acc, rank).map_err(|e| format!("rank {rank}: {e}"))?;
     stream_shards(&acc, rank).map_err(|e| format!("rank {rank}: {e}"))?;
     acc.wait_for_everyone().map_err(|e| e.to_string())
+}
+
+/// join_uneven_inputs with the role's model (its only prepared model, no buffers): 10 samples,
+/// 2 per rank and step, even_batches off inside the join: rank 0 makes 3 steps while rank 1,
+/// done after 2, answers its gradient all-reduce; then rank 1 takes rank 0's parameters.
+fn join_uneven(
+    acc: &Accelerator,
+    rank: i32,
+    model: &Model,
+    opt: &mut Optimizer,
+) -> Result<(), String> {
+    let fail = |e: libaccel::Error| e.to_string();
+    let params = || -> libaccel::Result<Vec<f32>> {
+        let mut all = Vec::new();
+        for name in model.tensor_names()? {
+            all.extend(model.tensor(&name)?.to_vec::<f32>()?);
+        }
+        Ok(all)
+    };
+    let xs: Vec<f32> = (0..10 * 784)
+        .map(|i| ((i * 37 % 255) as f32) / 255.0)
+        .collect();
+    let x = Tensor::from_slice(&xs, &[10, 784]).map_err(fail)?;
+    let y = Tensor::from_slice(&(0..10).collect::<Vec<i64>>(), &[10]).map_err(fail)?;
+    let data = Dataset::from_tensors(&[&x, &y]).map_err(fail)?;
+    let mut loader = DataLoader::new(acc, &data).map_err(fail)?;
+    loader.set("batch_size", 2).map_err(fail)?;
+    acc.prepare(&[&loader]).map_err(fail)?;
+    let (steps, before_end) = acc
+        .join_uneven_inputs(Some(false), |acc| {
+            let mut steps = 0;
+            for batch in &mut loader {
+                let [bx, by] = fields(batch?)?;
+                acc.accumulate()?;
+                let loss = model.call1("training_step", &[&bx, &by])?;
+                acc.backward(&loss)?;
+                opt.step()?;
+                opt.zero_grad()?;
+                steps += 1;
+            }
+            Ok((steps, params()?))
+        })
+        .map_err(fail)?;
+    let after = params().map_err(fail)?;
+    if steps != 3 - rank {
+        return Err(format!("{steps} steps in the join"));
+    }
+    // Rank 0 trained longest and keeps its parameters; rank 1 takes them.
+    if (after == before_end) != (rank == 0) {
+        return Err(format!(
+            "the parameters {} at the end of the join",
+            if rank == 0 { "changed" } else { "stayed" }
+        ));
+    }
+    parameters_agree(acc, model)?;
+    // The override ended with the join: even batches again (3 per rank, the last padded).
+    if loader.batch_count().map_err(fail)? != Some(3) {
+        return Err("even_batches was not restored after the join".into());
+    }
+    println!("rank {rank}: {steps} steps in join_uneven_inputs, parameters equal on every rank");
+    Ok(())
 }
 
 /// Three items on two ranks: [0, 1] | [2], padded [0, 1] | [2, 2], for a list and for a
