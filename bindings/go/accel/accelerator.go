@@ -281,6 +281,59 @@ func (a *Accelerator) MainProcessFirst(f func() error) (err error) {
 	return f()
 }
 
+// EvenBatches is what JoinUnevenInputs does with the prepared dataloaders' even_batches.
+type EvenBatches int32
+
+// The choices of JoinUnevenInputs: keep each prepared dataloader's even_batches, or set it (not
+// a stream's) off or on until the join ends. Join is on only with EvenBatchesOff (or a
+// dataloader's own even_batches false under EvenBatchesKeep) and several processes.
+const (
+	EvenBatchesKeep EvenBatches = -1
+	EvenBatchesOff  EvenBatches = 0
+	EvenBatchesOn   EvenBatches = 1
+)
+
+// JoinUnevenInputs is Accelerate's join_uneven_inputs: it runs fn (the training loop) for ranks
+// whose numbers of batches differ. A rank that runs out of batches returns from fn and keeps
+// answering the others' gradient synchronisation with zero gradients (the average still divides
+// by the number of processes) until every rank has returned; then every rank takes the
+// parameters of the rank that made the most steps.
+//
+// Only the gradient synchronisation is answered: other collectives inside fn (Gather, Reduce,
+// CheckTrigger) must not be called by one rank after another has returned. Several prepared
+// models, or a model with buffers (batch norm), are ErrUnsupported with join on; a join inside
+// another is ErrState.
+//
+// The end is a collective, run whatever fn does: when fn fails, its error comes first (joined
+// with the end's, if that fails too); when fn panics, the panic goes on after the end.
+//
+//	err := acc.JoinUnevenInputs(accel.EvenBatchesOff, func() error {
+//		for batch, err := range loader.All() {
+//			... // forward, acc.Backward, opt.Step, opt.ZeroGrad
+//		}
+//		return nil
+//	}) // the parameters now agree on every rank, whatever its number of steps
+func (a *Accelerator) JoinUnevenInputs(evenBatches EvenBatches, fn func() error) (err error) {
+	if fn == nil {
+		return newError(ErrInvalidArgument, "JoinUnevenInputs: fn is nil")
+	}
+	if err := a.do(func(p *C.accel_accelerator) C.accel_status {
+		return C.accel_join_uneven_inputs_begin(p, C.int32_t(evenBatches))
+	}); err != nil {
+		return err
+	}
+	// Deferred: also after a panic in fn (which then goes on) or runtime.Goexit.
+	defer func() {
+		end := a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_join_uneven_inputs_end(p) })
+		if err == nil {
+			err = end
+		} else if end != nil {
+			err = errors.Join(err, end)
+		}
+	}()
+	return fn()
+}
+
 // SetSeed seeds LibTorch's generators and libaccel's own (data shuffling). With deviceSpecific
 // the process index is added, so ranks draw different streams.
 func (a *Accelerator) SetSeed(seed uint64, deviceSpecific bool) error {

@@ -140,6 +140,8 @@ func TestTwoRanksTrainAndAgree(t *testing.T) {
 	out := run(t, self(t, 2, "train"))
 	expectLine(t, out, "rank 0: the loss fell, parameters equal on every rank")
 	expectLine(t, out, "rank 1: the loss fell, parameters equal on every rank")
+	expectLine(t, out, "rank 0: 3 steps in JoinUnevenInputs, parameters equal on every rank")
+	expectLine(t, out, "rank 1: 2 steps in JoinUnevenInputs, parameters equal on every rank")
 	expectLine(t, out, `rank 0: split [0 1] padded [0 1], ["a" "b"] padded ["a" "b"], rows [0 1] padded [0 1]`)
 	expectLine(t, out, `rank 1: split [2] padded [2 2], ["c"] padded ["c" "c"], rows [2] padded [2 2]`)
 	expectLine(t, out, "rank 0: trigger set by rank 1: true, then false")
@@ -305,6 +307,9 @@ func rankTrain() error {
 	if err != nil {
 		return err
 	}
+	// Open to the end: joinUneven's even_batches override sets every prepared dataloader's, and
+	// a closed one (Close, or the cleanup of one no longer reachable) refuses it with ErrState.
+	defer loader.Close()
 	for _, o := range [][2]any{{"batch_size", 32}, {"shuffle", true}, {"num_workers", 1}} {
 		if err := loader.Set(o[0].(string), o[1]); err != nil {
 			return err
@@ -340,6 +345,9 @@ func rankTrain() error {
 		return err
 	}
 	fmt.Printf("rank %d: the loss fell, parameters equal on every rank\n", rank)
+	if err := joinUneven(acc, rank, model, opt); err != nil {
+		return fmt.Errorf("rank %d: %w", rank, err)
+	}
 	if err := splitAndTrigger(acc, rank); err != nil {
 		return err
 	}
@@ -349,6 +357,101 @@ func rankTrain() error {
 		}
 	}
 	return acc.WaitForEveryone()
+}
+
+// joinUneven trains the role's model (its only prepared model, no buffers) under
+// JoinUnevenInputs on 10 samples, 2 per rank and step, even_batches off: rank 0 makes 3 steps
+// while rank 1, done after 2, answers its gradient all-reduce; then rank 1 takes rank 0's
+// parameters, and the prepared dataloaders have their even_batches back.
+func joinUneven(acc *accel.Accelerator, rank int, model *accel.Model, opt *accel.Optimizer) error {
+	params := func() ([]float32, error) {
+		names, err := model.TensorNames()
+		if err != nil {
+			return nil, err
+		}
+		var all []float32
+		for _, name := range names {
+			values, err := accel.TakeSlice[float32](model.Tensor(name))
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, values...)
+		}
+		return all, nil
+	}
+	pixels := make([]uint8, 10*784)
+	for i := range pixels {
+		pixels[i] = uint8(i * 37 % 255)
+	}
+	labels := []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	x, err := accel.FromSlice(pixels, 10, 784)
+	if err != nil {
+		return err
+	}
+	defer x.Close()
+	y, err := accel.FromSlice(labels, 10)
+	if err != nil {
+		return err
+	}
+	defer y.Close()
+	data, err := accel.DatasetFromTensors(x, y)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	loader, err := accel.NewDataLoader(acc, data)
+	if err != nil {
+		return err
+	}
+	defer loader.Close()
+	if err := loader.Set("batch_size", 2); err != nil {
+		return err
+	}
+	if err := acc.Prepare(loader); err != nil {
+		return err
+	}
+	steps := 0
+	var beforeEnd []float32
+	err = acc.JoinUnevenInputs(accel.EvenBatchesOff, func() error {
+		for batch, err := range loader.All() {
+			if err != nil {
+				return err
+			}
+			// No Reduce of the loss here: rank 1, joined, would not answer it.
+			loss, err := mlpLocalStep(acc, model, opt, batch)
+			if err != nil {
+				return err
+			}
+			loss.Close()
+			steps++
+		}
+		var err error
+		beforeEnd, err = params()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if steps != 3-rank {
+		return fmt.Errorf("%d steps in the join", steps)
+	}
+	after, err := params()
+	if err != nil {
+		return err
+	}
+	// Rank 0 trained longest and keeps its parameters; rank 1 takes them.
+	if kept := slices.Equal(after, beforeEnd); kept != (rank == 0) {
+		return fmt.Errorf("the parameters kept at the end of the join: %v", kept)
+	}
+	if err := parametersAgree(acc, model); err != nil {
+		return err
+	}
+	// The override ended with the join: even batches again (3 per rank, the last padded).
+	if n, err := loader.BatchCount(); err != nil || n != 3 {
+		return fmt.Errorf("%d batches after the join (%v): even_batches not restored", n, err)
+	}
+	fmt.Printf("rank %d: %d steps in JoinUnevenInputs, parameters equal on every rank\n", rank, steps)
+	return nil
 }
 
 // streamShards prints the labels this rank gets from a stream of 5 samples (label = position)
@@ -452,9 +555,25 @@ func splitAndTrigger(acc *accel.Accelerator, rank int) error {
 
 // mlpStep trains on one batch of images scaled to [0, 1]; it returns the loss averaged over ranks.
 func mlpStep(acc *accel.Accelerator, model *accel.Model, opt *accel.Optimizer, batch accel.Batch) (float64, error) {
-	pixels, err := accel.ToSlice[uint8](batch[0])
+	loss, err := mlpLocalStep(acc, model, opt, batch)
 	if err != nil {
 		return 0, err
+	}
+	defer loss.Close()
+	mean, err := acc.Reduce(loss, accel.Mean)
+	if err != nil {
+		return 0, err
+	}
+	defer mean.Close()
+	return mean.Float64()
+}
+
+// mlpLocalStep is mlpStep without the loss's reduction (no collective but the gradients'):
+// it returns this rank's loss.
+func mlpLocalStep(acc *accel.Accelerator, model *accel.Model, opt *accel.Optimizer, batch accel.Batch) (*accel.Tensor, error) {
+	pixels, err := accel.ToSlice[uint8](batch[0])
+	if err != nil {
+		return nil, err
 	}
 	scaled := make([]float32, len(pixels))
 	for i, p := range pixels {
@@ -462,32 +581,28 @@ func mlpStep(acc *accel.Accelerator, model *accel.Model, opt *accel.Optimizer, b
 	}
 	x, err := accel.FromSlice(scaled, int64(len(pixels)/784), 784)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer x.Close()
 	if err := acc.Accumulate(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	loss, err := model.Call("training_step", x, batch[1])
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer loss.Close()
-	if err := acc.Backward(loss); err != nil {
-		return 0, err
+	err = acc.Backward(loss)
+	if err == nil {
+		err = opt.Step()
 	}
-	if err := opt.Step(); err != nil {
-		return 0, err
+	if err == nil {
+		err = opt.ZeroGrad()
 	}
-	if err := opt.ZeroGrad(); err != nil {
-		return 0, err
-	}
-	mean, err := acc.Reduce(loss, accel.Mean)
 	if err != nil {
-		return 0, err
+		loss.Close()
+		return nil, err
 	}
-	defer mean.Close()
-	return mean.Float64()
+	return loss, nil
 }
 
 // rankEquiv: 20 SGD steps on fixed data, no dropout, no shuffle: the parameters depend only on

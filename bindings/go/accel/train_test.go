@@ -257,6 +257,86 @@ func TestSplitAndTriggerInAWorldOfOne(t *testing.T) {
 	wantStatus(t, err, accel.ErrState, "after Close")
 }
 
+// In a world of one join is off: fn runs and its error comes back, the end runs whatever fn
+// does (another join opens after it), a join inside a join is ErrState.
+func TestJoinUnevenInputsInAWorldOfOne(t *testing.T) {
+	begin(t)
+	acc := must(accel.New(nil))
+	defer acc.Close()
+	for _, even := range []accel.EvenBatches{accel.EvenBatchesKeep, accel.EvenBatchesOff, accel.EvenBatchesOn} {
+		ran := false
+		ok(t, acc.JoinUnevenInputs(even, func() error { ran = true; return nil }))
+		if !ran {
+			t.Fatalf("JoinUnevenInputs(%d) did not run fn", even)
+		}
+	}
+	// A loop inside, on a model with buffers (refused only with join on, i.e. several ranks).
+	data := regression(t)
+	defer data.Close()
+	loader := must(accel.NewDataLoader(acc, data))
+	defer loader.Close()
+	ok(t, loader.Set("batch_size", 100))
+	model := linearModel(t, 3, 1)
+	defer model.Close()
+	ok(t, model.AddLayer("bn", "batch_norm2d", "num_features=2")) // unused: its buffers count
+	opt := must(accel.NewOptimizer(model, "sgd"))
+	defer opt.Close()
+	ok(t, acc.Prepare(model, opt, loader))
+	steps := 0
+	ok(t, acc.JoinUnevenInputs(accel.EvenBatchesOff, func() error {
+		for batch, err := range loader.All() {
+			if err != nil {
+				return err
+			}
+			loss, err := model.Call("training_step", batch...)
+			if err != nil {
+				return err
+			}
+			err = acc.Backward(loss)
+			loss.Close()
+			if err != nil {
+				return err
+			}
+			if err := opt.Step(); err != nil {
+				return err
+			}
+			if err := opt.ZeroGrad(); err != nil {
+				return err
+			}
+			steps++
+		}
+		return nil
+	}))
+	if steps != 3 {
+		t.Fatalf("%d steps of 100 out of 256 samples", steps)
+	}
+
+	boom := errors.New("boom")
+	if err := acc.JoinUnevenInputs(accel.EvenBatchesKeep, func() error { return boom }); err != boom {
+		t.Fatalf("JoinUnevenInputs returned %v, want fn's error as it was", err)
+	}
+	// Nested: the inner begin is refused, the outer still ends.
+	err := acc.JoinUnevenInputs(accel.EvenBatchesOff, func() error {
+		return acc.JoinUnevenInputs(accel.EvenBatchesKeep, func() error { return nil })
+	})
+	wantStatus(t, err, accel.ErrState, "already open")
+	// A panic goes on after the end.
+	func() {
+		defer func() {
+			if r := recover(); r != "in the loop" {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		_ = acc.JoinUnevenInputs(accel.EvenBatchesKeep, func() error { panic("in the loop") })
+		t.Fatal("the panic did not go on")
+	}()
+	wantStatus(t, acc.JoinUnevenInputs(accel.EvenBatches(2), func() error { return nil }), accel.ErrInvalidArgument)
+	wantStatus(t, acc.JoinUnevenInputs(accel.EvenBatchesKeep, nil), accel.ErrInvalidArgument)
+	ok(t, acc.JoinUnevenInputs(accel.EvenBatchesKeep, func() error { return nil })) // the last one ended
+	var none *accel.Accelerator
+	wantStatus(t, none.JoinUnevenInputs(accel.EvenBatchesKeep, func() error { return nil }), accel.ErrInvalidArgument)
+}
+
 func TestIDXDatasetsAndTheirErrors(t *testing.T) {
 	begin(t)
 	train := must(accel.DatasetFromIDX(fashionMNIST+"/train-images-idx3-ubyte.gz", fashionMNIST+"/train-labels-idx1-ubyte.gz"))
