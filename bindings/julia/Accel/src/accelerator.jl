@@ -116,6 +116,51 @@ function main_process_first(f, acc::Accelerator)
 end
 
 """
+    join_uneven_inputs(f, acc; even_batches = nothing)
+
+Accelerate's join_uneven_inputs: `join_uneven_inputs(acc; even_batches = false) do ... end` runs
+`f()` (the training loop) for ranks whose numbers of batches differ, and returns what `f`
+returns. A rank that runs out of batches leaves `f` and keeps answering the others' gradient
+synchronisation with zero gradients (the average still divides by the number of processes)
+until every rank has left it; then every rank takes the parameters of the rank that made the
+most steps.
+
+`even_batches`: `nothing` leaves the prepared dataloaders as they are; `true` or `false` sets
+theirs (not a stream's) until the end. Join is on only with several processes and even_batches
+false; otherwise this only sets and restores the option. Only the gradient synchronisation is
+answered: other collectives inside `f` (`gather`, `reduce_across`, `check_trigger`) must not be
+called by one rank after another has left. Several prepared models, or a model with buffers
+(batch norm), are `ERR_UNSUPPORTED` with join on; a join inside another is `ERR_STATE`.
+
+The end is a collective and runs whatever `f` does: when `f` throws, its exception is what comes
+out (after the end, whose own failure is then not reported).
+
+    steps = join_uneven_inputs(acc; even_batches = false) do
+        n = 0
+        for (x, y) in loader
+            train_step!(acc, model, opt, x, y)   # backward(acc, loss), step!, zero_grad!
+            n += 1
+        end
+        n
+    end   # the parameters now agree on every rank, whatever its number of steps
+"""
+function join_uneven_inputs(f, acc::Accelerator; even_batches::Union{Nothing,Bool} = nothing)
+    flag = even_batches === nothing ? Int32(-1) : Int32(even_batches)
+    @check accel_join_uneven_inputs_begin(acc::Ptr{Cvoid}, flag::Int32)
+    returned = false
+    try
+        result = f()
+        returned = true
+        @check accel_join_uneven_inputs_end(acc::Ptr{Cvoid})
+        return result
+    finally
+        # f threw: the end still answers the other ranks, and f's exception goes on (an end
+        # that fails as well would only hide it).
+        returned || @acall accel_join_uneven_inputs_end(acc::Ptr{Cvoid})::Int32
+    end
+end
+
+"""
     set_seed(acc, seed; device_specific = false)
 
 Seeds LibTorch's generators and libaccel's (data shuffling); `device_specific` adds the process

@@ -1,8 +1,9 @@
 # The rank programs of the multi-process tests, run under `accel launch`:
 #   julia --project=... test/ranks.jl train        300 steps on Fashion-MNIST; the loss falls and
 #                                                  every parameter is equal on every rank; then, on
-#                                                  two ranks, split_between_processes, the trigger
-#                                                  and a stream sharded both ways
+#                                                  two ranks, join_uneven_inputs over 3 | 2 batches,
+#                                                  split_between_processes, the trigger and a
+#                                                  stream sharded both ways
 #   julia --project=... test/ranks.jl equiv B OUT  20 SGD steps of global batch 64 as ranks x B;
 #                                                  the main rank writes the parameters to OUT
 using Accel
@@ -59,10 +60,44 @@ function rank_train()
         # One write: the ranks share the launcher's pipe, and println writes the newline apart.
         print("rank $rank: the loss fell, parameters equal on every rank\n")
         flush(stdout)
+        world == 2 && join_uneven(acc, model, opt)
+        # Closed only now: join_uneven's even_batches override sets every prepared dataloader's,
+        # and a closed one (close, or the finalizer of one no longer used) refuses it.
+        close(loader)
         world == 2 && split_and_trigger(acc)
         world == 2 && stream_shards(acc)
         wait_for_everyone(acc)
     end
+end
+
+# Two ranks: the role's model (its only prepared model, no buffers) on 10 samples, 2 per rank and
+# step, even_batches false inside join_uneven_inputs: rank 0 makes 3 steps while rank 1, done
+# after 2, answers its gradient all-reduce; then rank 1 takes rank 0's parameters, and the
+# dataloader has its even batches back.
+function join_uneven(acc, model, opt)
+    rank = process_index(acc)
+    params() = vcat((vec(Array(model[name])) for name in tensor_names(model))...)
+    pixels = Float32[(i * 37 % 255) / 255 for i in 0:10*784-1]
+    data = Dataset(reshape(pixels, 784, 10), collect(Int64, 0:9))
+    DataLoader(acc, data; batch_size = 2) do loader
+        prepare(acc, loader)
+        steps, before_end = join_uneven_inputs(acc; even_batches = false) do
+            n = 0
+            for (x, y) in loader
+                train_step!(acc, model, opt, x, y)   # no reduce_across: a joined rank would not answer
+                n += 1
+            end
+            n, params()
+        end
+        steps == 3 - rank || error("rank $rank: $steps steps in the join")
+        kept = params() == before_end
+        kept == (rank == 0) || error("rank $rank: the parameters kept at the end of the join: $kept")
+        parameters_agree(acc, model)
+        length(loader) == 3 || error("rank $rank: even_batches not restored after the join")
+        print("rank $rank: $steps steps in join_uneven_inputs, parameters equal on every rank\n")
+        flush(stdout)
+    end
+    close(data)
 end
 
 # Two ranks: three items split [1, 2] | [3], padded [1, 2] | [3, 3] (arrays and tensors alike);

@@ -831,6 +831,25 @@ end
     @test main_process_first(() -> 42, acc) == 42
     @test_throws ErrorException main_process_first(() -> error("inside"), acc)
     wait_for_everyone(acc)   # main_process_first's end ran despite the error
+    # join_uneven_inputs is off in a world of one: f runs and its value or exception comes out;
+    # the end runs whatever f does (another join opens after it); a join inside one is ERR_STATE.
+    @test join_uneven_inputs(() -> 7, acc) == 7
+    for even in (nothing, true, false)
+        @test join_uneven_inputs(acc; even_batches = even) do
+            n = 0
+            for (x, y) in loader
+                train_step!(acc, model, opt, x, y)
+                n += 1
+            end
+            n
+        end == 4
+    end
+    @test_throws ErrorException join_uneven_inputs(() -> error("inside"), acc)
+    e = error_of(() -> join_uneven_inputs(() -> broadcast_across(acc, 1.0; from = 1), acc))
+    @test e.status == Accel.ERR_INVALID_ARGUMENT   # f's own AccelError, as it was
+    e = error_of(() -> join_uneven_inputs(() -> join_uneven_inputs(() -> 1, acc), acc; even_batches = false))
+    @test e.status == Accel.ERR_STATE && occursin("already open", e.message)
+    @test join_uneven_inputs(() -> "after", acc) == "after"
     println(acc, "printed by the main process: ", 1, " ", 2.5)
 
     # Checkpoints: weights, the whole state, and the program's own objects.
@@ -916,6 +935,9 @@ end
     @test code == 0
     @test "rank 0: the loss fell, parameters equal on every rank" in split(out, '\n')
     @test "rank 1: the loss fell, parameters equal on every rank" in split(out, '\n')
+    # The same run: join_uneven_inputs with 3 batches on rank 0 and 2 on rank 1 (test/ranks.jl).
+    @test "rank 0: 3 steps in join_uneven_inputs, parameters equal on every rank" in split(out, '\n')
+    @test "rank 1: 2 steps in join_uneven_inputs, parameters equal on every rank" in split(out, '\n')
     # The same run: split_between_processes and the trigger on two ranks (test/ranks.jl).
     @test "rank 0: split [1, 2], padded [1, 2]; the trigger of rank 1 seen, then lowered" in split(out, '\n')
     @test "rank 1: split [3], padded [3, 3]; the trigger of rank 1 seen, then lowered" in split(out, '\n')
