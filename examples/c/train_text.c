@@ -288,9 +288,10 @@ static void score_entries(accel_accelerator* acc, accel_model* model, struct Cor
   accel_dataset* ds = NULL;
   CHECK(accel_dataset_from_ragged_callback((int64_t)mine_count, 1, &dtype, &dim_count, dims,
                                            subset_length, subset_bytes, &subset, NULL, &ds));
-  /* Not prepared: each process reads its own share whole, in order. */
+  /* Each process reads its own share whole, in order: the loader does not shard it again. */
   accel_dataloader* dl = NULL;
   CHECK(accel_dataloader_new(acc, ds, &dl));
+  CHECK(accel_dataloader_set(dl, "shard", "false"));
   CHECK(accel_dataloader_set(dl, "batch_size", "32"));
   CHECK(accel_dataloader_set(dl, "max_length", max_length));
   CHECK(accel_dataloader_set(dl, "truncation", "true"));

@@ -842,8 +842,9 @@ typedef struct accel_sample accel_sample;
  * per-sample shape, row-major. A fixed field takes exactly one sample's bytes; a ragged field any
  * whole number of rows (its length; 0 allowed, `data` may then be NULL). A wrong size is
  * ACCEL_ERR_SHAPE naming the sample and field; a field out of range ACCEL_ERR_INVALID_ARGUMENT.
- * Writing a field again replaces it. A failed write also fails the sample if the callback goes on
- * and returns 0, with the write's status and message.
+ * Writing a field again replaces it. A failed write that the callback does not make good (by
+ * writing that field again) fails the sample even if the callback returns 0, with the write's
+ * status and message.
  */
 ACCEL_API accel_status accel_sample_set_field(accel_sample* sample, size_t field, const void* data,
                                               size_t size);
@@ -938,7 +939,9 @@ ACCEL_API void accel_dataset_free(accel_dataset* dataset);
  *   prefetch_factor (2, batches in flight per worker), split_batches and even_batches (the
  *   accelerator's configuration: false, true), device_placement (true), group_by_length (false),
  *   dispatch_batches (auto: true for a stream, which is the only kind libaccel dispatches;
- *   see accel_dataset_from_stream).
+ *   see accel_dataset_from_stream), shard (true; false: this process reads every batch itself,
+ *   as an unprepared PyTorch DataLoader does, for data already divided with
+ *   accel_split_between_processes; nothing is padded and no collective is involved).
  *
  * group_by_length (a dataset with a ragged field): the Hugging Face Trainer's length grouping. The
  * epoch's order (shuffled or not) is cut into megabatches of m global batches (m = samples /

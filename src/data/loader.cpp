@@ -98,6 +98,8 @@ void DataLoader::set_option(const std::string& key, const std::string& value) {
       fail(Errc::unsupported,
            "dispatch_batches: libaccel dispatches streams only (accel_dataset_from_stream); a "
            "dataset of known length is sharded by index on every process");
+  } else if (key == "shard") {
+    o.shard = parse_flag(key, value);
   } else if (key == "group_by_length") {
     o.group_by_length = parse_flag(key, value);
     if (o.group_by_length && stream_dataset_)
@@ -122,6 +124,7 @@ void DataLoader::set_option(const std::string& key, const std::string& value) {
          "unknown dataloader option '" + key +
              "'; known: batch_size, shuffle, seed, drop_last, num_workers, prefetch_factor, "
              "split_batches, even_batches, device_placement, group_by_length, dispatch_batches, "
+             "shard, "
              "and for ragged "
              "fields pad_value, padding_side, pad_to_multiple_of, max_length, truncation, mask");
   }
@@ -153,11 +156,11 @@ ShardSpec DataLoader::spec() const {
   ShardSpec s;
   s.dataset_size = std::max<int64_t>(dataset_size_, 0);  // a stream's is unknown (-1)
   s.batch_size = options_.batch_size;
-  s.num_processes = place_.world_size;
-  s.process_index = place_.rank;
+  s.num_processes = processes();
+  s.process_index = options_.shard ? place_.rank : 0;
   s.split_batches = options_.split_batches;
   // With one process Accelerate does not shard at all: the last batch stays short, unpadded.
-  s.even_batches = options_.even_batches && place_.world_size > 1;
+  s.even_batches = options_.even_batches && processes() > 1;
   s.drop_last = options_.drop_last;
   return s;
 }
@@ -174,6 +177,20 @@ size_t DataLoader::num_fields() const {
 bool DataLoader::even_batches() const {
   auto lock = enter();
   return options_.even_batches;
+}
+
+bool DataLoader::set_even_batches_keeping_position(bool even) {
+  auto lock = enter();
+  if (closed_) return false;
+  if (options_.even_batches == even) return true;
+  if (iterating_) {
+    const auto [epoch, consumed] = cursor_locked();
+    end_iteration();
+    epoch_ = epoch;
+    start_ = consumed;
+  }
+  options_.even_batches = even;
+  return true;
 }
 
 int64_t DataLoader::length() const {
@@ -299,14 +316,14 @@ void DataLoader::begin_iteration() {
     stream_last_ = false;
     stream_kept_ = -1;
     iterating_ = true;
-    if (place_.state) place_.state->begin(this, -1);
+    if (tracked()) place_.state->begin(this, -1);
     return;
   }
   const ShardSpec s = spec();
   plan_ = shard_batches(s, epoch_plan_order(s), start_);
   next_ = 0;
   iterating_ = true;
-  if (place_.state) place_.state->begin(this, data::remainder(s, start_));
+  if (tracked()) place_.state->begin(this, data::remainder(s, start_));
   if (options_.num_workers > 0 && !plan_.empty()) {
     {
       std::lock_guard<std::mutex> guard(mutex_);
@@ -423,21 +440,31 @@ bool DataLoader::next(std::vector<at::Tensor>& out) {
     ++next_;
   }
   cv_.notify_all();
-  if (next_ == plan_.size() && place_.state) place_.state->set_end_of_dataloader(this, true);
+  if (next_ == plan_.size() && tracked()) place_.state->set_end_of_dataloader(this, true);
   out = std::move(slot.batch);
   return true;
 }
 
+bool DataLoader::tracked() const {
+  // An unsharded loader pads nothing, so gather_for_metrics has nothing of it to drop (and an
+  // unprepared PyTorch DataLoader is not in Accelerate's GradientState either).
+  return place_.state && options_.shard;
+}
+
+int DataLoader::processes() const {
+  return options_.shard ? place_.world_size : 1;
+}
+
 bool DataLoader::dispatching() const {
   const bool on = options_.dispatch_batches < 0 ? true : options_.dispatch_batches == 1;
-  return stream_dataset_ && on && place_.world_size > 1;
+  return stream_dataset_ && on && processes() > 1;
 }
 
 StreamSpec DataLoader::stream_spec() const {
   StreamSpec s;
   s.batch_size = options_.batch_size;
-  s.num_processes = place_.world_size;
-  s.process_index = place_.rank;
+  s.num_processes = processes();
+  s.process_index = options_.shard ? place_.rank : 0;
   s.split_batches = options_.split_batches;
   s.drop_last = options_.drop_last;
   s.dispatch = dispatching();
@@ -466,7 +493,7 @@ bool DataLoader::next_stream(std::vector<at::Tensor>& out) {
   stream_consumed_ = step->consumed;
   stream_last_ = step->last;
   stream_kept_ = step->kept;
-  if (step->last && place_.state) {
+  if (step->last && tracked()) {
     place_.state->set_end_of_dataloader(this, true);
     place_.state->set_remainder(this, step->kept);
   }

@@ -35,6 +35,7 @@ struct LoaderOptions {
   bool device_placement = true;
   bool group_by_length = false;  // batches of similar lengths (Hugging Face's group_by_length)
   int dispatch_batches = -1;     // streams: -1 auto (on for a stream, as Accelerate), 0 off, 1 on
+  bool shard = true;             // false: this process reads every batch (data split beforehand)
 };
 
 struct LoaderPlace {
@@ -75,6 +76,9 @@ class DataLoader {
   size_t num_fields() const;
   bool is_stream() const { return stream_dataset_ != nullptr; }
   bool even_batches() const;
+  // even_batches for join_uneven_inputs: an iteration in progress goes on from its cursor with the
+  // new setting (set_option would end it). False, changing nothing, when the loader is closed.
+  bool set_even_batches_keeping_position(bool even);
   // Batches this rank gets in a whole epoch.
   int64_t length() const;
   int64_t epoch() const;
@@ -114,6 +118,8 @@ class DataLoader {
   // Streams (stream_loader.hpp): one pass, and with dispatch_batches the main process's batch
   // sent to every rank.
   bool dispatching() const;
+  int processes() const;  // the processes the batches are shared between
+  bool tracked() const;   // its iterations are in the accelerator's GradientState
   StreamSpec stream_spec() const;
   bool next_stream(std::vector<at::Tensor>& out);
   std::optional<StreamStep> dispatch_step();

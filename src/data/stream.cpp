@@ -2,7 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
-#include <optional>
+#include <map>
 
 #include "common/error.hpp"
 
@@ -17,9 +17,10 @@ SampleWriter::SampleWriter(const std::vector<FieldSpec>& specs, Sample& sample, 
 void SampleWriter::set_field(size_t field, const void* data, size_t size) {
   try {
     write(field, data, size);
+    failures_.erase(field);  // a good write of the field makes an earlier failed one good
   } catch (const Error& e) {
     // Kept: a callback that ignores the failure and returns 0 still fails with this message.
-    if (!failure_) failure_ = e;
+    failures_.emplace(field, e);
     throw;
   }
 }
@@ -53,7 +54,7 @@ void SampleWriter::write(size_t field, const void* data, size_t size) {
 }
 
 void SampleWriter::check_complete() const {
-  if (failure_) throw *failure_;
+  if (!failures_.empty()) throw failures_.begin()->second;
   for (size_t f = 0; f < written_.size(); ++f)
     if (!written_[f])
       fail(Errc::callback, "the stream callback returned sample " + std::to_string(position_) +
@@ -61,7 +62,9 @@ void SampleWriter::check_complete() const {
 }
 
 std::string SampleWriter::failure_note() const {
-  return failure_ ? std::string(" after accel_sample_set_field failed: ") + failure_->what() : "";
+  return failures_.empty() ? ""
+                           : std::string(" after accel_sample_set_field failed: ") +
+                                 failures_.begin()->second.what();
 }
 
 StreamDataset::StreamDataset(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {}

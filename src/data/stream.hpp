@@ -4,8 +4,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +22,8 @@ class SampleWriter {
   // Field `field`'s bytes: exactly one row for a fixed field; any whole number of rows for a ragged
   // one. Copies. Throws accel::Error (invalid_argument, shape) naming the field.
   void set_field(size_t field, const void* data, size_t size);
-  // Throws the first failure of set_field (the callback may have ignored it), else
+  // Throws a failure of set_field the callback did not make good by writing that field again
+  // (it may have ignored it), else
   // accel::Error(callback) naming a field that was never written.
   void check_complete() const;
   // ": after accel_sample_set_field failed: ..." when a write failed, else "".
@@ -34,7 +35,7 @@ class SampleWriter {
   Sample& sample_;
   int64_t position_;
   std::vector<bool> written_;
-  std::optional<Error> failure_;
+  std::map<size_t, Error> failures_;  // by field: writes that failed and were not made good
 };
 
 // Reads one epoch of a stream in order, from its start.

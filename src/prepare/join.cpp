@@ -40,8 +40,9 @@ void Session::join_begin(int even_batches) {
   if (even_batches >= 0)
     for (const auto& l : loader_order_) {
       if (l->is_stream()) continue;  // even_batches does not apply to a stream (as Accelerate)
-      state.restore.emplace_back(l, l->even_batches());
-      l->set_option("even_batches", even ? "true" : "false");
+      const bool was = l->even_batches();
+      // A closed (freed) loader stays in the checkpoints' list; there is nothing of it to set.
+      if (l->set_even_batches_keeping_position(even)) state.restore.emplace_back(l, was);
     }
   state.enabled = enabled;
   state.open = true;
@@ -57,8 +58,7 @@ void Session::join_end() {
   if (!join_.open) fail(Errc::state, "join_uneven_inputs_end without join_uneven_inputs_begin");
   const JoinState done = std::move(join_);
   join_ = JoinState{};
-  for (const auto& [loader, even] : done.restore)
-    loader->set_option("even_batches", even ? "true" : "false");
+  for (const auto& [loader, even] : done.restore) loader->set_even_batches_keeping_position(even);
   if (!done.enabled) return;
   auto& comm = *acc_->communicator();
   ddp::GradSync* sync = syncs_.empty() ? nullptr : syncs_.begin()->second.get();

@@ -309,3 +309,29 @@ TEST(Data, GatherForMetricsAloneDropsNothingReal) {
   accel_dataloader_free(dl);
   accel_dataset_free(d);
 }
+
+// join_uneven_inputs sets even_batches on the prepared dataloaders: one freed before is skipped,
+// and one in the middle of an epoch goes on from where it was (world of one: join itself is off).
+TEST(Data, JoinSkipsFreedLoadersAndKeepsAnIterationsPlace) {
+  accel_dataset* d = range_dataset(10);
+  accel_dataloader* gone = loader(d, {{"batch_size", "4"}});
+  accel_dataloader* dl = loader(d, {{"batch_size", "4"}});
+  void* objects[] = {gone, dl};
+  OK(accel_prepare(g_acc, objects, 2));
+  accel_dataloader_free(gone);
+  accel_tensor* f[1];
+  size_t n = 0;
+  OK(accel_dataloader_next(dl, f, 1, &n));
+  EXPECT_EQ(values_of<int64_t>(f[0]), (std::vector<int64_t>{0, 1, 2, 3}));
+  accel_tensor_free(f[0]);
+  OK(accel_join_uneven_inputs_begin(g_acc, 0));
+  OK(accel_dataloader_next(dl, f, 1, &n));
+  EXPECT_EQ(values_of<int64_t>(f[0]), (std::vector<int64_t>{4, 5, 6, 7}));
+  accel_tensor_free(f[0]);
+  EXPECT_EQ(accel_join_uneven_inputs_begin(g_acc, 0), ACCEL_ERR_STATE);
+  OK(accel_join_uneven_inputs_end(g_acc));
+  EXPECT_EQ(accel_join_uneven_inputs_end(g_acc), ACCEL_ERR_STATE);
+  EXPECT_EQ(accel_join_uneven_inputs_begin(g_acc, 2), ACCEL_ERR_INVALID_ARGUMENT);
+  accel_dataloader_free(dl);
+  accel_dataset_free(d);
+}

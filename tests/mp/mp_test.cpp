@@ -734,7 +734,8 @@ TEST(TextData, SplitBetweenProcessesAndTheTriggerOnThreeRanks) {
         "rank 0: list of 4 padded: 0 1\n", "rank 1: list of 4 padded: 2 2\n",
         "rank 2: list of 4 padded: 3 3\n", "rank 1: list of 2: 1\n", "rank 2: list of 2: 1\n",
         "rank 0: tensor of 5: 0 1\n", "rank 1: tensor of 5: 2 3\n", "rank 2: tensor of 5: 4\n",
-        "rank 2: tensor of 5 padded: 4 4\n", "rank 0: trigger stopped the loop at step 3\n",
+        "rank 2: tensor of 5 padded: 4 4\n", "rank 0: unsharded loader read 5 samples\n",
+        "rank 2: unsharded loader read 5 samples\n", "rank 0: trigger stopped the loop at step 3\n",
         "rank 1: trigger stopped the loop at step 3\n",
         "rank 2: trigger stopped the loop at step 3\n"})
     EXPECT_TRUE(contains(r.output, line)) << line << "\n" << r.output;

@@ -78,6 +78,33 @@ static void split_tensor(accel_accelerator* acc, int64_t count, bool pad) {
   accel_tensor_free(t);
 }
 
+/* A loader with shard off reads every batch on every rank (data split beforehand). */
+static void unsharded(accel_accelerator* acc) {
+  int64_t v[5] = {0, 1, 2, 3, 4}, n = 5, count = 0;
+  accel_tensor* t = NULL;
+  accel_dataset* ds = NULL;
+  accel_dataloader* dl = NULL;
+  CHECK(accel_tensor_from_data(v, sizeof v, ACCEL_DTYPE_I64, &n, 1, &t));
+  CHECK(accel_dataset_from_tensors((const accel_tensor* const*)&t, 1, &ds));
+  CHECK(accel_dataloader_new(acc, ds, &dl));
+  CHECK(accel_dataloader_set(dl, "batch_size", "2"));
+  CHECK(accel_dataloader_set(dl, "shard", "false"));
+  for (;;) {
+    accel_tensor* f[1];
+    size_t got = 0;
+    int64_t rows = 0;
+    CHECK(accel_dataloader_next(dl, f, 1, &got));
+    if (got == 0) break;
+    CHECK(accel_tensor_element_count(f[0], &rows));
+    count += rows;
+    accel_tensor_free(f[0]);
+  }
+  printf("rank %d: unsharded loader read %lld samples\n", g_rank, (long long)count);
+  accel_dataloader_free(dl);
+  accel_dataset_free(ds);
+  accel_tensor_free(t);
+}
+
 static void* raise_later(void* acc) {
   usleep(200 * 1000);
   CHECK(accel_set_trigger((accel_accelerator*)acc));
@@ -111,6 +138,7 @@ static int inference(accel_accelerator* acc) {
   split_list(acc, 2, false);
   split_tensor(acc, 5, false);
   split_tensor(acc, 5, true);
+  unsharded(acc);
   trigger_loop(acc);
   return 0;
 }

@@ -677,8 +677,9 @@ extern "C" {
     /// per-sample shape, row-major. A fixed field takes exactly one sample's bytes; a ragged field any
     /// whole number of rows (its length; 0 allowed, `data` may then be NULL). A wrong size is
     /// ACCEL_ERR_SHAPE naming the sample and field; a field out of range ACCEL_ERR_INVALID_ARGUMENT.
-    /// Writing a field again replaces it. A failed write also fails the sample if the callback goes on
-    /// and returns 0, with the write's status and message.
+    /// Writing a field again replaces it. A failed write that the callback does not make good (by
+    /// writing that field again) fails the sample even if the callback returns 0, with the write's
+    /// status and message.
     pub fn accel_sample_set_field(
         sample: *mut accel_sample,
         field: usize,
