@@ -72,7 +72,8 @@ static const char* kModel =
     "    return self.byte_losses(tokens, mask).sum() / m.sum().clamp_min(1.0)\n"
     "\n"
     "def eval_sums(self, tokens, mask):\n"
-    "    return torch.stack([self.byte_losses(tokens, mask).sum(), mask[:, 1:].float().sum()])\n"
+    "    return torch.stack([self.byte_losses(tokens, mask).sum(1), mask[:, 1:].float().sum(1)], "
+    "1)\n"
     "\n"
     "def entry_losses(self, tokens, mask):\n"
     "    m = mask[:, 1:].float()\n"
@@ -247,20 +248,21 @@ static double held_out_perplexity(accel_accelerator* acc, accel_model* model,
   for (;;) {
     accel_tensor* fields[2];
     size_t n = 0, size = 0;
-    double part[2];
     CHECK(accel_dataloader_next(held, fields, 2, &n));
     if (n == 0) break;
-    accel_tensor* s = call_one(model, "eval_sums", fields);
+    accel_tensor* s = call_one(model, "eval_sums", fields); /* [entries, 2] */
     accel_tensor* all = NULL;
-    CHECK(accel_gather_for_metrics(acc, s, &all)); /* [2 per process] */
-    float values[2 * 64];
-    CHECK(accel_tensor_to_data(all, values, sizeof values, &size));
-    for (size_t i = 0; i + 1 < size / sizeof(float); i += 2) {
-      part[0] = values[i];
-      part[1] = values[i + 1];
-      sums[0] += part[0];
-      sums[1] += part[1];
+    int64_t count = 0;
+    /* Every process's rows; on the last batch the entries repeated to even it out are dropped. */
+    CHECK(accel_gather_for_metrics(acc, s, &all));
+    CHECK(accel_tensor_element_count(all, &count));
+    float* values = malloc((size_t)count * sizeof *values);
+    CHECK(accel_tensor_to_data(all, values, (size_t)count * sizeof *values, &size));
+    for (int64_t i = 0; i + 1 < count; i += 2) {
+      sums[0] += values[i];
+      sums[1] += values[i + 1];
     }
+    free(values);
     accel_tensor_free(all);
     accel_tensor_free(s);
     accel_tensor_free(fields[0]);

@@ -67,7 +67,7 @@ def training_step(self, tokens, mask):
     return self.byte_losses(tokens, mask).sum() / m.sum().clamp_min(1.0)
 
 def eval_sums(self, tokens, mask):
-    return torch.stack([self.byte_losses(tokens, mask).sum(), mask[:, 1:].float().sum()])
+    return torch.stack([self.byte_losses(tokens, mask).sum(1), mask[:, 1:].float().sum(1)], 1)
 
 def entry_losses(self, tokens, mask):
     m = mask[:, 1:].float()
@@ -246,7 +246,8 @@ fn held_out_perplexity(
     for batch in held {
         let [tokens, mask] = fields(batch?)?;
         let sums = model.call1("eval_sums", &[&tokens, &mask])?;
-        // [loss sum, byte count] of each process.
+        // [loss sum, byte count] of each entry of every process; on the last batch the entries
+        // repeated to even it out are dropped.
         let all = acc.gather_for_metrics(&sums)?.to_vec::<f32>()?;
         for pair in all.chunks_exact(2) {
             loss += f64::from(pair[0]);

@@ -777,7 +777,8 @@ pub type Batch = Vec<Tensor>;
 /// `batch_size` (1), `shuffle` (false), `seed` (0), `drop_last` (false), `num_workers` (0),
 /// `prefetch_factor` (2), `split_batches`, `even_batches` (the accelerator's),
 /// `device_placement` (true), `group_by_length` (false), `dispatch_batches` (`auto`: true over
-/// a stream, see [`DataLoaderOptions::dispatch_batches`]); for a dataset with ragged fields the
+/// a stream, see [`DataLoaderOptions::dispatch_batches`]), `shard` (true); for a dataset with
+/// ragged fields the
 /// padding options of [`Padding`], for every ragged field at once or for one
 /// ([`set_field_padding`](DataLoader::set_field_padding), [`set_field`](DataLoader::set_field)).
 ///
@@ -1201,6 +1202,10 @@ options_type!(
             /// dataset of known length, sharded by index on every process, true is an
             /// `Unsupported` error.
             dispatch_batches: bool,
+            /// Share the batches between the processes (default true). False: this process
+            /// reads every batch itself, as an unprepared PyTorch DataLoader does, for data
+            /// already divided with [`Accelerator::split_between_processes`].
+            shard: bool,
         }
         nested {
             /// The padding of every ragged field (each option given; the others unchanged).
