@@ -271,6 +271,18 @@ static double held_out_perplexity(accel_accelerator* acc, accel_model* model,
   return exp(sums[0] / (sums[1] > 0 ? sums[1] : 1));
 }
 
+/* "least surprising (2.50 nats/byte): <the entry's first 120 bytes on one line>" */
+static void print_entry(accel_accelerator* acc, const char* which, float score,
+                        const struct Corpus* c, int64_t i) {
+  char line[256];
+  const int shown = c->length[i] < 120 ? (int)c->length[i] : 120;
+  snprintf(line, sizeof line, "%s surprising (%.2f nats/byte): %.*s", which, score, shown,
+           c->text[i]);
+  for (char* p = line; *p; ++p)
+    if (*p == '\n' || *p == '\t') *p = ' ';
+  CHECK(accel_print(acc, line));
+}
+
 /* Scores every held-out entry once: the processes split the entries (padded so all have as many),
  * each scores its share in batches, and the per-entry losses are gathered in entry order. */
 static void score_entries(accel_accelerator* acc, accel_model* model, struct Corpus* held,
@@ -329,6 +341,7 @@ static void score_entries(accel_accelerator* acc, accel_model* model, struct Cor
   for (size_t i = 0; i < total; ++i) {
     if (i > 0 && index[i] <= index[i - 1]) continue; /* padding: an entry seen already */
     ++scored;
+    if (held->length[index[i]] < 2) continue; /* one byte: nothing to predict, a loss of 0 */
     if (best < 0 || scores[i] < scores[best]) best = (int64_t)i;
     if (worst < 0 || scores[i] > scores[worst]) worst = (int64_t)i;
   }
@@ -336,16 +349,8 @@ static void score_entries(accel_accelerator* acc, accel_model* model, struct Cor
   snprintf(line, sizeof line, "scored %lld held-out entries (%zu per process, padding dropped)",
            (long long)scored, mine_count);
   CHECK(accel_print(acc, line));
-  snprintf(line, sizeof line, "least surprising (%.2f nats/byte): %.120s", scores[best],
-           held->text[index[best]]);
-  for (char* p = line; *p; ++p)
-    if (*p == '\n' || *p == '\t') *p = ' ';
-  CHECK(accel_print(acc, line));
-  snprintf(line, sizeof line, "most surprising (%.2f nats/byte): %.120s", scores[worst],
-           held->text[index[worst]]);
-  for (char* p = line; *p; ++p)
-    if (*p == '\n' || *p == '\t') *p = ' ';
-  CHECK(accel_print(acc, line));
+  print_entry(acc, "least", scores[best], held, index[best]);
+  print_entry(acc, "most", scores[worst], held, index[worst]);
   free(scores);
   free(index);
   accel_tensor_free(t);

@@ -339,8 +339,10 @@ fn score_entries(
         scored.len(),
         mine.len()
     ))?;
-    let best = scored.iter().min_by(|a, b| a.0.total_cmp(&b.0));
-    let worst = scored.iter().max_by(|a, b| a.0.total_cmp(&b.0));
+    // A one-byte entry has nothing to predict (a loss of 0): not a candidate.
+    let candidates = || scored.iter().filter(|&&(_, entry)| held[entry].len() >= 2);
+    let best = candidates().min_by(|a, b| a.0.total_cmp(&b.0));
+    let worst = candidates().max_by(|a, b| a.0.total_cmp(&b.0));
     if let (Some(&(low, best)), Some(&(high, worst))) = (best, worst) {
         acc.print(&format!(
             "least surprising ({low:.2} nats/byte): {}",
