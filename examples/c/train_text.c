@@ -4,7 +4,7 @@
  *
  *   ./train_text                          one process
  *   accel launch -n 2 ./train_text        two processes, same code
- *   options: --epochs N (1) --batch-size B (32, per process) --lr X (2e-3) --max-steps S (0: whole
+ *   options: --epochs N (1) --batch-size B (32, per process) --lr X (4e-3) --max-steps S (0: whole
  *            epochs) --max-length L (128) --no-grouping --data DIR (/usr/share/games/fortunes)
  *
  * The text is Debian's `fortunes` package: 15,000 quotations, jokes and verses of 1 to 4,000
@@ -366,7 +366,7 @@ static void score_entries(accel_accelerator* acc, accel_model* model, struct Cor
 int main(int argc, char** argv) {
   int epochs = 1, batch = 32, grouping = 1;
   int64_t max_steps = 0, max_length = 128;
-  double lr = 2e-3;
+  double lr = 4e-3;
   const char* data = "/usr/share/games/fortunes";
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--epochs") && i + 1 < argc)

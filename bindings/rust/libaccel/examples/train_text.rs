@@ -3,7 +3,7 @@
 //!
 //!   target/debug/examples/train_text                      one process
 //!   accel launch -n 2 target/debug/examples/train_text    two processes, same code
-//!   options: --epochs N (1) --batch-size B (32, per process) --lr X (2e-3) --max-steps S (0: whole
+//!   options: --epochs N (1) --batch-size B (32, per process) --lr X (4e-3) --max-steps S (0: whole
 //!            epochs) --max-length L (128) --no-grouping --data DIR (/usr/share/games/fortunes)
 //!
 //! The same program as examples/c/train_text.c, with the same model, data, order, schedule and
@@ -88,7 +88,7 @@ fn parse_args() -> Result<Options, String> {
     let mut o = Options {
         epochs: 1,
         batch: 32,
-        lr: 2e-3,
+        lr: 4e-3,
         max_steps: 0,
         max_length: 128,
         grouping: true,
