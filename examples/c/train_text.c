@@ -15,8 +15,8 @@
  * truncated to --max-length, batched by similar lengths (group_by_length) unless --no-grouping.
  * The loss is the mean next-byte cross entropy over real (unmasked) bytes. After training: the
  * held-out perplexity (exp of the mean cross entropy per byte over every process's bytes), then
- * every held-out entry scored once, split between the processes with split_between_processes and
- * gathered, and the least and most surprising entries printed.
+ * every held-out entry scored once, split between the processes with split_between_processes,
+ * read by an unsharded dataloader, gathered, and the least and most surprising entries printed.
  */
 #include <dirent.h>
 #include <math.h>
@@ -329,14 +329,21 @@ static void score_entries(accel_accelerator* acc, accel_model* model, struct Cor
   accel_tensor *t = NULL, *all = NULL, *t_idx = NULL, *all_idx = NULL;
   CHECK(accel_tensor_from_data(losses, mine_count * sizeof *losses, ACCEL_DTYPE_F32, shape, 1, &t));
   CHECK(accel_tensor_from_data(mine, mine_count * sizeof *mine, ACCEL_DTYPE_I64, shape, 1, &t_idx));
-  CHECK(accel_gather_for_metrics(acc, t, &all));
-  CHECK(accel_gather_for_metrics(acc, t_idx, &all_idx));
+  /* accel_gather, not gather_for_metrics: these rows are no dataloader's, and gather_for_metrics
+   * would drop rows by the training loader's remainder (its last batch is still in use: the loop
+   * stopped at the step count without asking for the end of the epoch). */
+  CHECK(accel_gather(acc, t, &all));
+  CHECK(accel_gather(acc, t_idx, &all_idx));
   const size_t total = mine_count * (size_t)world;
   float* scores = malloc(total * sizeof *scores);
   int64_t* index = malloc(total * sizeof *index);
   size_t size = 0;
   CHECK(accel_tensor_to_data(all, scores, total * sizeof *scores, &size));
   CHECK(accel_tensor_to_data(all_idx, index, total * sizeof *index, &size));
+  if (size != total * sizeof *index) {
+    fprintf(stderr, "gathered %zu bytes of indexes, expected %zu\n", size, total * sizeof *index);
+    exit(1);
+  }
   int64_t best = -1, worst = -1, scored = 0;
   for (size_t i = 0; i < total; ++i) {
     if (i > 0 && index[i] <= index[i - 1]) continue; /* padding: an entry seen already */

@@ -741,6 +741,32 @@ class Accelerator {
     detail::check(accel_split_tensor_between_processes(get(), t.get(), apply_padding, &out));
     return Tensor(out);
   }
+  /**
+   * Accelerate's join_uneven_inputs around `loop` (accel.h: accel_join_uneven_inputs_begin): the
+   * end runs also when `loop` throws (which then goes on). `even_batches`: -1 keeps the prepared
+   * dataloaders' setting, 0 or 1 sets it inside. Returns what `loop` returns.
+   */
+  template <class F>
+  auto join_uneven_inputs(F&& loop, int32_t even_batches = -1) -> decltype(loop()) {
+    detail::check(accel_join_uneven_inputs_begin(get(), even_batches));
+    struct End {
+      accel_accelerator* a;
+      bool done = false;
+      ~End() {
+        if (!done) accel_join_uneven_inputs_end(a);  // unwinding: the loop's exception wins
+      }
+    } end{get()};
+    if constexpr (std::is_void_v<decltype(loop())>) {
+      loop();
+      end.done = true;
+      detail::check(accel_join_uneven_inputs_end(get()));
+    } else {
+      auto result = loop();
+      end.done = true;
+      detail::check(accel_join_uneven_inputs_end(get()));
+      return result;
+    }
+  }
   /** Accelerate's set_trigger (local) and check_trigger (a collective). */
   void set_trigger() { detail::check(accel_set_trigger(get())); }
   bool check_trigger() { return detail::query<bool>(accel_check_trigger, get()); }

@@ -141,6 +141,14 @@ std::vector<Case> cases() {
   static accel_sample_fn noop = [](int64_t, void* const*, const size_t*, size_t, void*) -> int32_t {
     return 0;
   };
+  static accel_sample_length_fn length_noop = [](int64_t, int64_t*, size_t, void*) -> int32_t {
+    return 0;
+  };
+  static accel_stream_fn stream_noop = [](int64_t, int64_t, accel_sample*, void*) -> int32_t {
+    return 1;
+  };
+  static int64_t idx[4];
+  static const char* lines_path = "/nonexistent.txt";
   static accel_state_save_fn save_noop = [](accel_state_writer*, void*) -> int32_t { return 0; };
   static accel_state_load_fn load_noop = [](const void*, size_t, void*) -> int32_t { return 0; };
   static const accel_dtype f32 = ACCEL_DTYPE_F32;
@@ -157,6 +165,7 @@ std::vector<Case> cases() {
   auto OP = [](O o) { return o.wrong<accel_optimizer>(); };
   auto S = [](O o) { return o.wrong<accel_scheduler>(); };
   auto W = [](O o) { return o.wrong<accel_state_writer>(); };
+  auto SA = [](O o) { return o.wrong<accel_sample>(); };
   // Queries of one handle that write one output: NULL handle, wrong handle, NULL output.
   auto query = [](const char* symbol, const char* arg, auto wrong_of, auto valid_of, auto fn) {
     return Case{symbol,
@@ -293,6 +302,44 @@ std::vector<Case> cases() {
       {"accel_wait_for_everyone",
        {null("accelerator", [](O) { return accel_wait_for_everyone(nullptr); }),
         wrong("accelerator", [A](O o) { return accel_wait_for_everyone(A(o)); })}},
+      {"accel_set_trigger",
+       {null("accelerator", [](O) { return accel_set_trigger(nullptr); }),
+        wrong("accelerator", [A](O o) { return accel_set_trigger(A(o)); })}},
+      query("accel_check_trigger", "accelerator", A, acc_of,
+            [](accel_accelerator* a, bool out) {
+              return accel_check_trigger(a, out ? &b : nullptr);
+            }),
+      {"accel_join_uneven_inputs_begin",
+       {null("accelerator", [](O) { return accel_join_uneven_inputs_begin(nullptr, -1); }),
+        wrong("accelerator", [A](O o) { return accel_join_uneven_inputs_begin(A(o), -1); })}},
+      {"accel_join_uneven_inputs_end",
+       {null("accelerator", [](O) { return accel_join_uneven_inputs_end(nullptr); }),
+        wrong("accelerator", [A](O o) { return accel_join_uneven_inputs_end(A(o)); })}},
+      {"accel_split_between_processes",
+       {null("accelerator",
+             [](O) { return accel_split_between_processes(nullptr, 4, false, idx, 4, &st); }),
+        wrong("accelerator",
+              [A](O o) { return accel_split_between_processes(A(o), 4, false, idx, 4, &st); }),
+        null("out_count",
+             [](O) { return accel_split_between_processes(g_acc, 4, false, idx, 4, nullptr); })}},
+      {"accel_split_tensor_between_processes",
+       {null("accelerator",
+             [](O o) {
+               return accel_split_tensor_between_processes(nullptr, o.tensor, false, &t_out);
+             }),
+        wrong("accelerator",
+              [A](O o) {
+                return accel_split_tensor_between_processes(A(o), o.tensor, false, &t_out);
+              }),
+        null("tensor",
+             [](O) { return accel_split_tensor_between_processes(g_acc, nullptr, false, &t_out); }),
+        wrong(
+            "tensor",
+            [T](O o) { return accel_split_tensor_between_processes(g_acc, T(o), false, &t_out); }),
+        null("out",
+             [](O o) {
+               return accel_split_tensor_between_processes(g_acc, o.tensor, false, nullptr);
+             })}},
       {"accel_print",
        {null("accelerator", [](O) { return accel_print(nullptr, "x"); }),
         wrong("accelerator", [A](O o) { return accel_print(A(o), "x"); }),
@@ -400,6 +447,44 @@ std::vector<Case> cases() {
                return accel_dataset_from_callback(4, 1, &f32, &zero_dims, nullptr, noop, nullptr,
                                                   nullptr, nullptr);
              })}},
+      {"accel_dataset_from_ragged_callback",
+       {null("dtypes",
+             [](O) {
+               return accel_dataset_from_ragged_callback(
+                   4, 1, nullptr, &zero_dims, nullptr, length_noop, noop, nullptr, nullptr, &d_out);
+             }),
+        null("fn",
+             [](O) {
+               return accel_dataset_from_ragged_callback(
+                   4, 1, &f32, &zero_dims, nullptr, length_noop, nullptr, nullptr, nullptr, &d_out);
+             }),
+        null("out",
+             [](O) {
+               return accel_dataset_from_ragged_callback(
+                   4, 1, &f32, &zero_dims, nullptr, length_noop, noop, nullptr, nullptr, nullptr);
+             })}},
+      {"accel_dataset_from_stream",
+       {null("dtypes",
+             [](O) {
+               return accel_dataset_from_stream(1, nullptr, &zero_dims, nullptr, stream_noop,
+                                                nullptr, nullptr, &d_out);
+             }),
+        null("fn",
+             [](O) {
+               return accel_dataset_from_stream(1, &f32, &zero_dims, nullptr, nullptr, nullptr,
+                                                nullptr, &d_out);
+             }),
+        null("out",
+             [](O) {
+               return accel_dataset_from_stream(1, &f32, &zero_dims, nullptr, stream_noop, nullptr,
+                                                nullptr, nullptr);
+             })}},
+      {"accel_dataset_from_text_lines",
+       {null("path", [](O) { return accel_dataset_from_text_lines(nullptr, &d_out); }),
+        null("out", [](O) { return accel_dataset_from_text_lines(lines_path, nullptr); })}},
+      {"accel_sample_set_field",
+       {null("sample", [](O) { return accel_sample_set_field(nullptr, 0, f3, 4); }),
+        wrong("sample", [SA](O o) { return accel_sample_set_field(SA(o), 0, f3, 4); })}},
       {"accel_dataset_from_idx",
        {null("paths", [](O) { return accel_dataset_from_idx(nullptr, 1, &d_out); }),
         null("paths[0]", [](O) { return accel_dataset_from_idx(&null_path, 1, &d_out); }),
@@ -425,6 +510,12 @@ std::vector<Case> cases() {
         wrong("loader", [DL](O o) { return accel_dataloader_set(DL(o), "shuffle", "1"); }),
         null("key", [](O o) { return accel_dataloader_set(o.loader, nullptr, "1"); }),
         null("value", [](O o) { return accel_dataloader_set(o.loader, "shuffle", nullptr); })}},
+      {"accel_dataloader_set_field",
+       {null("loader", [](O) { return accel_dataloader_set_field(nullptr, 0, "mask", "none"); }),
+        wrong("loader", [DL](O o) { return accel_dataloader_set_field(DL(o), 0, "mask", "none"); }),
+        null("key", [](O o) { return accel_dataloader_set_field(o.loader, 0, nullptr, "none"); }),
+        null("value",
+             [](O o) { return accel_dataloader_set_field(o.loader, 0, "mask", nullptr); })}},
       {"accel_dataloader_next",
        {null("loader", [](O) { return accel_dataloader_next(nullptr, fields, 1, &st); }),
         wrong("loader", [DL](O o) { return accel_dataloader_next(DL(o), fields, 1, &st); }),

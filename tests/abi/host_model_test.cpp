@@ -451,4 +451,17 @@ TEST(CppApi, RaggedDatasetsStreamsSplitAndTrigger) {
   EXPECT_FALSE(acc.check_trigger());
   acc.set_trigger();
   EXPECT_TRUE(acc.check_trigger());
+
+  // join_uneven_inputs passes the loop's value and exception through, ending the join either way.
+  EXPECT_EQ(acc.join_uneven_inputs([] { return 7; }, 0), 7);
+  EXPECT_THROW(acc.join_uneven_inputs([]() -> int { throw std::runtime_error("loop"); }),
+               std::runtime_error);
+  acc.join_uneven_inputs([&] {
+    try {
+      acc.join_uneven_inputs([] {});
+      ADD_FAILURE() << "a join inside a join was accepted";
+    } catch (const accel::Error& e) {
+      EXPECT_EQ(e.status(), ACCEL_ERR_STATE);
+    }
+  });
 }
