@@ -30,7 +30,7 @@ std::vector<at::Tensor> collate(const std::vector<const Sample*>& samples,
     if (!spec.ragged) {
       at::Tensor t = at::empty(shape, options);
       auto* base = static_cast<unsigned char*>(t.data_ptr());
-      for (size_t s = 0; s < samples.size(); ++s)
+      for (size_t s = 0; s < samples.size() && row > 0; ++s)
         std::memcpy(base + row * s, samples[s]->fields[f].data(), row);
       out.push_back(t);
       continue;
@@ -43,6 +43,7 @@ std::vector<at::Tensor> collate(const std::vector<const Sample*>& samples,
     auto* base = static_cast<unsigned char*>(t.data_ptr());
     for (size_t s = 0; s < samples.size(); ++s) {
       const int64_t keep = kept[f][s];
+      if (keep == 0) continue;  // an empty sample's bytes may be a null pointer: nothing to copy
       const int64_t first = first_row(padding[f], keep, padded[f]);
       std::memcpy(base + row * static_cast<size_t>(padded[f] * static_cast<int64_t>(s) + first),
                   samples[s]->fields[f].data(), row * static_cast<size_t>(keep));
