@@ -357,19 +357,10 @@ ACCEL_API accel_status accel_split_tensor_between_processes(const accel_accelera
       fail(Errc::shape,
            "split_between_processes splits rows (dimension 0), and the tensor is a "
            "scalar");
-    const int64_t n = t.size(0);
-    const int world = place.world_size;
-    if (apply_padding && world > 1 && n == 0)
-      fail(Errc::invalid_argument,
-           "split_between_processes: apply_padding repeats the last row, and the tensor has none");
-    const auto slice = accel::data::split_slice(n, world, place.rank);
-    at::Tensor mine = t.narrow(0, slice.start, slice.length);
-    const int64_t rows = accel::data::split_padded_rows(n, world);
-    if (apply_padding && world > 1 && slice.length < rows) {
-      std::vector<int64_t> pad_shape = t.sizes().vec();
-      pad_shape[0] = rows - slice.length;
-      mine = at::cat({mine, t.narrow(0, n - 1, 1).expand(pad_shape)});
-    }
+    const auto rows =
+        accel::data::split_tensor_indices(t.size(0), place.world_size, place.rank, apply_padding);
+    const at::Tensor mine = t.index_select(
+        0, at::tensor(rows, at::TensorOptions().dtype(at::kLong).device(t.device())));
     *out = accel::capi::new_tensor(mine.contiguous());
   });
 }

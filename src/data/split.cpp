@@ -43,6 +43,20 @@ std::vector<int64_t> split_list_indices(int64_t n, int num_processes, int proces
   return out;
 }
 
+std::vector<int64_t> split_tensor_indices(int64_t n, int num_processes, int process_index,
+                                          bool apply_padding) {
+  const SplitSlice s = split_slice(n, num_processes, process_index);
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < s.length; ++i) out.push_back(s.start + i);
+  if (!apply_padding || num_processes == 1) return out;
+  if (n == 0)
+    fail(Errc::invalid_argument,
+         "split_between_processes: apply_padding repeats the last row, and the tensor has none");
+  const auto rows = static_cast<size_t>(split_padded_rows(n, num_processes));
+  while (out.size() < rows) out.push_back(n - 1);
+  return out;
+}
+
 int64_t split_padded_rows(int64_t n, int num_processes) {
   int64_t longest = 0;
   for (int r = 0; r < num_processes; ++r)

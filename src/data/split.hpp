@@ -23,6 +23,12 @@ SplitSlice split_slice(int64_t n, int num_processes, int process_index);
 std::vector<int64_t> split_list_indices(int64_t n, int num_processes, int process_index,
                                         bool apply_padding);
 
+// The row indexes a process takes from a tensor of n rows (Accelerate's tensor semantics): its
+// slice, and with `apply_padding` (P > 1) the input's last row repeated up to the longest slice.
+// Throws accel::Error(invalid_argument) for padding an empty input on more than one process.
+std::vector<int64_t> split_tensor_indices(int64_t n, int num_processes, int process_index,
+                                          bool apply_padding);
+
 // The rows every process holds after padding a tensor (Accelerate's tensor semantics: the longest
 // slice; the padding rows repeat the input's last row).
 int64_t split_padded_rows(int64_t n, int num_processes);

@@ -57,12 +57,7 @@ std::string one_rank(const std::string& kind, std::istringstream& in, int rank) 
   }
   in >> n >> P >> pad;
   const auto list = accel::data::split_list_indices(n, P, rank, pad);
-  const auto slice = accel::data::split_slice(n, P, rank);
-  std::vector<int64_t> rows;
-  for (int64_t i = 0; i < slice.length; ++i) rows.push_back(slice.start + i);
-  if (pad && P > 1)
-    while (static_cast<int64_t>(rows.size()) < accel::data::split_padded_rows(n, P))
-      rows.push_back(n - 1);
+  const auto rows = accel::data::split_tensor_indices(n, P, rank, pad);
   return join(list) + "|" + join(rows);
 }
 
