@@ -4,23 +4,20 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "data/shard.hpp"
 
 namespace accel::data {
 
 namespace {
 
+// The same rules as a map-style loader's (batch size, rank, split_batches divisibility).
 void check(const StreamSpec& s) {
-  if (s.batch_size < 1)
-    fail(Errc::invalid_argument,
-         "batch_size must be at least 1, got " + std::to_string(s.batch_size));
-  if (s.num_processes < 1 || s.process_index < 0 || s.process_index >= s.num_processes)
-    fail(Errc::invalid_argument, "process index " + std::to_string(s.process_index) +
-                                     " is not in 0.." + std::to_string(s.num_processes - 1));
-  if (s.split_batches && s.batch_size % s.num_processes != 0)
-    fail(Errc::invalid_argument,
-         "split_batches cuts each batch into one slice per process, so batch_size (" +
-             std::to_string(s.batch_size) + ") must be a multiple of the number of processes (" +
-             std::to_string(s.num_processes) + ")");
+  ShardSpec spec;
+  spec.batch_size = s.batch_size;
+  spec.num_processes = s.num_processes;
+  spec.process_index = s.process_index;
+  spec.split_batches = s.split_batches;
+  validate(spec);
 }
 
 std::vector<int64_t> slice(const std::vector<int64_t>& v, int64_t begin, int64_t count) {
