@@ -36,8 +36,9 @@ else()
   message(FATAL_ERROR "ACCEL_SANITIZE='${ACCEL_SANITIZE}': use '', 'address' or 'thread'")
 endif()
 
-# Readable stacks: frame pointers for the fast unwinder, debug info for file:line.
-list(APPEND _accel_san_compile -fno-omit-frame-pointer -g)
+# Readable stacks: frame pointers for the fast unwinder, line tables for file:line (-g1: reports
+# need no variable or type info, and full -g made these builds ~40 % slower with LibTorch's headers).
+list(APPEND _accel_san_compile -fno-omit-frame-pointer -g1)
 add_compile_options(${_accel_san_compile})
 # On every link, shared libraries included: GCC then records the sanitizer runtime as a dependency
 # of libaccel.so itself, so -Wl,--no-undefined still holds for its __asan_*/__tsan_* references.
