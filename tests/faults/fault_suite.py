@@ -21,7 +21,8 @@ Faults (the docstring of each Suite.fault_<letter> method says what it checks):
 Python 3 standard library only. Prints one line per fault group (injected | observed | lost) and
 every violation grouped by kind with examples. Exits 0 when every injection was observed as
 expected, 1 when any expectation was violated or a fault could not be run, 2 on a usage error.
-With --quick about 200 injections in about 30 s, without about 375 in about 2 minutes (2 cores).
+With --quick about 200 injections in about 30 s, without about 375 in about 2 minutes (2 cores):
+every fault kind either way, fewer repeats and sizes with --quick.
 """
 
 import argparse
@@ -1577,7 +1578,9 @@ def main():
     ap.add_argument("--cli", required=True, help="the accel command line (build/bin/accel)")
     ap.add_argument("--program", required=True, help="fault_program")
     ap.add_argument("--quick", action="store_true",
-                    help="fewer injections (about 30 s instead of 2 minutes)")
+                    default=os.environ.get("ACCEL_FAULTS_QUICK") == "1",
+                    help="fewer injections (about 30 s instead of 2 minutes); the default when "
+                    "ACCEL_FAULTS_QUICK=1 (tools/test_torch2.sh sets it)")
     ap.add_argument("--seed", type=int, help="random seed (printed; default: a random one)")
     ap.add_argument("--only", default="abcdef", help="which faults, e.g. 'a,f' (default all)")
     ap.add_argument("--tmp", help="where the scratch directories go (default: $TMPDIR or /tmp, and "
