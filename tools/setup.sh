@@ -166,5 +166,16 @@ if [ ! -x build/accelerate-venv/bin/python ] ||
     || echo "setup: Accelerate from PyPI unavailable; cli.accelerate_roundtrip will be skipped"
 fi
 
+# TensorBoard's own event reader (EventAccumulator), for the test that reads the trackers' event
+# files with code that is not ours (tracking.readback; skipped without it), in the same venv so a
+# test can set Accelerate's TensorBoardTracker beside ours. Pinned with its dependencies.
+if [ -x build/accelerate-venv/bin/python ] &&
+   ! build/accelerate-venv/bin/python -c 'import tensorboard' 2>/dev/null; then
+  build/accelerate-venv/bin/pip install --quiet --disable-pip-version-check \
+    "tensorboard==2.21.0" "tensorboard-data-server==0.7.2" "protobuf==7.36.2" "grpcio==1.85.3" \
+    "absl-py==2.5.1" "Markdown==3.11.3" "MarkupSafe==3.0.4" "Werkzeug==3.1.9" "pillow==13.0.0" \
+    || echo "setup: tensorboard from PyPI unavailable; tracking.readback will be skipped"
+fi
+
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build

@@ -1,0 +1,52 @@
+// The csv tracker (file_trackers.hpp): one row per value in metrics.csv, long format, so that a
+// value first logged mid-run needs no new column.
+#include "tracking/file_trackers.hpp"
+#include "tracking/formats.hpp"
+#include "tracking/output_file.hpp"
+
+namespace accel::tracking {
+namespace {
+
+std::string value_field(const Value& v) {
+  return v.is_text ? csv_field(v.text) : number_text(v.number);
+}
+
+class CsvTracker : public Tracker {
+ public:
+  explicit CsvTracker(std::string dir) : dir_(std::move(dir)) {}
+  const std::string& name() const override { return name_; }
+
+  void start(const Values& config) override {
+    make_directories(dir_);
+    metrics_.open(dir_ + "/metrics.csv", OutputFile::Mode::kAppend);
+    if (metrics_.size_at_open() == 0) metrics_.append("wall_time,step,tag,value\n");
+    std::string rows = "key,value\n";
+    for (const Value& v : config) rows += csv_field(v.key) + "," + value_field(v) + "\n";
+    OutputFile file;
+    file.open(dir_ + "/hparams.csv", OutputFile::Mode::kReplace);
+    file.append(rows);
+  }
+
+  void log(const Values& values, int64_t step, double wall_time) override {
+    const std::string head =
+        number_text(wall_time) + "," + (step == kNoStep ? "" : std::to_string(step)) + ",";
+    std::string rows;
+    for (const Value& v : values) rows += head + csv_field(v.key) + "," + value_field(v) + "\n";
+    metrics_.append(rows);
+  }
+
+  void finish() override { metrics_.close(); }
+
+ private:
+  std::string name_ = "csv";
+  std::string dir_;
+  OutputFile metrics_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tracker> make_csv_tracker(const std::string& dir) {
+  return std::make_unique<CsvTracker>(dir);
+}
+
+}  // namespace accel::tracking

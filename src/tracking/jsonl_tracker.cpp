@@ -1,0 +1,52 @@
+// The jsonl tracker (file_trackers.hpp): one JSON object per log call in metrics.jsonl.
+#include "tracking/file_trackers.hpp"
+#include "tracking/formats.hpp"
+#include "tracking/output_file.hpp"
+
+namespace accel::tracking {
+namespace {
+
+std::string json_object(const Values& values) {
+  std::string out = "{";
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Value& v = values[i];
+    out += (i ? ", " : "") + json_string(v.key) + ": " +
+           (v.is_text ? json_string(v.text) : json_number(v.number));
+  }
+  return out + "}";
+}
+
+class JsonlTracker : public Tracker {
+ public:
+  explicit JsonlTracker(std::string dir) : dir_(std::move(dir)) {}
+  const std::string& name() const override { return name_; }
+
+  void start(const Values& config) override {
+    make_directories(dir_);
+    metrics_.open(dir_ + "/metrics.jsonl", OutputFile::Mode::kAppend);
+    OutputFile file;
+    file.open(dir_ + "/hparams.json", OutputFile::Mode::kReplace);
+    file.append(json_object(config) + "\n");
+  }
+
+  void log(const Values& values, int64_t step, double wall_time) override {
+    metrics_.append("{\"step\": " + (step == kNoStep ? std::string("null") : std::to_string(step)) +
+                    ", \"wall_time\": " + number_text(wall_time) +
+                    ", \"values\": " + json_object(values) + "}\n");
+  }
+
+  void finish() override { metrics_.close(); }
+
+ private:
+  std::string name_ = "jsonl";
+  std::string dir_;
+  OutputFile metrics_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tracker> make_jsonl_tracker(const std::string& dir) {
+  return std::make_unique<JsonlTracker>(dir);
+}
+
+}  // namespace accel::tracking
