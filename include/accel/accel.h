@@ -150,7 +150,7 @@ extern "C" {
 
 #define ACCEL_VERSION_MAJOR 0
 #define ACCEL_VERSION_MINOR 2
-#define ACCEL_VERSION_PATCH 2
+#define ACCEL_VERSION_PATCH 3
 /** The version as one comparable number: major * 10000 + minor * 100 + patch (0.2.0 is 200). */
 #define ACCEL_VERSION_NUMBER \
   (ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH)
@@ -263,6 +263,8 @@ typedef void (*accel_release_fn)(void* user_data);
  *                                processes (default true); false: once per accel_scheduler_step
  *   project_dir, automatic_checkpoint_naming, total_limit   where accel_save_state(acc, NULL) goes
  *                                ("", false, 0 = keep all), as Accelerate's ProjectConfiguration
+ *   log_with, logging_dir        the trackers a run writes and where ("Trackers" below; none, and
+ *                                project_dir)
  *
  * Precedence, highest first:
  *   1. accel_config_set            (an explicit setter in the program)
@@ -271,7 +273,7 @@ typedef void (*accel_release_fn)(void* user_data);
  *                                   ACCEL_RENDEZVOUS_TIMEOUT, ACCEL_COLLECTIVE_TIMEOUT,
  *                                   ACCEL_NUM_THREADS, ACCEL_MALLOC_TUNING,
  *                                   ACCEL_SHARED_MEMORY_ALLREDUCE, ACCEL_SPLIT_BATCHES,
- *                                   ACCEL_EVEN_BATCHES, ...)
+ *                                   ACCEL_EVEN_BATCHES, ACCEL_LOG_WITH, ACCEL_LOGGING_DIR, ...)
  *   3. the YAML file               (accel_config_load_file, or the file named by ACCEL_CONFIG_FILE,
  *                                   which `accel launch` sets for its ranks)
  *   4. built-in defaults
@@ -1444,6 +1446,120 @@ ACCEL_API accel_status accel_register_for_checkpointing(accel_accelerator* accel
                                                         accel_state_save_fn save,
                                                         accel_state_load_fn load, void* user_data,
                                                         accel_release_fn release);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Trackers
+ *
+ * Accelerate's experiment tracking (log_with, init_trackers, log, end_training). The trackers a
+ * run writes are named by the configuration key `log_with` (ACCEL_LOG_WITH): "tensorboard",
+ * "jsonl", "csv", "all" (the three), or a comma-separated list; default none. They write under
+ * logging_dir/project_name, `logging_dir` (ACCEL_LOGGING_DIR) defaulting to `project_dir`, as
+ * Accelerate's ProjectConfiguration:
+ *   tensorboard  events.out.tfevents.<time>.<host>.<pid>.<n>, written by libaccel itself (no
+ *                Python, no TensorFlow): numbers as scalars (TensorBoard keeps them as 32-bit
+ *                floats), texts as PyTorch's add_text writes them (tag "<key>/text_summary"); the
+ *                configuration as a text summary "hparams" (a Markdown table, not the hparams
+ *                plugin) and as hparams.yml
+ *   jsonl        metrics.jsonl, one line a call: {"step": 5, "wall_time": <seconds since the
+ *                epoch>, "values": {"loss": 0.31, "note": "..."}} ("step": null without one; NaN
+ *                and infinities as NaN, Infinity, -Infinity, as Python's json reads them);
+ *                hparams.json
+ *   csv          metrics.csv, one row a value: wall_time,step,tag,value (nan, inf, -inf);
+ *                hparams.csv (key,value)
+ * jsonl and csv append to an earlier run's files in the same directory; TensorBoard starts a new
+ * event file. Every accel_log reaches the files in one write per file before it returns: a
+ * process killed afterwards loses none of it. A program adds trackers of its own (a W&B, MLflow
+ * or database client in its language) with accel_add_tracker.
+ *
+ * Only the main process (process index 0) writes and calls custom trackers; on the others these
+ * calls check their arguments and state and return ACCEL_OK, so one program runs unchanged on any
+ * number of processes. None is a collective.
+ * -------------------------------------------------------------------------------------------------
+ */
+
+/** Named values to log: numbers (double, NaN and infinities included) and texts, in the order
+ * first set. Not thread-safe: one thread at a time per object. */
+typedef struct accel_values accel_values;
+
+/** Creates an empty set of values. Free with accel_values_free. */
+ACCEL_API accel_status accel_values_new(accel_values** out);
+
+/** Frees a set of values. NULL is a no-op. */
+ACCEL_API void accel_values_free(accel_values* values);
+
+/** Sets `key` (non-empty UTF-8) to a number, replacing a value it had and keeping its place. */
+ACCEL_API accel_status accel_values_set_number(accel_values* values, const char* key,
+                                               double number);
+
+/** Sets `key` (non-empty UTF-8) to a copy of `text`, replacing a value it had and keeping its
+ * place. */
+ACCEL_API accel_status accel_values_set_text(accel_values* values, const char* key,
+                                             const char* text);
+
+/** Number of keys set. */
+ACCEL_API accel_status accel_values_count(const accel_values* values, size_t* out);
+
+/**
+ * The value at `index` (0 <= index < count, in the order first set): its key, whether it is a
+ * text, and the number (0 for a text) or the text (NULL for a number). Any output may be NULL.
+ * The strings are the object's, valid until it changes or is freed.
+ */
+ACCEL_API accel_status accel_values_get(const accel_values* values, size_t index,
+                                        const char** key, int32_t* is_text, double* number,
+                                        const char** text);
+
+/**
+ * Starts the run's trackers (Accelerate's init_trackers): makes logging_dir/project_name, opens
+ * the files of `log_with` and records `config` (the run's hyperparameters; may be NULL) in each,
+ * then calls every custom tracker's start. `project_name` is one path component (no '/', not "."
+ * or ".."). Nothing is half-started: when a tracker fails, those already started are finished and
+ * the call fails: a directory that cannot be made or written is ACCEL_ERR_IO naming it (before
+ * training, not at the first log); log_with without logging_dir or project_dir is
+ * ACCEL_ERR_CONFIG; a custom start callback's failure is ACCEL_ERR_CALLBACK naming the tracker.
+ * Once per run: a second call before accel_end_training is ACCEL_ERR_STATE.
+ */
+ACCEL_API accel_status accel_init_trackers(accel_accelerator* accelerator, const char* project_name,
+                                           const accel_values* config);
+
+/**
+ * Logs `values` at `step` (>= 0; -1: none, Accelerate's step=None) to every tracker (Accelerate's
+ * log). Before accel_init_trackers, or after accel_end_training, it is ACCEL_ERR_STATE. A tracker
+ * that fails does not keep the others from writing: every tracker gets the values, then the call
+ * reports the first failure (ACCEL_ERR_IO naming the file, ACCEL_ERR_CALLBACK naming a custom
+ * tracker).
+ */
+ACCEL_API accel_status accel_log(accel_accelerator* accelerator, const accel_values* values,
+                                 int64_t step);
+
+/**
+ * Finishes every tracker (Accelerate's end_training): files closed, custom finish callbacks
+ * called. Without a started run it does nothing. accel_accelerator_free ends a started run too.
+ * Trackers may be started again afterwards (a new run).
+ */
+ACCEL_API accel_status accel_end_training(accel_accelerator* accelerator);
+
+/** A custom tracker's start: the project name and the configuration (may be NULL). */
+typedef int32_t (*accel_tracker_start_fn)(const char* project_name, const accel_values* config,
+                                          void* user_data);
+/** A custom tracker's log: the values (borrowed for the call) at `step` (-1: none). */
+typedef int32_t (*accel_tracker_log_fn)(const accel_values* values, int64_t step,
+                                        void* user_data);
+/** A custom tracker's finish. */
+typedef int32_t (*accel_tracker_finish_fn)(void* user_data);
+
+/**
+ * Adds a tracker of the program's own, named `name` (non-empty; not one of log_with's names), to
+ * the accelerator's runs; before accel_init_trackers (ACCEL_ERR_STATE after, until
+ * accel_end_training). `log` is required, `start` and `finish` may be NULL. They run on the main
+ * process only, on the thread that called accel_init_trackers, accel_log, accel_end_training or
+ * accel_accelerator_free, and must not call these four. A nonzero return is ACCEL_ERR_CALLBACK
+ * naming the tracker. `release` (may be NULL) is called once with `user_data` when the
+ * accelerator is freed, on every process.
+ */
+ACCEL_API accel_status accel_add_tracker(accel_accelerator* accelerator, const char* name,
+                                         accel_tracker_start_fn start, accel_tracker_log_fn log,
+                                         accel_tracker_finish_fn finish, void* user_data,
+                                         accel_release_fn release);
 
 #ifdef __cplusplus
 } /* extern "C" */

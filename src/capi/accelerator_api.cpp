@@ -40,6 +40,8 @@ ACCEL_API accel_status accel_init(const accel_config* config, accel_accelerator*
     auto handle = std::make_unique<accel_accelerator>();
     handle->session = std::make_shared<accel::prepare::Session>(
         std::make_unique<accel::runtime::Accelerator>(cfg, accel::config::process_environment()));
+    handle->run =
+        std::make_unique<accel::tracking::Run>(handle->session->accelerator().is_main_process());
     *out = handle.release();
   });
 }

@@ -76,6 +76,8 @@ const char* tag_name(uint32_t tag) noexcept {
       return "accel_state_writer";
     case Tag::kSample:
       return "accel_sample";
+    case Tag::kValues:
+      return "accel_values";
     case Tag::kFreed:
       return "a handle that was already freed";
   }

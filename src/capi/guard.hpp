@@ -49,6 +49,7 @@ enum class Tag : uint32_t {
   kTensorList = 0xACC1000Au,
   kStateWriter = 0xACC1000Bu,
   kSample = 0xACC1000Cu,
+  kValues = 0xACC1000Du,
   kFreed = 0xACC1DEADu,
 };
 

@@ -17,6 +17,7 @@
 #include "data/stream.hpp"
 #include "prepare/session.hpp"
 #include "runtime/accelerator.hpp"
+#include "tracking/run.hpp"
 
 // Thread rules (accel.h, "Threads"): a config serialises its writes with `mutex`; tensors, lists
 // and datasets are never changed after they are made; models, optimizers, schedulers and the
@@ -46,6 +47,9 @@ struct accel_accelerator {
   std::shared_ptr<accel::capi::Family> family = std::make_shared<accel::capi::Family>();
   // accel_set_trigger's flag: written without the family lock, from any thread.
   std::atomic<bool> trigger{false};
+  // The trackers (under the family lock). Declared after `session`: destroyed first, so a run
+  // still started at accel_accelerator_free is ended while the runtime exists.
+  std::unique_ptr<accel::tracking::Run> run;
 };
 
 // `family` is set when the handle is made and never changes (the family itself may be joined to
@@ -94,6 +98,11 @@ struct accel_dataloader {
 struct accel_state_writer {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kStateWriter);
   std::string bytes;
+};
+
+struct accel_values {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kValues);
+  accel::tracking::Values values;
 };
 
 // Lives on the stack of a stream callback's call: the sample it writes.
@@ -150,6 +159,10 @@ inline Tag tag_of<accel_state_writer>() {
 template <>
 inline Tag tag_of<accel_sample>() {
   return Tag::kSample;
+}
+template <>
+inline Tag tag_of<accel_values>() {
+  return Tag::kValues;
 }
 
 // The ABI's dtypes and LibTorch's. to_scalar_type is false for a value that is not an accel_dtype;

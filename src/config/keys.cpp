@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
+#include "tracking/tracker.hpp"
 
 namespace accel::config {
 
@@ -224,6 +225,9 @@ std::vector<KeySpec> build_table() {
        {},
        {"ACCEL_AUTOMATIC_CHECKPOINT_NAMING"}});
   add({"total_limit", Kind::kInt, "0", {}, {}, {"ACCEL_TOTAL_LIMIT"}, 0, 1 << 20});
+  // Accelerator(log_with=...) and ProjectConfiguration(logging_dir=...): the trackers.
+  add({"log_with", Kind::kString, "", {}, {}, {"ACCEL_LOG_WITH"}});
+  add({"logging_dir", Kind::kString, "", {}, {}, {"ACCEL_LOGGING_DIR"}});
   add({"device_placement", Kind::kBool, "true", {}, {}, {"ACCEL_DEVICE_PLACEMENT"}});
   add({"step_scheduler_with_optimizer",
        Kind::kBool,
@@ -325,6 +329,13 @@ std::string normalize(const KeySpec& spec, const std::string& raw, const Origin&
       for (unsigned char c : value)
         if (c < 0x20 || c == 0x7f) bad("text without control characters (newlines, tabs)");
       canonical = value;
+      if (std::string(spec.name) == "log_with") {
+        try {
+          tracking::parse_log_with(value);
+        } catch (const Error& e) {
+          fail(Errc::config, where + e.what());
+        }
+      }
       break;
     case Kind::kBool: {
       bool b = false;

@@ -16,7 +16,7 @@ class CsvTracker : public Tracker {
   explicit CsvTracker(std::string dir) : dir_(std::move(dir)) {}
   const std::string& name() const override { return name_; }
 
-  void start(const Values& config) override {
+  void start(const std::string&, const Values& config) override {
     make_directories(dir_);
     metrics_.open(dir_ + "/metrics.csv", OutputFile::Mode::kAppend);
     if (metrics_.size_at_open() == 0) metrics_.append("wall_time,step,tag,value\n");

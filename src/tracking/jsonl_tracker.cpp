@@ -21,7 +21,7 @@ class JsonlTracker : public Tracker {
   explicit JsonlTracker(std::string dir) : dir_(std::move(dir)) {}
   const std::string& name() const override { return name_; }
 
-  void start(const Values& config) override {
+  void start(const std::string&, const Values& config) override {
     make_directories(dir_);
     metrics_.open(dir_ + "/metrics.jsonl", OutputFile::Mode::kAppend);
     OutputFile file;

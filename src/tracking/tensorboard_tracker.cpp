@@ -47,7 +47,7 @@ class TensorBoardTracker : public Tracker {
   explicit TensorBoardTracker(std::string dir) : dir_(std::move(dir)) {}
   const std::string& name() const override { return name_; }
 
-  void start(const Values& config) override {
+  void start(const std::string&, const Values& config) override {
     make_directories(dir_);
     const double t = wall_clock_now();
     events_.open(dir_, t);

@@ -29,8 +29,9 @@ class Tracker {
   virtual ~Tracker() = default;
   // "tensorboard", "jsonl", "csv", or a custom tracker's own name.
   virtual const std::string& name() const = 0;
-  // Creates what the run writes and records `config`. Throws accel::Error (io: naming the path).
-  virtual void start(const Values& config) = 0;
+  // Creates what the run `project` writes and records `config`. Throws accel::Error (io: naming
+  // the path).
+  virtual void start(const std::string& project, const Values& config) = 0;
   // Writes `values` at `step` (kNoStep: none), `wall_time` seconds since the epoch; on return what
   // was written is in the kernel's hands (a killed process loses none of it).
   virtual void log(const Values& values, int64_t step, double wall_time) = 0;

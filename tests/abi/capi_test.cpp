@@ -50,6 +50,7 @@ struct Objects {
   accel_model* model = nullptr;
   accel_optimizer* optimizer = nullptr;
   accel_scheduler* scheduler = nullptr;
+  accel_values* values = nullptr;
   Objects() {
     EXPECT_EQ(accel_model_new(&model), ACCEL_OK);
     EXPECT_EQ(accel_model_add_layer(model, "fc", "linear", "in_features=3 out_features=1"),
@@ -67,8 +68,11 @@ struct Objects {
     accel_tensor_free(row);
     EXPECT_EQ(accel_dataset_from_tensors(&tensor, 1, &dataset), ACCEL_OK);
     EXPECT_EQ(accel_dataloader_new(g_acc, dataset, &loader), ACCEL_OK);
+    EXPECT_EQ(accel_values_new(&values), ACCEL_OK);
+    EXPECT_EQ(accel_values_set_number(values, "loss", 0.5), ACCEL_OK);
   }
   ~Objects() {
+    accel_values_free(values);
     accel_config_free(config);
     accel_tensor_free(tensor);
     accel_bytes_list_free(list);
@@ -166,6 +170,10 @@ std::vector<Case> cases() {
   auto S = [](O o) { return o.wrong<accel_scheduler>(); };
   auto W = [](O o) { return o.wrong<accel_state_writer>(); };
   auto SA = [](O o) { return o.wrong<accel_sample>(); };
+  auto V = [](O o) { return o.wrong<accel_values>(); };
+  static accel_tracker_log_fn log_noop = [](const accel_values*, int64_t, void*) -> int32_t {
+    return 0;
+  };
   // Queries of one handle that write one output: NULL handle, wrong handle, NULL output.
   auto query = [](const char* symbol, const char* arg, auto wrong_of, auto valid_of, auto fn) {
     return Case{symbol,
@@ -745,6 +753,58 @@ std::vector<Case> cases() {
              [](O) {
                return accel_register_for_checkpointing(g_acc, save_noop, nullptr, nullptr, nullptr);
              })}},
+      {"accel_values_new", {null("out", [](O) { return accel_values_new(nullptr); })}},
+      {"accel_values_set_number",
+       {null("values", [](O) { return accel_values_set_number(nullptr, "k", 1); }),
+        wrong("values", [V](O o) { return accel_values_set_number(V(o), "k", 1); }),
+        null("key", [](O o) { return accel_values_set_number(o.values, nullptr, 1); })}},
+      {"accel_values_set_text",
+       {null("values", [](O) { return accel_values_set_text(nullptr, "k", "t"); }),
+        wrong("values", [V](O o) { return accel_values_set_text(V(o), "k", "t"); }),
+        null("key", [](O o) { return accel_values_set_text(o.values, nullptr, "t"); }),
+        null("text", [](O o) { return accel_values_set_text(o.values, "k", nullptr); })}},
+      query(
+          "accel_values_count", "values", V, [](O o) { return o.values; },
+          [](const accel_values* v, bool out) {
+            size_t n;
+            return accel_values_count(v, out ? &n : nullptr);
+          }),
+      {"accel_values_get",
+       {null("values",
+             [](O) { return accel_values_get(nullptr, 0, nullptr, nullptr, nullptr, nullptr); }),
+        wrong("values",
+              [V](O o) { return accel_values_get(V(o), 0, nullptr, nullptr, nullptr, nullptr); })}},
+      {"accel_init_trackers",
+       {null("accelerator", [](O) { return accel_init_trackers(nullptr, "p", nullptr); }),
+        wrong("accelerator", [A](O o) { return accel_init_trackers(A(o), "p", nullptr); }),
+        null("project_name", [](O) { return accel_init_trackers(g_acc, nullptr, nullptr); }),
+        wrong("config", [V](O o) { return accel_init_trackers(g_acc, "p", V(o)); })}},
+      {"accel_log",
+       {null("accelerator", [](O o) { return accel_log(nullptr, o.values, 1); }),
+        wrong("accelerator", [A](O o) { return accel_log(A(o), o.values, 1); }),
+        null("values", [](O) { return accel_log(g_acc, nullptr, 1); }),
+        wrong("values", [V](O o) { return accel_log(g_acc, V(o), 1); })}},
+      {"accel_end_training",
+       {null("accelerator", [](O) { return accel_end_training(nullptr); }),
+        wrong("accelerator", [A](O o) { return accel_end_training(A(o)); })}},
+      {"accel_add_tracker",
+       {null("accelerator",
+             [](O) {
+               return accel_add_tracker(nullptr, "t", nullptr, log_noop, nullptr, nullptr, nullptr);
+             }),
+        wrong("accelerator",
+              [A](O o) {
+                return accel_add_tracker(A(o), "t", nullptr, log_noop, nullptr, nullptr, nullptr);
+              }),
+        null("name",
+             [](O) {
+               return accel_add_tracker(g_acc, nullptr, nullptr, log_noop, nullptr, nullptr,
+                                        nullptr);
+             }),
+        null("log",
+             [](O) {
+               return accel_add_tracker(g_acc, "t", nullptr, nullptr, nullptr, nullptr, nullptr);
+             })}},
   };
 }
 
@@ -755,7 +815,7 @@ const std::set<std::string> kNoHandleFunctions = {
     "accel_config_free",       "accel_tensor_free",     "accel_tensor_list_free",
     "accel_accelerator_free",  "accel_bytes_list_free", "accel_dataset_free",
     "accel_dataloader_free",   "accel_model_free",      "accel_optimizer_free",
-    "accel_scheduler_free"};
+    "accel_scheduler_free",    "accel_values_free"};
 
 }  // namespace
 

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     auto trackers = make_file_trackers("all", argv[1]);
     const Values config = {
         {"lr", false, 0.001, ""}, {"model", true, 0, "cnn"}, {"batch_size", false, 64, ""}};
-    for (auto& t : trackers) t->start(config);
+    for (auto& t : trackers) t->start("project", config);
     for (int step = 0; step < 10; ++step) {
       const Values v = {{"loss", false, 1.0 / (step + 1), ""},
                         {"accuracy", false, step / 10.0, ""}};

@@ -144,7 +144,7 @@ TEST(FileTrackers, EachLeavesItsFilesAndAppendsEveryLogAtOnce) {
   auto trackers = make_file_trackers("all", dir);
   ASSERT_EQ(trackers.size(), 3u);
   const Values config = {number("lr", 0.001), text("optimizer", "adamw, betas \"0.9\"")};
-  for (auto& t : trackers) t->start(config);
+  for (auto& t : trackers) t->start("project", config);
   const double inf = std::numeric_limits<double>::infinity();
   for (auto& t : trackers) {
     t->log({number("loss", 0.25), number("lr", 0.001)}, 1, 100.5);
@@ -175,7 +175,7 @@ TEST(FileTrackers, EachLeavesItsFilesAndAppendsEveryLogAtOnce) {
   // A second run in the same directory goes on in the same JSONL and CSV files (no second header)
   // and starts a new event file.
   for (auto& t : make_file_trackers("all", dir)) {
-    t->start({});
+    t->start("project", {});
     t->log({number("loss", 0.5)}, 3, 103.5);
     t->finish();
   }
@@ -191,7 +191,7 @@ TEST(FileTrackers, AnUnwritableDirectoryIsAnIoErrorAtStart) {
     auto trackers = make_file_trackers(log_with, "/dev/null/runs/project");
     ASSERT_EQ(trackers.size(), 1u);
     try {
-      trackers[0]->start({});
+      trackers[0]->start("project", {});
       FAIL() << log_with << " started in a directory under a file";
     } catch (const accel::Error& e) {
       EXPECT_EQ(e.code(), accel::Errc::io);

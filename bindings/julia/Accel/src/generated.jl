@@ -40,7 +40,9 @@ const SYMBOLS = (
     :accel_prepare, :accel_accumulate, :accel_sync_gradients, :accel_backward,
     :accel_clip_grad_norm, :accel_clip_grad_value, :accel_save_model,
     :accel_load_checkpoint_in_model, :accel_save_state, :accel_load_state,
-    :accel_state_writer_write, :accel_register_for_checkpointing,
+    :accel_state_writer_write, :accel_register_for_checkpointing, :accel_values_new,
+    :accel_values_free, :accel_values_set_number, :accel_values_set_text, :accel_values_count,
+    :accel_values_get, :accel_init_trackers, :accel_log, :accel_end_training, :accel_add_tracker,
 )
 
 """

@@ -9,7 +9,7 @@ pub const ACCEL_VERSION_MAJOR: u32 = 0;
 /// The header's `ACCEL_VERSION_MINOR`.
 pub const ACCEL_VERSION_MINOR: u32 = 2;
 /// The header's `ACCEL_VERSION_PATCH`.
-pub const ACCEL_VERSION_PATCH: u32 = 2;
+pub const ACCEL_VERSION_PATCH: u32 = 3;
 /// The header's `ACCEL_VERSION_NUMBER`: major * 10000 + minor * 100 + patch.
 pub const ACCEL_VERSION_NUMBER: u32 =
     ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH;
@@ -163,6 +163,13 @@ pub struct accel_state_writer {
     _data: [u8; 0],
     _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
 }
+/// Named values to log: numbers (double, NaN and infinities included) and texts, in the order
+/// first set. Not thread-safe: one thread at a time per object.
+#[repr(C)]
+pub struct accel_values {
+    _data: [u8; 0],
+    _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+}
 
 /// Called once with a callback's user_data when the library will never call that callback again
 /// (see "Callbacks" at the top). It runs on the thread whose call dropped the last use.
@@ -234,6 +241,20 @@ pub type accel_state_save_fn =
 /// Restores the object's state from the `size` bytes at `data` (borrowed for the call).
 pub type accel_state_load_fn =
     Option<unsafe extern "C" fn(data: *const c_void, size: usize, user_data: *mut c_void) -> i32>;
+/// A custom tracker's start: the project name and the configuration (may be NULL).
+pub type accel_tracker_start_fn = Option<
+    unsafe extern "C" fn(
+        project_name: *const c_char,
+        config: *const accel_values,
+        user_data: *mut c_void,
+    ) -> i32,
+>;
+/// A custom tracker's log: the values (borrowed for the call) at `step` (-1: none).
+pub type accel_tracker_log_fn = Option<
+    unsafe extern "C" fn(values: *const accel_values, step: i64, user_data: *mut c_void) -> i32,
+>;
+/// A custom tracker's finish.
+pub type accel_tracker_finish_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>;
 
 extern "C" {
     // Versions
@@ -1148,6 +1169,80 @@ extern "C" {
         accelerator: *mut accel_accelerator,
         save: accel_state_save_fn,
         load: accel_state_load_fn,
+        user_data: *mut c_void,
+        release: accel_release_fn,
+    ) -> accel_status;
+    // Trackers
+    /// Creates an empty set of values. Free with accel_values_free.
+    pub fn accel_values_new(out: *mut *mut accel_values) -> accel_status;
+    /// Frees a set of values. NULL is a no-op.
+    pub fn accel_values_free(values: *mut accel_values);
+    /// Sets `key` (non-empty UTF-8) to a number, replacing a value it had and keeping its place.
+    pub fn accel_values_set_number(
+        values: *mut accel_values,
+        key: *const c_char,
+        number: f64,
+    ) -> accel_status;
+    /// Sets `key` (non-empty UTF-8) to a copy of `text`, replacing a value it had and keeping its
+    /// place.
+    pub fn accel_values_set_text(
+        values: *mut accel_values,
+        key: *const c_char,
+        text: *const c_char,
+    ) -> accel_status;
+    /// Number of keys set.
+    pub fn accel_values_count(values: *const accel_values, out: *mut usize) -> accel_status;
+    /// The value at `index` (0 <= index < count, in the order first set): its key, whether it is a
+    /// text, and the number (0 for a text) or the text (NULL for a number). Any output may be NULL.
+    /// The strings are the object's, valid until it changes or is freed.
+    pub fn accel_values_get(
+        values: *const accel_values,
+        index: usize,
+        key: *mut *const c_char,
+        is_text: *mut i32,
+        number: *mut f64,
+        text: *mut *const c_char,
+    ) -> accel_status;
+    /// Starts the run's trackers (Accelerate's init_trackers): makes logging_dir/project_name, opens
+    /// the files of `log_with` and records `config` (the run's hyperparameters; may be NULL) in each,
+    /// then calls every custom tracker's start. `project_name` is one path component (no '/', not "."
+    /// or ".."). Nothing is half-started: when a tracker fails, those already started are finished and
+    /// the call fails: a directory that cannot be made or written is ACCEL_ERR_IO naming it (before
+    /// training, not at the first log); log_with without logging_dir or project_dir is
+    /// ACCEL_ERR_CONFIG; a custom start callback's failure is ACCEL_ERR_CALLBACK naming the tracker.
+    /// Once per run: a second call before accel_end_training is ACCEL_ERR_STATE.
+    pub fn accel_init_trackers(
+        accelerator: *mut accel_accelerator,
+        project_name: *const c_char,
+        config: *const accel_values,
+    ) -> accel_status;
+    /// Logs `values` at `step` (>= 0; -1: none, Accelerate's step=None) to every tracker (Accelerate's
+    /// log). Before accel_init_trackers, or after accel_end_training, it is ACCEL_ERR_STATE. A tracker
+    /// that fails does not keep the others from writing: every tracker gets the values, then the call
+    /// reports the first failure (ACCEL_ERR_IO naming the file, ACCEL_ERR_CALLBACK naming a custom
+    /// tracker).
+    pub fn accel_log(
+        accelerator: *mut accel_accelerator,
+        values: *const accel_values,
+        step: i64,
+    ) -> accel_status;
+    /// Finishes every tracker (Accelerate's end_training): files closed, custom finish callbacks
+    /// called. Without a started run it does nothing. accel_accelerator_free ends a started run too.
+    /// Trackers may be started again afterwards (a new run).
+    pub fn accel_end_training(accelerator: *mut accel_accelerator) -> accel_status;
+    /// Adds a tracker of the program's own, named `name` (non-empty; not one of log_with's names), to
+    /// the accelerator's runs; before accel_init_trackers (ACCEL_ERR_STATE after, until
+    /// accel_end_training). `log` is required, `start` and `finish` may be NULL. They run on the main
+    /// process only, on the thread that called accel_init_trackers, accel_log, accel_end_training or
+    /// accel_accelerator_free, and must not call these four. A nonzero return is ACCEL_ERR_CALLBACK
+    /// naming the tracker. `release` (may be NULL) is called once with `user_data` when the
+    /// accelerator is freed, on every process.
+    pub fn accel_add_tracker(
+        accelerator: *mut accel_accelerator,
+        name: *const c_char,
+        start: accel_tracker_start_fn,
+        log: accel_tracker_log_fn,
+        finish: accel_tracker_finish_fn,
         user_data: *mut c_void,
         release: accel_release_fn,
     ) -> accel_status;
