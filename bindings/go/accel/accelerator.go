@@ -6,6 +6,8 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -78,6 +80,11 @@ type Accelerator struct {
 	mixedPrecision                                Precision
 	// The failures of registered objects' callbacks (RegisterForCheckpointing).
 	slot *failureSlot
+	// The trackers' calls (trackers.go): their own failures, and the lock and the caller's OS
+	// thread that make each failure its own call's.
+	trackerSlot   *failureSlot
+	trackerMu     sync.Mutex
+	trackerThread atomic.Uintptr
 }
 
 func (a *Accelerator) ref() *handle[*C.accel_accelerator] {
@@ -115,7 +122,7 @@ func New(cfg *Config) (*Accelerator, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Accelerator{slot: &failureSlot{}}
+	a := &Accelerator{slot: &failureSlot{}, trackerSlot: &failureSlot{}}
 	a.h = newHandle(a, out)
 	if err := a.readPlace(out); err != nil {
 		a.Close()

@@ -14,8 +14,8 @@ import (
 )
 
 // A Go function the library calls (a dataset's sample function, a checkpointed object's
-// methods) runs in an exported trampoline below. Its error or panic never reaches C: it is
-// stored in the failureSlot shared with the Go objects that make the library call (not
+// methods, a tracker's) runs in an exported trampoline below. Its error or panic never reaches
+// C: it is stored in the failureSlot shared with the Go objects that make the library call (not
 // per-thread: sample functions run on the dataloader's worker threads), the trampoline returns
 // nonzero, the library call fails with ErrCallback, and the wrapper attaches the stored error
 // as the *Error's Cause.
@@ -57,6 +57,20 @@ func (s *failureSlot) resolve(err error) error {
 	}
 	s.mu.Lock()
 	e.Cause, s.err = s.err, nil
+	s.mu.Unlock()
+	return err
+}
+
+// take is resolve for a caller that holds the slot's calls to itself for the whole call (the
+// trackers' lock): whatever is left after the call (a tracker's failure the library did not
+// report, because a file tracker's ErrIO came first) is dropped, not left for a later call.
+func (s *failureSlot) take(err error) error {
+	if s == nil {
+		return err
+	}
+	err = s.resolve(err)
+	s.mu.Lock()
+	s.err = nil
 	s.mu.Unlock()
 	return err
 }
@@ -174,6 +188,47 @@ func goaccelLoad(data unsafe.Pointer, size C.size_t, userData unsafe.Pointer) C.
 		// A copy: the library's bytes are borrowed for this call only.
 		return state.obj.LoadState(append([]byte{}, unsafe.Slice((*byte)(data), int(size))...))
 	})
+}
+
+// trackerState is what a custom tracker's callbacks need (AddTracker). It must not reach the
+// Accelerator: the library holds the box until the accelerator is freed, and a box that kept the
+// Accelerator reachable would keep its cleanup from ever running.
+type trackerState struct {
+	tracker Tracker
+	slot    *failureSlot
+}
+
+// The tracker callbacks get copies of the library's values (borrowed for the call only), which
+// the tracker may keep.
+
+//export goaccelTrackerStart
+func goaccelTrackerStart(project *C.char, config *C.accel_values, userData unsafe.Pointer) C.int32_t {
+	state := boxValue(userData).(*trackerState)
+	return state.slot.run(func() error {
+		cfg, err := valuesFromC(config)
+		if err != nil {
+			return err
+		}
+		return state.tracker.Start(C.GoString(project), cfg)
+	})
+}
+
+//export goaccelTrackerLog
+func goaccelTrackerLog(values *C.accel_values, step C.int64_t, userData unsafe.Pointer) C.int32_t {
+	state := boxValue(userData).(*trackerState)
+	return state.slot.run(func() error {
+		v, err := valuesFromC(values)
+		if err != nil {
+			return err
+		}
+		return state.tracker.Log(v, int64(step))
+	})
+}
+
+//export goaccelTrackerFinish
+func goaccelTrackerFinish(userData unsafe.Pointer) C.int32_t {
+	state := boxValue(userData).(*trackerState)
+	return state.slot.run(state.tracker.Finish)
 }
 
 // StateWriter receives a checkpointed object's bytes during SaveState. It is valid only inside

@@ -3,6 +3,8 @@
 // definitions in a file with //export.
 #include "shim.h"
 
+#include <pthread.h>
+
 #include "_cgo_export.h"
 
 accel_status goaccel_dataset_from_callback(int64_t sample_count, size_t field_count,
@@ -37,6 +39,16 @@ accel_status goaccel_register_for_checkpointing(accel_accelerator* accelerator, 
                                           (accel_state_load_fn)goaccelLoad, box,
                                           (accel_release_fn)goaccelRelease);
 }
+
+accel_status goaccel_add_tracker(accel_accelerator* accelerator, const char* name,
+                                 uintptr_t* box) {
+  return accel_add_tracker(accelerator, name, (accel_tracker_start_fn)goaccelTrackerStart,
+                           (accel_tracker_log_fn)goaccelTrackerLog,
+                           (accel_tracker_finish_fn)goaccelTrackerFinish, box,
+                           (accel_release_fn)goaccelRelease);
+}
+
+uintptr_t goaccel_thread_id(void) { return (uintptr_t)pthread_self(); }
 
 accel_tensor* goaccel_tensor_from_data(const uint8_t* data, size_t size, accel_dtype dtype,
                                        const int64_t* shape, size_t dim_count,

@@ -30,6 +30,11 @@ accel_status goaccel_dataset_from_stream(size_t field_count, const accel_dtype* 
                                          const size_t* dim_counts, const int64_t* dims,
                                          uintptr_t* box, accel_dataset** out);
 accel_status goaccel_register_for_checkpointing(accel_accelerator* accelerator, uintptr_t* box);
+/* A custom tracker: goaccelTrackerStart, goaccelTrackerLog and goaccelTrackerFinish. */
+accel_status goaccel_add_tracker(accel_accelerator* accelerator, const char* name, uintptr_t* box);
+/* The calling OS thread, as a number (pthread_self): trackers.go tells a tracker callback's own
+ * call into the trackers from another goroutine's with it. */
+uintptr_t goaccel_thread_id(void);
 
 /* accel_tensor_from_data through arguments that cgo need not check at run time (bytes, and the
  * tensor as the result rather than through a pointer to it): the hottest call, see tensor.go. */
