@@ -40,7 +40,14 @@ and epochs are not indices but the names the processes share with the launcher, 
 or an array return a number or an `Array` (nothing to close); of a `Tensor`, a `Tensor`.
 `reduce_across`, `broadcast_across` and `accumulate_gradients!` are Accelerate's `reduce`,
 `broadcast` and `accumulate` under names of their own: Base's `reduce`, `broadcast` and
-`accumulate` mean something else.
+`accumulate` mean something else. So is `log_values` Accelerate's `log` (Base's `log` is the
+logarithm).
+
+**Trackers.** `Accelerator(log_with = "jsonl", logging_dir = dir)`, then `init_trackers(acc,
+"project"; config = (lr = 1e-3,))`, `log_values(acc, (loss = l, note = "text"); step = n)` and
+`end_training(acc)` write `dir/project/metrics.jsonl` (TensorBoard and CSV likewise); a
+`NamedTuple` or pairs keep their order in the files, a `Dict` its hash order. Trackers of the
+program's own are `AbstractTracker` subtypes added with `add_tracker!`.
 
 **Closing.** Every handle has `close` and a do-block form (`Tensor(A) do t ... end`); so do model
 calls (`model(x) do y ... end`) and the collectives of a tensor. A batch of a `for` loop over a
@@ -69,7 +76,8 @@ export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
        parameter_count, tensor_names, save_torchscript,
        Optimizer, Scheduler, step!, zero_grad!, lr, set_lr!, step_was_skipped,
        prepare, accumulate_gradients!, sync_gradients, backward, clip_grad_norm!, clip_grad_value!,
-       save_model, load_checkpoint_in_model, save_state, load_state, register_for_checkpointing
+       save_model, load_checkpoint_in_model, save_state, load_state, register_for_checkpointing,
+       init_trackers, log_values, end_training, AbstractTracker, add_tracker!, TrackedValues
 
 include("generated.jl")   # SYMBOLS and Status, from accel.h by tools/gen_raw.py
 include("library.jl")
@@ -86,6 +94,7 @@ include("optim.jl")
 include("accelerator.jl")
 include("collectives.jl")
 include("checkpoint.jl")
+include("trackers.jl")
 
 function __init__()
     load_library()
@@ -96,6 +105,10 @@ function __init__()
     STREAM_TRAMPOLINE[] = @cfunction(stream_trampoline, Int32, (Int64, Int64, Ptr{Cvoid}, Ptr{Cvoid}))
     SAVE_TRAMPOLINE[] = @cfunction(save_trampoline, Int32, (Ptr{Cvoid}, Ptr{Cvoid}))
     LOAD_TRAMPOLINE[] = @cfunction(load_trampoline, Int32, (Ptr{Cvoid}, Csize_t, Ptr{Cvoid}))
+    TRACKER_START_TRAMPOLINE[] = @cfunction(tracker_start_trampoline, Int32,
+                                            (Ptr{UInt8}, Ptr{Cvoid}, Ptr{Cvoid}))
+    TRACKER_LOG_TRAMPOLINE[] = @cfunction(tracker_log_trampoline, Int32, (Ptr{Cvoid}, Int64, Ptr{Cvoid}))
+    TRACKER_FINISH_TRAMPOLINE[] = @cfunction(tracker_finish_trampoline, Int32, (Ptr{Cvoid},))
 end
 
 end # module

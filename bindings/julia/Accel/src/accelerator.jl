@@ -7,6 +7,23 @@ mutable struct Checkpointed
     failure::Any
 end
 
+# The program's own trackers (trackers.jl) and what their callbacks left during the running call.
+# One per accelerator, shared by its trackers' entries.
+mutable struct TrackerSet
+    added::Vector{Any}           # the Tracked entries, rooted while the accelerator lives
+    failures::Vector{Any}        # (exception, backtrace) of each callback that failed, in order
+    calling::Union{Nothing,Task} # the task running a tracker's method, if any
+    lock::ReentrantLock          # one call that may run the trackers' methods at a time
+end
+TrackerSet() = TrackerSet(Any[], Any[], nothing, ReentrantLock())
+
+# A tracker added with add_tracker!, passed to the library as user_data; rooted by the Accelerator.
+mutable struct Tracked         # mutable: pointer_from_objref
+    tracker::Any
+    name::String
+    set::TrackerSet
+end
+
 """
     Accelerator(; settings...)
     Accelerator(config::Config)
@@ -21,11 +38,15 @@ another.
 Queries: `process_index`, `local_process_index`, `num_processes` (ranks are identifiers the
 launcher, RANK and Accelerate share: they count from 0, see `Accel`), `is_main_process`,
 `is_local_main_process`, `device`, `distributed_type`, `mixed_precision`, `effective_config`.
+
+Trackers (configuration keys `log_with`, `logging_dir`): `init_trackers`, `log_values`,
+`end_training`, and the program's own with `add_tracker!`.
 """
 mutable struct Accelerator <: Handle
     ptr::Ptr{Cvoid}
     checkpointed::Vector{Checkpointed}
-    Accelerator(pointer::Ptr{Cvoid}) = own(new(pointer, Checkpointed[]))
+    trackers::TrackerSet
+    Accelerator(pointer::Ptr{Cvoid}) = own(new(pointer, Checkpointed[], TrackerSet()))
 end
 
 function Accelerator(config::Union{Nothing,Config})
