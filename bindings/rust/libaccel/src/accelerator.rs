@@ -98,6 +98,9 @@ pub struct Accelerator {
     raw: NonNull<sys::accel_accelerator>,
     /// Failure slots of the checkpoint closures (the library owns the closures themselves).
     checkpoint_failures: Mutex<Vec<Arc<CheckpointState>>>,
+    /// Where the added trackers' failures go, shared by all (the library owns the trackers and
+    /// reports the first failure of a call).
+    tracker_failure: Arc<FailureSlot>,
 }
 
 // SAFETY: accel.h "Threads": the training family's calls are serialised by the library; the
@@ -182,6 +185,7 @@ impl Accelerator {
         Ok(Accelerator {
             raw: NonNull::new(raw).expect("non-null"),
             checkpoint_failures: Mutex::new(Vec::new()),
+            tracker_failure: Arc::new(FailureSlot::default()),
         })
     }
 
@@ -640,6 +644,11 @@ impl Accelerator {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         resolve_all(check(status), states.iter().map(|s| &s.failure))
+    }
+
+    /// The slot every added tracker stores its failure in.
+    pub(crate) fn tracker_failure(&self) -> &Arc<FailureSlot> {
+        &self.tracker_failure
     }
 
     pub(crate) fn keep_checkpoint_state(&self, state: Arc<CheckpointState>) {

@@ -15,7 +15,8 @@ use crate::error::{BoxError, Error, Result, Status};
 /// The first failure of a closure since the last time it was taken.
 enum Failure {
     Panic(Box<dyn Any + Send + 'static>),
-    Error(String),
+    /// The closure's own error, kept whole: it becomes the source of the call's error.
+    Error(BoxError),
     /// An error of the crate's own (a library call the trampoline made for the closure): it
     /// replaces the callback error rather than adding to it, so its status comes back.
     Surfaced(Error),
@@ -59,7 +60,7 @@ impl FailureSlot {
             Ok(Ok(value)) => return Some(value),
             Ok(Err(e)) => match e.downcast::<Surfaced>() {
                 Ok(own) => Failure::Surfaced(own.0),
-                Err(e) => Failure::Error(e.to_string()),
+                Err(e) => Failure::Error(e),
             },
             Err(payload) => Failure::Panic(payload),
         };
@@ -71,7 +72,7 @@ impl FailureSlot {
     }
 
     /// Turns a library error into what the closure did: resumes its panic, or adds its error's
-    /// message. Errors of another class pass unchanged.
+    /// message and keeps the error as the source. Errors of another class pass unchanged.
     pub(crate) fn resolve(&self, error: Error) -> Error {
         if error.status() != Status::Callback {
             return error;
@@ -79,10 +80,33 @@ impl FailureSlot {
         let taken = self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
         match taken {
             Some(Failure::Panic(payload)) => resume_unwind(payload),
-            Some(Failure::Error(message)) => error.with_detail(&message),
+            Some(Failure::Error(cause)) => error.with_detail(&cause.to_string()).with_source(cause),
             Some(Failure::Surfaced(own)) => own,
             None => error,
         }
+    }
+
+    /// `result` with the slot emptied whatever the call returned, for calls that run every
+    /// callback and report only the first failure (the trackers): a panic resumes; a closure's
+    /// error resolves a `Callback` error as [`resolve`](FailureSlot::resolve) does, and is added
+    /// to the message of an error of another class (which the library reported first).
+    pub(crate) fn settle<T>(&self, result: Result<T>) -> Result<T> {
+        let taken = self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let failure = match taken {
+            None => return result,
+            Some(Failure::Panic(payload)) => resume_unwind(payload),
+            Some(failure) => failure,
+        };
+        // A stored failure always fails the call: `Ok` has nothing to add to.
+        result.map_err(|e| match failure {
+            Failure::Error(cause) if e.status() == Status::Callback => {
+                e.with_detail(&cause.to_string()).with_source(cause)
+            }
+            Failure::Surfaced(own) if e.status() == Status::Callback => own,
+            Failure::Error(cause) => e.with_detail(&format!("a callback failed too: {cause}")),
+            Failure::Surfaced(own) => e.with_detail(&format!("a callback failed too: {own}")),
+            Failure::Panic(_) => e,
+        })
     }
 }
 

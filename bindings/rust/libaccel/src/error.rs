@@ -2,6 +2,7 @@
 
 use std::ffi::CStr;
 use std::fmt;
+use std::sync::Arc;
 
 use libaccel_sys as sys;
 
@@ -25,11 +26,25 @@ impl fmt::Display for Status {
 }
 
 /// A failed call: its [`Status`] and the library's message (owned: copied when the call failed).
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// When a closure or trait object of the program failed inside the call (a `Callback` error),
+/// the message ends with the closure's error's message, and the error itself is the
+/// [`source`](std::error::Error::source), for `downcast_ref` to the program's own type.
+/// Equality compares the status and the message.
+#[derive(Debug, Clone)]
 pub struct Error {
     status: Status,
     message: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
+
+impl PartialEq for Error {
+    fn eq(&self, other: &Error) -> bool {
+        self.status == other.status && self.message == other.message
+    }
+}
+
+impl Eq for Error {}
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -43,6 +58,7 @@ impl Error {
         Error {
             status,
             message: message.into(),
+            source: None,
         }
     }
 
@@ -63,6 +79,7 @@ impl Error {
         Error {
             status,
             message: last_message(),
+            source: None,
         }
     }
 
@@ -70,6 +87,12 @@ impl Error {
         if !detail.is_empty() {
             self.message = format!("{}: {detail}", self.message);
         }
+        self
+    }
+
+    /// This error with `source` as its cause (a user closure's error, kept whole).
+    pub(crate) fn with_source(mut self, source: BoxError) -> Error {
+        self.source = Some(Arc::from(source));
         self
     }
 }
@@ -80,7 +103,13 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 impl From<Error> for std::io::Error {
     fn from(e: Error) -> std::io::Error {
@@ -109,6 +138,7 @@ pub fn last_error() -> Option<Error> {
     Status::from_raw(raw).map(|status| Error {
         status,
         message: last_message(),
+        source: None,
     })
 }
 

@@ -51,10 +51,17 @@
 //! tensor's rows) out among the processes, and [`Accelerator::set_trigger`] with
 //! [`Accelerator::check_trigger`] stops every rank at the same step.
 //!
+//! Experiment tracking as Accelerate's: the configuration's `log_with` (`"jsonl"`, `"csv"`,
+//! `"tensorboard"`, `"all"`) and `logging_dir` choose the files, [`Accelerator::init_trackers`],
+//! [`Accelerator::log`] (of [`Values`]) and [`Accelerator::end_training`] write them on the main
+//! process, and a [`Tracker`] of the program's own ([`Accelerator::add_tracker`]) gets the same
+//! calls.
+//!
 //! Every call returns [`Result`]; the [`Error`] carries the library's [`Status`] and message.
 //! Every handle type frees itself on drop, and may be dropped in any order (handles keep alive
-//! what they need). All types are `Send + Sync`, as the header's thread rules allow; see each
-//! type for which calls the library serialises.
+//! what they need). All types are `Send + Sync`, as the header's thread rules allow (but
+//! [`Values`], which the header gives one thread at a time: `Send` only); see each type for
+//! which calls the library serialises.
 #![warn(missing_docs)]
 
 mod accelerator;
@@ -73,6 +80,7 @@ pub mod schedules;
 #[cfg(feature = "tch")]
 mod tch_interop;
 mod tensor;
+mod tracking;
 
 pub use accelerator::{Accelerator, DistributedType, Precision, Prepare, Reduction, StateWriter};
 pub use config::Config;
@@ -87,6 +95,7 @@ pub use optim::{Optimizer, Scheduler};
 #[cfg(feature = "tch")]
 pub use tch_interop::{check_tch, TCH_TORCH_VERSION};
 pub use tensor::{Dtype, Element, Tensor};
+pub use tracking::{Tracker, Value, Values, ValuesRef};
 
 /// The version of the library actually loaded, e.g. `"0.2.0"`.
 pub fn version() -> &'static str {
@@ -114,6 +123,9 @@ const _: () = {
     send_sync::<Optimizer>();
     send_sync::<Scheduler>();
     send_sync::<Error>();
+    // Values: one thread at a time (accel.h), so it moves between threads but is not shared.
+    const fn send<T: Send>() {}
+    send::<Values>();
 };
 
 /// Checks that a program's own LibTorch (tch-rs's) is the very build libaccel runs on, before
