@@ -1538,7 +1538,8 @@ ACCEL_API accel_status accel_log(accel_accelerator* accelerator, const accel_val
  */
 ACCEL_API accel_status accel_end_training(accel_accelerator* accelerator);
 
-/** A custom tracker's start: the project name and the configuration (may be NULL). */
+/** A custom tracker's start: the project name and the configuration (empty when
+ * accel_init_trackers got none). */
 typedef int32_t (*accel_tracker_start_fn)(const char* project_name, const accel_values* config,
                                           void* user_data);
 /** A custom tracker's log: the values (borrowed for the call) at `step` (-1: none). */
@@ -1552,7 +1553,8 @@ typedef int32_t (*accel_tracker_finish_fn)(void* user_data);
  * the accelerator's runs; before accel_init_trackers (ACCEL_ERR_STATE after, until
  * accel_end_training). `log` is required, `start` and `finish` may be NULL. They run on the main
  * process only, on the thread that called accel_init_trackers, accel_log, accel_end_training or
- * accel_accelerator_free, and must not call these four. A nonzero return is ACCEL_ERR_CALLBACK
+ * accel_accelerator_free; one that calls accel_init_trackers, accel_log, accel_end_training or
+ * accel_add_tracker gets ACCEL_ERR_STATE. A nonzero return is ACCEL_ERR_CALLBACK
  * naming the tracker. `release` (may be NULL) is called once with `user_data` when the
  * accelerator is freed, on every process.
  */

@@ -682,6 +682,102 @@ class DataLoader {
 };
 
 /** Accelerate's Accelerator: the process's place in the job, collectives, prepare, the step. */
+/** Named values to log (accel.h, "Trackers"): numbers and texts, in the order first set. */
+class Values {
+ public:
+  struct Entry {
+    std::string key;
+    bool is_text = false;
+    double number = 0;
+    std::string text;
+  };
+  Values() {
+    accel_values* v = nullptr;
+    detail::check(accel_values_new(&v));
+    h_ = detail::Handle<accel_values, accel_values_free>(v);
+  }
+  Values(std::initializer_list<std::pair<const char*, double>> numbers) : Values() {
+    for (const auto& [key, number] : numbers) set(key, number);
+  }
+  Values& set(const std::string& key, double number) {
+    detail::check(accel_values_set_number(get(), key.c_str(), number));
+    return *this;
+  }
+  Values& set(const std::string& key, const std::string& text) {
+    detail::check(accel_values_set_text(get(), key.c_str(), text.c_str()));
+    return *this;
+  }
+  Values& set(const std::string& key, const char* text) { return set(key, std::string(text)); }
+  size_t size() const { return detail::query<size_t>(accel_values_count, get()); }
+  std::vector<Entry> entries() const { return entries_of(get()); }
+  accel_values* get() const { return h_.get(); }
+
+  /** The entries of values the library lends (a custom tracker's arguments). */
+  static std::vector<Entry> entries_of(const accel_values* values) {
+    std::vector<Entry> out;
+    if (!values) return out;
+    size_t n = 0;
+    detail::check(accel_values_count(values, &n));
+    for (size_t i = 0; i < n; ++i) {
+      const char *key = nullptr, *text = nullptr;
+      int32_t is_text = 0;
+      double number = 0;
+      detail::check(accel_values_get(values, i, &key, &is_text, &number, &text));
+      out.push_back(Entry{key, is_text != 0, number, text ? text : ""});
+    }
+    return out;
+  }
+
+ private:
+  detail::Handle<accel_values, accel_values_free> h_;
+};
+
+/** A tracker of the program's own (accel_add_tracker): an exception it throws fails the call
+ *  that reached it with ACCEL_ERR_CALLBACK and its message. */
+class Tracker {
+ public:
+  virtual ~Tracker() = default;
+  virtual void start(const std::string& /*project*/, const std::vector<Values::Entry>& /*config*/) {
+  }
+  /** `step` is -1 for a value logged without one. */
+  virtual void log(const std::vector<Values::Entry>& values, int64_t step) = 0;
+  virtual void finish() {}
+};
+
+namespace detail {
+
+// What a custom tracker's C callbacks reach: the program's tracker and the message of the last
+// exception it threw (no exception crosses the C ABI; the Accelerator's call rethrows it).
+struct TrackerHolder {
+  std::unique_ptr<Tracker> tracker;
+  std::string error;
+  template <class F>
+  static int32_t guarded(void* self, F&& f) noexcept {
+    auto* h = static_cast<TrackerHolder*>(self);
+    try {
+      f(*h->tracker);
+      return 0;
+    } catch (const std::exception& e) {
+      h->error = e.what();
+    } catch (...) {
+      h->error = "an exception that is not a std::exception";
+    }
+    return -1;
+  }
+  static int32_t on_start(const char* project, const accel_values* config, void* self) {
+    return guarded(self, [&](Tracker& t) { t.start(project, Values::entries_of(config)); });
+  }
+  static int32_t on_log(const accel_values* values, int64_t step, void* self) {
+    return guarded(self, [&](Tracker& t) { t.log(Values::entries_of(values), step); });
+  }
+  static int32_t on_finish(void* self) {
+    return guarded(self, [&](Tracker& t) { t.finish(); });
+  }
+  static void release(void* self) { delete static_cast<TrackerHolder*>(self); }
+};
+
+}  // namespace detail
+
 class Accelerator {
  public:
   /** From the environment and the launcher (accel_init with no configuration). */
@@ -802,9 +898,35 @@ class Accelerator {
   void save_state(const std::string& dir) { detail::check(accel_save_state(get(), dir.c_str())); }
   void load_state(const std::string& dir) { detail::check(accel_load_state(get(), dir.c_str())); }
 
+  /** Accelerate's init_trackers, log (step -1: none) and end_training (accel.h, "Trackers"). */
+  void init_trackers(const std::string& project, const Values* config = nullptr) {
+    tracked(accel_init_trackers(get(), project.c_str(), config ? config->get() : nullptr));
+  }
+  void log(const Values& values, int64_t step = -1) {
+    tracked(accel_log(get(), values.get(), step));
+  }
+  void end_training() { tracked(accel_end_training(get())); }
+  /** Adds a tracker of the program's own, before init_trackers. */
+  void add_tracker(const std::string& name, std::unique_ptr<Tracker> tracker) {
+    auto holder = std::make_unique<detail::TrackerHolder>();
+    holder->tracker = std::move(tracker);
+    detail::check(accel_add_tracker(get(), name.c_str(), detail::TrackerHolder::on_start,
+                                    detail::TrackerHolder::on_log, detail::TrackerHolder::on_finish,
+                                    holder.get(), detail::TrackerHolder::release));
+    trackers_.push_back(holder.release());  // the library owns it now (release)
+  }
+
   accel_accelerator* get() const { return h_.get(); }
 
  private:
+  // A custom tracker's failure carries the exception's message.
+  void tracked(accel_status status) {
+    if (status != ACCEL_ERR_CALLBACK) return detail::check(status);
+    std::string message = accel_last_error_message();
+    for (auto* h : trackers_)
+      if (!h->error.empty()) message += ": " + std::exchange(h->error, std::string());
+    throw Error(status, message);
+  }
   void init(const accel_config* config) {
     accel_accelerator* a = nullptr;
     detail::check(accel_init(config, &a));
@@ -817,6 +939,7 @@ class Accelerator {
     return Tensor(out);
   }
   detail::Handle<accel_accelerator, accel_accelerator_free> h_;
+  std::vector<detail::TrackerHolder*> trackers_;  // owned by the library until it releases them
 };
 
 inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset)

@@ -23,6 +23,21 @@ void for_each_then_throw(const std::vector<Tracker*>& trackers, F&& f) {
 
 }  // namespace
 
+class Run::Busy {
+ public:
+  explicit Busy(Run& run) : run_(run) {
+    if (run_.busy_)
+      fail(Errc::state,
+           "a tracker's callback called back into the trackers (init_trackers, log, "
+           "end_training or add_tracker): not allowed");
+    run_.busy_ = true;
+  }
+  ~Busy() { run_.busy_ = false; }
+
+ private:
+  Run& run_;
+};
+
 Run::~Run() {
   try {
     finish();
@@ -31,6 +46,7 @@ Run::~Run() {
 }
 
 void Run::add(std::unique_ptr<Tracker> tracker) {
+  Busy busy(*this);
   if (started_)
     fail(Errc::state,
          "a tracker cannot be added while a run is started (accel_end_training first)");
@@ -48,6 +64,7 @@ void Run::add(std::unique_ptr<Tracker> tracker) {
 
 void Run::start(const std::string& log_with, const std::string& logging_dir,
                 const std::string& project, const Values& config) {
+  Busy busy(*this);
   if (started_)
     fail(Errc::state, "the trackers are started already (accel_end_training ends the run)");
   if (project.empty() || project == "." || project == ".." ||
@@ -85,6 +102,7 @@ void Run::start(const std::string& log_with, const std::string& logging_dir,
 }
 
 void Run::log(const Values& values, int64_t step) {
+  Busy busy(*this);
   if (!started_) fail(Errc::state, "no run is started: call accel_init_trackers before accel_log");
   if (step < kNoStep)
     fail(Errc::invalid_argument, "step " + std::to_string(step) + " (>= 0, or -1 for none)");
@@ -93,6 +111,7 @@ void Run::log(const Values& values, int64_t step) {
 }
 
 void Run::finish() {
+  Busy busy(*this);
   if (!started_) return;
   started_ = false;
   std::vector<Tracker*> active;

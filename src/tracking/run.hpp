@@ -38,7 +38,11 @@ class Run {
   void finish();
 
  private:
+  // Throws accel::Error(state) when called from inside a tracker's own call (a custom tracker's
+  // callback calling back in), which would otherwise change the list being walked.
+  class Busy;
   bool writes_;
+  bool busy_ = false;
   bool started_ = false;
   std::vector<std::unique_ptr<Tracker>> custom_;
   std::vector<std::unique_ptr<Tracker>> files_;

@@ -43,7 +43,7 @@ std::vector<std::string> parse_log_with(const std::string& log_with) {
     if (!known)
       fail(Errc::config, "log_with: unknown tracker '" + item +
                              "' (libaccel writes tensorboard, jsonl and csv; 'all' is the three; "
-                             "any other tracker is a custom one, added with accel_tracker_add)");
+                             "any other tracker is a custom one, added with accel_add_tracker)");
     add(item);
   }
   return names;

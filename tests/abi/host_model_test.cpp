@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -464,4 +465,47 @@ TEST(CppApi, RaggedDatasetsStreamsSplitAndTrigger) {
       EXPECT_EQ(e.status(), ACCEL_ERR_STATE);
     }
   });
+}
+
+TEST(CppApi, TrackersValuesAndACustomTrackerWhoseExceptionIsReported) {
+  const std::string dir = ::testing::TempDir() + "cpp_trackers";
+  std::filesystem::remove_all(dir);
+  accel::Config config;
+  config.set("log_with", "jsonl").set("logging_dir", dir);
+  accel::Accelerator acc(config);
+  struct Calls : accel::Tracker {
+    std::vector<std::string>* seen;
+    explicit Calls(std::vector<std::string>* s) : seen(s) {}
+    void start(const std::string& project, const std::vector<accel::Values::Entry>& c) override {
+      seen->push_back("start " + project + " " + c.at(0).key);
+    }
+    void log(const std::vector<accel::Values::Entry>& v, int64_t step) override {
+      if (step == 2) throw std::runtime_error("the database is down");
+      seen->push_back("log " + std::to_string(step) + " " + v.at(1).text);
+    }
+    void finish() override { seen->push_back("finish"); }
+  };
+  std::vector<std::string> seen;
+  acc.add_tracker("db", std::make_unique<Calls>(&seen));
+  accel::Values hparams{{"lr", 0.01}};
+  acc.init_trackers("run", &hparams);
+  accel::Values v{{"loss", 0.5}};
+  v.set("note", "ok");
+  EXPECT_EQ(v.size(), 2u);
+  EXPECT_EQ(v.entries().at(1).text, "ok");
+  acc.log(v, 1);
+  try {
+    acc.log(v, 2);
+    ADD_FAILURE() << "the tracker's exception was lost";
+  } catch (const accel::Error& e) {
+    EXPECT_EQ(e.status(), ACCEL_ERR_CALLBACK);
+    EXPECT_NE(std::string(e.what()).find("tracker 'db'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the database is down"), std::string::npos) << e.what();
+  }
+  acc.end_training();
+  EXPECT_EQ(seen, (std::vector<std::string>{"start run lr", "log 1 ok", "finish"}));
+  std::ifstream jsonl(dir + "/run/metrics.jsonl");
+  int lines = 0;
+  for (std::string l; std::getline(jsonl, l);) ++lines;
+  EXPECT_EQ(lines, 2);  // the file got step 2 as well
 }

@@ -247,3 +247,22 @@ TEST(Trackers, AStartedRunEndsWhenTheAcceleratorIsFreed) {
   EXPECT_EQ(rec.calls, std::vector<std::string>{"finish"});
   EXPECT_EQ(rec.released, 1);
 }
+
+namespace {
+accel_status g_reentry_status = ACCEL_OK;
+int32_t reenter(const accel_values* values, int64_t, void*) {
+  g_reentry_status = accel_log(g_acc, values, 1);
+  return 0;
+}
+}  // namespace
+
+TEST(Trackers, ACallbackCallingBackInIsAStateError) {
+  init_with({});
+  OK(accel_add_tracker(g_acc, "loop", nullptr, reenter, nullptr, nullptr, nullptr));
+  OK(accel_init_trackers(g_acc, "run", nullptr));
+  accel_values* v = values_of({{"loss", 1}});
+  OK(accel_log(g_acc, v, 0));
+  EXPECT_EQ(g_reentry_status, ACCEL_ERR_STATE);
+  OK(accel_end_training(g_acc));
+  accel_values_free(v);
+}

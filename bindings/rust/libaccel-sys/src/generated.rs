@@ -241,7 +241,8 @@ pub type accel_state_save_fn =
 /// Restores the object's state from the `size` bytes at `data` (borrowed for the call).
 pub type accel_state_load_fn =
     Option<unsafe extern "C" fn(data: *const c_void, size: usize, user_data: *mut c_void) -> i32>;
-/// A custom tracker's start: the project name and the configuration (may be NULL).
+/// A custom tracker's start: the project name and the configuration (empty when
+/// accel_init_trackers got none).
 pub type accel_tracker_start_fn = Option<
     unsafe extern "C" fn(
         project_name: *const c_char,
@@ -1234,7 +1235,8 @@ extern "C" {
     /// the accelerator's runs; before accel_init_trackers (ACCEL_ERR_STATE after, until
     /// accel_end_training). `log` is required, `start` and `finish` may be NULL. They run on the main
     /// process only, on the thread that called accel_init_trackers, accel_log, accel_end_training or
-    /// accel_accelerator_free, and must not call these four. A nonzero return is ACCEL_ERR_CALLBACK
+    /// accel_accelerator_free; one that calls accel_init_trackers, accel_log, accel_end_training or
+    /// accel_add_tracker gets ACCEL_ERR_STATE. A nonzero return is ACCEL_ERR_CALLBACK
     /// naming the tracker. `release` (may be NULL) is called once with `user_data` when the
     /// accelerator is freed, on every process.
     pub fn accel_add_tracker(
