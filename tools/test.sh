@@ -20,6 +20,15 @@ build=${ACCEL_BUILD_DIR:-build}
 [ -f "$build/CMakeCache.txt" ] ||
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${ACCEL_TORCH:+-DACCEL_TORCH="$ACCEL_TORCH"}
 cmake --build "$build"
+# ctest starts the costliest tests first when it knows their costs (its CTestCostData.txt, kept
+# from earlier runs). A new build tree gets the costs CI measured (tests/ctest_costs/, by tier:
+# ACCEL_COST_SEED), so that long tests overlap the many short ones instead of running alone at the
+# end; the seeds only order the tests.
+seed_costs() {  # build dir, seed name
+  local costs=$1/Testing/Temporary/CTestCostData.txt
+  [ -f "$costs" ] || { mkdir -p "${costs%/*}" && cp "tests/ctest_costs/$2.txt" "$costs"; }
+}
+seed_costs "$build" "${ACCEL_COST_SEED:-plain}"
 # No user configuration may leak into the tests.
 export HF_HOME="$PWD/$build/no-hf-home"
 ctest --test-dir "$build" --output-on-failure -j2 ${exclude:+-LE "$exclude"} "$@"

@@ -20,5 +20,5 @@ if [ -f build-torch2/CMakeCache.txt ] &&
   cmake -S . -B build-torch2 -DACCEL_TORCH="$torch_dir" >/dev/null
 fi
 [ "${1:-}" = --all ] || export ACCEL_FAULTS_QUICK=${ACCEL_FAULTS_QUICK:-1}
-ACCEL_TEST_EXCLUDE='^(pure|binding|bench|slow)$' ACCEL_BUILD_DIR=build-torch2 ACCEL_TORCH="$torch_dir" \
+ACCEL_COST_SEED=torch2 ACCEL_TEST_EXCLUDE='^(pure|binding|bench|slow)$' ACCEL_BUILD_DIR=build-torch2 ACCEL_TORCH="$torch_dir" \
   exec tools/test.sh "$@"
