@@ -57,10 +57,13 @@ mode=${1:-all}
 #                 tests/examples/CMakeLists.txt; the two-epoch run is `slow`, see SLOW). Not
 #                 the C++ example: its host-model paths (hooks on a module's own leaves, the forward
 #                 scope) run on two ranks in MultiProcess.HostModule*, at a fraction of the time.
+#                 Nor example.train_fashion_mnist_2proc_tensorboard: the same program, its trackers
+#                 write on the main thread only, and its harness is a Python (TSan's LD_PRELOAD of
+#                 libomp and Archer would reach the uninstrumented interpreter).
 # Not the rest: single-threaded logic (Config, Shard, Schedule, ...), the C header and symbol
 # checks, the install tests (the consumers are not instrumented) and bench.quick_smoke (a
 # benchmark harness, its programs are those of the examples).
-TSAN_TESTS='^(Data\.|Stream\.|Ragged\.|TextData\.|ShmReduce\.|MultiProcess\.|Train\.|Lifetimes\.|Threads\.|CApi\.(FreeFromAnotherThread|ErrorMessageIsPerThread|ThreadSettingsReachLibTorchAndOpenBlas)$|example\.(collectives|train|cuda_choice|store_socket))'
+TSAN_TESTS='^(Data\.|Stream\.|Ragged\.|TextData\.|ShmReduce\.|MultiProcess\.|Train\.|Lifetimes\.|Threads\.|CApi\.(FreeFromAnotherThread|ErrorMessageIsPerThread|ThreadSettingsReachLibTorchAndOpenBlas)$|example\.(collectives|train_fashion_mnist_(1proc|2proc_learns)|cuda_choice|store_socket))'
 # TSAN_TARGETS: what those tests run (mp_test brings the programs it starts; accel_cli brings
 # accel-selftest), built alone: the rest of the project (the pure layer's own tests, the C++
 # example, the benchmarks, ...) would cost build time no TSan test uses. A test whose program
