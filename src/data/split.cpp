@@ -29,11 +29,21 @@ SplitSlice split_slice(int64_t n, int num_processes, int process_index) {
   return {start, per + (r < extras ? 1 : 0)};
 }
 
-std::vector<int64_t> split_list_indices(int64_t n, int num_processes, int process_index,
-                                        bool apply_padding) {
+namespace {
+
+// This process's contiguous part, as indexes (before any padding).
+std::vector<int64_t> slice_indices(int64_t n, int num_processes, int process_index) {
   const SplitSlice s = split_slice(n, num_processes, process_index);
   std::vector<int64_t> out;
   for (int64_t i = 0; i < s.length; ++i) out.push_back(s.start + i);
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> split_list_indices(int64_t n, int num_processes, int process_index,
+                                        bool apply_padding) {
+  std::vector<int64_t> out = slice_indices(n, num_processes, process_index);
   if (!apply_padding || num_processes == 1) return out;
   if (out.empty())
     fail(Errc::invalid_argument,
@@ -45,9 +55,7 @@ std::vector<int64_t> split_list_indices(int64_t n, int num_processes, int proces
 
 std::vector<int64_t> split_tensor_indices(int64_t n, int num_processes, int process_index,
                                           bool apply_padding) {
-  const SplitSlice s = split_slice(n, num_processes, process_index);
-  std::vector<int64_t> out;
-  for (int64_t i = 0; i < s.length; ++i) out.push_back(s.start + i);
+  std::vector<int64_t> out = slice_indices(n, num_processes, process_index);
   if (!apply_padding || num_processes == 1) return out;
   if (n == 0)
     fail(Errc::invalid_argument,

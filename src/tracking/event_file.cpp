@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "tracking/crc32c.hpp"
+#include "tracking/tracker.hpp"
 
 namespace accel::tracking {
 namespace {
@@ -60,7 +61,7 @@ std::string event_with_value(const std::string& value, int64_t step, double wall
   std::string summary, event;
   put_bytes(summary, 1, value);
   put_double(event, 1, wall_time);
-  if (step != -1) put_int(event, 2, step);
+  if (step != kNoStep) put_int(event, 2, step);
   put_bytes(event, 5, summary);
   return event;
 }

@@ -68,7 +68,7 @@ void Run::start(const std::string& log_with, const std::string& logging_dir,
   if (started_)
     fail(Errc::state, "the trackers are started already (accel_end_training ends the run)");
   if (project.empty() || project == "." || project == ".." ||
-      project.find('/') != std::string::npos || project.find('\0') != std::string::npos)
+      project.find('/') != std::string::npos)
     fail(Errc::invalid_argument, "project name '" + project +
                                      "': one path component is needed (not empty, no '/', "
                                      "not . or ..)");

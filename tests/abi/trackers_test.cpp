@@ -131,9 +131,9 @@ TEST(Trackers, LoggingDirDefaultsToProjectDir) {
   OK(accel_log(g_acc, v, 7));
   accel_values_free(v);
   OK(accel_end_training(g_acc));
-  EXPECT_EQ(lines_of(dir + "/run/metrics.jsonl"),
-            std::vector<std::string>{lines_of(dir + "/run/metrics.jsonl").at(0)});
-  EXPECT_EQ(lines_of(dir + "/run/metrics.jsonl")[0].rfind("{\"step\": 7,", 0), 0u);
+  const auto lines = lines_of(dir + "/run/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].rfind("{\"step\": 7,", 0), 0u) << lines[0];
 }
 
 TEST(Trackers, BadInputIsAClearErrorAndLosesNothing) {
