@@ -150,7 +150,7 @@ extern "C" {
 
 #define ACCEL_VERSION_MAJOR 0
 #define ACCEL_VERSION_MINOR 2
-#define ACCEL_VERSION_PATCH 3
+#define ACCEL_VERSION_PATCH 4
 /** The version as one comparable number: major * 10000 + minor * 100 + patch (0.2.0 is 200). */
 #define ACCEL_VERSION_NUMBER \
   (ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH)
@@ -1562,6 +1562,81 @@ ACCEL_API accel_status accel_add_tracker(accel_accelerator* accelerator, const c
                                          accel_tracker_start_fn start, accel_tracker_log_fn log,
                                          accel_tracker_finish_fn finish, void* user_data,
                                          accel_release_fn release);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Logging
+ *
+ * Accelerate's get_logger: messages with a level, written by the main process only (the default)
+ * or by every process, and then optionally in rank order. The accelerator's level comes from the
+ * configuration key `log_level` (ACCELERATE_LOG_LEVEL, ACCEL_LOG_LEVEL): notset, debug, info,
+ * warning, error or critical, any case; default info. A message below the level is dropped before
+ * anything else happens, on every rank alike.
+ *
+ * A message that passes goes to the accelerator's sink: by default one line on standard error,
+ * "INFO: message" from the main process, "INFO [rank 1/2]: message" for a message of every process
+ * in a job of more than one. A program routes messages to its language's logging with
+ * accel_set_log_sink (the Rust, Go and Julia bindings install one: the `log` facade, log/slog,
+ * Logging).
+ * -------------------------------------------------------------------------------------------------
+ */
+
+/** A message's level: an ACCEL_LOG_* value or any number from 0 to 1000. */
+typedef int32_t accel_log_level;
+
+/** The numbers of Python's logging (Accelerate's logger is a logging.Logger). */
+enum accel_log_level_values {
+  ACCEL_LOG_NOTSET = 0,
+  ACCEL_LOG_DEBUG = 10,
+  ACCEL_LOG_INFO = 20,
+  ACCEL_LOG_WARNING = 30,
+  ACCEL_LOG_ERROR = 40,
+  ACCEL_LOG_CRITICAL = 50
+};
+
+/** Flags of accel_log_message, ORed. Without ACCEL_LOG_ALL_PROCESSES only the main process
+ * (process index 0) writes, as Accelerate's main_process_only=True. */
+typedef uint32_t accel_log_flags;
+
+/** Values are stable. */
+enum accel_log_flags_values {
+  ACCEL_LOG_ALL_PROCESSES = 1, /* every process writes (main_process_only=False) */
+  ACCEL_LOG_IN_ORDER = 2 /* with ALL_PROCESSES: in rank order, a collective (in_order=True) */
+};
+
+/**
+ * Receives a message that passed the level: its level (any number, usually an accel_log_level),
+ * the process index of the rank writing it, the flags it was logged with and the message (UTF-8,
+ * borrowed for the call). Runs on the thread that called accel_log_message, one call at a time per
+ * accelerator. It may call the accelerator's queries; a call of accel_log_message or
+ * accel_set_log_sink from inside it is ACCEL_ERR_STATE. A nonzero return makes accel_log_message
+ * return ACCEL_ERR_CALLBACK.
+ */
+typedef int32_t (*accel_log_sink_fn)(accel_log_level level, int32_t rank, accel_log_flags flags,
+                                     const char* message, void* user_data);
+
+/**
+ * Sets where the accelerator's messages go: `sink` with `user_data`, or standard error again with
+ * NULL. The sink replaced is released: its `release` (may be NULL) is called once with its
+ * `user_data`, as it is when the accelerator is freed.
+ */
+ACCEL_API accel_status accel_set_log_sink(accel_accelerator* accelerator, accel_log_sink_fn sink,
+                                          void* user_data, accel_release_fn release);
+
+/** The accelerator's level: messages below it are dropped. */
+ACCEL_API accel_status accel_get_log_level(const accel_accelerator* accelerator,
+                                           accel_log_level* out);
+
+/** Sets the accelerator's level. */
+ACCEL_API accel_status accel_set_log_level(accel_accelerator* accelerator, accel_log_level level);
+
+/**
+ * Logs `message` (UTF-8) at `level` with `flags` (0: the main process only): Accelerate's logger.log(level, message, main_process_only=..., in_order=...). On a process
+ * that does not write, it checks its arguments and returns ACCEL_OK. With ACCEL_LOG_ALL_PROCESSES
+ * and ACCEL_LOG_IN_ORDER it is a collective bounded by the collective timeout; a sink's failure
+ * there still takes part in every barrier, then is reported.
+ */
+ACCEL_API accel_status accel_log_message(accel_accelerator* accelerator, accel_log_level level,
+                                         accel_log_flags flags, const char* message);
 
 #ifdef __cplusplus
 } /* extern "C" */

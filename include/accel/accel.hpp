@@ -132,7 +132,7 @@ constexpr accel_dtype dtype_of() {
 
 }  // namespace detail
 
-/** The library's version, "0.2.3". */
+/** The library's version, "0.2.4". */
 inline std::string version() {
   return accel_version();
 }

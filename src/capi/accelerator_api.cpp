@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "capi/handles.hpp"
+#include "logging/levels.hpp"
 #include "ops/collectives.hpp"
 
 using accel::Errc;
@@ -42,6 +43,8 @@ ACCEL_API accel_status accel_init(const accel_config* config, accel_accelerator*
         std::make_unique<accel::runtime::Accelerator>(cfg, accel::config::process_environment()));
     handle->run =
         std::make_unique<accel::tracking::Run>(handle->session->accelerator().is_main_process());
+    handle->log_level = accel::logging::level_from_name(
+        handle->session->accelerator().settings().text("log_level"));
     *out = handle.release();
   });
 }

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -39,6 +40,19 @@ struct accel_tensor_list {
   std::vector<at::Tensor> items;
 };
 
+namespace accel::capi {
+// A program's log sink (accel_set_log_sink); released when replaced or when the accelerator is
+// freed.
+struct LogSink {
+  accel_log_sink_fn fn;
+  void* user_data;
+  accel_release_fn release;
+  ~LogSink() {
+    if (release) release(user_data);
+  }
+};
+}  // namespace accel::capi
+
 struct accel_accelerator {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kAccelerator);
   // Owns the runtime. Prepared objects hold it weakly: a call of theirs that is running keeps it
@@ -50,6 +64,11 @@ struct accel_accelerator {
   // The trackers (under the family lock). Declared after `session`: destroyed first, so a run
   // still started at accel_accelerator_free is ended while the runtime exists.
   std::unique_ptr<accel::tracking::Run> run;
+  // The logger (accel_log_message): its level, read without a lock, and its sink, called and
+  // replaced under `log_mutex` (not the family lock: logging never waits for a training call).
+  std::atomic<int32_t> log_level{20};
+  std::mutex log_mutex;
+  std::unique_ptr<accel::capi::LogSink> log_sink;
 };
 
 // `family` is set when the handle is made and never changes (the family itself may be joined to

@@ -228,6 +228,13 @@ std::vector<KeySpec> build_table() {
   // Accelerator(log_with=...) and ProjectConfiguration(logging_dir=...): the trackers.
   add({"log_with", Kind::kString, "", {}, {}, {"ACCEL_LOG_WITH"}});
   add({"logging_dir", Kind::kString, "", {}, {}, {"ACCEL_LOGGING_DIR"}});
+  // Accelerate's get_logger(log_level=...) from ACCELERATE_LOG_LEVEL: the logger's level.
+  add({"log_level",
+       Kind::kEnum,
+       "info",
+       {"notset", "debug", "info", "warning", "error", "critical"},
+       {},
+       {"ACCELERATE_LOG_LEVEL", "ACCEL_LOG_LEVEL"}});
   add({"device_placement", Kind::kBool, "true", {}, {}, {"ACCEL_DEVICE_PLACEMENT"}});
   add({"step_scheduler_with_optimizer",
        Kind::kBool,

@@ -805,6 +805,30 @@ std::vector<Case> cases() {
              [](O) {
                return accel_add_tracker(g_acc, "t", nullptr, nullptr, nullptr, nullptr, nullptr);
              })}},
+      {"accel_set_log_sink",
+       {null("accelerator",
+             [](O) { return accel_set_log_sink(nullptr, nullptr, nullptr, nullptr); }),
+        wrong("accelerator",
+              [A](O o) { return accel_set_log_sink(A(o), nullptr, nullptr, nullptr); })}},
+      {"accel_get_log_level",
+       {null("accelerator",
+             [](O) {
+               accel_log_level l;
+               return accel_get_log_level(nullptr, &l);
+             }),
+        wrong("accelerator",
+              [A](O o) {
+                accel_log_level l;
+                return accel_get_log_level(A(o), &l);
+              }),
+        null("out", [](O) { return accel_get_log_level(g_acc, nullptr); })}},
+      {"accel_set_log_level",
+       {null("accelerator", [](O) { return accel_set_log_level(nullptr, ACCEL_LOG_INFO); }),
+        wrong("accelerator", [A](O o) { return accel_set_log_level(A(o), ACCEL_LOG_INFO); })}},
+      {"accel_log_message",
+       {null("accelerator", [](O) { return accel_log_message(nullptr, ACCEL_LOG_INFO, 0, "m"); }),
+        wrong("accelerator", [A](O o) { return accel_log_message(A(o), ACCEL_LOG_INFO, 0, "m"); }),
+        null("message", [](O) { return accel_log_message(g_acc, ACCEL_LOG_INFO, 0, nullptr); })}},
   };
 }
 

@@ -60,7 +60,7 @@ func wantStatus(t testing.TB, err error, s accel.Status, fragments ...string) *a
 
 func TestTheLoadedLibraryIsTheSupportedVersion(t *testing.T) {
 	begin(t)
-	if got := accel.Version(); got != "0.2.3" {
+	if got := accel.Version(); got != "0.2.4" {
 		t.Fatalf("Version() = %q", got)
 	}
 	if accel.HeaderVersion < accel.MinVersion || accel.HeaderVersion >= accel.MaxVersion {

@@ -65,7 +65,7 @@ func TestCollectivesExampleOnTwoRanks(t *testing.T) {
 	for _, line := range []string{
 		"rank 0 of 2 (local rank 0) on cpu, main process",
 		"rank 1 of 2 (local rank 1) on cpu",
-		"distributed type MULTI_CPU, mixed precision no, libaccel 0.2.3",
+		"distributed type MULTI_CPU, mixed precision no, libaccel 0.2.4",
 		"gather                   shape [4] values 0 1 10 11",
 		"pad + gather             shape [4] values 1 -1 1 1",
 		"reduce sum of rank+1     shape [] values 3",

@@ -43,6 +43,7 @@ const SYMBOLS = (
     :accel_state_writer_write, :accel_register_for_checkpointing, :accel_values_new,
     :accel_values_free, :accel_values_set_number, :accel_values_set_text, :accel_values_count,
     :accel_values_get, :accel_init_trackers, :accel_log, :accel_end_training, :accel_add_tracker,
+    :accel_set_log_sink, :accel_get_log_level, :accel_set_log_level, :accel_log_message,
 )
 
 """

@@ -47,7 +47,7 @@ Accel.log_values(s::Sleepy, values, step) = (sleep(0.05); push!(s.steps, step))
 results = @testset CountingTestSet "Accel.jl" begin
 
 @testset "library" begin
-    @test Accel.library_version() == v"0.2.3"
+    @test Accel.library_version() == v"0.2.4"
     @test isfile(Accel.LIBRARY_PATH[])
     @test Accel.status_name(Accel.ERR_SHAPE) == "ACCEL_ERR_SHAPE"
     # Each way of finding the library, in a fresh process.
@@ -1074,7 +1074,7 @@ end
     lines = split(out, '\n')
     for line in ["rank 0 of 2 (local rank 0) on cpu, main process",
                  "rank 1 of 2 (local rank 1) on cpu",
-                 "distributed type MULTI_CPU, mixed precision no, libaccel 0.2.3",
+                 "distributed type MULTI_CPU, mixed precision no, libaccel 0.2.4",
                  "gather                   shape [4] values 0 1 10 11",
                  "pad + gather             shape [4] values 1 -1 1 1",
                  "reduce sum of rank+1     shape [] values 3",

@@ -9,7 +9,7 @@ pub const ACCEL_VERSION_MAJOR: u32 = 0;
 /// The header's `ACCEL_VERSION_MINOR`.
 pub const ACCEL_VERSION_MINOR: u32 = 2;
 /// The header's `ACCEL_VERSION_PATCH`.
-pub const ACCEL_VERSION_PATCH: u32 = 3;
+pub const ACCEL_VERSION_PATCH: u32 = 4;
 /// The header's `ACCEL_VERSION_NUMBER`: major * 10000 + minor * 100 + patch.
 pub const ACCEL_VERSION_NUMBER: u32 =
     ACCEL_VERSION_MAJOR * 10000 + ACCEL_VERSION_MINOR * 100 + ACCEL_VERSION_PATCH;
@@ -24,6 +24,11 @@ pub type accel_distribution = i32;
 pub type accel_precision = i32;
 /// Reductions for accel_reduce: an ACCEL_REDUCE_* value.
 pub type accel_reduction = i32;
+/// A message's level: an ACCEL_LOG_* value or any number from 0 to 1000.
+pub type accel_log_level = i32;
+/// Flags of accel_log_message, ORed. Without ACCEL_LOG_ALL_PROCESSES only the main process
+/// (process index 0) writes, as Accelerate's main_process_only=True.
+pub type accel_log_flags = u32;
 
 /// Maximum number of dimensions a tensor may have across this interface.
 pub const ACCEL_MAX_DIMS: usize = 16;
@@ -90,6 +95,16 @@ pub const ACCEL_REDUCE_SUM: accel_reduction = 0;
 pub const ACCEL_REDUCE_MEAN: accel_reduction = 1;
 pub const ACCEL_REDUCE_MAX: accel_reduction = 2;
 pub const ACCEL_REDUCE_MIN: accel_reduction = 3;
+pub const ACCEL_LOG_NOTSET: accel_log_level = 0;
+pub const ACCEL_LOG_DEBUG: accel_log_level = 10;
+pub const ACCEL_LOG_INFO: accel_log_level = 20;
+pub const ACCEL_LOG_WARNING: accel_log_level = 30;
+pub const ACCEL_LOG_ERROR: accel_log_level = 40;
+pub const ACCEL_LOG_CRITICAL: accel_log_level = 50;
+/// every process writes (main_process_only=False)
+pub const ACCEL_LOG_ALL_PROCESSES: accel_log_flags = 1;
+/// with ALL_PROCESSES: in rank order, a collective (in_order=True)
+pub const ACCEL_LOG_IN_ORDER: accel_log_flags = 2;
 
 /// A set of settings. Not shared with the accelerator: accel_init copies what it needs.
 #[repr(C)]
@@ -256,6 +271,21 @@ pub type accel_tracker_log_fn = Option<
 >;
 /// A custom tracker's finish.
 pub type accel_tracker_finish_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>;
+/// Receives a message that passed the level: its level (any number, usually an accel_log_level),
+/// the process index of the rank writing it, the flags it was logged with and the message (UTF-8,
+/// borrowed for the call). Runs on the thread that called accel_log_message, one call at a time per
+/// accelerator. It may call the accelerator's queries; a call of accel_log_message or
+/// accel_set_log_sink from inside it is ACCEL_ERR_STATE. A nonzero return makes accel_log_message
+/// return ACCEL_ERR_CALLBACK.
+pub type accel_log_sink_fn = Option<
+    unsafe extern "C" fn(
+        level: accel_log_level,
+        rank: i32,
+        flags: accel_log_flags,
+        message: *const c_char,
+        user_data: *mut c_void,
+    ) -> i32,
+>;
 
 extern "C" {
     // Versions
@@ -1247,5 +1277,35 @@ extern "C" {
         finish: accel_tracker_finish_fn,
         user_data: *mut c_void,
         release: accel_release_fn,
+    ) -> accel_status;
+    // Logging
+    /// Sets where the accelerator's messages go: `sink` with `user_data`, or standard error again with
+    /// NULL. The sink replaced is released: its `release` (may be NULL) is called once with its
+    /// `user_data`, as it is when the accelerator is freed.
+    pub fn accel_set_log_sink(
+        accelerator: *mut accel_accelerator,
+        sink: accel_log_sink_fn,
+        user_data: *mut c_void,
+        release: accel_release_fn,
+    ) -> accel_status;
+    /// The accelerator's level: messages below it are dropped.
+    pub fn accel_get_log_level(
+        accelerator: *const accel_accelerator,
+        out: *mut accel_log_level,
+    ) -> accel_status;
+    /// Sets the accelerator's level.
+    pub fn accel_set_log_level(
+        accelerator: *mut accel_accelerator,
+        level: accel_log_level,
+    ) -> accel_status;
+    /// Logs `message` (UTF-8) at `level` with `flags` (0: the main process only): Accelerate's logger.log(level, message, main_process_only=..., in_order=...). On a process
+    /// that does not write, it checks its arguments and returns ACCEL_OK. With ACCEL_LOG_ALL_PROCESSES
+    /// and ACCEL_LOG_IN_ORDER it is a collective bounded by the collective timeout; a sink's failure
+    /// there still takes part in every barrier, then is reported.
+    pub fn accel_log_message(
+        accelerator: *mut accel_accelerator,
+        level: accel_log_level,
+        flags: accel_log_flags,
+        message: *const c_char,
     ) -> accel_status;
 }

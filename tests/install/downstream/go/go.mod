@@ -2,6 +2,6 @@ module example.com/mytrainer
 
 go 1.24
 
-require github.com/libaccel/libaccel/bindings/go v0.2.3
+require github.com/libaccel/libaccel/bindings/go v0.2.4
 
 replace github.com/libaccel/libaccel/bindings/go => /path/to/libaccel/bindings/go
