@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
   }
   snprintf(line, sizeof line, "%d process(es), %lld parameters, %lld steps of %d per process%s",
            world, (long long)params, (long long)total_steps, batch, bf16 ? ", bf16" : "");
-  CHECK(accel_print(acc, line));
+  CHECK(accel_log_message(acc, ACCEL_LOG_INFO, 0, line));
   {
     const char* keys[] = {"lr", "batch_size", "processes", "gradient_accumulation_steps"};
     const double hparams[] = {lr, batch, world, accum};
@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
                  "epoch %d step %lld/%lld loss %.4f %.0f samples/s ETA %.0fs data wait %.2f%%",
                  i + 1, (long long)step, (long long)total_steps, loss_avg, rate,
                  (double)(total_steps - step) * batch * world / rate, 100.0 * waited / elapsed);
-        CHECK(accel_print(acc, line));
+        CHECK(accel_log_message(acc, ACCEL_LOG_INFO, 0, line));
       }
       if (step >= total_steps) break;
     }

@@ -37,6 +37,16 @@
     }                                                                       \
   } while (0)
 
+/* Logs `count` named numbers at `step` to the run's trackers (none unless log_with is set). */
+static void log_numbers(accel_accelerator* acc, int64_t step, const char* const* keys,
+                        const double* numbers, size_t count) {
+  accel_values* values = NULL;
+  CHECK(accel_values_new(&values));
+  for (size_t i = 0; i < count; ++i) CHECK(accel_values_set_number(values, keys[i], numbers[i]));
+  CHECK(accel_log(acc, values, step));
+  accel_values_free(values);
+}
+
 /* d_model 128, 4 heads of 32, MLP 512, 2 blocks, positions up to 512. The attention is causal, so
  * with right padding a real byte never sees a padded one and needs no key mask. */
 static const char* kModel =
@@ -453,7 +463,16 @@ int main(int argc, char** argv) {
            "%lld steps, batches %s",
            (long long)train_text.count, (long long)held_text.count, world, (long long)params,
            (long long)total_steps, grouping ? "grouped by length" : "in random order");
-  CHECK(accel_print(acc, line));
+  CHECK(accel_log_message(acc, ACCEL_LOG_INFO, 0, line));
+  {
+    const char* keys[] = {"lr", "batch_size", "max_length", "processes"};
+    const double hparams[] = {lr, batch, (double)max_length, world};
+    accel_values* config = NULL;
+    CHECK(accel_values_new(&config));
+    for (size_t k = 0; k < 4; ++k) CHECK(accel_values_set_number(config, keys[k], hparams[k]));
+    CHECK(accel_init_trackers(acc, "train_text", config));
+    accel_values_free(config);
+  }
 
   int64_t step = 0;
   double start = now(), tokens = 0, padded = 0;
@@ -481,16 +500,22 @@ int main(int argc, char** argv) {
       CHECK(accel_optimizer_step(opt));
       CHECK(accel_scheduler_step(sched));
       CHECK(accel_optimizer_zero_grad(opt));
-      if (step % 50 == 0 || step + 1 == total_steps) {
+      if (step % 10 == 0 || step + 1 == total_steps) {
         double value = 0, rate = 0;
         CHECK(accel_tensor_item_f64(loss, &value));
         CHECK(accel_scheduler_lr(sched, &rate));
         const double secs = now() - start;
-        snprintf(line, sizeof line,
-                 "step %lld/%lld  loss %.3f  lr %.2e  %.0f bytes/s per process  %.0f%% padding",
-                 (long long)step, (long long)total_steps, value, rate, tokens / secs,
-                 100.0 * (1.0 - tokens / padded));
-        CHECK(accel_print(acc, line));
+        const char* keys[] = {"loss", "lr", "samples_per_s", "bytes_per_s"};
+        const double logged[] = {value, rate, (double)(step + 1) * batch * world / secs,
+                                 tokens * world / secs};
+        log_numbers(acc, step, keys, logged, 4);
+        if (step % 50 == 0 || step + 1 == total_steps) {
+          snprintf(line, sizeof line,
+                   "step %lld/%lld  loss %.3f  lr %.2e  %.0f bytes/s per process  %.0f%% padding",
+                   (long long)step, (long long)total_steps, value, rate, tokens / secs,
+                   100.0 * (1.0 - tokens / padded));
+          CHECK(accel_log_message(acc, ACCEL_LOG_INFO, 0, line));
+        }
       }
       accel_tensor_free(loss);
       accel_tensor_free(fields[0]);
@@ -504,6 +529,12 @@ int main(int argc, char** argv) {
            "process, %.0f%% of the batch was padding)",
            ppl, (long long)step, secs, tokens / secs, 100.0 * (1.0 - tokens / padded));
   CHECK(accel_print(acc, line));
+  {
+    /* A language model's accuracy: its held-out perplexity. */
+    const char* keys[] = {"perplexity"};
+    log_numbers(acc, step, keys, &ppl, 1);
+  }
+  CHECK(accel_end_training(acc));
   snprintf(text, sizeof text, "%lld", (long long)max_length);
   score_entries(acc, model, &held_text, text);
 

@@ -778,6 +778,42 @@ struct TrackerHolder {
 
 }  // namespace detail
 
+/** How Accelerator::log_message writes (Accelerate's main_process_only and in_order; accel.h,
+ *  "Logging"). in_order, with main_process_only false, makes the call a collective. */
+struct LogOptions {
+  bool main_process_only = true;
+  bool in_order = false;
+};
+
+/** Where the accelerator's messages go: level, the writing rank, the flags, the message. An
+ *  exception it throws fails the log call with ACCEL_ERR_CALLBACK and its message. */
+using LogSink = std::function<void(accel_log_level level, int32_t rank, accel_log_flags flags,
+                                   const std::string& message)>;
+
+namespace detail {
+
+// What the C sink reaches: the program's function and the message of the last exception it threw.
+struct LogSinkHolder {
+  LogSink sink;
+  std::string error;
+  static int32_t call(accel_log_level level, int32_t rank, accel_log_flags flags,
+                      const char* message, void* self) noexcept {
+    auto* h = static_cast<LogSinkHolder*>(self);
+    try {
+      h->sink(level, rank, flags, message);
+      return 0;
+    } catch (const std::exception& e) {
+      h->error = e.what();
+    } catch (...) {
+      h->error = "an exception that is not a std::exception";
+    }
+    return -1;
+  }
+  static void release(void* self) { delete static_cast<LogSinkHolder*>(self); }
+};
+
+}  // namespace detail
+
 class Accelerator {
  public:
   /** From the environment and the launcher (accel_init with no configuration). */
@@ -916,6 +952,46 @@ class Accelerator {
     trackers_.push_back(holder.release());  // the library owns it now (release)
   }
 
+  /** Accelerate's logger.log(level, message, main_process_only=..., in_order=...): messages
+   *  below log_level() are dropped; they go to standard error or the sink set. */
+  void log_message(accel_log_level level, const std::string& message, LogOptions options = {}) {
+    accel_log_flags flags = 0;
+    if (!options.main_process_only) flags |= ACCEL_LOG_ALL_PROCESSES;
+    if (options.in_order) flags |= ACCEL_LOG_IN_ORDER;
+    const accel_status status = accel_log_message(get(), level, flags, message.c_str());
+    if (status == ACCEL_ERR_CALLBACK && log_sink_ && !log_sink_->error.empty())
+      throw Error(status,
+                  accel_last_error_message() + (": " + std::exchange(log_sink_->error, {})));
+    detail::check(status);
+  }
+  void debug(const std::string& message, LogOptions o = {}) {
+    log_message(ACCEL_LOG_DEBUG, message, o);
+  }
+  void info(const std::string& message, LogOptions o = {}) {
+    log_message(ACCEL_LOG_INFO, message, o);
+  }
+  void warning(const std::string& message, LogOptions o = {}) {
+    log_message(ACCEL_LOG_WARNING, message, o);
+  }
+  void error(const std::string& message, LogOptions o = {}) {
+    log_message(ACCEL_LOG_ERROR, message, o);
+  }
+  void critical(const std::string& message, LogOptions o = {}) {
+    log_message(ACCEL_LOG_CRITICAL, message, o);
+  }
+  accel_log_level log_level() const {
+    return detail::query<accel_log_level>(accel_get_log_level, get());
+  }
+  void set_log_level(accel_log_level level) { detail::check(accel_set_log_level(get(), level)); }
+  /** Sends messages to `sink` (an empty function: standard error again). */
+  void set_log_sink(LogSink sink) {
+    std::unique_ptr<detail::LogSinkHolder> holder;
+    if (sink) holder.reset(new detail::LogSinkHolder{std::move(sink), {}});
+    detail::check(accel_set_log_sink(get(), holder ? detail::LogSinkHolder::call : nullptr,
+                                     holder.get(), detail::LogSinkHolder::release));
+    log_sink_ = holder.release();  // the library owns it now; the one replaced is released
+  }
+
   accel_accelerator* get() const { return h_.get(); }
 
  private:
@@ -940,6 +1016,7 @@ class Accelerator {
   }
   detail::Handle<accel_accelerator, accel_accelerator_free> h_;
   std::vector<detail::TrackerHolder*> trackers_;  // owned by the library until it releases them
+  detail::LogSinkHolder* log_sink_ = nullptr;     // the same
 };
 
 inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset)

@@ -21,7 +21,12 @@ std::string yaml_value(const Value& v) {
   if (v.is_text) return json_string(v.text);
   if (std::isnan(v.number)) return ".nan";
   if (std::isinf(v.number)) return v.number > 0 ? ".inf" : "-.inf";
-  return number_text(v.number);
+  // YAML 1.1 (PyYAML) reads "1e-05" as a string: an exponent needs a point, "1.0e-05", as
+  // PyYAML itself writes floats.
+  std::string text = number_text(v.number);
+  const size_t e = text.find('e');
+  if (e != std::string::npos && text.find('.') == std::string::npos) text.insert(e, ".0");
+  return text;
 }
 
 std::string markdown_cell(const std::string& s) {

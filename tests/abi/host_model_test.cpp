@@ -509,3 +509,34 @@ TEST(CppApi, TrackersValuesAndACustomTrackerWhoseExceptionIsReported) {
   for (std::string l; std::getline(jsonl, l);) ++lines;
   EXPECT_EQ(lines, 2);  // the file got step 2 as well
 }
+
+TEST(CppApi, LoggerLevelsOptionsAndASinkWhoseExceptionIsReported) {
+  accel::Accelerator acc;
+  EXPECT_EQ(acc.log_level(), ACCEL_LOG_INFO);
+  std::vector<std::string> seen;
+  acc.set_log_sink(
+      [&](accel_log_level level, int32_t rank, accel_log_flags flags, const std::string& message) {
+        if (message == "refuse") throw std::runtime_error("the log server is down");
+        seen.push_back(std::to_string(level) + " " + std::to_string(rank) + " " +
+                       std::to_string(flags) + " " + message);
+      });
+  acc.info("hello");
+  acc.debug("dropped");
+  acc.warning("every rank", {false, false});
+  acc.error("in order", {false, true});
+  acc.set_log_level(ACCEL_LOG_DEBUG);
+  acc.debug("kept");
+  EXPECT_EQ(seen, (std::vector<std::string>{"20 0 0 hello", "30 0 1 every rank", "40 0 3 in order",
+                                            "10 0 0 kept"}));
+  try {
+    acc.critical("refuse");
+    ADD_FAILURE() << "the sink's exception was lost";
+  } catch (const accel::Error& e) {
+    EXPECT_EQ(e.status(), ACCEL_ERR_CALLBACK);
+    EXPECT_NE(std::string(e.what()).find("the log server is down"), std::string::npos) << e.what();
+  }
+  acc.set_log_sink(nullptr);
+  ::testing::internal::CaptureStderr();
+  acc.info("plain");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "INFO: plain\n");
+}

@@ -721,6 +721,41 @@ TEST(MultiProcess, AccelTestChecksTheConfiguredSetupAndNamesWhatFails) {
   EXPECT_TRUE(contains(failed.output, "accel test: failed")) << failed.output;
 }
 
+// Accelerate's logger on 3 ranks: a main-process-only message once, every rank's with its rank,
+// in-order rounds in rank order although later ranks arrive first, a debug message dropped; then
+// the level from ACCELERATE_LOG_LEVEL on every rank.
+TEST(MultiProcess, LoggerWritesOncePerJobEveryRankWithItsRankAndInRankOrder) {
+  const auto r = run(launch_program(3, LOG_PROGRAM, ""));
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto count = [&](const std::string& part) {
+    size_t n = 0;
+    for (size_t at = r.output.find(part); at != std::string::npos; at = r.output.find(part, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("INFO: once per job\n"), 1u) << r.output;
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_EQ(count("WARNING [rank " + std::to_string(rank) + "/3]: every rank\n"), 1u) << r.output;
+  for (int round = 0; round < 3; ++round) {
+    size_t last = 0;
+    for (int rank = 0; rank < 3; ++rank) {
+      const std::string line =
+          "INFO [rank " + std::to_string(rank) + "/3]: round " + std::to_string(round) + "\n";
+      const size_t at = r.output.find(line);
+      ASSERT_NE(at, std::string::npos) << line << r.output;
+      EXPECT_GE(at, last) << line << " before the rank ahead of it\n" << r.output;
+      last = at;
+    }
+  }
+  EXPECT_EQ(count("hidden below info"), 0u) << r.output;
+
+  const auto quiet = run("ACCELERATE_LOG_LEVEL=error " + launch_program(3, LOG_PROGRAM, ""));
+  ASSERT_EQ(quiet.code, 0) << quiet.output;
+  EXPECT_FALSE(contains(quiet.output, "once per job")) << quiet.output;
+  EXPECT_FALSE(contains(quiet.output, "every rank")) << quiet.output;
+  EXPECT_FALSE(contains(quiet.output, "round")) << quiet.output;
+}
+
 // Accelerate's split_between_processes on 3 ranks, its quirks included (lists padded to n / P + 1
 // even when P divides n; a rank past the end takes the last item; tensors padded with the last
 // row), and a trigger raised by rank 2 from another thread while its main thread waits in a

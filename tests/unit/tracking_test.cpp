@@ -186,6 +186,16 @@ TEST(FileTrackers, EachLeavesItsFilesAndAppendsEveryLogAtOnce) {
   EXPECT_NE(slurp(dir + "/metrics.jsonl").find("{\"step\": 3,"), std::string::npos);
 }
 
+// PyYAML reads "1e-05" as a string: hparams.yml writes exponents with a point, as PyYAML does.
+TEST(FileTrackers, HparamsYamlKeepsNumbersWithExponentsFloats) {
+  const std::string dir = fresh_dir("trackers_yaml") + "/project";
+  auto trackers = make_file_trackers("tensorboard", dir);
+  trackers.at(0)->start("project", {number("wd", 1e-05), number("big", 1e20), number("count", 3),
+                                    number("eps", 2.5e-08)});
+  trackers.at(0)->finish();
+  EXPECT_EQ(slurp(dir + "/hparams.yml"), "wd: 1.0e-05\nbig: 1.0e+20\ncount: 3\neps: 2.5e-08\n");
+}
+
 TEST(FileTrackers, AnUnwritableDirectoryIsAnIoErrorAtStart) {
   for (const char* log_with : {"tensorboard", "jsonl", "csv"}) {
     auto trackers = make_file_trackers(log_with, "/dev/null/runs/project");
