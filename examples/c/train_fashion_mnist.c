@@ -11,6 +11,8 @@
  * warmup/decay schedule; evaluation on the 10k test images with gather_for_metrics. Every 10 steps
  * it logs loss, lr and samples/s, and at the end the test accuracy, to the trackers the
  * configuration names (ACCEL_LOG_WITH=all ACCEL_LOGGING_DIR=runs: runs/train_fashion_mnist/).
+ * Progress lines go through the accelerator's logger (ACCELERATE_LOG_LEVEL=warning silences
+ * them); the test accuracy is printed.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,6 +17,9 @@
  * held-out perplexity (exp of the mean cross entropy per byte over every process's bytes), then
  * every held-out entry scored once, split between the processes with split_between_processes,
  * read by an unsharded dataloader, gathered, and the least and most surprising entries printed.
+ * Every 10 steps it logs loss, lr, samples/s and bytes/s, and at the end the held-out perplexity,
+ * to the trackers the configuration names (ACCEL_LOG_WITH=all ACCEL_LOGGING_DIR=runs); progress
+ * lines go through the accelerator's logger.
  */
 #include <dirent.h>
 #include <math.h>

@@ -9,7 +9,10 @@
 //            --workers W (1)
 //
 // The same run as examples/c/train_fashion_mnist.c (AdamW, linear warmup/decay, evaluation with
-// gather_for_metrics), with the model written in C++ instead of TorchScript.
+// gather_for_metrics), with the model written in C++ instead of TorchScript. Progress goes through
+// the accelerator's logger (ACCELERATE_LOG_LEVEL=warning silences it); loss, lr, samples/s and the
+// test accuracy go to the trackers the configuration names (ACCEL_LOG_WITH=all
+// ACCEL_LOGGING_DIR=runs: runs/train_fashion_mnist_cpp/).
 #define ACCEL_WITH_TORCH
 #include <accel/accel.hpp>
 
@@ -99,8 +102,8 @@ std::string format(const char* fmt, ...) {
 }
 
 // Evaluation: each test sample counted once over all processes.
-void evaluate(accel::Accelerator& acc, accel::Model& model, Net& net, accel::DataLoader& test,
-              double elapsed) {
+double evaluate(accel::Accelerator& acc, accel::Model& model, Net& net, accel::DataLoader& test,
+                double elapsed) {
   model.eval();
   net.eval();
   torch::NoGradGuard no_grad;
@@ -115,9 +118,10 @@ void evaluate(accel::Accelerator& acc, accel::Model& model, Net& net, accel::Dat
     correct += all.sum().item<int64_t>();
     seen += all.numel();
   }
-  acc.print(format("test accuracy %.4f (%lld of %lld) after %.1fs of training",
-                   static_cast<double>(correct) / static_cast<double>(seen),
+  const double accuracy = static_cast<double>(correct) / static_cast<double>(seen);
+  acc.print(format("test accuracy %.4f (%lld of %lld) after %.1fs of training", accuracy,
                    static_cast<long long>(correct), static_cast<long long>(seen), elapsed));
+  return accuracy;
 }
 
 int run(const Options& o) {
@@ -151,9 +155,15 @@ int run(const Options& o) {
   sched.set("warmup_steps", std::to_string(schedule_steps / 10))
       .set("total_steps", std::to_string(schedule_steps));
   acc.prepare(model, opt, sched, train, test);
-  acc.print(format("%d process(es), %lld parameters, %lld steps of %d per process%s", world,
-                   static_cast<long long>(model.parameter_element_count()),
-                   static_cast<long long>(total_steps), o.batch, o.bf16 ? ", bf16" : ""));
+  acc.info(format("%d process(es), %lld parameters, %lld steps of %d per process%s", world,
+                  static_cast<long long>(model.parameter_element_count()),
+                  static_cast<long long>(total_steps), o.batch, o.bf16 ? ", bf16" : ""));
+  // The run's trackers: none unless the configuration names them (ACCEL_LOG_WITH=tensorboard).
+  const accel::Values hparams{{"lr", o.lr},
+                              {"batch_size", static_cast<double>(o.batch)},
+                              {"processes", static_cast<double>(world)},
+                              {"gradient_accumulation_steps", static_cast<double>(o.accum)}};
+  acc.init_trackers("train_fashion_mnist_cpp", &hparams);
 
   const auto start = std::chrono::steady_clock::now();
   double loss_avg = 0, waited = 0;
@@ -181,10 +191,14 @@ int run(const Options& o) {
       const double value = loss.item<double>();
       loss_avg = step == 0 ? value : 0.98 * loss_avg + 0.02 * value;
       ++step;
+      if (step % 10 == 0 || step == total_steps) {
+        const double rate = static_cast<double>(step) * o.batch * world / seconds_since(start);
+        acc.log({{"loss", loss_avg}, {"lr", sched.lr()}, {"samples_per_s", rate}}, step);
+      }
       if (step % 100 == 0 || step == total_steps) {
         const double elapsed = seconds_since(start);
         const double rate = static_cast<double>(step) * o.batch * world / elapsed;
-        acc.print(
+        acc.info(
             format("epoch %d step %lld/%lld loss %.4f %.0f samples/s ETA %.0fs data wait %.2f%%",
                    epoch + 1, static_cast<long long>(step), static_cast<long long>(total_steps),
                    loss_avg, rate, static_cast<double>(total_steps - step) * o.batch * world / rate,
@@ -193,7 +207,9 @@ int run(const Options& o) {
       if (step >= total_steps) break;
     }
   }
-  evaluate(acc, model, net, test, seconds_since(start));
+  const double accuracy = evaluate(acc, model, net, test, seconds_since(start));
+  acc.log({{"accuracy", accuracy}}, step);
+  acc.end_training();
   acc.wait_for_everyone();
   return 0;
 }
