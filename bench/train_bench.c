@@ -9,6 +9,10 @@
  * launcher. bench/train_ref.py is the same program in PyTorch.
  *
  *   accel launch -n 2 train_bench --model mlp --steps 300 --warmup 30 --threads 1
+ *
+ * With --log-every-step each step also reads its loss and logs loss, lr and samples/s to the
+ * trackers the configuration names (bench/tracking_overhead.sh sets ACCEL_LOG_WITH=all) and one
+ * debug message through the logger (below the default level: the cost of a dropped message).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,11 +103,28 @@ static accel_model* build_model(const char* name) {
   return model;
 }
 
+/* What a training loop that logs every step does: reads the loss, logs it with the learning rate
+ * and the throughput, and sends a debug message the default level drops. */
+static void log_step(accel_accelerator* acc, accel_optimizer* opt, accel_tensor* loss, int64_t step,
+                     double samples_per_s) {
+  accel_values* values = NULL;
+  double number = 0;
+  CHECK(accel_values_new(&values));
+  CHECK(accel_tensor_item_f64(loss, &number));
+  CHECK(accel_values_set_number(values, "loss", number));
+  CHECK(accel_optimizer_lr(opt, &number));
+  CHECK(accel_values_set_number(values, "lr", number));
+  CHECK(accel_values_set_number(values, "samples_per_s", samples_per_s));
+  CHECK(accel_log(acc, values, step));
+  CHECK(accel_log_message(acc, ACCEL_LOG_DEBUG, 0, "step logged"));
+  accel_values_free(values);
+}
+
 int main(int argc, char** argv) {
   const double main_wall = wall();
   const char* model_name = "mlp";
   const char* data = "/usr/share/datasets/fashion-mnist";
-  int steps = 300, warmup = 30, threads = 1, batch = 64, i;
+  int steps = 300, warmup = 30, threads = 1, batch = 64, log_every_step = 0, i;
   int32_t world = 1, rank = 0;
   char text[64], blas[512], images[512], labels[512];
   const char* paths[2];
@@ -130,6 +151,8 @@ int main(int argc, char** argv) {
       batch = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--data") && i + 1 < argc)
       data = argv[++i];
+    else if (!strcmp(argv[i], "--log-every-step"))
+      log_every_step = 1;
     else {
       fprintf(stderr, "unknown argument %s (see the comment at the top of %s)\n", argv[i],
               __FILE__);
@@ -172,6 +195,7 @@ int main(int argc, char** argv) {
     CHECK(accel_prepare(acc, objects, 3));
   }
   CHECK(accel_model_train(model, true));
+  if (log_every_step) CHECK(accel_init_trackers(acc, "train_bench", NULL));
   data_wall = wall();
 
   for (i = 0; i < warmup + steps;) {
@@ -184,6 +208,8 @@ int main(int argc, char** argv) {
     CHECK(accel_backward(acc, loss));
     CHECK(accel_optimizer_step(opt));
     CHECK(accel_optimizer_zero_grad(opt));
+    if (log_every_step)
+      log_step(acc, opt, loss, i, start > 0 ? (double)i * batch / (mono() - start) : 0);
     accel_tensor_free(loss);
     accel_tensor_free(fields[0]);
     accel_tensor_free(fields[1]);
@@ -192,6 +218,7 @@ int main(int argc, char** argv) {
     if (i == warmup) start = mono();
   }
   elapsed = mono() - start;
+  if (log_every_step) CHECK(accel_end_training(acc));
   CHECK(accel_wait_for_everyone(acc));
 
   getrusage(RUSAGE_SELF, &usage);
@@ -199,12 +226,13 @@ int main(int argc, char** argv) {
   resident_split(&anon_kb, &file_kb, &shmem_kb);
   printf(
       "BENCH {\"impl\":\"libaccel\",\"model\":\"%s\",\"rank\":%d,\"world\":%d,\"threads\":%d,"
-      "\"steps\":%d,\"batch\":%d,\"samples_per_s\":%.3f,\"main_wall\":%.6f,\"init_wall\":%.6f,"
+      "\"steps\":%d,\"batch\":%d,\"log_every_step\":%d,\"samples_per_s\":%.3f,\"main_wall\":%.6f,"
+      "\"init_wall\":%.6f,"
       "\"ready_wall\":%.6f,\"first_step_wall\":%.6f,\"peak_rss_kb\":%ld,\"rss_anon_kb\":%ld,"
       "\"rss_file_kb\":%ld,\"rss_shmem_kb\":%ld,\"blas\":\"%s\"}\n",
-      model_name, rank, world, threads, steps, batch, (double)steps * batch * world / elapsed,
-      main_wall, init_wall, data_wall, first_step_wall, usage.ru_maxrss, anon_kb, file_kb, shmem_kb,
-      blas);
+      model_name, rank, world, threads, steps, batch, log_every_step,
+      (double)steps * batch * world / elapsed, main_wall, init_wall, data_wall, first_step_wall,
+      usage.ru_maxrss, anon_kb, file_kb, shmem_kb, blas);
   fflush(stdout);
 
   accel_optimizer_free(opt);
