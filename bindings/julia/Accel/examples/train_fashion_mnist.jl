@@ -9,8 +9,13 @@
 #
 # The same program as examples/c/train_fashion_mnist.c, with the same model, data order, schedule
 # and output: AdamW with a linear warmup/decay schedule; evaluation on the 10k test images with
-# gather_for_metrics.
+# gather_for_metrics. Every 10 steps it logs loss, lr and samples/s, and at the end the test
+# accuracy, to the trackers the configuration names (ACCEL_LOG_WITH=all ACCEL_LOGGING_DIR=runs:
+# runs/train_fashion_mnist/). Progress lines go through the accelerator's logger to Julia's
+# logging, Info from the main process (ACCELERATE_LOG_LEVEL=warning silences them); the test
+# accuracy is printed on stdout.
 using Accel
+using Logging
 using Printf
 
 const SOURCE = """
@@ -101,8 +106,11 @@ function main(o)
     sched = Scheduler(opt, :linear; warmup_steps = total_steps * world ÷ o["accum"] ÷ 10,
                       total_steps = total_steps * world ÷ o["accum"])
     prepare(acc, model, opt, sched, train, test)
-    println(acc, "$world process(es), $params parameters, $total_steps steps of $batch per process",
-            o["bf16"] ? ", bf16" : "")
+    log_message(acc, Logging.Info, string("$world process(es), $params parameters, $total_steps ",
+                                          "steps of $batch per process", o["bf16"] ? ", bf16" : ""))
+    init_trackers(acc, "train_fashion_mnist";
+                  config = (lr = o["lr"], batch_size = batch, processes = world,
+                            gradient_accumulation_steps = o["accum"]))
 
     start = time()
     step, loss_avg, waited = 0, 0.0, 0.0
@@ -117,12 +125,18 @@ function main(o)
             value = train_step(acc, model, opt, sched, images, labels)
             loss_avg = step == 0 ? value : 0.98 * loss_avg + 0.02 * value
             step += 1
+            if step % 10 == 0 || step == total_steps
+                samples_per_s = step * batch * world / (time() - start)
+                log_values(acc, (loss = loss_avg, lr = lr(sched), samples_per_s = samples_per_s);
+                           step = step)
+            end
             if step % 100 == 0 || step == total_steps
                 elapsed = time() - start
                 rate = step * batch * world / elapsed
-                println(acc, @sprintf("epoch %d step %d/%d loss %.4f %.0f samples/s ETA %.0fs data wait %.2f%%",
-                                      epoch, step, total_steps, loss_avg, rate,
-                                      (total_steps - step) * batch * world / rate, 100 * waited / elapsed))
+                log_message(acc, Logging.Info,
+                            @sprintf("epoch %d step %d/%d loss %.4f %.0f samples/s ETA %.0fs data wait %.2f%%",
+                                     epoch, step, total_steps, loss_avg, rate,
+                                     (total_steps - step) * batch * world / rate, 100 * waited / elapsed))
             end
             step == total_steps && break
             asked = time()
@@ -142,6 +156,8 @@ function main(o)
     end
     println(acc, @sprintf("test accuracy %.4f (%d of %d) after %.1fs of training",
                           correct / seen, correct, seen, time() - start))
+    log_values(acc, (accuracy = correct / seen,); step = step)
+    end_training(acc)
     wait_for_everyone(acc)
     foreach(close, (sched, opt, model, train, test, train_set, test_set, acc))
 end

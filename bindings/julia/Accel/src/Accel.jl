@@ -49,6 +49,15 @@ logarithm).
 `NamedTuple` or pairs keep their order in the files, a `Dict` its hash order. Trackers of the
 program's own are `AbstractTracker` subtypes added with `add_tracker!`.
 
+**Logging.** libaccel's messages go to Julia's logging (`Logging.current_logger()` of the task
+that logs), with the level mapped (the library's INFO is `Logging.Info`, CRITICAL
+`LogLevel(2001)`) and the rank and number of processes as the fields `rank` and `processes`:
+`log_message(acc, Logging.Info, "text")` from the main process only, `main_process_only =
+false` from every process, and `in_order = true` besides in rank order (a collective). The
+accelerator's own level (`log_level`, `set_log_level!`; the configuration key `log_level`,
+ACCELERATE_LOG_LEVEL, default info) drops a message on every rank before the logger's level is
+asked. `set_log_sink!` sends the messages elsewhere.
+
 **Closing.** Every handle has `close` and a do-block form (`Tensor(A) do t ... end`); so do model
 calls (`model(x) do y ... end`) and the collectives of a tensor. A batch of a `for` loop over a
 `DataLoader` is closed when the loop moves on. A finalizer frees what was not closed, but the
@@ -58,6 +67,8 @@ module Accel
 
 using Libdl
 import Serialization
+import Logging
+using Logging: LogLevel, AbstractLogger, @logmsg, with_logger
 
 const PACKAGE_VERSION = v"0.2.0"
 
@@ -77,7 +88,8 @@ export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
        Optimizer, Scheduler, step!, zero_grad!, lr, set_lr!, step_was_skipped,
        prepare, accumulate_gradients!, sync_gradients, backward, clip_grad_norm!, clip_grad_value!,
        save_model, load_checkpoint_in_model, save_state, load_state, register_for_checkpointing,
-       init_trackers, log_values, end_training, AbstractTracker, add_tracker!, TrackedValues
+       init_trackers, log_values, end_training, AbstractTracker, add_tracker!, TrackedValues,
+       log_message, log_level, set_log_level!, set_log_sink!
 
 include("generated.jl")   # SYMBOLS and Status, from accel.h by tools/gen_raw.py
 include("library.jl")
@@ -95,6 +107,7 @@ include("accelerator.jl")
 include("collectives.jl")
 include("checkpoint.jl")
 include("trackers.jl")
+include("logging.jl")
 
 function __init__()
     load_library()
@@ -109,6 +122,8 @@ function __init__()
                                             (Ptr{UInt8}, Ptr{Cvoid}, Ptr{Cvoid}))
     TRACKER_LOG_TRAMPOLINE[] = @cfunction(tracker_log_trampoline, Int32, (Ptr{Cvoid}, Int64, Ptr{Cvoid}))
     TRACKER_FINISH_TRAMPOLINE[] = @cfunction(tracker_finish_trampoline, Int32, (Ptr{Cvoid},))
+    LOG_SINK_TRAMPOLINE[] = @cfunction(log_sink_trampoline, Int32,
+                                       (Int32, Int32, UInt32, Ptr{UInt8}, Ptr{Cvoid}))
 end
 
 end # module

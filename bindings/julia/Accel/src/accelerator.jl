@@ -17,6 +17,17 @@ mutable struct TrackerSet
 end
 TrackerSet() = TrackerSet(Any[], Any[], nothing, ReentrantLock())
 
+# Where the accelerator's messages go (logging.jl), passed to the library as the log sink's
+# user_data; one per accelerator, rooted by it, the same object for its whole life.
+mutable struct LogSinkState
+    sink::Any                    # nothing (the calling task's logger), a logger or a function
+    processes::Int               # num_processes, for the messages' field
+    failure::Any                 # (exception, backtrace) of the sink that failed in this call
+    calling::Union{Nothing,Task} # the task running the sink, if any
+    lock::ReentrantLock          # one call that may run the sink at a time
+end
+LogSinkState() = LogSinkState(nothing, 1, nothing, nothing, ReentrantLock())
+
 # A tracker added with add_tracker!, passed to the library as user_data; rooted by the Accelerator.
 mutable struct Tracked         # mutable: pointer_from_objref
     tracker::Any
@@ -41,16 +52,29 @@ launcher, RANK and Accelerate share: they count from 0, see `Accel`), `is_main_p
 
 Trackers (configuration keys `log_with`, `logging_dir`): `init_trackers`, `log_values`,
 `end_training`, and the program's own with `add_tracker!`.
+
+Logging (configuration key `log_level`): `log_message`, `log_level`, `set_log_level!`,
+`set_log_sink!`. The accelerator's messages go to Julia's logging from the start.
 """
 mutable struct Accelerator <: Handle
     ptr::Ptr{Cvoid}
     checkpointed::Vector{Checkpointed}
     trackers::TrackerSet
-    Accelerator(pointer::Ptr{Cvoid}) = own(new(pointer, Checkpointed[], TrackerSet()))
+    logging::LogSinkState
+    Accelerator(pointer::Ptr{Cvoid}) =
+        own(new(pointer, Checkpointed[], TrackerSet(), LogSinkState()))
 end
 
 function Accelerator(config::Union{Nothing,Config})
-    Accelerator(@out(Ptr{Cvoid}, accel_init(optional(config)::Ptr{Cvoid})))
+    acc = Accelerator(@out(Ptr{Cvoid}, accel_init(optional(config)::Ptr{Cvoid})))
+    try
+        acc.logging.processes = num_processes(acc)
+        install_log_sink(acc)   # Julia's logging, rather than the library's lines on stderr
+    catch
+        close(acc)
+        rethrow()
+    end
+    acc
 end
 
 function Accelerator(; settings...)

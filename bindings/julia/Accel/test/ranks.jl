@@ -3,10 +3,12 @@
 #                                                  every parameter is equal on every rank; then, on
 #                                                  two ranks, join_uneven_inputs over 3 | 2 batches,
 #                                                  split_between_processes, the trigger and a
-#                                                  stream sharded both ways
+#                                                  stream sharded both ways, and the logger's
+#                                                  messages of one rank, every rank and in order
 #   julia --project=... test/ranks.jl equiv B OUT  20 SGD steps of global batch 64 as ranks x B;
 #                                                  the main rank writes the parameters to OUT
 using Accel
+using Logging
 include("helpers.jl")
 
 # Every parameter equal on every rank, bit for bit.
@@ -66,6 +68,7 @@ function rank_train()
         close(loader)
         world == 2 && split_and_trigger(acc)
         world == 2 && stream_shards(acc)
+        world == 2 && log_ranks(acc)
         wait_for_everyone(acc)
     end
 end
@@ -149,6 +152,48 @@ function stream_shards(acc)
     end
     close(ds)
     print("rank $rank: stream labels $expected, dispatched and not\n")
+    flush(stdout)
+end
+
+# The test's logger: one line per message on stdout, written in one call and flushed, so that
+# the ranks' lines reach the launcher's pipe in the order they were logged.
+struct LineLogger <: Logging.AbstractLogger end
+Logging.min_enabled_level(::LineLogger) = Logging.Debug
+Logging.shouldlog(::LineLogger, args...) = true
+Logging.catch_exceptions(::LineLogger) = false
+function Logging.handle_message(::LineLogger, level, message, _module, group, id, file, line;
+                                rank = -1, processes = -1, kwargs...)
+    print("log $level rank $rank/$processes: $message\n")
+    flush(stdout)
+end
+
+# Two ranks: a message of the main process once, one of every process once per rank, messages in
+# order alternating rank 0, rank 1 (runtests.jl reads the lines); a debug message dropped on every
+# rank; a sink that fails on rank 1 inside the in-order collective fails there alone, and no rank
+# is left waiting.
+function log_ranks(acc)
+    rank = process_index(acc)
+    with_logger(LineLogger()) do
+        log_message(acc, Logging.Info, "once, from the main process")
+        log_message(acc, Logging.Debug, "below the level"; main_process_only = false)
+        log_message(acc, Logging.Warn, "from every rank"; main_process_only = false)
+        for turn in 1:3
+            log_message(acc, Logging.Info, "in order, turn $turn"; main_process_only = false,
+                        in_order = true)
+        end
+    end
+    set_log_sink!(acc, (level, message, r) -> r == 1 && error("rank 1's sink fails"))
+    failed = try
+        log_message(acc, Logging.Info, "fails on rank 1"; main_process_only = false,
+                    in_order = true)
+        false
+    catch e
+        e isa AccelError && e.status == Accel.ERR_CALLBACK || rethrow()
+        true
+    end
+    set_log_sink!(acc)
+    failed == (rank == 1) || error("rank $rank: the in-order sink failure reported: $failed")
+    print("rank $rank: logged, a failing sink reported on rank 1 alone\n")
     flush(stdout)
 end
 
