@@ -32,6 +32,11 @@
 // every tensor added to it (s.Tensor(acc.Gather(x))), TakeFloat64 and TakeSlice read a result
 // and close it, and DataLoader.All closes each batch after the loop body.
 //
+// Logging: the accelerator's messages (Accelerate's get_logger: acc.Info(msg) from the main
+// process, acc.Info(msg, accel.AllProcesses()) from every one, accel.InOrder() in rank order) go
+// to log/slog, slog.Default() unless SetLogger says otherwise, with the attribute "rank"; the
+// configuration's log_level (ACCELERATE_LOG_LEVEL) or SetLogLevel drops those below it.
+//
 // Tensors cross by copy, row-major. Every method may be called from any goroutine; calls on one
 // training family (an accelerator and what it prepared) run one after the other.
 //

@@ -85,6 +85,13 @@ type Accelerator struct {
 	trackerSlot   *failureSlot
 	trackerMu     sync.Mutex
 	trackerThread atomic.Uintptr
+	// The logger (logging.go): the sink's state (its slog.Logger), and as for the trackers the
+	// sink's failures and the lock and the caller's OS thread that make each failure its own
+	// call's.
+	log       *logState
+	logSlot   *failureSlot
+	logMu     sync.Mutex
+	logThread atomic.Uintptr
 }
 
 func (a *Accelerator) ref() *handle[*C.accel_accelerator] {
@@ -122,9 +129,14 @@ func New(cfg *Config) (*Accelerator, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Accelerator{slot: &failureSlot{}, trackerSlot: &failureSlot{}}
+	a := &Accelerator{slot: &failureSlot{}, trackerSlot: &failureSlot{}, logSlot: &failureSlot{}}
 	a.h = newHandle(a, out)
 	if err := a.readPlace(out); err != nil {
+		a.Close()
+		return nil, err
+	}
+	// The accelerator's messages go to log/slog (logging.go), not to standard error.
+	if err := a.installLogSink(out); err != nil {
 		a.Close()
 		return nil, err
 	}

@@ -14,11 +14,11 @@ import (
 )
 
 // A Go function the library calls (a dataset's sample function, a checkpointed object's
-// methods, a tracker's) runs in an exported trampoline below. Its error or panic never reaches
-// C: it is stored in the failureSlot shared with the Go objects that make the library call (not
-// per-thread: sample functions run on the dataloader's worker threads), the trampoline returns
-// nonzero, the library call fails with ErrCallback, and the wrapper attaches the stored error
-// as the *Error's Cause.
+// methods, a tracker's, the log sink's slog.Handler) runs in an exported trampoline below. Its
+// error or panic never reaches C: it is stored in the failureSlot shared with the Go objects that
+// make the library call (not per-thread: sample functions run on the dataloader's worker
+// threads), the trampoline returns nonzero, the library call fails with ErrCallback, and the
+// wrapper attaches the stored error as the *Error's Cause.
 
 // failureSlot holds the first failure of a callback since it was last taken.
 type failureSlot struct {
@@ -229,6 +229,12 @@ func goaccelTrackerLog(values *C.accel_values, step C.int64_t, userData unsafe.P
 func goaccelTrackerFinish(userData unsafe.Pointer) C.int32_t {
 	state := boxValue(userData).(*trackerState)
 	return state.slot.run(state.tracker.Finish)
+}
+
+//export goaccelLogSink
+func goaccelLogSink(level C.accel_log_level, rank C.int32_t, flags C.accel_log_flags, message *C.char, userData unsafe.Pointer) C.int32_t {
+	state := boxValue(userData).(*logState)
+	return state.slot.run(func() error { return state.write(level, rank, flags, message) })
 }
 
 // StateWriter receives a checkpointed object's bytes during SaveState. It is valid only inside

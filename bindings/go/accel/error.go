@@ -42,8 +42,9 @@ const (
 	ErrState Status = C.ACCEL_ERR_STATE
 	// ErrBufferTooSmall: an output buffer was too small (the package retries by itself).
 	ErrBufferTooSmall Status = C.ACCEL_ERR_BUFFER_TOO_SMALL
-	// ErrCallback: a Go function called by the library (a dataset's, a checkpointed object's or
-	// a tracker's) returned an error or panicked; the *Error's Cause holds what it returned.
+	// ErrCallback: a Go function called by the library (a dataset's, a checkpointed object's, a
+	// tracker's or the logger's slog.Handler) returned an error or panicked; the *Error's Cause
+	// holds what it returned.
 	ErrCallback Status = C.ACCEL_ERR_CALLBACK
 	// ErrOutOfMemory: memory could not be allocated.
 	ErrOutOfMemory Status = C.ACCEL_ERR_OUT_OF_MEMORY
@@ -66,8 +67,9 @@ func (s Status) Error() string { return s.String() }
 type Error struct {
 	Status  Status
 	Message string
-	// Cause is the error a dataset function, a checkpointed object or a tracker returned (a
-	// *PanicError when it panicked); nil for failures inside the library.
+	// Cause is the error a dataset function, a checkpointed object, a tracker or the logger's
+	// slog.Handler returned (a *PanicError when it panicked); nil for failures inside the
+	// library.
 	Cause error
 }
 
@@ -90,8 +92,8 @@ func (e *Error) Is(target error) bool {
 func (e *Error) Unwrap() error { return e.Cause }
 
 // PanicError is a panic inside a Go function the library called (a dataset function on a worker
-// thread, a checkpoint or tracker callback), recovered there and returned as the Cause of an
-// ErrCallback.
+// thread, a checkpoint or tracker callback, a slog.Handler), recovered there and returned as the
+// Cause of an ErrCallback.
 type PanicError struct {
 	Value any    // what was passed to panic
 	Stack []byte // the goroutine's stack where it panicked

@@ -7,15 +7,18 @@ package accel_test
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/libaccel/libaccel/bindings/go/accel"
 )
@@ -106,7 +109,9 @@ func TestTrainingExampleOnTwoRanks(t *testing.T) {
 	}
 }
 
-// The C and the Go example, one process: the same losses and the same test result.
+// The C and the Go example, one process: the same losses and the same test result. Both log
+// their setup and progress lines: the C example to standard error ("INFO: "), the Go example
+// through slog.Default() ("<date> <time> INFO ", then " rank=0").
 func TestTrainingExampleMatchesTheCExample(t *testing.T) {
 	dir := os.Getenv("ACCEL_C_EXAMPLES_DIR")
 	if dir == "" {
@@ -116,10 +121,17 @@ func TestTrainingExampleMatchesTheCExample(t *testing.T) {
 	args := []string{"--max-steps", "200", "--workers", "0"}
 	fromC := run(t, exec.Command(filepath.Join(dir, "train_fashion_mnist"), args...))
 	fromGo := run(t, exec.Command(goExample, args...))
+	slogged := regexp.MustCompile(`^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d INFO (.*) rank=0$`)
 	// Everything but the timings: what precedes " samples/s" and " after ", and the loss value.
-	keep := func(out string) []string {
-		var lines []string
+	keep := func(out string) (lines []string, logged int) {
 		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if m := slogged.FindStringSubmatch(l); m != nil {
+				l = m[1]
+				logged++
+			} else if rest, found := strings.CutPrefix(l, "INFO: "); found {
+				l = rest
+				logged++
+			}
 			l, _, _ = strings.Cut(l, " samples/s")
 			l, _, _ = strings.Cut(l, " after ")
 			if head, tail, found := strings.Cut(l, " loss "); found {
@@ -127,17 +139,41 @@ func TestTrainingExampleMatchesTheCExample(t *testing.T) {
 			}
 			lines = append(lines, l)
 		}
-		return lines
+		return lines, logged
 	}
-	if a, b := keep(fromC), keep(fromGo); !slices.Equal(a, b) || len(a) != 4 {
+	a, loggedC := keep(fromC)
+	b, loggedGo := keep(fromGo)
+	if !slices.Equal(a, b) || len(a) != 4 || loggedC != 3 || loggedGo != 3 {
 		t.Fatalf("C:\n%s\nGo:\n%s", fromC, fromGo)
 	}
 }
 
-// The two ranks also split work between them, stop on a trigger one of them raised, and share a
-// stream (in this launch rather than one of their own: every launch costs a rendezvous).
+// The two ranks also split work between them, stop on a trigger one of them raised, share a
+// stream and log through slog (in this launch rather than one of their own: every launch costs a
+// rendezvous).
 func TestTwoRanksTrainAndAgree(t *testing.T) {
 	out := run(t, self(t, 2, "train"))
+	// The logger (rankLogs): a main-process message once, every rank's once with its rank, the
+	// in-order rounds in rank order although rank 1 comes first, the debug message dropped.
+	count := func(line string) int { return strings.Count(out, line+"\n") }
+	if n := count(`level=INFO msg="once per job" rank=0`); n != 1 || strings.Count(out, "once per job") != 1 {
+		t.Fatalf("the main process's message written %d times:\n%s", n, out)
+	}
+	for rank := range 2 {
+		if n := count(fmt.Sprintf(`level=WARN msg="every rank" rank=%d processes=2`, rank)); n != 1 {
+			t.Fatalf("rank %d's message written %d times:\n%s", rank, n, out)
+		}
+	}
+	for round := range 3 {
+		first := strings.Index(out, fmt.Sprintf(`msg="round %d" rank=0 processes=2`, round))
+		second := strings.Index(out, fmt.Sprintf(`msg="round %d" rank=1 processes=2`, round))
+		if first < 0 || second < first {
+			t.Fatalf("round %d is not in rank order:\n%s", round, out)
+		}
+	}
+	if strings.Contains(out, "hidden below info") {
+		t.Fatalf("a debug message passed the info level:\n%s", out)
+	}
 	expectLine(t, out, "rank 0: the loss fell, parameters equal on every rank")
 	expectLine(t, out, "rank 1: the loss fell, parameters equal on every rank")
 	expectLine(t, out, "rank 0: 3 steps in JoinUnevenInputs, parameters equal on every rank")
@@ -285,6 +321,9 @@ func rankTrain() error {
 	if err != nil {
 		return err
 	}
+	if err := rankLogs(acc, rank); err != nil {
+		return err
+	}
 	if err := acc.SetSeed(5, false); err != nil {
 		return err
 	}
@@ -357,6 +396,37 @@ func rankTrain() error {
 		}
 	}
 	return acc.WaitForEveryone()
+}
+
+// rankLogs logs, through a slog text handler on standard output, a main-process message, a
+// message of every rank, three rounds in rank order (the later rank made to come first, so that
+// only the order puts rank 0 first) and a debug message below the default level.
+func rankLogs(acc *accel.Accelerator, rank int) error {
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		Level: slog.LevelDebug, // the accelerator's info level alone drops the debug message
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	if err := acc.SetLogger(logger); err != nil {
+		return err
+	}
+	if err := acc.Info("once per job"); err != nil {
+		return err
+	}
+	if err := acc.Warn("every rank", accel.AllProcesses()); err != nil {
+		return err
+	}
+	for round := range 3 {
+		time.Sleep(time.Duration(1-rank) * 50 * time.Millisecond)
+		if err := acc.Info(fmt.Sprintf("round %d", round), accel.InOrder()); err != nil {
+			return err
+		}
+	}
+	return acc.Debug("hidden below info", accel.AllProcesses())
 }
 
 // joinUneven trains the role's model (its only prepared model, no buffers) under

@@ -48,6 +48,11 @@ accel_status goaccel_add_tracker(accel_accelerator* accelerator, const char* nam
                            (accel_release_fn)goaccelRelease);
 }
 
+accel_status goaccel_set_log_sink(accel_accelerator* accelerator, uintptr_t* box) {
+  return accel_set_log_sink(accelerator, (accel_log_sink_fn)goaccelLogSink, box,
+                            (accel_release_fn)goaccelRelease);
+}
+
 uintptr_t goaccel_thread_id(void) { return (uintptr_t)pthread_self(); }
 
 accel_tensor* goaccel_tensor_from_data(const uint8_t* data, size_t size, accel_dtype dtype,

@@ -32,6 +32,8 @@ accel_status goaccel_dataset_from_stream(size_t field_count, const accel_dtype* 
 accel_status goaccel_register_for_checkpointing(accel_accelerator* accelerator, uintptr_t* box);
 /* A custom tracker: goaccelTrackerStart, goaccelTrackerLog and goaccelTrackerFinish. */
 accel_status goaccel_add_tracker(accel_accelerator* accelerator, const char* name, uintptr_t* box);
+/* The accelerator's log sink: goaccelLogSink. */
+accel_status goaccel_set_log_sink(accel_accelerator* accelerator, uintptr_t* box);
 /* The calling OS thread, as a number (pthread_self): trackers.go tells a tracker callback's own
  * call into the trackers from another goroutine's with it. */
 uintptr_t goaccel_thread_id(void);

@@ -9,8 +9,12 @@
 // batches prefetched on one thread; 0: made when asked for). Double dashes work too.
 //
 // The same program as examples/c/train_fashion_mnist.c, with the same model, data order, schedule
-// and output: AdamW with a linear warmup/decay schedule; evaluation on the 10k test images with
-// GatherForMetrics.
+// and results: AdamW with a linear warmup/decay schedule; evaluation on the 10k test images with
+// GatherForMetrics. Every 10 steps it logs loss, lr and samples/s, and at the end the test
+// accuracy, to the trackers the configuration names (ACCEL_LOG_WITH=all ACCEL_LOGGING_DIR=runs:
+// runs/train_fashion_mnist/; none by default). Its setup and progress lines go through the
+// accelerator's logger to log/slog (slog.Default(): standard error), from the main process; the
+// result line is printed on standard output.
 package main
 
 import (
@@ -189,8 +193,13 @@ func run(o options) error {
 	if o.bf16 {
 		precision = ", bf16"
 	}
-	if err := acc.Printf("%d process(es), %d parameters, %d steps of %d per process%s",
-		world, params, totalSteps, o.batch, precision); err != nil {
+	if err := acc.Info(fmt.Sprintf("%d process(es), %d parameters, %d steps of %d per process%s",
+		world, params, totalSteps, o.batch, precision)); err != nil {
+		return err
+	}
+	hparams := new(accel.Values).SetNumber("lr", o.lr).SetNumber("batch_size", float64(o.batch)).
+		SetNumber("processes", float64(world)).SetNumber("gradient_accumulation_steps", float64(o.accum))
+	if err := acc.InitTrackers("train_fashion_mnist", hparams); err != nil {
 		return err
 	}
 
@@ -226,12 +235,24 @@ func run(o options) error {
 				lossAvg = 0.98*lossAvg + 0.02*value
 			}
 			step++
+			if step%10 == 0 || step == totalSteps {
+				lr, err := sched.LR()
+				if err != nil {
+					return err
+				}
+				rate := float64(step*o.batch*world) / time.Since(start).Seconds()
+				err = acc.Log(new(accel.Values).SetNumber("loss", lossAvg).SetNumber("lr", lr).
+					SetNumber("samples_per_s", rate), step)
+				if err != nil {
+					return err
+				}
+			}
 			if step%100 == 0 || step == totalSteps {
 				elapsed := time.Since(start).Seconds()
 				rate := float64(step*o.batch*world) / elapsed
-				err := acc.Printf("epoch %d step %d/%d loss %.4f %.0f samples/s ETA %.0fs data wait %.2f%%",
+				err := acc.Info(fmt.Sprintf("epoch %d step %d/%d loss %.4f %.0f samples/s ETA %.0fs data wait %.2f%%",
 					epoch+1, step, totalSteps, lossAvg, rate,
-					float64(totalSteps-step)*float64(o.batch*world)/rate, 100*waited.Seconds()/elapsed)
+					float64(totalSteps-step)*float64(o.batch*world)/rate, 100*waited.Seconds()/elapsed))
 				if err != nil {
 					return err
 				}
@@ -257,11 +278,15 @@ func run(o options) error {
 		}
 		seen += int64(len(hits))
 	}
+	accuracy := float64(correct) / float64(seen)
 	if err := acc.Printf("test accuracy %.4f (%d of %d) after %.1fs of training",
-		float64(correct)/float64(seen), correct, seen, time.Since(start).Seconds()); err != nil {
+		accuracy, correct, seen, time.Since(start).Seconds()); err != nil {
 		return err
 	}
-	return acc.WaitForEveryone()
+	return steps(
+		func() error { return acc.Log(new(accel.Values).SetNumber("accuracy", accuracy), step) },
+		acc.EndTraining,
+		acc.WaitForEveryone)
 }
 
 // trainStep is one micro-step; it returns the loss.
