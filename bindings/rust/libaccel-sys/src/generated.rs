@@ -274,9 +274,10 @@ pub type accel_tracker_finish_fn = Option<unsafe extern "C" fn(user_data: *mut c
 /// Receives a message that passed the level: its level (any number, usually an accel_log_level),
 /// the process index of the rank writing it, the flags it was logged with and the message (UTF-8,
 /// borrowed for the call). Runs on the thread that called accel_log_message, one call at a time per
-/// accelerator. It may call the accelerator's queries; a call of accel_log_message or
-/// accel_set_log_sink from inside it is ACCEL_ERR_STATE. A nonzero return makes accel_log_message
-/// return ACCEL_ERR_CALLBACK.
+/// accelerator. It may call the accelerator's queries and nothing else of its training family (in
+/// rank order it runs under the family's lock: a training call would wait forever); a call of
+/// accel_log_message or accel_set_log_sink from inside it is ACCEL_ERR_STATE. A nonzero return
+/// makes accel_log_message return ACCEL_ERR_CALLBACK.
 pub type accel_log_sink_fn = Option<
     unsafe extern "C" fn(
         level: accel_log_level,

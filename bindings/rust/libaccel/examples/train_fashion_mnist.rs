@@ -8,8 +8,12 @@
 //!
 //! The same program as examples/c/train_fashion_mnist.c, with the same model, data order,
 //! schedule and output: AdamW with a linear warmup/decay schedule; evaluation on the 10k test
-//! images with gather_for_metrics.
+//! images with gather_for_metrics. Progress lines go through the accelerator's logger at info
+//! level (to the `log` facade; examples/stderr_log writes them as the C program's), the test
+//! accuracy to standard output; the loss, learning rate and samples/s every 10 steps and the
+//! accuracy go to the trackers the configuration's `log_with` names (none by default).
 mod fashion;
+mod stderr_log;
 
 use std::process::ExitCode;
 
@@ -136,11 +140,12 @@ fn run(o: &Options) -> libaccel::Result<()> {
         .warmup_steps(total_steps * world / o.accum / 10);
     let mut sched = Scheduler::with(&opt, schedule)?;
     acc.prepare(&[&model, &opt, &sched, &train, &test])?;
-    acc.print(&format!(
+    acc.logger().info(format!(
         "{world} process(es), {params} parameters, {total_steps} steps of {} per process{}",
         o.batch,
         if o.bf16 { ", bf16" } else { "" }
     ))?;
+    fashion::init_trackers(&acc, "train_fashion_mnist", o.lr, o.batch, world, o.accum)?;
 
     let mut progress = fashion::Progress::new(o.batch * world, total_steps);
     let mut epoch = 0;
@@ -156,7 +161,7 @@ fn run(o: &Options) -> libaccel::Result<()> {
             opt.step()?;
             sched.step()?;
             opt.zero_grad()?;
-            progress.step_done(&acc, epoch, loss.item_f64()?)?;
+            progress.step_done(&acc, &sched, epoch, loss.item_f64()?)?;
             if progress.done() {
                 break;
             }
@@ -179,10 +184,12 @@ fn run(o: &Options) -> libaccel::Result<()> {
         correct as f64 / seen as f64,
         progress.elapsed()
     ))?;
+    progress.finish(&acc, correct as f64 / seen as f64)?;
     acc.wait_for_everyone()
 }
 
 fn main() -> ExitCode {
+    stderr_log::init();
     let options = match parse_args() {
         Ok(o) => o,
         Err(why) => {

@@ -9,8 +9,10 @@
 //!            --print-params (rank 0 prints every parameter at the end, for the tests)
 //!
 //! The same run as examples/c/train_fashion_mnist.c: AdamW, linear warmup/decay, evaluation with
-//! gather_for_metrics.
+//! gather_for_metrics, progress through the accelerator's logger, and the loss, learning rate,
+//! samples/s and accuracy to the trackers of `log_with`.
 mod fashion;
+mod stderr_log;
 
 use std::process::ExitCode;
 
@@ -104,10 +106,11 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
         schedules::Linear::new(total_steps * world).warmup_steps(total_steps * world / 10);
     let mut sched = Scheduler::with(&opt, schedule)?;
     acc.prepare(&[&model, &opt, &sched, &train, &test])?;
-    acc.print(&format!(
+    acc.logger().info(format!(
         "{world} process(es), {params} parameters, {total_steps} steps of {} per process",
         o.batch
     ))?;
+    fashion::init_trackers(&acc, "train_fashion_mnist_tch", o.lr, o.batch, world, 1)?;
 
     let mut progress = fashion::Progress::new(o.batch * world, total_steps);
     let mut epoch = 0;
@@ -126,7 +129,7 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
             opt.step()?;
             sched.step()?;
             opt.zero_grad()?;
-            progress.step_done(&acc, epoch, loss.double_value(&[]))?;
+            progress.step_done(&acc, &sched, epoch, loss.double_value(&[]))?;
             if progress.done() {
                 break;
             }
@@ -157,6 +160,7 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
         correct as f64 / seen as f64,
         progress.elapsed()
     ))?;
+    progress.finish(&acc, correct as f64 / seen as f64)?;
     if o.print_params && acc.is_main_process()? {
         let mut names: Vec<_> = vs.variables().into_iter().collect();
         names.sort_by(|a, b| a.0.cmp(&b.0));
@@ -171,6 +175,7 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
+    stderr_log::init();
     let options = match parse_args() {
         Ok(o) => o,
         Err(why) => {

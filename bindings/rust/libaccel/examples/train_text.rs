@@ -17,7 +17,12 @@
 //! real (unmasked) bytes. After training: the held-out perplexity (exp of the mean cross entropy
 //! per byte over every process's bytes), then every held-out entry scored once, split between the
 //! processes with `split_between_processes` and gathered, and the least and most surprising
-//! entries printed.
+//! entries printed. Progress lines go through the accelerator's logger at info level (the `log`
+//! facade; examples/stderr_log writes them as the C program's), the results to standard output;
+//! the loss, learning rate, samples/s and bytes/s every 10 steps and the held-out perplexity go to
+//! the trackers the configuration's `log_with` names (none by default).
+
+mod stderr_log;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -29,7 +34,7 @@ use libaccel::optimizers::AdamW;
 use libaccel::schedules::Cosine;
 use libaccel::{
     fields, Accelerator, BoxError, DataLoader, DataLoaderOptions, Dataset, Dtype, Field, Model,
-    Optimizer, Padding, Scheduler, Tensor,
+    Optimizer, Padding, Scheduler, Tensor, Values,
 };
 
 /// d_model 128, 4 heads of 32, MLP 512, 2 blocks, positions up to 512. The attention is causal,
@@ -407,7 +412,7 @@ fn run(o: &Options, train_text: Corpus, held_text: Corpus) -> libaccel::Result<(
     let schedule = Cosine::new(total_steps * world).warmup_steps(total_steps * world / 20);
     let mut sched = Scheduler::with(&opt, schedule)?;
     acc.prepare(&[&model, &opt, &sched, &train, &held])?;
-    acc.print(&format!(
+    acc.logger().info(format!(
         "train_text: {} train / {} held-out entries, {world} process(es), {params} parameters, \
          {total_steps} steps, batches {}",
         train_text.len(),
@@ -418,6 +423,13 @@ fn run(o: &Options, train_text: Corpus, held_text: Corpus) -> libaccel::Result<(
             "in random order"
         }
     ))?;
+    let config = Values::from_pairs([
+        ("lr", o.lr),
+        ("batch_size", o.batch as f64),
+        ("max_length", o.max_length as f64),
+        ("processes", world as f64),
+    ])?;
+    acc.init_trackers("train_text", Some(&config))?;
 
     let mut step = 0i64;
     let start = Instant::now();
@@ -437,16 +449,27 @@ fn run(o: &Options, train_text: Corpus, held_text: Corpus) -> libaccel::Result<(
             opt.step()?;
             sched.step()?;
             opt.zero_grad()?;
-            if step % 50 == 0 || step + 1 == total_steps {
-                let secs = start.elapsed().as_secs_f64();
-                acc.print(&format!(
-                    "step {step}/{total_steps}  loss {:.3}  lr {}  {:.0} bytes/s per process  \
-                     {:.0}% padding",
-                    loss.item_f64()?,
-                    c_exp(sched.lr()?),
-                    tokens / secs,
-                    100.0 * (1.0 - tokens / padded)
-                ))?;
+            if step % 10 == 0 || step + 1 == total_steps {
+                let (secs, value, lr) =
+                    (start.elapsed().as_secs_f64(), loss.item_f64()?, sched.lr()?);
+                let values = Values::new()?
+                    .number("loss", value)?
+                    .number("lr", lr)?
+                    .number(
+                        "samples_per_s",
+                        ((step + 1) * o.batch * world) as f64 / secs,
+                    )?
+                    .number("bytes_per_s", tokens * world as f64 / secs)?;
+                acc.log(&values, Some(step as u64))?;
+                if step % 50 == 0 || step + 1 == total_steps {
+                    acc.logger().info(format!(
+                        "step {step}/{total_steps}  loss {value:.3}  lr {}  {:.0} bytes/s per \
+                         process  {:.0}% padding",
+                        c_exp(lr),
+                        tokens / secs,
+                        100.0 * (1.0 - tokens / padded)
+                    ))?;
+                }
             }
             step += 1;
             if step == total_steps {
@@ -463,11 +486,18 @@ fn run(o: &Options, train_text: Corpus, held_text: Corpus) -> libaccel::Result<(
         tokens / secs,
         100.0 * (1.0 - tokens / padded)
     ))?;
+    // A language model's accuracy: its held-out perplexity.
+    acc.log(
+        &Values::new()?.number("perplexity", ppl)?,
+        Some(step as u64),
+    )?;
+    acc.end_training()?;
     score_entries(&acc, &model, &held_text, o.max_length)?;
     acc.wait_for_everyone()
 }
 
 fn main() -> ExitCode {
+    stderr_log::init();
     let options = match parse_args() {
         Ok(o) => o,
         Err(why) => {

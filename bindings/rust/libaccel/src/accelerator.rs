@@ -101,6 +101,8 @@ pub struct Accelerator {
     /// Where the added trackers' failures go, shared by all (the library owns the trackers and
     /// reports the first failure of a call).
     tracker_failure: Arc<FailureSlot>,
+    /// Where the log sink's failure goes (the library owns the sink).
+    log_failure: Arc<FailureSlot>,
 }
 
 // SAFETY: accel.h "Threads": the training family's calls are serialised by the library; the
@@ -168,7 +170,8 @@ impl std::io::Write for StateWriter<'_> {
 
 impl Accelerator {
     /// The accelerator of this process, configured by defaults, environment variables and the
-    /// file `ACCEL_CONFIG_FILE` names (which `accel launch` sets).
+    /// file `ACCEL_CONFIG_FILE` names (which `accel launch` sets). Its messages
+    /// ([`logger`](Accelerator::logger)) go to the `log` facade.
     pub fn new() -> Result<Accelerator> {
         Accelerator::init(std::ptr::null())
     }
@@ -182,11 +185,15 @@ impl Accelerator {
         ensure_supported_library()?;
         // SAFETY: `config` is NULL or a live handle; valid out pointer.
         let raw = make(|out| unsafe { sys::accel_init(config, out) })?;
-        Ok(Accelerator {
+        let acc = Accelerator {
             raw: NonNull::new(raw).expect("non-null"),
             checkpoint_failures: Mutex::new(Vec::new()),
             tracker_failure: Arc::new(FailureSlot::default()),
-        })
+            log_failure: Arc::new(FailureSlot::default()),
+        };
+        // The library's messages go to the program's logger (the `log` facade).
+        acc.log_to_facade()?;
+        Ok(acc)
     }
 
     /// The raw handle, for calls through `libaccel-sys`; still owned by `self`.
@@ -649,6 +656,11 @@ impl Accelerator {
     /// The slot every added tracker stores its failure in.
     pub(crate) fn tracker_failure(&self) -> &Arc<FailureSlot> {
         &self.tracker_failure
+    }
+
+    /// The slot the log sink stores its failure in.
+    pub(crate) fn log_failure(&self) -> &Arc<FailureSlot> {
+        &self.log_failure
     }
 
     pub(crate) fn keep_checkpoint_state(&self, state: Arc<CheckpointState>) {

@@ -86,6 +86,28 @@ impl FailureSlot {
         }
     }
 
+    /// As [`resolve`](FailureSlot::resolve), but a panic becomes the error's detail instead of
+    /// resuming (a log sink's: a log line must not take the program down).
+    pub(crate) fn resolve_caught(&self, error: Error) -> Error {
+        if error.status() != Status::Callback {
+            return error;
+        }
+        let taken = self.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match taken {
+            Some(Failure::Panic(payload)) => {
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".to_string());
+                error.with_detail(&format!("it panicked: {what}"))
+            }
+            Some(Failure::Error(cause)) => error.with_detail(&cause.to_string()).with_source(cause),
+            Some(Failure::Surfaced(own)) => own,
+            None => error,
+        }
+    }
+
     /// `result` with the slot emptied whatever the call returned, for calls that run every
     /// callback and report only the first failure (the trackers): a panic resumes; a closure's
     /// error resolves a `Callback` error as [`resolve`](FailureSlot::resolve) does, and is added

@@ -57,6 +57,13 @@
 //! process, and a [`Tracker`] of the program's own ([`Accelerator::add_tracker`]) gets the same
 //! calls.
 //!
+//! Logging as Accelerate's `get_logger`: [`Accelerator::logger`] writes on the main process only,
+//! [`Logger::all_processes`] on every process, [`Logger::in_order`] on every process in rank
+//! order; messages below [`Accelerator::log_level`] (the configuration's `log_level`,
+//! `ACCELERATE_LOG_LEVEL`) are dropped. They go to the [`log`] facade, target `"libaccel"`, with
+//! the rank as a key-value, so the program's logger and its filters apply
+//! ([`Accelerator::log_to_stderr`] and [`Accelerator::set_log_sink`] send them elsewhere).
+//!
 //! Every call returns [`Result`]; the [`Error`] carries the library's [`Status`] and message.
 //! Every handle type frees itself on drop, and may be dropped in any order (handles keep alive
 //! what they need). All types are `Send + Sync`, as the header's thread rules allow (but
@@ -72,6 +79,7 @@ mod data;
 mod error;
 mod ffi;
 pub mod layers;
+mod logging;
 mod model;
 mod optim;
 pub mod optimizers;
@@ -90,6 +98,9 @@ pub use data::{
 };
 pub use error::{last_error, BoxError, Error, Result, Status};
 pub use libaccel_sys as sys;
+/// The `log` facade this crate sends the library's messages to ([`Accelerator::log_to_facade`]).
+pub use log;
+pub use logging::{LogLevel, LogRecord, Logger, LOG_TARGET};
 pub use model::{load_checkpoint_in_model, Model};
 pub use optim::{Optimizer, Scheduler};
 #[cfg(feature = "tch")]
@@ -123,6 +134,7 @@ const _: () = {
     send_sync::<Optimizer>();
     send_sync::<Scheduler>();
     send_sync::<Error>();
+    send_sync::<Logger<'static>>();
     // Values: one thread at a time (accel.h), so it moves between threads but is not shared.
     const fn send<T: Send>() {}
     send::<Values>();

@@ -7,8 +7,10 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use common::{repo_root, temp_dir, FASHION_MNIST};
 use libaccel::layers::Linear;
@@ -223,11 +225,18 @@ fn training_example_matches_the_c_example() -> Result<(), String> {
 }
 
 /// The training role, and after it (on the same two ranks: no launch of its own) uneven inputs
-/// under join_uneven_inputs with the same model, the text inference helpers (split_between_processes and the trigger) and a stream, dispatched by the
-/// main process and sharded on every process.
+/// under join_uneven_inputs with the same model, the text inference helpers
+/// (split_between_processes and the trigger), a stream, dispatched by the main process and
+/// sharded on every process, and the logger's messages through the `log` facade.
 fn two_ranks_train_and_agree() -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let out = run(launch(2, &exe).env("ACCEL_RS_ROLE", "train"))?;
+    let dir = temp_dir("train");
+    let log = dir.join("log.txt");
+    let out = run(launch(2, &exe)
+        .env("ACCEL_RS_ROLE", "train")
+        .env("ACCEL_RS_LOG", &log))?;
+    logged_once_per_rank_and_in_order(&log)?;
+    std::fs::remove_dir_all(dir).ok();
     for line in [
         "rank 0: the loss fell, parameters equal on every rank",
         "rank 1: the loss fell, parameters equal on every rank",
@@ -241,6 +250,49 @@ fn two_ranks_train_and_agree() -> Result<(), String> {
         "rank 1: stream labels [[1], [3], [0]] dispatched (not read here) and sharded",
     ] {
         expect_line(&out, line)?;
+    }
+    Ok(())
+}
+
+/// The lines the ranks' `log` loggers appended to one file (`LEVEL rank/processes main_only:
+/// message`, in the order written): a main-process-only message once, from rank 0; a message of
+/// every process once per rank; three rounds in rank order though rank 1 arrived first; nothing
+/// below the level.
+fn logged_once_per_rank_and_in_order(path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let lines: Vec<&str> = text.lines().collect();
+    let mut want = vec![
+        "INFO 0/2 true: once per job",
+        "WARN 0/2 false: every rank",
+        "WARN 1/2 false: every rank",
+    ];
+    let rounds = [
+        "INFO 0/2 false: round 0",
+        "INFO 1/2 false: round 0",
+        "INFO 0/2 false: round 1",
+        "INFO 1/2 false: round 1",
+        "INFO 0/2 false: round 2",
+        "INFO 1/2 false: round 2",
+    ];
+    let in_rounds: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains(": round "))
+        .collect();
+    if in_rounds != rounds {
+        return Err(format!(
+            "the in-order rounds are not in rank order:\n{text}"
+        ));
+    }
+    want.extend(rounds);
+    let (mut got, mut expected) = (lines.clone(), want.clone());
+    got.sort_unstable();
+    expected.sort_unstable();
+    if got != expected {
+        return Err(format!(
+            "logged:\n{text}\nwanted (in any order but the rounds'):\n{}",
+            want.join("\n")
+        ));
     }
     Ok(())
 }
@@ -381,7 +433,68 @@ fn rank_train() -> Result<(), String> {
     join_uneven(&acc, rank, &model, &mut opt).map_err(|e| format!("rank {rank}: {e}"))?;
     split_and_trigger(&acc, rank).map_err(|e| format!("rank {rank}: {e}"))?;
     stream_shards(&acc, rank).map_err(|e| format!("rank {rank}: {e}"))?;
+    log_lines(&acc, rank).map_err(|e| format!("rank {rank}: {e}"))?;
     acc.wait_for_everyone().map_err(|e| e.to_string())
+}
+
+/// The rank's `log` logger: each record as one line appended to the file ACCEL_RS_LOG names
+/// (one write each, O_APPEND: the file's order is the order the ranks wrote in), with its rank
+/// and processes from the record's key-values.
+struct AppendLog(Mutex<std::fs::File>);
+
+impl log::Log for AppendLog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.target() == libaccel::LOG_TARGET
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        let kv = |key: &str| record.key_values().get(log::kv::Key::from_str(key));
+        let line = format!(
+            "{} {}/{} {}: {}\n",
+            record.level(),
+            kv("rank").and_then(|v| v.to_i64()).unwrap_or(-1),
+            kv("num_processes").and_then(|v| v.to_i64()).unwrap_or(-1),
+            kv("main_process_only")
+                .and_then(|v| v.to_bool())
+                .unwrap_or(false),
+            record.args()
+        );
+        let mut file = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        file.write_all(line.as_bytes())
+            .expect("the log file takes a line");
+    }
+
+    fn flush(&self) {}
+}
+
+/// Accelerate's logger on two ranks (the checks are the parent's, on the file): once per job, on
+/// every rank, three rounds in rank order with rank 1 made to arrive first, and a debug message
+/// below the level.
+fn log_lines(acc: &Accelerator, rank: i32) -> Result<(), String> {
+    let path = std::env::var_os("ACCEL_RS_LOG").ok_or("ACCEL_RS_LOG")?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| e.to_string())?;
+    let logger: &'static AppendLog = Box::leak(Box::new(AppendLog(Mutex::new(file))));
+    log::set_logger(logger).map_err(|e| e.to_string())?;
+    log::set_max_level(log::LevelFilter::Trace);
+    let fail = |e: libaccel::Error| e.to_string();
+    let logger = acc.logger();
+    logger.info("once per job").map_err(fail)?;
+    logger.all_processes().warn("every rank").map_err(fail)?;
+    for round in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(40 * (1 - rank as u64)));
+        logger
+            .in_order()
+            .info(format!("round {round}"))
+            .map_err(fail)?;
+    }
+    logger
+        .all_processes()
+        .debug("hidden below info")
+        .map_err(fail)
 }
 
 /// join_uneven_inputs with the role's model (its only prepared model, no buffers): 10 samples,

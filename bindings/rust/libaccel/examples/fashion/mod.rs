@@ -1,9 +1,29 @@
 //! What the two Fashion-MNIST examples (the TorchScript model and the tch-rs one) share: the data
-//! and its loaders, and the progress line of examples/c/train_fashion_mnist.c, word for word.
+//! and its loaders, the progress line of examples/c/train_fashion_mnist.c, word for word, logged
+//! at info level, and what that program logs to the run's trackers.
 
 use std::time::Instant;
 
-use libaccel::{Accelerator, DataLoader, DataLoaderOptions, Dataset};
+use libaccel::{Accelerator, DataLoader, DataLoaderOptions, Dataset, Scheduler, Values};
+
+/// Starts the trackers' run (none write unless the configuration's `log_with` names some) with
+/// the C example's hyperparameters.
+pub fn init_trackers(
+    acc: &Accelerator,
+    project: &str,
+    lr: f64,
+    batch: i64,
+    world: i64,
+    accum: i64,
+) -> libaccel::Result<()> {
+    let config = Values::from_pairs([
+        ("lr", lr),
+        ("batch_size", batch as f64),
+        ("processes", world as f64),
+        ("gradient_accumulation_steps", accum as f64),
+    ])?;
+    acc.init_trackers(project, Some(&config))
+}
 
 /// The training and test loaders over the IDX files in `dir`: batches of `batch` shuffled with
 /// seed 42 for training, of 500 for the test, as the C example.
@@ -63,8 +83,16 @@ impl Progress {
         Ok(batch)
     }
 
-    /// Counts a step of loss `value` in `epoch` (from 0), printing on the steps the C example does.
-    pub fn step_done(&mut self, acc: &Accelerator, epoch: i64, value: f64) -> libaccel::Result<()> {
+    /// Counts a step of loss `value` in `epoch` (from 0): every 10 steps (and at the last) the
+    /// loss's moving average, the learning rate and the samples per second to the trackers, every
+    /// 100 (and at the last) the C example's line to the logger.
+    pub fn step_done(
+        &mut self,
+        acc: &Accelerator,
+        sched: &Scheduler,
+        epoch: i64,
+        value: f64,
+    ) -> libaccel::Result<()> {
         self.loss_avg = if self.step == 0 {
             value
         } else {
@@ -72,10 +100,18 @@ impl Progress {
         };
         self.step += 1;
         let (step, total) = (self.step, self.total_steps);
+        if step % 10 == 0 || step == total {
+            let rate = (step * self.samples_per_step) as f64 / self.elapsed();
+            let values = Values::new()?
+                .number("loss", self.loss_avg)?
+                .number("lr", sched.lr()?)?
+                .number("samples_per_s", rate)?;
+            acc.log(&values, Some(step as u64))?;
+        }
         if step % 100 == 0 || step == total {
-            let elapsed = self.start.elapsed().as_secs_f64();
+            let elapsed = self.elapsed();
             let rate = (step * self.samples_per_step) as f64 / elapsed;
-            acc.print(&format!(
+            acc.logger().info(format!(
                 "epoch {} step {step}/{total} loss {:.4} {rate:.0} samples/s ETA {:.0}s data wait {:.2}%",
                 epoch + 1,
                 self.loss_avg,
@@ -84,6 +120,13 @@ impl Progress {
             ))?;
         }
         Ok(())
+    }
+
+    /// The test accuracy to the trackers, at the last step, and the end of their run.
+    pub fn finish(&self, acc: &Accelerator, accuracy: f64) -> libaccel::Result<()> {
+        let values = Values::new()?.number("accuracy", accuracy)?;
+        acc.log(&values, Some(self.step as u64))?;
+        acc.end_training()
     }
 
     /// Seconds since the progress began.
