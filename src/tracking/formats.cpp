@@ -1,5 +1,6 @@
 #include "tracking/formats.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -9,12 +10,17 @@ namespace accel::tracking {
 std::string number_text(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  // %.15g's choices (1000000, not 1e+06), up to 17 digits where 15 do not read back, with '.'
+  // whatever the host's locale: to_chars and from_chars, not snprintf and strtod.
   char buf[40];
+  char* end = buf;
   for (int digits = 15; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v) break;
+    end = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, digits).ptr;
+    double back = 0;
+    std::from_chars(buf, end, back);
+    if (back == v) break;
   }
-  return buf;
+  return std::string(buf, end);
 }
 
 std::string json_number(double v) {

@@ -146,3 +146,29 @@ TEST_F(CommaLocale, CheckpointsWriteAndReadTheirNumbers) {
   accel_model_free(m);
   init_with({});
 }
+
+// The trackers' files are read by JSON, CSV and YAML readers: "0.5" whatever the host's locale.
+TEST_F(CommaLocale, TrackerFilesWriteNumbersWithAPoint) {
+  const std::string dir = ::testing::TempDir() + "locale_trackers";
+  std::system(("rm -rf '" + dir + "'").c_str());
+  init_with({{"log_with", "jsonl,csv,tensorboard"}, {"logging_dir", dir.c_str()}});
+  accel_values* v = nullptr;
+  OK(accel_values_new(&v));
+  OK(accel_values_set_number(v, "lr", 0.5));
+  OK(accel_init_trackers(g_acc, "run", v));
+  OK(accel_values_set_number(v, "loss", 1.25));
+  OK(accel_log(g_acc, v, 3));
+  OK(accel_end_training(g_acc));
+  accel_values_free(v);
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string jsonl = slurp(dir + "/run/metrics.jsonl");
+  EXPECT_NE(jsonl.find("\"values\": {\"lr\": 0.5, \"loss\": 1.25}"), std::string::npos) << jsonl;
+  const std::string csv = slurp(dir + "/run/metrics.csv");
+  EXPECT_NE(csv.find(",3,loss,1.25\n"), std::string::npos) << csv;
+  EXPECT_EQ(csv.find("1,25"), std::string::npos) << csv;
+  EXPECT_EQ(slurp(dir + "/run/hparams.yml"), "lr: 0.5\n");
+  init_with({});
+}
