@@ -12,25 +12,20 @@ ACCEL_TEST_ACCELERATE_PYTHON with tensorboard (tools/setup.sh); exits 77 (skippe
 import json
 import os
 import re
-import struct
 import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tracker_readers import SKIPPED, accumulator, f32, python_with, rerun  # noqa: E402
+
 STEPS = 40
 
 
-def f32(x):
-    return struct.unpack("<f", struct.pack("<f", x))[0]
-
-
 def check(run_dir, printed_accuracy):
-    from tensorboard.backend.event_processing import event_accumulator as ea
-
     events = [n for n in os.listdir(run_dir) if "tfevents" in n]
     assert len(events) == 1, "one event file (the main process's) expected: %s" % events
-    acc = ea.EventAccumulator(run_dir, size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
-    acc.Reload()
+    acc = accumulator(run_dir)
     assert sorted(acc.Tags()["scalars"]) == ["accuracy", "loss", "lr", "samples_per_s"], acc.Tags()
     lines = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
     by_step = {}
@@ -58,11 +53,9 @@ def main():
         check(sys.argv[1], sys.argv[2])
         return 0
     cli, program = sys.argv[1], sys.argv[2]
-    python = os.environ.get("ACCEL_TEST_ACCELERATE_PYTHON", "")
-    if not python or subprocess.run([python, "-c", "import tensorboard"],
-                                    capture_output=True).returncode != 0:
-        print("skipped: no Python with tensorboard (ACCEL_TEST_ACCELERATE_PYTHON; tools/setup.sh)")
-        return 77
+    python = python_with(["tensorboard"])
+    if python is None:
+        return SKIPPED
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, ACCEL_LOG_WITH="all", ACCEL_LOGGING_DIR=tmp)
         run = subprocess.run([cli, "launch", "-n", "2", program, "--max-steps", str(STEPS),
@@ -72,9 +65,8 @@ def main():
             return 1
         printed = re.search(r"test accuracy ([0-9.]+)", run.stdout)
         assert printed, "the program printed no accuracy"
-        env = dict(os.environ, TENSORBOARD_RUN_CHILD="1")
-        return subprocess.run([python, __file__, os.path.join(tmp, "train_fashion_mnist"),
-                               printed.group(1)], env=env).returncode
+        return rerun(python, __file__, "TENSORBOARD_RUN_CHILD",
+                     [os.path.join(tmp, "train_fashion_mnist"), printed.group(1)])
 
 
 if __name__ == "__main__":

@@ -35,6 +35,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tracker_readers import SKIPPED, accumulator, f32, python_with, rerun  # noqa: E402
+
 PROJECT = "proj"
 
 # Ints, floats (one that %g writes with an exponent), strings and bools.
@@ -67,14 +70,6 @@ def calls():
     out.append(({"loss": 0.125, "summary": "no step given"}, None))
     out.append(({"late": 0.5}, 3_000_000_000))  # beyond int32
     return out
-
-
-def f32(x):
-    """x rounded to float32 as TensorBoard keeps it (beyond its range: an infinity)."""
-    import numpy
-
-    with numpy.errstate(over="ignore"):
-        return float(numpy.float64(x).astype(numpy.float32))
 
 
 def number_text(v):
@@ -133,14 +128,6 @@ def expected_series():
             else:
                 scalars.setdefault(k, []).append((s, key(f32(float(v)))))
     return scalars, texts
-
-
-def accumulator(path):
-    from tensorboard.backend.event_processing import event_accumulator as ea
-
-    acc = ea.EventAccumulator(path, size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
-    acc.Reload()
-    return acc
 
 
 def event_files(path):
@@ -282,14 +269,10 @@ def main():
     cli, replay = sys.argv[1], sys.argv[2]
     if os.environ.get("SIDE_BY_SIDE_CHILD"):
         return child(cli, replay)
-    python = os.environ.get("ACCEL_TEST_ACCELERATE_PYTHON", "")
-    probe = "import accelerate, tensorboard, yaml, torch.utils.tensorboard"
-    if not python or subprocess.run([python, "-c", probe], capture_output=True).returncode != 0:
-        print("skipped: no Python with accelerate, tensorboard and yaml "
-              "(ACCEL_TEST_ACCELERATE_PYTHON=%r; tools/setup.sh)" % python)
-        return 77
-    env = dict(os.environ, SIDE_BY_SIDE_CHILD="1")
-    return subprocess.run([python, __file__, cli, replay], env=env).returncode
+    python = python_with(["accelerate", "tensorboard", "yaml", "torch.utils.tensorboard"])
+    if python is None:
+        return SKIPPED
+    return rerun(python, __file__, "SIDE_BY_SIDE_CHILD", [cli, replay])
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ import sys
 import tempfile
 import threading
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tracker_readers import SKIPPED, accumulator, f32, python_with, rerun  # noqa: E402
+
 PROJECT = "killed"
 MIN_STEPS = 200
 
@@ -37,10 +40,6 @@ def lr(step):
     return 1e-3 * (step % 7)  # as tracker_replay.c computes them
 
 
-def f32(x):
-    return struct.unpack("<f", struct.pack("<f", x))[0]
-
-
 def check_steps(what, steps, last):
     """Steps 0..M in order, M the last printed step or the next."""
     m = len(steps) - 1
@@ -51,7 +50,6 @@ def check_steps(what, steps, last):
 
 
 def check_event_file(path, last):
-    from tensorboard.backend.event_processing import event_accumulator as ea
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
     data = open(path, "rb").read()
@@ -67,9 +65,7 @@ def check_event_file(path, last):
         (data_crc,) = struct.unpack_from("<I", data, end - 4)
         assert data_crc == masked_crc32c(data[at + 12:end - 4]), "event file: bad CRC at %d" % at
         at, records = end, records + 1
-    acc = ea.EventAccumulator(os.path.dirname(path),
-                              size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
-    acc.Reload()
+    acc = accumulator(os.path.dirname(path))
     assert sorted(acc.Tags()["scalars"]) == ["loss", "lr"], acc.Tags()
     got_loss, got_lr = acc.Scalars("loss"), acc.Scalars("lr")
     m = check_steps("TensorBoard loss", [e.step for e in got_loss], last)
@@ -155,14 +151,10 @@ def child(program):
 def main():
     if os.environ.get("KILLED_MID_RUN_CHILD"):
         return child(sys.argv[1])
-    python = os.environ.get("ACCEL_TEST_ACCELERATE_PYTHON", "")
-    if not python or subprocess.run([python, "-c", "import tensorboard"],
-                                    capture_output=True).returncode != 0:
-        print("skipped: no Python with tensorboard (ACCEL_TEST_ACCELERATE_PYTHON=%r; "
-              "tools/setup.sh)" % python)
-        return 77
-    env = dict(os.environ, KILLED_MID_RUN_CHILD="1")
-    return subprocess.run([python, __file__, sys.argv[1]], env=env).returncode
+    python = python_with(["tensorboard"])
+    if python is None:
+        return SKIPPED
+    return rerun(python, __file__, "KILLED_MID_RUN_CHILD", [sys.argv[1]])
 
 
 if __name__ == "__main__":

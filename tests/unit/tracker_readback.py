@@ -11,10 +11,12 @@ import csv
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tracker_readers import SKIPPED, accumulator, f32, python_with, rerun  # noqa: E402
 
 
 def expected():
@@ -22,15 +24,8 @@ def expected():
     return steps
 
 
-def f32(x):
-    return struct.unpack("<f", struct.pack("<f", x))[0]
-
-
 def check(run_dir):
-    from tensorboard.backend.event_processing import event_accumulator as ea
-
-    acc = ea.EventAccumulator(run_dir, size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
-    acc.Reload()
+    acc = accumulator(run_dir)
     tags = acc.Tags()
     assert sorted(tags["scalars"]) == ["accuracy", "grad_norm", "loss", "lr"], tags
     assert sorted(tags["tensors"]) == ["hparams/text_summary", "note/text_summary"], tags
@@ -76,16 +71,13 @@ def main():
     if os.environ.get("TRACKER_READBACK_CHILD"):
         check(sys.argv[2])
         return 0
-    python = os.environ.get("ACCEL_TEST_ACCELERATE_PYTHON", "")
-    if not python or subprocess.run([python, "-c", "import tensorboard"],
-                                    capture_output=True).returncode != 0:
-        print("skipped: no Python with tensorboard (ACCEL_TEST_ACCELERATE_PYTHON; tools/setup.sh)")
-        return 77
+    python = python_with(["tensorboard"])
+    if python is None:
+        return SKIPPED
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = os.path.join(tmp, "logs", "project")
         subprocess.run([probe, run_dir], check=True)
-        env = dict(os.environ, TRACKER_READBACK_CHILD="1")
-        return subprocess.run([python, __file__, probe, run_dir], env=env).returncode
+        return rerun(python, __file__, "TRACKER_READBACK_CHILD", [probe, run_dir])
 
 
 if __name__ == "__main__":
