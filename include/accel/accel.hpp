@@ -83,6 +83,21 @@ T query(F fn, H handle) {
   return value;
 }
 
+// Runs a program's callback for the C side: 0, or -1 after handing `on_error` the message of the
+// exception it threw (no exception crosses the C ABI; the call that reached it reports it).
+template <class F, class OnError>
+int32_t run_callback(F&& f, OnError&& on_error) noexcept {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    on_error(e.what());
+  } catch (...) {
+    on_error("an exception that is not a std::exception");
+  }
+  return -1;
+}
+
 // One owned handle; the destructor frees it.
 template <class T, void (*Free)(T*)>
 class Handle {
@@ -500,15 +515,7 @@ struct CallbackSource {
   size_t fields = 0;
   template <class F>
   int32_t guarded(F&& f) noexcept {
-    try {
-      f();
-      return 0;
-    } catch (const std::exception& e) {
-      set_error(e.what());
-    } catch (...) {
-      set_error("an exception that is not a std::exception");
-    }
-    return -1;
+    return run_callback(f, [this](const char* message) { set_error(message); });
   }
   void set_error(std::string message) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -754,15 +761,7 @@ struct TrackerHolder {
   template <class F>
   static int32_t guarded(void* self, F&& f) noexcept {
     auto* h = static_cast<TrackerHolder*>(self);
-    try {
-      f(*h->tracker);
-      return 0;
-    } catch (const std::exception& e) {
-      h->error = e.what();
-    } catch (...) {
-      h->error = "an exception that is not a std::exception";
-    }
-    return -1;
+    return run_callback([&] { f(*h->tracker); }, [h](const char* message) { h->error = message; });
   }
   static int32_t on_start(const char* project, const accel_values* config, void* self) {
     return guarded(self, [&](Tracker& t) { t.start(project, Values::entries_of(config)); });
@@ -799,15 +798,8 @@ struct LogSinkHolder {
   static int32_t call(accel_log_level level, int32_t rank, accel_log_flags flags,
                       const char* message, void* self) noexcept {
     auto* h = static_cast<LogSinkHolder*>(self);
-    try {
-      h->sink(level, rank, flags, message);
-      return 0;
-    } catch (const std::exception& e) {
-      h->error = e.what();
-    } catch (...) {
-      h->error = "an exception that is not a std::exception";
-    }
-    return -1;
+    return run_callback([&] { h->sink(level, rank, flags, message); },
+                        [h](const char* error) { h->error = error; });
   }
   static void release(void* self) { delete static_cast<LogSinkHolder*>(self); }
 };
