@@ -1251,7 +1251,14 @@ ACCEL_API accel_status accel_optimizer_set(accel_optimizer* optimizer, const cha
  */
 ACCEL_API accel_status accel_optimizer_step(accel_optimizer* optimizer);
 
-/** Sets the gradients to none (Accelerate's default); once prepared, only on sync steps. */
+/**
+ * Sets the gradients to none (Accelerate's default); once prepared, only on sync steps. In a job of
+ * several processes a prepared model's gradients live inside the communication buckets (PyTorch
+ * DDP's gradient_as_bucket_view): those are zeroed in place instead, so the next backward adds
+ * into them and nothing is copied. The one difference a program can see: a parameter that got a
+ * gradient once and none in a later step is stepped with a zero gradient (AdamW's moments decay and
+ * its weight decay applies), as in DDP with gradient_as_bucket_view and torch 1.13's zero_grad.
+ */
 ACCEL_API accel_status accel_optimizer_zero_grad(accel_optimizer* optimizer);
 
 /** The current learning rate. */

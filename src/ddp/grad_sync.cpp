@@ -18,6 +18,7 @@ GradSync::GradSync(runtime::Communicator& comm, std::vector<at::Tensor> params,
   bucket_of_.assign(params_.size(), 0);
   slot_of_.assign(params_.size(), 0);
   ready_.assign(params_.size(), false);
+  used_.assign(params_.size(), false);
   size_t cap = first_bucket_bytes, bytes = 0;
   for (size_t k = params_.size(); k-- > 0;) {
     const at::Tensor& p = params_[k];
@@ -42,10 +43,12 @@ GradSync::GradSync(runtime::Communicator& comm, std::vector<at::Tensor> params,
       offset += params_[k].numel();
     }
     bucket.used_offset = offset;
+    bucket.used.assign(bucket.params.size(), 0.0F);
     const at::Tensor& first = params_[bucket.params.front()];
     bucket.flat = at::zeros({offset + static_cast<int64_t>(bucket.params.size())},
                             first.options().requires_grad(false));
   }
+  for (size_t k = 0; k < params_.size(); ++k) index_of_[params_[k].unsafeGetTensorImpl()] = k;
   // The hook runs right after a parameter's gradient has been accumulated into .grad.
   for (size_t k = 0; k < params_.size(); ++k) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[k]);
@@ -65,6 +68,39 @@ GradSync::~GradSync() {
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
 }
 
+at::Tensor GradSync::slot_of(size_t k) const {
+  const Bucket& b = buckets_[bucket_of_[k]];
+  const at::Tensor& p = params_[k];
+  std::vector<int64_t> strides(p.dim(), 1);
+  for (int64_t d = p.dim() - 1; d > 0; --d)
+    strides[d - 1] = strides[d] * std::max<int64_t>(p.size(d), 1);
+  at::NoGradGuard no_grad;
+  return at::empty({0}, b.flat.options())
+      .set_(b.flat.storage(), b.flat.storage_offset() + b.offsets[slot_of_[k]], p.sizes(), strides);
+}
+
+bool GradSync::holds_slot(size_t k) const {
+  const at::Tensor& g = params_[k].grad();
+  if (!g.defined() || !g.is_contiguous() || g.sizes() != params_[k].sizes()) return false;
+  const Bucket& b = buckets_[bucket_of_[k]];
+  return g.data_ptr() == static_cast<char*>(b.flat.data_ptr()) +
+                             b.offsets[slot_of_[k]] * static_cast<int64_t>(b.flat.element_size());
+}
+
+void GradSync::adopt_locked(size_t k) {
+  if (holds_slot(k)) return;
+  at::Tensor slot = slot_of(k);
+  at::Tensor& grad = params_[k].mutable_grad();
+  {
+    at::NoGradGuard no_grad;
+    if (grad.defined())
+      slot.copy_(grad);
+    else
+      slot.zero_();
+  }
+  grad = slot;
+}
+
 void GradSync::begin_backward(bool sync) {
   std::lock_guard<std::mutex> lock(mutex_);
   active_ = sync;
@@ -76,21 +112,17 @@ void GradSync::begin_backward(bool sync) {
   }
 }
 
+// Every gradient, in a synchronised backward or not, lands in its slot: accumulation micro-steps
+// add to the bucket, and the synchronising one finds the sum there.
 void GradSync::on_gradient(size_t k) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!params_[k].grad().defined()) return;
+  used_[k] = true;
+  adopt_locked(k);
   if (!active_ || ready_[k]) return;
   ready_[k] = true;
   Bucket& b = buckets_[bucket_of_[k]];
-  const size_t j = slot_of_[k];
-  const at::Tensor& grad = params_[k].grad();
-  at::Tensor slot = b.flat.narrow(0, b.offsets[j], params_[k].numel());
-  if (grad.defined()) {
-    slot.view(params_[k].sizes()).copy_(grad);
-    b.flat[b.used_offset + static_cast<int64_t>(j)].fill_(1);
-  } else {
-    slot.zero_();
-    b.flat[b.used_offset + static_cast<int64_t>(j)].fill_(0);
-  }
+  b.used[slot_of_[k]] = 1.0F;
   --b.pending;
   launch_ready_locked();
 }
@@ -100,63 +132,71 @@ void GradSync::on_gradient(size_t k) {
 void GradSync::launch_ready_locked() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& b = buckets_[next_launch_++];
-    b.work = comm_.all_reduce_start(b.flat);
+    const auto n = static_cast<int64_t>(b.used.size());
+    b.flat.narrow(0, b.used_offset, n).copy_(at::from_blob(b.used.data(), {n}, at::kFloat));
+    b.work = comm_.all_reduce_start(b.flat, /*average=*/true);
   }
 }
 
 void GradSync::end_backward() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!active_) return;
-  // Parameters that got no gradient in this backward: zero, flagged unused, so no bucket waits.
+  // Parameters that got no gradient in this backward bring what they hold (an accumulation
+  // micro-step's gradient, or zero), flagged by whether this rank used them since the last
+  // synchronisation.
   for (size_t k = 0; k < params_.size(); ++k) {
     if (ready_[k]) continue;
     ready_[k] = true;
     Bucket& b = buckets_[bucket_of_[k]];
-    const size_t j = slot_of_[k];
-    b.flat.narrow(0, b.offsets[j], params_[k].numel()).zero_();
-    b.flat[b.used_offset + static_cast<int64_t>(j)].fill_(0);
+    if (params_[k].grad().defined())
+      adopt_locked(k);
+    else
+      slot_of(k).zero_();
+    b.used[slot_of_[k]] = used_[k] ? 1.0F : 0.0F;
     --b.pending;
   }
   launch_ready_locked();
   active_ = false;
+  std::fill(used_.begin(), used_.end(), false);
   if (buckets_.empty()) return;
-  const double world = comm_.size();
-  // Average in place, once per bucket (the used flags stay non-zero where anyone used the
-  // parameter). The flags of every bucket then reach the host in one copy: on a GPU, one
-  // synchronisation per step rather than one per bucket.
+  // The used flags of every bucket reach the host in one copy: on a GPU, one synchronisation per
+  // step rather than one per bucket.
   std::vector<at::Tensor> used_parts;
   for (auto& b : buckets_) {
     comm_.all_reduce_finish(b.work);
     b.work.reset();
-    b.flat.div_(world);
-    used_parts.push_back(
-        b.flat.narrow(0, b.used_offset, static_cast<int64_t>(b.params.size())).to(at::kDouble));
+    used_parts.push_back(b.flat.narrow(0, b.used_offset, static_cast<int64_t>(b.params.size())));
   }
-  const at::Tensor used = at::cat(used_parts).to(at::kCPU);
+  const at::Tensor used = at::cat(used_parts).to(at::kCPU, at::kDouble);
   const double* used_flags = used.data_ptr<double>();
-  for (auto& b : buckets_) {
-    for (size_t j = 0; j < b.params.size(); ++j) {
-      at::Tensor& p = params_[b.params[j]];
-      if (*used_flags++ == 0) continue;  // nobody used it: leave its gradient alone
-      // One copy into each gradient: no temporary the size of the bucket.
-      at::Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
-      if (p.grad().defined())
-        p.mutable_grad().copy_(avg);
-      else
-        p.mutable_grad() = avg.clone();
-    }
-  }
+  for (auto& b : buckets_)
+    for (size_t k : b.params)
+      // A rank that did not use a parameter others used gets the average too; a parameter nobody
+      // used keeps an undefined gradient undefined.
+      if (*used_flags++ != 0 && !params_[k].grad().defined())
+        params_[k].mutable_grad() = slot_of(k);
 }
 
+bool GradSync::zero_grad_in_place(const at::Tensor& param) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = index_of_.find(param.unsafeGetTensorImpl());
+  if (it == index_of_.end() || !holds_slot(it->second)) return false;
+  at::NoGradGuard no_grad;
+  params_[it->second].mutable_grad().zero_();
+  return true;
+}
+
+// The joined rank's own gradients stay as they are: it reduces zeros from a scratch buffer.
 void GradSync::shadow_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& b : buckets_) {
-    b.flat.zero_();
-    b.work = comm_.all_reduce_start(b.flat);
+    b.shadow = at::zeros_like(b.flat);
+    b.work = comm_.all_reduce_start(b.shadow, /*average=*/true);
   }
   for (auto& b : buckets_) {
     comm_.all_reduce_finish(b.work);
     b.work.reset();
+    b.shadow.reset();
   }
 }
 

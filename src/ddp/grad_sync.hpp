@@ -1,14 +1,15 @@
-// Data-parallel gradient synchronisation with DDP's semantics: gradients are copied into persistent
-// flat buckets as autograd produces them, and each full bucket is all-reduced while backward goes
-// on. Why not c10d::Reducer: it needs a header Debian does not ship and its constructor changes
-// between LibTorch releases; this bucketer measured as fast on this machine (97 vs 101 ms per step
-// on a 10.5M-parameter MLP, 2 ranks), and reusing the flat buffers saves more than the overlap.
+// Data-parallel gradient synchronisation with DDP's semantics and its gradient_as_bucket_view:
+// each parameter's .grad lives inside a persistent flat bucket, autograd accumulates into it, and
+// each full bucket is averaged across the ranks in place while backward goes on, so nothing is
+// copied on the way in or out. Why not c10d::Reducer: it needs a header Debian does not ship and
+// its constructor changes between LibTorch releases.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/communicator.hpp"
@@ -32,10 +33,17 @@ class GradSync {
   // Before backward: `sync` false is an accumulation micro-step (no communication, gradients
   // accumulate locally as under DDP's no_sync).
   void begin_backward(bool sync);
-  // After backward: launches the buckets still waiting (parameters that got no gradient count as
-  // zero there), waits for all, and writes the averaged gradients. A parameter no rank used keeps
-  // its gradient as it was, as DDP with find_unused_parameters.
+  // After backward: launches the buckets still waiting (a parameter that got no gradient since the
+  // last synchronisation brings its .grad as it is, or zero), waits for all, and leaves the
+  // averaged gradients in the parameters' .grad, views of the buckets. A parameter no rank used
+  // since the last synchronisation and whose .grad is undefined keeps it undefined, as DDP with
+  // find_unused_parameters.
   void end_backward();
+
+  // True, having zeroed it in place, when `param`'s .grad is one of this synchroniser's bucket
+  // views: zeroing must keep the view (set to None, the next backward would allocate a fresh
+  // gradient and copy it in again).
+  bool zero_grad_in_place(const at::Tensor& param);
 
   // A rank that has joined (join_uneven_inputs) answers one synchronised backward of the others:
   // every bucket all-reduced, in order, with zero gradients and no parameter flagged used.
@@ -49,11 +57,19 @@ class GradSync {
     std::vector<int64_t> offsets;
     int64_t used_offset = 0;  // after the gradients: one "this rank used it" flag per parameter
     at::Tensor flat;
+    std::vector<float> used;  // this rank's flags, written into the bucket as it goes out
+    at::Tensor shadow;        // a joined rank's zeros, while it answers the others' backward
     size_t pending = 0;
     std::shared_ptr<runtime::PendingReduce> work;
   };
   void on_gradient(size_t param);
   void launch_ready_locked();
+  // The bucket's slice for parameter k, shaped as the parameter. Not an autograd view (so that
+  // detach_(), which torch::optim's zero_grad calls, works on it as on any gradient).
+  at::Tensor slot_of(size_t k) const;
+  bool holds_slot(size_t k) const;
+  // Makes parameter k's .grad its slot: copies a gradient that lives elsewhere into it.
+  void adopt_locked(size_t k);
 
   runtime::Communicator& comm_;
   std::vector<at::Tensor> params_;
@@ -61,6 +77,9 @@ class GradSync {
   std::vector<size_t> bucket_of_;
   std::vector<size_t> slot_of_;  // a parameter's position inside its bucket
   std::vector<bool> ready_;
+  std::vector<bool> used_;  // got a gradient on this rank since the last synchronisation
+  std::vector<at::Tensor> slots_;
+  std::unordered_map<const void*, size_t> index_of_;  // a parameter's TensorImpl -> its index
   size_t next_launch_ = 0;
   bool active_ = false;
   std::mutex mutex_;

@@ -174,9 +174,9 @@ void Optimizer::step() {
   torch_optimizer().step();
 }
 
-void Optimizer::zero_grad() {
+void Optimizer::zero_grad(const std::function<bool(const at::Tensor& param)>& in_place) {
   for (auto& p : params_)
-    if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+    if (p.grad().defined() && !(in_place && in_place(p))) p.mutable_grad() = at::Tensor();
 }
 
 void Optimizer::set_lr(double lr) {

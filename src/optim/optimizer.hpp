@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,8 +34,9 @@ class Optimizer {
   const std::vector<at::Tensor>& params() const { return params_; }
 
   void step();
-  // Accelerate's default: gradients set to None rather than to zero.
-  void zero_grad();
+  // Accelerate's default: gradients set to None rather than to zero, except those `in_place`
+  // zeroes itself and answers true for (gradients that are views of communication buckets).
+  void zero_grad(const std::function<bool(const at::Tensor& param)>& in_place = nullptr);
   double lr() const { return option("lr"); }
   void set_lr(double lr);
   // For schedules that cycle momentum (one_cycle): momentum (SGD, RMSprop) or beta1 (Adam, AdamW).

@@ -306,7 +306,12 @@ void Session::optimizer_step(optim::Optimizer& o) {
 }
 
 void Session::optimizer_zero_grad(optim::Optimizer& o) {
-  if (sync_gradients_) o.zero_grad();
+  if (!sync_gradients_) return;
+  o.zero_grad([this](const at::Tensor& p) {
+    for (const auto& [model, sync] : syncs_)
+      if (sync->zero_grad_in_place(p)) return true;
+    return false;
+  });
 }
 
 bool Session::step_was_skipped(const optim::Optimizer& o) const {

@@ -355,7 +355,7 @@ void Communicator::setup_shared_memory() {
   }
 }
 
-bool Communicator::reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op) {
+bool Communicator::reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op, bool average) {
   if (!impl_->shm || !tensor.device().is_cpu() || !tensor.is_contiguous()) return false;
   ShmType type;
   switch (tensor.scalar_type()) {
@@ -374,7 +374,9 @@ bool Communicator::reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op) {
     default:
       return false;
   }
-  const ShmOp shm_op = op == ReduceOp::kSum   ? ShmOp::kSum
+  if (average && type != ShmType::kF32 && type != ShmType::kF64) return false;
+  const ShmOp shm_op = average                ? ShmOp::kAvg
+                       : op == ReduceOp::kSum ? ShmOp::kSum
                        : op == ReduceOp::kMax ? ShmOp::kMax
                                               : ShmOp::kMin;
   guarded("all_reduce", [&] {
@@ -590,13 +592,15 @@ void Communicator::broadcast(at::Tensor& tensor, int root) {
 
 struct PendingReduce {
   c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor divide;  // defined: divided by the world size once the sum arrived
 };
 
 // Through shared memory the reduction runs here, synchronously: it is memory-bound copying and
 // summing on this rank's own core, so a separate thread would only compete with backward for it.
-std::shared_ptr<PendingReduce> Communicator::all_reduce_start(at::Tensor& tensor) {
+std::shared_ptr<PendingReduce> Communicator::all_reduce_start(at::Tensor& tensor, bool average) {
   auto pending = std::make_shared<PendingReduce>();
-  if (reduce_in_shared_memory(tensor, ReduceOp::kSum)) return pending;
+  if (reduce_in_shared_memory(tensor, ReduceOp::kSum, average)) return pending;
+  if (average) pending->divide = tensor;
   std::vector<at::Tensor> tensors{tensor};
   // On a GPU this runs in the gradient hook, on the stream that produced the gradient: NCCL's
   // stream waits on that one before reading the bucket, and the bucket stays allocated for the
@@ -608,6 +612,7 @@ std::shared_ptr<PendingReduce> Communicator::all_reduce_start(at::Tensor& tensor
 void Communicator::all_reduce_finish(const std::shared_ptr<PendingReduce>& pending) {
   if (!pending->work) return;  // done already, in shared memory
   guarded("all_reduce", [&] { pending->work->wait(); });
+  if (pending->divide.defined()) pending->divide.div_(static_cast<double>(size_));
 }
 
 void Communicator::attach_device(int index) {

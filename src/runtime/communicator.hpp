@@ -63,8 +63,9 @@ class Communicator {
   void broadcast(at::Tensor& tensor, int root);
   void barrier();
   // Starts an in-place sum all-reduce and returns at once; finish() waits for it. Every rank must
-  // start the same all-reduces in the same order.
-  std::shared_ptr<PendingReduce> all_reduce_start(at::Tensor& tensor);
+  // start the same all-reduces in the same order. `average` (floating types): the sum divided by
+  // size(), in the reduction's own pass where the transport can.
+  std::shared_ptr<PendingReduce> all_reduce_start(at::Tensor& tensor, bool average = false);
   void all_reduce_finish(const std::shared_ptr<PendingReduce>& pending);
 
  private:
@@ -78,7 +79,7 @@ class Communicator {
   std::string diagnose_peers(const std::string& message, bool peer_failed) const;
   std::string diagnose_peers_once(const std::string& message) const;
   std::string host_name() const;
-  bool reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op);
+  bool reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op, bool average = false);
   template <class F>
   void guarded(const char* what, F&& body);
 

@@ -93,9 +93,44 @@ void combine(T* out, unsigned char* const* slots, int world, size_t n, Op op) {
   }
 }
 
+// The sum in rank order, divided as the last rank's slot is added: one pass over the data for two
+// ranks, and bitwise what summing and then dividing by `world` gives. For a power of two the
+// division is a multiplication by its exact reciprocal (same result; a divide costs as much as
+// the memory traffic here).
+template <class T, class Scale>
+void average_with(T* out, unsigned char* const* slots, int world, size_t n, Scale scale) {
+  const T* a = reinterpret_cast<const T*>(slots[0]);
+  const T* b = reinterpret_cast<const T*>(slots[1]);
+  if (world == 2) {
+    for (size_t i = 0; i < n; ++i) out[i] = scale(a[i] + b[i]);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for (int r = 2; r + 1 < world; ++r) {
+    const T* c = reinterpret_cast<const T*>(slots[r]);
+    for (size_t i = 0; i < n; ++i) out[i] += c[i];
+  }
+  const T* last = reinterpret_cast<const T*>(slots[world - 1]);
+  for (size_t i = 0; i < n; ++i) out[i] = scale(out[i] + last[i]);
+}
+
+template <class T>
+void average(T* out, unsigned char* const* slots, int world, size_t n) {
+  const T w = static_cast<T>(world);
+  if ((world & (world - 1)) == 0) {
+    const T inverse = T(1) / w;
+    average_with<T>(out, slots, world, n, [inverse](T x) { return x * inverse; });
+  } else {
+    average_with<T>(out, slots, world, n, [w](T x) { return x / w; });
+  }
+}
+
 template <class T>
 void combine_op(T* out, unsigned char* const* slots, int world, size_t n, ShmOp op) {
   switch (op) {
+    case ShmOp::kAvg:
+      average<T>(out, slots, world, n);
+      break;
     case ShmOp::kSum:
       combine<T>(out, slots, world, n, [](T x, T y) { return x + y; });
       break;

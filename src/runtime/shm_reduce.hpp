@@ -17,7 +17,8 @@
 namespace accel::runtime {
 
 enum class ShmType { kF32, kF64, kI32, kI64 };
-enum class ShmOp { kSum, kMax, kMin };
+// kAvg: the sum divided by the number of ranks in the same pass (floating types only).
+enum class ShmOp { kSum, kMax, kMin, kAvg };
 
 class ShmReduce {
  public:

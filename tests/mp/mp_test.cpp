@@ -305,6 +305,22 @@ TEST(MultiProcess, UnusedParametersNeitherHangNorLoseGradients) {
   EXPECT_TRUE(contains(r.output, "rank 1: unused parameters handled")) << r.output;
 }
 
+TEST(MultiProcess, GradientsAreBucketViewsAveragedAcrossAccumulationWindowsAndZeroedInPlace) {
+  // 2 ranks and 3 (the average divides by 3 rather than multiplying by a power of two's inverse).
+  for (int n : {2, 3}) {
+    const auto r = run(launch_program(n, BUCKET_VIEW_PROGRAM, ""));
+    EXPECT_EQ(r.code, 0) << r.output;
+    for (int rank = 0; rank < n; ++rank)
+      EXPECT_TRUE(contains(r.output, "rank " + std::to_string(rank) + ": bucket views hold"))
+          << r.output;
+  }
+  // Over Gloo (the sum, then a division of its own).
+  const auto gloo =
+      run("ACCEL_SHARED_MEMORY_ALLREDUCE=false " + launch_program(2, BUCKET_VIEW_PROGRAM, ""));
+  EXPECT_EQ(gloo.code, 0) << gloo.output;
+  EXPECT_TRUE(contains(gloo.output, "rank 1: bucket views hold")) << gloo.output;
+}
+
 TEST(MultiProcess, SchedulerStepsOncePerProcessUnlessBatchesAreSplit) {
   // A step schedule halves the rate per scheduler step; 3 optimizer steps.
   EXPECT_TRUE(contains(run(launch(1, "schedcount")).output, "lr after 3 steps: 0.125"));

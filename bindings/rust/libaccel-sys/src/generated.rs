@@ -1028,7 +1028,12 @@ extern "C" {
     /// accel_sync_gradients is false), and under fp16 it unscales the gradients and skips the step when
     /// any is inf/nan (see accel_optimizer_step_was_skipped).
     pub fn accel_optimizer_step(optimizer: *mut accel_optimizer) -> accel_status;
-    /// Sets the gradients to none (Accelerate's default); once prepared, only on sync steps.
+    /// Sets the gradients to none (Accelerate's default); once prepared, only on sync steps. In a job of
+    /// several processes a prepared model's gradients live inside the communication buckets (PyTorch
+    /// DDP's gradient_as_bucket_view): those are zeroed in place instead, so the next backward adds
+    /// into them and nothing is copied. The one difference a program can see: a parameter that got a
+    /// gradient once and none in a later step is stepped with a zero gradient (AdamW's moments decay and
+    /// its weight decay applies), as in DDP with gradient_as_bucket_view and torch 1.13's zero_grad.
     pub fn accel_optimizer_zero_grad(optimizer: *mut accel_optimizer) -> accel_status;
     /// The current learning rate.
     pub fn accel_optimizer_lr(optimizer: *const accel_optimizer, out: *mut f64) -> accel_status;

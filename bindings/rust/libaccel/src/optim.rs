@@ -56,7 +56,8 @@ impl Optimizer {
         check(unsafe { sys::accel_optimizer_step(self.as_raw()) })
     }
 
-    /// Sets the gradients to none.
+    /// Sets the gradients to none; once prepared on several processes, the gradients that live in
+    /// the communication buckets are zeroed in place instead (see `accel_optimizer_zero_grad`).
     pub fn zero_grad(&mut self) -> Result<()> {
         // SAFETY: live handle.
         check(unsafe { sys::accel_optimizer_zero_grad(self.as_raw()) })
