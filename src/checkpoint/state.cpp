@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -78,6 +79,26 @@ std::string rng_file(int rank) {
   return "random_states_" + std::to_string(rank) + ".safetensors";
 }
 
+// Under ZeRO stage 1, rank r's part of optimizer i's state (Accelerate's SHARDED_STATE_DICT).
+std::string optimizer_shard_file(size_t optimizer, int rank) {
+  return "optimizer_" + std::to_string(optimizer) + ".rank_" + std::to_string(rank) +
+         ".safetensors";
+}
+
+// The parts of one sharded optimizer state, as one: each parameter's state in exactly one part.
+NamedTensors merge_shards(std::vector<NamedTensors> parts, const std::vector<std::string>& names) {
+  NamedTensors all;
+  std::map<std::string, size_t> part_of;
+  for (size_t r = 0; r < parts.size(); ++r)
+    for (auto& [name, t] : parts[r]) {
+      if (auto [it, fresh] = part_of.emplace(name, r); !fresh)
+        fail(Errc::io, "optimizer state '" + name + "' is in both '" + names[it->second] +
+                           "' and '" + names[r] + "': the shards are of different saves");
+      all.emplace_back(name, std::move(t));
+    }
+  return all;
+}
+
 }  // namespace
 
 namespace {
@@ -89,12 +110,19 @@ void save_state_unguarded(prepare::Session& session, const std::string& dir) {
   std::unique_ptr<AtomicDir> atomic;
   ops::run_on_main(acc, [&] { atomic = std::make_unique<AtomicDir>(dir, partial_suffix); });
   const std::string work = dir + partial_suffix;
-  // Every rank's own random state, into the directory the main process made.
+  // Every rank's own random state, and its part of each sharded optimizer's state, into the
+  // directory the main process made, in parallel.
+  const auto& optimizers = session.optimizers();
+  const int rank = acc.place().rank;
   std::string error;
   try {
     NamedTensors rng = {{"cpu", state_of(at::detail::getDefaultCPUGenerator())},
                         {"library", state_of(runtime::library_generator())}};
-    write_safetensors(work + "/" + rng_file(acc.place().rank), rng, {});
+    write_safetensors(work + "/" + rng_file(rank), rng, {});
+    for (size_t i = 0; i < optimizers.size(); ++i)
+      if (optimizers[i]->sharded())
+        write_safetensors(work + "/" + optimizer_shard_file(i, rank),
+                          optimizers[i]->state_tensors(), {});
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -102,7 +130,8 @@ void save_state_unguarded(prepare::Session& session, const std::string& dir) {
     for (const auto& e : ops::gather_object(comm, error))
       if (!e.empty() && error.empty()) error = e;
   }
-  if (!error.empty()) fail(Errc::io, "save_state: writing the random states failed: " + error);
+  if (!error.empty())
+    fail(Errc::io, "save_state: writing the random and sharded optimizer states failed: " + error);
 
   ops::run_on_main(acc, [&] {
     Manifest m;
@@ -118,10 +147,14 @@ void save_state_unguarded(prepare::Session& session, const std::string& dir) {
       files.push_back("model_" + std::to_string(i) + ".safetensors");
       write_safetensors(work + "/" + files.back(), state, {{"format", "pt"}});
     }
-    const auto& optimizers = session.optimizers();
     for (size_t i = 0; i < optimizers.size(); ++i) {
-      files.push_back("optimizer_" + std::to_string(i) + ".safetensors");
-      write_safetensors(work + "/" + files.back(), optimizers[i]->state_tensors(), {});
+      if (!optimizers[i]->sharded()) {
+        files.push_back("optimizer_" + std::to_string(i) + ".safetensors");
+        write_safetensors(work + "/" + files.back(), optimizers[i]->state_tensors(), {});
+      } else {  // each rank wrote its part above, as DeepSpeed writes one file per rank
+        for (int r = 0; r < acc.place().world_size; ++r)
+          files.push_back(optimizer_shard_file(i, r));
+      }
       nlohmann::ordered_json j = {{"kind", optimizers[i]->kind()},
                                   {"options", optimizers[i]->options()}};
       files.push_back("optimizer_" + std::to_string(i) + ".json");
@@ -245,7 +278,16 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
   }
   for (size_t i = 0; i < optimizers.size(); ++i) {
     const std::string json = path_of("optimizer_" + std::to_string(i) + ".json");
-    const std::string tensors = path_of("optimizer_" + std::to_string(i) + ".safetensors");
+    // One file, or (a SHARDED_STATE_DICT save) one part per saving rank: either loads on any
+    // number of processes, sharded or not.
+    const std::string full = "optimizer_" + std::to_string(i) + ".safetensors";
+    std::vector<std::string> parts;
+    if (listed.count(full) || m.num_processes < 1)
+      parts.push_back(path_of(full));
+    else
+      for (int r = 0; r < m.num_processes; ++r)
+        parts.push_back(path_of(optimizer_shard_file(i, r)));
+    const std::string& tensors = parts.front();
     const auto options = in_file(json, [&] {
       const auto j = read_json(json);
       const auto kind = field<std::string>(j, "kind");
@@ -256,7 +298,10 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
       optimizers[i]->check_saved_options(saved);  // here, so that its errors name this file
       return saved;
     });
-    const auto state = in_file(tensors, [&] { return read_safetensors(tensors); });
+    std::vector<NamedTensors> read;
+    for (const auto& part : parts)
+      read.push_back(in_file(part, [&] { return read_safetensors(part); }));
+    const auto state = merge_shards(std::move(read), parts);
     st.optimizers.push_back(
         in_file(tensors, [&] { return optimizers[i]->stage_state(options, state); }));
   }

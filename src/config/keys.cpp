@@ -35,8 +35,6 @@ std::string join(const std::vector<const char*>& items) {
   return out;
 }
 
-constexpr const char* kNoDeepSpeed = "DeepSpeed is not supported by libaccel";
-constexpr const char* kNoFsdp = "FSDP is not supported by libaccel";
 constexpr const char* kNoTpu = "TPUs are not supported by libaccel";
 constexpr const char* kNoDynamo = "torch.compile (dynamo) does not exist in LibTorch's C++ API";
 
@@ -53,8 +51,8 @@ std::vector<KeySpec> build_table() {
   add({"distributed_type",
        Kind::kEnum,
        "NO",
-       {"NO", "MULTI_CPU", "MULTI_GPU"},
-       {"DEEPSPEED", "FSDP", "XLA", "TPU", "MEGATRON_LM", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
+       {"NO", "MULTI_CPU", "MULTI_GPU", "FSDP", "DEEPSPEED"},
+       {"XLA", "TPU", "MEGATRON_LM", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
         "MULTI_MUSA", "MULTI_XPU", "MULTI_HPU", "MULTI_NEURON"}});
   // Accelerate writes 'no' (interactive) or false (`config default`); both mean off.
   add({"downcast_bf16", Kind::kBool, "false", {}, {}, {}, 0, 0, true, "false", kNoTpu});
@@ -85,9 +83,10 @@ std::vector<KeySpec> build_table() {
   add({"rdzv_backend", Kind::kEnum, "static", {"static"}, {"c10d", "etcd", "etcd-v2"}});
   add({"same_network", Kind::kBool, "true"});
   add({"use_cpu", Kind::kBool, "false", {}, {}, {"ACCELERATE_USE_CPU"}});
+  // Sharded data parallel: every key inside is checked by config/sharding.hpp at init.
+  add({"deepspeed_config", Kind::kMap, "{}"});
+  add({"fsdp_config", Kind::kMap, "{}"});
   // Known keys of features libaccel does not have: accepted only when empty or neutral.
-  add({"deepspeed_config", Kind::kMap, "{}", {}, {}, {}, 0, 0, true, "{}", kNoDeepSpeed});
-  add({"fsdp_config", Kind::kMap, "{}", {}, {}, {}, 0, 0, true, "{}", kNoFsdp});
   add({"fp8_config",
        Kind::kMap,
        "{}",
@@ -153,29 +152,10 @@ std::vector<KeySpec> build_table() {
   add({"tpu_use_sudo", Kind::kBool, "false", {}, {}, {}, 0, 0, true, "false", kNoTpu});
   add({"command_file", Kind::kString, "", {}, {}, {}, 0, 0, true, "", kNoTpu});
   add({"commands", Kind::kList, "[]", {}, {}, {}, 0, 0, true, "[]", kNoTpu});
+  // Accelerate's launcher's switches for sharded data parallel (config/sharding.hpp reads them).
+  add({"use_deepspeed", Kind::kBool, "false", {}, {}, {"ACCELERATE_USE_DEEPSPEED"}, 0, 0, false});
+  add({"use_fsdp", Kind::kBool, "false", {}, {}, {"ACCELERATE_USE_FSDP"}, 0, 0, false});
   // Accelerate's environment-only switches for unsupported paradigms.
-  add({"use_deepspeed",
-       Kind::kBool,
-       "false",
-       {},
-       {},
-       {"ACCELERATE_USE_DEEPSPEED"},
-       0,
-       0,
-       false,
-       "false",
-       kNoDeepSpeed});
-  add({"use_fsdp",
-       Kind::kBool,
-       "false",
-       {},
-       {},
-       {"ACCELERATE_USE_FSDP"},
-       0,
-       0,
-       false,
-       "false",
-       kNoFsdp});
   add({"use_megatron_lm",
        Kind::kBool,
        "false",

@@ -99,41 +99,54 @@ void Optimizer::set(const std::string& key, const std::string& value) {
 void Optimizer::bind(std::vector<at::Tensor> params) {
   if (params.empty()) fail(Errc::invalid_argument, "the optimizer has no parameters to optimise");
   params_ = std::move(params);
+  owned_.assign(params_.size(), true);
+  build(params_);
+}
+
+void Optimizer::shard(const std::vector<bool>& owned) {
+  if (owned.size() != params_.size())
+    fail(Errc::internal, "optimizer shard: one ownership flag per parameter expected");
+  owned_ = owned;
+  std::vector<at::Tensor> mine;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (owned_[i]) mine.push_back(params_[i]);
+  build(mine);
+}
+
+void Optimizer::build(const std::vector<at::Tensor>& params) {
   const auto& o = options_;
   if (kind_ == "sgd") {
-    impl_ = std::make_unique<torch::optim::SGD>(params_, torch::optim::SGDOptions(o.at("lr"))
-                                                             .momentum(o.at("momentum"))
-                                                             .dampening(o.at("dampening"))
-                                                             .weight_decay(o.at("weight_decay"))
-                                                             .nesterov(o.at("nesterov") != 0));
+    impl_ = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(o.at("lr"))
+                                                            .momentum(o.at("momentum"))
+                                                            .dampening(o.at("dampening"))
+                                                            .weight_decay(o.at("weight_decay"))
+                                                            .nesterov(o.at("nesterov") != 0));
   } else if (kind_ == "adam") {
-    impl_ = std::make_unique<torch::optim::Adam>(params_, torch::optim::AdamOptions(o.at("lr"))
+    impl_ = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.at("lr"))
+                                                             .betas({o.at("beta1"), o.at("beta2")})
+                                                             .eps(o.at("eps"))
+                                                             .weight_decay(o.at("weight_decay"))
+                                                             .amsgrad(o.at("amsgrad") != 0));
+  } else if (kind_ == "adamw") {
+    impl_ = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.at("lr"))
                                                               .betas({o.at("beta1"), o.at("beta2")})
                                                               .eps(o.at("eps"))
                                                               .weight_decay(o.at("weight_decay"))
                                                               .amsgrad(o.at("amsgrad") != 0));
-  } else if (kind_ == "adamw") {
-    impl_ =
-        std::make_unique<torch::optim::AdamW>(params_, torch::optim::AdamWOptions(o.at("lr"))
-                                                           .betas({o.at("beta1"), o.at("beta2")})
-                                                           .eps(o.at("eps"))
-                                                           .weight_decay(o.at("weight_decay"))
-                                                           .amsgrad(o.at("amsgrad") != 0));
   } else if (kind_ == "rmsprop") {
-    impl_ =
-        std::make_unique<torch::optim::RMSprop>(params_, torch::optim::RMSpropOptions(o.at("lr"))
-                                                             .alpha(o.at("alpha"))
-                                                             .eps(o.at("eps"))
-                                                             .weight_decay(o.at("weight_decay"))
-                                                             .momentum(o.at("momentum"))
-                                                             .centered(o.at("centered") != 0));
+    impl_ = std::make_unique<torch::optim::RMSprop>(params, torch::optim::RMSpropOptions(o.at("lr"))
+                                                                .alpha(o.at("alpha"))
+                                                                .eps(o.at("eps"))
+                                                                .weight_decay(o.at("weight_decay"))
+                                                                .momentum(o.at("momentum"))
+                                                                .centered(o.at("centered") != 0));
   } else {
     impl_ = std::make_unique<torch::optim::Adagrad>(
-        params_, torch::optim::AdagradOptions(o.at("lr"))
-                     .lr_decay(o.at("lr_decay"))
-                     .weight_decay(o.at("weight_decay"))
-                     .initial_accumulator_value(o.at("initial_accumulator_value"))
-                     .eps(o.at("eps")));
+        params, torch::optim::AdagradOptions(o.at("lr"))
+                    .lr_decay(o.at("lr_decay"))
+                    .weight_decay(o.at("weight_decay"))
+                    .initial_accumulator_value(o.at("initial_accumulator_value"))
+                    .eps(o.at("eps")));
   }
 }
 
@@ -288,6 +301,7 @@ std::shared_ptr<Optimizer::StagedState> Optimizer::stage_state(
   const auto& known = fields_of.at(kind_);
   for (auto& [i, fields] : by_param) {
     const at::Tensor& p = params_[i];
+    const bool owned = owned_.empty() || owned_[i];
     for (const auto& [f, t] : fields)
       if (std::find(known.begin(), known.end(), f) == known.end())
         fail(Errc::shape, "optimizer state " + std::to_string(i) + "." + f + " is not a field of " +
@@ -337,7 +351,8 @@ std::shared_ptr<Optimizer::StagedState> Optimizer::stage_state(
       st->step(step()).sum(tensor("sum"));
       s = std::move(st);
     }
-    staged->states.emplace_back(key_of(p), std::move(s));
+    // Checked everywhere; kept only by the rank that steps the parameter (ZeRO stage 1).
+    if (owned) staged->states.emplace_back(key_of(p), std::move(s));
   }
   return staged;
 }

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,6 +31,11 @@ class Optimizer {
 
   // (Re)binds to `params` (keeps no state: call before the first step).
   void bind(std::vector<at::Tensor> params);
+  // ZeRO stage 1: from now on steps (and keeps state for) only the parameters flagged, one flag
+  // per params(); checkpoints' state for the others is checked but not kept. Before the first
+  // step.
+  void shard(const std::vector<bool>& owned);
+  bool sharded() const { return std::find(owned_.begin(), owned_.end(), false) != owned_.end(); }
   bool bound() const { return static_cast<bool>(impl_); }
   const std::vector<at::Tensor>& params() const { return params_; }
 
@@ -65,6 +71,7 @@ class Optimizer {
 
  private:
   void apply_options();
+  void build(const std::vector<at::Tensor>& params);
   // Throws accel::Error(invalid_argument) naming `key` unless `v` is a valid value for it given
   // the other options in `all`: finite, not negative, betas and alpha below 1, flags 0 or 1.
   void check_option(const std::string& key, double v,
@@ -72,6 +79,7 @@ class Optimizer {
   std::string kind_;
   std::map<std::string, double> options_;
   std::vector<at::Tensor> params_;
+  std::vector<bool> owned_;  // which of params_ this rank steps
   std::unique_ptr<torch::optim::Optimizer> impl_;
 };
 

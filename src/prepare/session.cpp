@@ -167,6 +167,11 @@ void Session::prepare_optimizer(const std::shared_ptr<optim::Optimizer>& o,
                                 const std::shared_ptr<model::Model>& m) {
   if (!optimizers_.count(o.get())) {
     o->bind(trainable_parameters(*m));  // the placed parameters
+    if (auto* comm = acc_->communicator(); comm && acc_->sharding().stage >= 1) {
+      auto shard = std::make_unique<zero::OptimizerShard>(*comm, o->params());
+      o->shard(shard->owned());
+      shards_[o.get()] = std::move(shard);
+    }
     optimizers_[o.get()] = o;
     optimizer_order_.push_back(o);
   }
@@ -295,14 +300,18 @@ void Session::unscale_for(const std::vector<at::Tensor>& params) {
 void Session::optimizer_step(optim::Optimizer& o) {
   if (!sync_gradients_) return;  // an accumulation micro-step
   check_host_tensors();
+  bool stepped = true;
   if (scaler_) {
-    if (scaler_->step(o.params(), [&] { o.step(); }))
+    // Every rank sees the same averaged gradients, so every rank skips alike.
+    stepped = scaler_->step(o.params(), [&] { o.step(); });
+    if (stepped)
       skipped_.erase(&o);
     else
       skipped_.insert(&o);
-    return;
+  } else {
+    o.step();
   }
-  o.step();
+  if (auto it = shards_.find(&o); it != shards_.end() && stepped) it->second->gather_parameters();
 }
 
 void Session::optimizer_zero_grad(optim::Optimizer& o) {

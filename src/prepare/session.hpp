@@ -21,6 +21,7 @@
 #include "optim/lr_scheduler.hpp"
 #include "optim/optimizer.hpp"
 #include "runtime/accelerator.hpp"
+#include "zero/optimizer_shard.hpp"
 
 namespace accel::prepare {
 
@@ -156,6 +157,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::unique_ptr<runtime::Accelerator> acc_;
   std::map<const model::Model*, std::shared_ptr<model::Model>> models_;
   std::map<const model::Model*, std::unique_ptr<ddp::GradSync>> syncs_;
+  // ZeRO stage 1 and up: which parameters each prepared optimizer steps on this rank.
+  std::map<const optim::Optimizer*, std::unique_ptr<zero::OptimizerShard>> shards_;
   // join_uneven_inputs (join.cpp): on between join_begin and join_end when the ranks' batches may
   // be uneven; `steps` counts the synchronised backwards this rank made inside it.
   struct JoinState {

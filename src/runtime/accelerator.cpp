@@ -105,6 +105,11 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
              ") needs a CUDA device: LibTorch's CPU autocast supports bf16 only; use bf16 on CPU" +
              (cuda_note_.empty() ? "" : " (CUDA: " + cuda_note_ + ")"));
 
+  // Sharding's keys are checked in every job, one process too, so that a file is refused or
+  // taken the same way wherever it runs.
+  sharding_ = config::resolve_sharding(settings_, env);
+  config::check_sharding_supported(sharding_);
+
   std::string local_from = "a world of one";
   bool expected = false;
   if (!g_live.compare_exchange_strong(expected, true))

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "config/sharding.hpp"
 #include "runtime/communicator.hpp"
 #include "runtime/gradient_state.hpp"
 #include "runtime/process_place.hpp"
@@ -30,6 +31,8 @@ class Accelerator {
   const std::string& device() const { return device_; }
   DistributedType distributed_type() const { return distributed_type_; }
   MixedPrecision mixed_precision() const { return mixed_precision_; }
+  // The ZeRO stage Accelerate's FSDP/DeepSpeed configuration chose (0 when none).
+  const config::ShardingPlan& sharding() const { return sharding_; }
   int num_threads() const { return num_threads_; }
   bool is_main_process() const { return place_.rank == 0; }
   bool is_local_main_process() const { return place_.local_rank == 0; }
@@ -50,6 +53,7 @@ class Accelerator {
   std::string cuda_note_;  // why the run is on the CPU when it could have used CUDA
   DistributedType distributed_type_ = DistributedType::kNo;
   MixedPrecision mixed_precision_ = MixedPrecision::kNo;
+  config::ShardingPlan sharding_;
   int num_threads_ = 1;
   std::unique_ptr<Communicator> comm_;
   std::shared_ptr<GradientState> gradient_state_ = std::make_shared<GradientState>();

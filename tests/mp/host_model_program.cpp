@@ -1,9 +1,10 @@
 // A rank of the host-model tests: a torch::nn::Module MLP lent to libaccel through accel.hpp,
-// trained 24 SGD steps (momentum 0.9) on fixed data with batch B per process. Each rank seeds
+// trained 24 SGD steps (momentum 0.9; or STEPS steps of AdamW) on fixed data with batch B per
+// process. Each rank seeds
 // LibTorch with its own index, so the ranks start from different weights and only accel_prepare's
 // broadcast makes them agree. Rank 0 prints "param NAME v1 v2 ..." for every parameter after
 // checking they are bitwise equal on every rank.
-//   host_model_program B
+//   host_model_program B [adamw STEPS]
 #define ACCEL_WITH_TORCH
 #include <accel/accel.hpp>
 
@@ -26,13 +27,16 @@ struct Mlp : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
 
-int run(int batch) {
+int run(int batch, bool adamw, int steps) {
   accel::Accelerator acc;
   torch::manual_seed(100 + static_cast<uint64_t>(acc.process_index()));
   Mlp net;
   auto model = accel::Model::from_module(net);
-  accel::Optimizer opt(model, "sgd");
-  opt.set("lr", "0.05").set("momentum", "0.9");
+  accel::Optimizer opt(model, adamw ? "adamw" : "sgd");
+  if (adamw)
+    opt.set("lr", "0.01").set("weight_decay", "0.01");
+  else
+    opt.set("lr", "0.05").set("momentum", "0.9");
 
   // The data of mp_program's "equiv" mode: 1280 samples, 20 features, 4 classes.
   const int64_t n = 1280;
@@ -47,7 +51,7 @@ int run(int batch) {
   loader.set("batch_size", std::to_string(batch));
   acc.prepare(model, opt, loader);
 
-  for (int step = 0; step < 24;) {
+  for (int step = 0; step < steps;) {
     auto batch_fields = loader.next();
     if (!batch_fields) continue;  // the next epoch
     acc.accumulate();
@@ -91,12 +95,13 @@ int run(int batch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: host_model_program BATCH\n");
+  const bool adamw = argc == 4 && std::string(argv[2]) == "adamw";
+  if (argc != 2 && !adamw) {
+    std::fprintf(stderr, "usage: host_model_program BATCH [adamw STEPS]\n");
     return 64;
   }
   try {
-    return run(std::atoi(argv[1]));
+    return run(std::atoi(argv[1]), adamw, adamw ? std::atoi(argv[3]) : 24);
   } catch (const accel::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

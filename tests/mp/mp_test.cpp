@@ -298,6 +298,28 @@ TEST(MultiProcess, HostModuleDataParallelEqualsOneProcessWithTheSameGlobalBatch)
   }
 }
 
+TEST(MultiProcess, ZeroStageOneEqualsStageZeroAfterFiftyAdamWStepsOnTwoAndFourRanks) {
+  // Selected as Accelerate's launcher says it (ACCELERATE_USE_DEEPSPEED, the ZeRO stage), each
+  // rank stepping only the parameters it owns; the program checks the ranks agree bit for bit.
+  const std::string zero1 = "ACCELERATE_USE_DEEPSPEED=true ACCELERATE_DEEPSPEED_ZERO_STAGE=1 ";
+  for (int n : {2, 4}) {
+    const std::string args = std::to_string(64 / n) + " adamw 50";
+    const auto plain = run(launch_program(n, HOST_MODEL_PROGRAM, args));
+    ASSERT_EQ(plain.code, 0) << plain.output;
+    const auto sharded = run(zero1 + launch_program(n, HOST_MODEL_PROGRAM, args));
+    ASSERT_EQ(sharded.code, 0) << sharded.output;
+    const auto base = params_of(plain.output), got = params_of(sharded.output);
+    ASSERT_EQ(base.size(), 4u) << plain.output;
+    ASSERT_EQ(got.size(), base.size()) << sharded.output;
+    for (const auto& [name, values] : base) {
+      ASSERT_EQ(got.at(name).size(), values.size()) << name;
+      for (size_t i = 0; i < values.size(); ++i)
+        ASSERT_LE(std::abs(values[i] - got.at(name)[i]), 1e-6 * std::abs(values[i]) + 1e-12)
+            << name << "[" << i << "] on " << n << " processes";
+    }
+  }
+}
+
 TEST(MultiProcess, UnusedParametersNeitherHangNorLoseGradients) {
   const auto r = run(launch(2, "unused 8"));
   EXPECT_EQ(r.code, 0) << r.output;
@@ -418,6 +440,35 @@ TEST(MultiProcess, ResumeOnAnotherProcessCountContinuesTheSampleOrder) {
     for (int i = 0; i < 120; ++i) every[i] = i;
     EXPECT_EQ(all, every) << procs << " processes: a sample skipped or repeated\n" << b.output;
   }
+}
+
+TEST(MultiProcess, ZeroStageOneStateSavedPerRankResumesBitForBitAtAnyStageAndProcessCount) {
+  // Saved at stage 1 on 2 processes (each rank writes its part of the optimizer state), loaded at
+  // stage 1 and at stage 0, and at stage 1 on 3 processes; every continuation equals the one
+  // that never stopped.
+  const std::string zero1 = "ACCELERATE_USE_DEEPSPEED=true ACCELERATE_DEEPSPEED_ZERO_STAGE=1 ";
+  const std::string dir = ::testing::TempDir() + "resume_zero1";
+  const auto a = run("rm -rf " + dir + "; " + zero1 + launch(2, "resume save " + dir + " 10 20"));
+  ASSERT_EQ(a.code, 0) << a.output;
+  const auto files = run("ls " + dir);
+  EXPECT_TRUE(contains(files.output, "optimizer_0.rank_1.safetensors")) << files.output;
+  EXPECT_FALSE(contains(files.output, "optimizer_0.safetensors")) << files.output;
+  const std::string want = resume_lines(a.output, 10);
+  EXPECT_NE(want.find("step 19 loss"), std::string::npos) << a.output;
+  for (const std::string& stage : {zero1, std::string()}) {
+    const auto b = run(stage + launch(2, "resume load " + dir + " 10 20"));
+    ASSERT_EQ(b.code, 0) << b.output;
+    EXPECT_EQ(resume_lines(b.output, 10), want) << (stage.empty() ? "stage 0" : "stage 1");
+  }
+  // The same state on 3 processes: it loads (each rank keeps its own part) and trains on.
+  const auto c = run(zero1 + launch(3, "resume load " + dir + " 10 14"));
+  ASSERT_EQ(c.code, 0) << c.output;
+  EXPECT_TRUE(contains(c.output, "step 13 loss")) << c.output;
+  // A missing part is an error naming it, and the run's state is untouched.
+  const auto d = run("rm " + dir + "/optimizer_0.rank_1.safetensors; " + zero1 +
+                     launch(2, "resume load " + dir + " 10 20"));
+  EXPECT_NE(d.code, 0) << d.output;
+  EXPECT_TRUE(contains(d.output, "optimizer_0.rank_1.safetensors")) << d.output;
 }
 
 TEST(MultiProcess, KillingASaveNeverHarmsThePreviousCheckpoint) {

@@ -1,0 +1,38 @@
+// ZeRO stage 1 for one optimizer: each rank steps only the parameters it owns (so it holds only
+// their optimizer state), then every rank takes each parameter's new value from its owner, bit for
+// bit. The gradients stay averaged on every rank (stage 0's bucket views), so clipping, the fp16
+// scaler's inf check and accumulation see what they see without sharding.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "runtime/communicator.hpp"
+
+namespace accel::zero {
+
+class OptimizerShard {
+ public:
+  // Owners from the parameters' sizes (assign_owners): the same on every rank.
+  OptimizerShard(runtime::Communicator& comm, std::vector<at::Tensor> params);
+
+  const std::vector<bool>& owned() const { return owned_; }
+  int owner(size_t param) const { return owner_[param]; }
+
+  // After the owners stepped: every parameter everywhere holds its owner's bytes. A collective:
+  // every rank calls it after every optimizer step, in the same order. The parameters travel in
+  // chunks of at most `chunk_bytes` (the only memory it adds), as one integer sum per chunk in
+  // which every rank but the owner contributes zeros, so each byte arrives exactly.
+  void gather_parameters(int64_t chunk_bytes = int64_t{16} << 20);
+
+ private:
+  void exchange_chunk(at::Tensor& chunk, size_t first, size_t last, int64_t bytes);
+
+  runtime::Communicator& comm_;
+  std::vector<at::Tensor> params_;
+  std::vector<int> owner_;
+  std::vector<bool> owned_;
+};
+
+}  // namespace accel::zero
