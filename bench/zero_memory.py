@@ -9,7 +9,8 @@ on demand, never as a test:
 
 For each run (glibc told to return blocks above 1 MB to the kernel, for all alike: see command()):
 the largest rank's growth from before the model to its peak (VmHWM - VmRSS), that over Psi, the
-formula (fp32 AdamW, in bytes per parameter: stage 0 16, stage 1 8 + 8/N; PyTorch's DDP without
+formula (fp32 AdamW, in bytes per parameter: stage 0 16, stage 1 8 + 8/N, stage 2 4 + 12/N,
+plus the buckets in flight; PyTorch's DDP without
 gradient_as_bucket_view keeps a copy of the gradients in its buckets: 20, and 12 + 8/N beside
 ZeroRedundancyOptimizer), their ratio, and samples/s (the job's slowest rank).
 """
@@ -26,6 +27,7 @@ PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch
 
 def formula(impl, n):
     return {"libaccel stage 0": 16.0, "libaccel stage 1": 8.0 + 8.0 / n,
+            "libaccel stage 2": 4.0 + 12.0 / n,
             "torch DDP": 20.0, "torch DDP + ZeRO-1": 12.0 + 8.0 / n}[impl]
 
 
@@ -55,7 +57,8 @@ def main():
     p.add_argument("--width", type=int, default=2896)
     p.add_argument("--json", help="where to write the results")
     args = p.parse_args()
-    impls = ["libaccel stage 0", "libaccel stage 1", "torch DDP", "torch DDP + ZeRO-1"]
+    impls = ["libaccel stage 0", "libaccel stage 1", "libaccel stage 2", "torch DDP",
+             "torch DDP + ZeRO-1"]
     results = []
     for n in [int(x) for x in args.processes.split(",")]:
         for impl in impls:

@@ -284,7 +284,7 @@ typedef void (*accel_release_fn)(void* user_data);
  * are accepted when empty or neutral (as Accelerate writes them) and otherwise rejected with
  * ACCEL_ERR_UNSUPPORTED, never silently dropped. distributed_type FSDP or DEEPSPEED with
  * fsdp_config / deepspeed_config choose a ZeRO stage (README "Configuration"); accel_init checks
- * every key inside them and refuses the stages this build lacks (2 and 3) with
+ * every key inside them and refuses the stage this build lacks (3) with
  * ACCEL_ERR_UNSUPPORTED naming the key that chose the stage. An ACCEL_* variable that
  * is one or two letters away from one listed above is taken for a typo and reported. Environment
  * variables are read when the configuration is resolved: by accel_init, accel_config_get and

@@ -367,10 +367,14 @@ ShardingPlan resolve_sharding(const Resolved& settings, const EnvMap& env) {
 }
 
 void check_sharding_supported(const ShardingPlan& plan) {
-  if (plan.stage <= 1) return;
+  if (plan.hybrid)
+    fail(Errc::unsupported, "hybrid sharding (" + plan.source +
+                                ": shard within a machine, replicate across) is not built yet in "
+                                "libaccel; use SHARD_GRAD_OP or NO_SHARD");
+  if (plan.stage <= 2) return;
   fail(Errc::unsupported, "ZeRO stage " + std::to_string(plan.stage) + " (" + plan.source +
                               ") is not built yet in libaccel: stages 0 (NO_SHARD, zero_stage "
-                              "0) and 1 (zero_stage 1) run today");
+                              "0), 1 (zero_stage 1) and 2 (SHARD_GRAD_OP, zero_stage 2) run today");
 }
 
 }  // namespace accel::config

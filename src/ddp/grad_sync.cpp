@@ -1,9 +1,6 @@
 #include "ddp/grad_sync.hpp"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include <map>
 
@@ -15,58 +12,23 @@ namespace accel::ddp {
 GradSync::GradSync(runtime::Communicator& comm, std::vector<at::Tensor> params,
                    size_t first_bucket_bytes, size_t bucket_bytes)
     : comm_(comm), params_(std::move(params)) {
-  bucket_of_.assign(params_.size(), 0);
-  slot_of_.assign(params_.size(), 0);
   ready_.assign(params_.size(), false);
   used_.assign(params_.size(), false);
-  size_t cap = first_bucket_bytes, bytes = 0;
-  for (size_t k = params_.size(); k-- > 0;) {
-    const at::Tensor& p = params_[k];
-    const bool dtype_change =
-        !buckets_.empty() && !buckets_.back().params.empty() &&
-        params_[buckets_.back().params.front()].scalar_type() != p.scalar_type();
-    if (buckets_.empty() || bytes >= cap || dtype_change) {
-      if (!buckets_.empty()) cap = bucket_bytes;
-      buckets_.emplace_back();
-      bytes = 0;
-    }
-    buckets_.back().params.push_back(k);
-    bytes += p.numel() * p.element_size();
-  }
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    Bucket& bucket = buckets_[b];
-    int64_t offset = 0;
-    for (size_t k : bucket.params) {
-      bucket_of_[k] = b;
-      slot_of_[k] = bucket.offsets.size();
-      bucket.offsets.push_back(offset);
-      offset += params_[k].numel();
-    }
-    bucket.used_offset = offset;
-    bucket.used.assign(bucket.params.size(), 0.0F);
-    const at::Tensor& first = params_[bucket.params.front()];
-    bucket.flat = at::zeros({offset + static_cast<int64_t>(bucket.params.size())},
-                            first.options().requires_grad(false));
+  BucketPlan plan = plan_buckets(params_, first_bucket_bytes, bucket_bytes);
+  bucket_of_ = std::move(plan.bucket_of);
+  slot_of_ = std::move(plan.slot_of);
+  for (auto& layout : plan.buckets) {
+    Bucket b;
+    static_cast<BucketLayout&>(b) = std::move(layout);
+    b.used.assign(b.params.size(), 0.0F);
+    b.flat = at::zeros({b.numel()}, params_[b.params.front()].options().requires_grad(false));
+    buckets_.push_back(std::move(b));
   }
   for (size_t k = 0; k < params_.size(); ++k) index_of_[params_[k].unsafeGetTensorImpl()] = k;
-  // The hook runs right after a parameter's gradient has been accumulated into .grad.
-  for (size_t k = 0; k < params_.size(); ++k) {
-    auto acc = torch::autograd::impl::grad_accumulator(params_[k]);
-    if (!acc) fail(Errc::invalid_argument, "a parameter to synchronise does not require grad");
-    hook_keys_.push_back(
-        acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-            [this, k](const torch::autograd::variable_list& outputs,
-                      const torch::autograd::variable_list&) {
-              on_gradient(k);
-              return outputs;
-            })));
-    accumulators_.push_back(std::move(acc));  // the variable holds it weakly: keep it alive
-  }
+  hooks_ = std::make_unique<GradientHooks>(params_, [this](size_t k) { on_gradient(k); });
 }
 
-GradSync::~GradSync() {
-  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
-}
+GradSync::~GradSync() = default;
 
 at::Tensor GradSync::slot_of(size_t k) const {
   const Bucket& b = buckets_[bucket_of_[k]];
@@ -200,6 +162,28 @@ void GradSync::shadow_backward() {
   }
 }
 
+namespace {
+
+// Tensors [first, last) of one dtype, flattened into one buffer, broadcast, copied back.
+void broadcast_chunk(runtime::Communicator& comm, const std::vector<at::Tensor>& group,
+                     size_t first, size_t last, int root) {
+  std::vector<at::Tensor> flat_parts;
+  // On a GPU with NCCL the parameters are broadcast where they are, without a host copy.
+  for (size_t k = first; k < last; ++k)
+    flat_parts.push_back(group[k].detach().reshape({-1}).to(comm.wire_device(group[k])));
+  at::Tensor flat = at::cat(flat_parts);
+  if (flat.numel() == 0) return;
+  comm.broadcast(flat, root);
+  int64_t offset = 0;
+  for (size_t k = first; k < last; ++k) {
+    const at::Tensor& t = group[k];
+    at::Tensor(t).detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+}  // namespace
+
 void broadcast_from_main(runtime::Communicator& comm, const std::vector<at::Tensor>& tensors,
                          const char* what, bool verify, int root) {
   // A signature of shapes and dtypes first: a model that differs across ranks is an error on every
@@ -217,21 +201,23 @@ void broadcast_from_main(runtime::Communicator& comm, const std::vector<at::Tens
         fail(Errc::shape, std::string(what) + " differ between rank 0 and rank " +
                               std::to_string(r) + ": every rank must build the same model");
   }
+  // Per dtype, in chunks of about 32 MB (a larger tensor alone): a copy of the whole model at
+  // prepare would be the peak of a sharded job's memory.
+  constexpr int64_t kChunkBytes = int64_t{32} << 20;
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
   at::NoGradGuard no_grad;
   for (auto& [dtype, group] : by_dtype) {
-    std::vector<at::Tensor> flat_parts;
-    // On a GPU with NCCL the parameters are broadcast where they are, without a host copy.
-    for (const auto& t : group)
-      flat_parts.push_back(t.detach().reshape({-1}).to(comm.wire_device(t)));
-    at::Tensor flat = at::cat(flat_parts);
-    if (flat.numel() == 0) continue;
-    comm.broadcast(flat, root);
-    int64_t offset = 0;
-    for (const auto& t : group) {
-      at::Tensor(t).detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-      offset += t.numel();
+    size_t first = 0;
+    int64_t bytes = 0;
+    for (size_t k = 0; k <= group.size(); ++k) {
+      if (k < group.size() && (bytes == 0 || bytes + group[k].nbytes() <= kChunkBytes)) {
+        bytes += static_cast<int64_t>(group[k].nbytes());
+        continue;
+      }
+      broadcast_chunk(comm, group, first, k, root);
+      first = k;
+      bytes = k < group.size() ? static_cast<int64_t>(group[k].nbytes()) : 0;
     }
   }
 }

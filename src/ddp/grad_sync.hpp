@@ -12,50 +12,45 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ddp/buckets.hpp"
+#include "ddp/gradient_path.hpp"
 #include "runtime/communicator.hpp"
-
-namespace torch::autograd {
-struct Node;
-}
 
 namespace accel::ddp {
 
-class GradSync {
+class GradSync : public GradientPath {
  public:
   // Buckets in reverse parameter order (the order gradients tend to arrive): a small first bucket
   // so communication starts early, larger ones after.
   GradSync(runtime::Communicator& comm, std::vector<at::Tensor> params,
            size_t first_bucket_bytes = size_t{1} << 20, size_t bucket_bytes = size_t{25} << 20);
-  ~GradSync();
+  ~GradSync() override;
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
   // Before backward: `sync` false is an accumulation micro-step (no communication, gradients
   // accumulate locally as under DDP's no_sync).
-  void begin_backward(bool sync);
+  void begin_backward(bool sync) override;
   // After backward: launches the buckets still waiting (a parameter that got no gradient since the
   // last synchronisation brings its .grad as it is, or zero), waits for all, and leaves the
   // averaged gradients in the parameters' .grad, views of the buckets. A parameter no rank used
   // since the last synchronisation and whose .grad is undefined keeps it undefined, as DDP with
   // find_unused_parameters.
-  void end_backward();
+  void end_backward() override;
 
   // True, having zeroed it in place, when `param`'s .grad is one of this synchroniser's bucket
   // views: zeroing must keep the view (set to None, the next backward would allocate a fresh
   // gradient and copy it in again).
-  bool zero_grad_in_place(const at::Tensor& param);
+  bool zero_grad_in_place(const at::Tensor& param) override;
 
   // A rank that has joined (join_uneven_inputs) answers one synchronised backward of the others:
   // every bucket all-reduced, in order, with zero gradients and no parameter flagged used.
-  void shadow_backward();
+  void shadow_backward() override;
 
   size_t num_buckets() const { return buckets_.size(); }
 
  private:
-  struct Bucket {
-    std::vector<size_t> params;
-    std::vector<int64_t> offsets;
-    int64_t used_offset = 0;  // after the gradients: one "this rank used it" flag per parameter
+  struct Bucket : BucketLayout {
     at::Tensor flat;
     std::vector<float> used;  // this rank's flags, written into the bucket as it goes out
     at::Tensor shadow;        // a joined rank's zeros, while it answers the others' backward
@@ -83,8 +78,7 @@ class GradSync {
   size_t next_launch_ = 0;
   bool active_ = false;
   std::mutex mutex_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  std::vector<uintptr_t> hook_keys_;
+  std::unique_ptr<GradientHooks> hooks_;  // last: removed first, before what they use
 };
 
 // Copies rank 0's values of `tensors` into every rank's (parameters and buffers at prepare, buffers

@@ -27,7 +27,8 @@ bool GradScaler::unscale(const std::vector<at::Tensor>& params) {
       any_bad = any_bad.logical_or(bad.to(any_bad.device()));
     g.mul_(inv);
   }
-  const bool found = any_bad.defined() && any_bad.item<bool>();
+  bool found = any_bad.defined() && any_bad.item<bool>();
+  if (agree) found = agree(found);
   unscaled_ = true;
   found_inf_ = found;
   return found;

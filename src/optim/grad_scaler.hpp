@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <vector>
 
 namespace accel::optim {
@@ -36,6 +37,9 @@ class GradScaler {
   }
 
   double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
+  // When each rank sees only part of the gradients (ZeRO stage 2): turns this rank's verdict into
+  // the job's (true when any rank found inf/nan). A collective.
+  std::function<bool(bool)> agree;
   int growth_interval = 2000;
 
  private:

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "common/error.hpp"
+#include "ddp/grad_sync.hpp"
 #include "prepare/session.hpp"
 
 namespace accel::prepare {
@@ -61,7 +62,7 @@ void Session::join_end() {
   for (const auto& [loader, even] : done.restore) loader->set_even_batches_keeping_position(even);
   if (!done.enabled) return;
   auto& comm = *acc_->communicator();
-  ddp::GradSync* sync = syncs_.empty() ? nullptr : syncs_.begin()->second.get();
+  ddp::GradientPath* sync = syncs_.empty() ? nullptr : syncs_.begin()->second.get();
   while (ranks_training(comm, false) > 0)
     if (sync) sync->shadow_backward();
   // Every rank ends with the parameters of the rank that trained longest (the lowest such rank),

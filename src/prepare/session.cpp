@@ -8,8 +8,11 @@
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "compat/autocast.hpp"
+#include "ddp/grad_sync.hpp"
 #include "ops/collectives.hpp"
 #include "optim/step_rules.hpp"
+#include "zero/grad_shard.hpp"
+#include "zero/partition.hpp"
 
 namespace accel::prepare {
 
@@ -58,8 +61,16 @@ void bind_unprepared(optim::Optimizer& optimizer, const model::Model& m) {
 }
 
 Session::Session(std::unique_ptr<runtime::Accelerator> accelerator) : acc_(std::move(accelerator)) {
-  if (acc_->mixed_precision() == runtime::MixedPrecision::kFp16)
+  if (acc_->mixed_precision() == runtime::MixedPrecision::kFp16) {
     scaler_ = std::make_unique<optim::GradScaler>();
+    // Stage 2: each rank checks only the gradients it owns; all must skip alike.
+    if (auto* comm = acc_->communicator(); comm && acc_->sharding().stage >= 2)
+      scaler_->agree = [comm](bool found) {
+        at::Tensor flag = at::full({1}, found ? 1 : 0, at::kInt);
+        comm->all_reduce(flag, runtime::ReduceOp::kMax);
+        return flag.item<int>() != 0;
+      };
+  }
 }
 
 Session::~Session() = default;
@@ -157,7 +168,15 @@ void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_
     ddp::broadcast_from_main(*comm, state, "the model's parameters and buffers",
                              /*verify=*/true);
     auto params = trainable_parameters(*m);
-    if (!params.empty()) syncs_[m.get()] = std::make_unique<ddp::GradSync>(*comm, params);
+    if (!params.empty() && acc_->sharding().stage >= 2) {
+      // The owners the model's optimizer will have (it is bound to these same parameters).
+      std::vector<int64_t> sizes;
+      for (const auto& p : params) sizes.push_back(p.numel() * p.element_size());
+      syncs_[m.get()] = std::make_unique<zero::GradShard>(*comm, params,
+                                                          zero::assign_owners(sizes, comm->size()));
+    } else if (!params.empty()) {
+      syncs_[m.get()] = std::make_unique<ddp::GradSync>(*comm, params);
+    }
   }
   models_[m.get()] = m;
   model_order_.push_back(m);
@@ -347,6 +366,27 @@ void Session::scheduler_step(optim::LrScheduler& s) {
   }
 }
 
+// Stage 2: each rank holds the gradients it owns. Every rank's per-parameter norms travel to all
+// (exactly: one rank's value plus zeros), and the total is taken over the same values in the same
+// order as without sharding, so it is the same number.
+at::Tensor Session::sharded_norm(const std::vector<at::Tensor>& params, double norm_type) {
+  const auto n = static_cast<int64_t>(params.size());
+  at::Tensor values = at::zeros({n}, at::kFloat), held = at::zeros({n}, at::kInt);
+  for (int64_t k = 0; k < n; ++k) {
+    const at::Tensor& g = params[static_cast<size_t>(k)].grad();
+    if (!g.defined()) continue;
+    const at::Tensor norm = std::isinf(norm_type) ? g.abs().max() : g.norm(norm_type);
+    values[k] = norm.to(at::kCPU, at::kFloat);
+    held[k] = 1;
+  }
+  auto* comm = acc_->communicator();
+  comm->all_reduce(values, runtime::ReduceOp::kSum);
+  comm->all_reduce(held, runtime::ReduceOp::kSum);
+  const at::Tensor stacked = values.masked_select(held.gt(0));
+  if (stacked.numel() == 0) return {};
+  return std::isinf(norm_type) ? stacked.max() : stacked.norm(norm_type);
+}
+
 double Session::clip_grad_norm(model::Model& m, double max_norm, double norm_type) {
   if (!(max_norm > 0) || !std::isfinite(max_norm))
     fail(Errc::invalid_argument,
@@ -359,13 +399,19 @@ double Session::clip_grad_norm(model::Model& m, double max_norm, double norm_typ
   // PyTorch's clip_grad_norm_: the norm of the per-parameter norms, then every gradient times
   // min(1, max_norm / (total + 1e-6)).
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> norms;
-  for (const auto& p : params)
-    if (p.grad().defined())
-      norms.push_back(std::isinf(norm_type) ? p.grad().abs().max() : p.grad().norm(norm_type));
-  if (norms.empty()) return 0.0;
-  const at::Tensor stacked = at::stack(norms);
-  const at::Tensor total = std::isinf(norm_type) ? stacked.max() : stacked.norm(norm_type);
+  at::Tensor total;
+  if (acc_->sharding().stage >= 2 && acc_->communicator()) {
+    total = sharded_norm(params, norm_type);
+    if (!total.defined()) return 0.0;
+  } else {
+    std::vector<at::Tensor> norms;
+    for (const auto& p : params)
+      if (p.grad().defined())
+        norms.push_back(std::isinf(norm_type) ? p.grad().abs().max() : p.grad().norm(norm_type));
+    if (norms.empty()) return 0.0;
+    const at::Tensor stacked = at::stack(norms);
+    total = std::isinf(norm_type) ? stacked.max() : stacked.norm(norm_type);
+  }
   const at::Tensor coef = at::clamp_max(max_norm / (total + 1e-6), 1.0);
   for (const auto& p : params)
     if (p.grad().defined()) p.grad().mul_(coef);

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "data/loader.hpp"
-#include "ddp/grad_sync.hpp"
+#include "ddp/gradient_path.hpp"
 #include "model/model.hpp"
 #include "optim/grad_scaler.hpp"
 #include "optim/lr_scheduler.hpp"
@@ -140,6 +140,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const optim::GradScaler* scaler() const { return scaler_.get(); }
 
  private:
+  at::Tensor sharded_norm(const std::vector<at::Tensor>& params, double norm_type);
   // Places the model on the device, broadcasts rank 0's parameters and buffers, and (with several
   // processes) attaches gradient synchronisation. Preparing twice is a no-op.
   void prepare_model(const std::shared_ptr<model::Model>& model, bool device_placement);
@@ -156,7 +157,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   std::unique_ptr<runtime::Accelerator> acc_;
   std::map<const model::Model*, std::shared_ptr<model::Model>> models_;
-  std::map<const model::Model*, std::unique_ptr<ddp::GradSync>> syncs_;
+  std::map<const model::Model*, std::unique_ptr<ddp::GradientPath>> syncs_;
   // ZeRO stage 1 and up: which parameters each prepared optimizer steps on this rank.
   std::map<const optim::Optimizer*, std::unique_ptr<zero::OptimizerShard>> shards_;
   // join_uneven_inputs (join.cpp): on between join_begin and join_end when the ranks' batches may

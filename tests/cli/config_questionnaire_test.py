@@ -330,8 +330,7 @@ class Tests:
             for prompt, line in [(ENV_PROMPT, ""), (TYPE_PROMPT, "2"), (MACHINES, ""), (DEBUG, ""),
                                  (DYNAMO, ""), (DEEPSPEED, ""), (FSDP, "yes")]:
                 t.answer(prompt, line)
-            t.answer("FSDP (its sharding needs ZeRO stages 2 and 3, not built yet) is not offered "
-                     "here yet", "no")
+            t.answer("FSDP is not offered here yet", "no")
             t.answer(MEGATRON, "")
             t.answer(GPU_PROCESSES, "1")
             t.answer("multi-GPU with one GPU on one machine is not distributed", "2")

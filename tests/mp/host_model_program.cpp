@@ -1,9 +1,9 @@
 // A rank of the host-model tests: a torch::nn::Module MLP lent to libaccel through accel.hpp,
-// trained 24 SGD steps (momentum 0.9; or STEPS steps of AdamW) on fixed data with batch B per
-// process. Each rank seeds
-// LibTorch with its own index, so the ranks start from different weights and only accel_prepare's
-// broadcast makes them agree. Rank 0 prints "param NAME v1 v2 ..." for every parameter after
-// checking they are bitwise equal on every rank.
+// trained 24 SGD steps (momentum 0.9; or STEPS steps of AdamW, the gradients clipped to norm
+// 0.01, each step's norm printed as "norm STEP VALUE") on fixed data with batch B per process. Each
+// rank seeds LibTorch with its own index, so the ranks start from different weights and only
+// accel_prepare's broadcast makes them agree. Rank 0 prints "param NAME v1 v2 ..." for every
+// parameter after checking they are bitwise equal on every rank.
 //   host_model_program B [adamw STEPS]
 #define ACCEL_WITH_TORCH
 #include <accel/accel.hpp>
@@ -62,6 +62,12 @@ int run(int batch, bool adamw, int steps) {
                                        (*batch_fields)[1].torch());
     }
     acc.backward(loss);
+    // With AdamW the gradients are clipped to a norm they exceed, and the main process prints the
+    // norm over every parameter (under ZeRO stage 2 no rank holds all the gradients).
+    if (adamw && acc.sync_gradients()) {
+      const double norm = acc.clip_grad_norm(model, 0.01);
+      if (acc.is_main_process()) std::printf("norm %d %.9g\n", step, norm);
+    }
     opt.step();
     opt.zero_grad();
     step += acc.sync_gradients();

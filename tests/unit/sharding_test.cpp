@@ -91,6 +91,9 @@ TEST(Sharding, Fsdp1StrategiesByNameNumberAndAccelerateConfigsOwnKey) {
   EXPECT_EQ(stage("  fsdp_sharding_strategy: shard_grad_op\n").stage, 2);
   EXPECT_EQ(stage("  fsdp_sharding_strategy: 2\n").stage, 2);
   EXPECT_TRUE(stage("  fsdp_sharding_strategy: 5\n").hybrid);
+  expect_error("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 5\n",
+               Errc::unsupported, {"hybrid sharding", "HYBRID_SHARD_ZERO2"});
+  EXPECT_NO_THROW(accel::config::check_sharding_supported(stage("  fsdp_sharding_strategy: 2\n")));
   EXPECT_EQ(stage("  fsdp_sharding_strategy: HYBRID_SHARD\n").stage, 3);
   // `accelerate config` writes FSDP1's strategy into fsdp_reshard_after_forward.
   EXPECT_EQ(stage("  fsdp_version: 1\n  fsdp_reshard_after_forward: SHARD_GRAD_OP\n").stage, 2);

@@ -247,15 +247,14 @@ FileEntries run_questionnaire(Prompter& p) {
   p.ask_only_no("Do you wish to optimize your script with torch dynamo?[yes/NO]:",
                 why_not("dynamo_config"));
   // Sharding is written into the file by hand until this questionnaire asks for it (README
-  // "Configuration"): stage 1 only so far.
+  // "Configuration").
   const std::string by_hand =
-      " is not offered here yet; for ZeRO stage 1 write `distributed_type: DEEPSPEED` and "
-      "`deepspeed_config: {zero_stage: 1}` into the file";
+      " is not offered here yet; for ZeRO stage 1 or 2 write `distributed_type: DEEPSPEED` and "
+      "`deepspeed_config: {zero_stage: 2}` into the file";
   if (type == "NO" || type == "MULTI_GPU")
     p.ask_only_no("Do you want to use DeepSpeed? [yes/NO]: ", "DeepSpeed" + by_hand);
   if (type == "MULTI_GPU") {
-    p.ask_only_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ",
-                  "FSDP (its sharding needs ZeRO stages 2 and 3, not built yet)" + by_hand);
+    p.ask_only_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ", "FSDP" + by_hand);
     p.ask_only_no("Do you want to use Megatron-LM ? [yes/NO]: ", why_not("megatron_lm_config"));
   }
 

@@ -1,0 +1,154 @@
+#include "zero/grad_shard.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace accel::zero {
+
+GradShard::GradShard(runtime::Communicator& comm, std::vector<at::Tensor> params,
+                     std::vector<int> owners, size_t first_bucket_bytes, size_t bucket_bytes)
+    : comm_(comm), params_(std::move(params)) {
+  for (int o : owners) owned_.push_back(o == comm_.rank());
+  kept_.resize(params_.size());
+  ready_.assign(params_.size(), false);
+  ddp::BucketPlan plan = ddp::plan_buckets(params_, first_bucket_bytes, bucket_bytes);
+  bucket_of_ = std::move(plan.bucket_of);
+  slot_of_ = std::move(plan.slot_of);
+  for (auto& layout : plan.buckets) {
+    Bucket b;
+    static_cast<ddp::BucketLayout&>(b) = std::move(layout);
+    b.used.assign(b.params.size(), 0.0F);
+    buckets_.push_back(std::move(b));
+  }
+  for (size_t k = 0; k < params_.size(); ++k) {
+    index_of_[params_[k].unsafeGetTensorImpl()] = k;
+    // A gradient from before prepare (a backward run earlier) is kept by its owner only.
+    if (owned_[k] && params_[k].grad().defined()) kept_[k] = params_[k].grad();
+    if (!owned_[k]) params_[k].mutable_grad() = at::Tensor();
+  }
+  hooks_ = std::make_unique<ddp::GradientHooks>(params_, [this](size_t k) { on_gradient(k); });
+}
+
+GradShard::~GradShard() = default;
+
+void GradShard::begin_backward(bool /*sync*/) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  active_ = true;
+  next_launch_ = 0;
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (auto& b : buckets_) b.pending = b.params.size();
+  for (auto& p : params_) p.mutable_grad() = at::Tensor();
+}
+
+// A buffer from the spares when one is large enough (the whole buffer goes back after use, so
+// the spares never shrink; they last until the end of the backward).
+at::Tensor& GradShard::staging_of(Bucket& b) {
+  if (b.staging.defined()) return b.staging;
+  const at::Tensor& like = params_[b.params.front()];
+  auto fits = [&](const at::Tensor& t) {
+    return t.numel() >= b.numel() && t.scalar_type() == like.scalar_type() &&
+           t.device() == like.device();
+  };
+  auto it = std::find_if(spare_.begin(), spare_.end(), fits);
+  if (it != spare_.end()) {
+    b.buffer = *it;
+    spare_.erase(it);
+  } else {
+    b.buffer = at::empty({b.numel()}, like.options().requires_grad(false));
+  }
+  b.staging = b.buffer.narrow(0, 0, b.numel());
+  return b.staging;
+}
+
+// The gradient autograd just made moves into the bucket, and .grad is dropped: this rank keeps
+// only what it owns, after the reduction.
+void GradShard::on_gradient(size_t k) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!active_ || ready_[k] || !params_[k].grad().defined()) return;
+  ready_[k] = true;
+  Bucket& b = buckets_[bucket_of_[k]];
+  const size_t j = slot_of_[k];
+  {
+    at::NoGradGuard no_grad;
+    staging_of(b)
+        .narrow(0, b.offsets[j], params_[k].numel())
+        .copy_(params_[k].grad().reshape({-1}));
+  }
+  params_[k].mutable_grad() = at::Tensor();
+  b.used[j] = 1.0F;
+  --b.pending;
+  launch_ready_locked();
+}
+
+void GradShard::launch_ready_locked() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0)
+    reduce_locked(buckets_[next_launch_++]);
+}
+
+// Reduced at once, whatever the transport: the staging buffer is free again before the next
+// bucket fills, so a rank holds at most a bucket or two of gradients it does not own.
+void GradShard::reduce_locked(Bucket& b) {
+  at::NoGradGuard no_grad;
+  at::Tensor& flat = staging_of(b);
+  const auto n = static_cast<int64_t>(b.used.size());
+  flat.narrow(0, b.used_offset, n).copy_(at::from_blob(b.used.data(), {n}, at::kFloat));
+  comm_.all_reduce_finish(comm_.all_reduce_start(flat, /*average=*/true));
+  const at::Tensor used = flat.narrow(0, b.used_offset, n).to(at::kCPU, at::kDouble);
+  const double* flags = used.data_ptr<double>();
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    const size_t k = b.params[j];
+    if (!owned_[k] || flags[j] == 0) continue;  // not ours, or nobody used it
+    const at::Tensor avg =
+        flat.narrow(0, b.offsets[j], params_[k].numel()).view(params_[k].sizes());
+    if (kept_[k].defined())
+      kept_[k].add_(avg);  // accumulation micro-steps add up here
+    else
+      kept_[k] = avg.clone();
+  }
+  spare_.push_back(b.buffer);
+  b.staging = at::Tensor();
+  b.buffer = at::Tensor();
+}
+
+void GradShard::end_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!active_) return;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (ready_[k]) continue;
+    ready_[k] = true;
+    Bucket& b = buckets_[bucket_of_[k]];
+    const size_t j = slot_of_[k];
+    staging_of(b).narrow(0, b.offsets[j], params_[k].numel()).zero_();
+    b.used[j] = 0.0F;
+    --b.pending;
+  }
+  launch_ready_locked();
+  active_ = false;
+  // The staging buffers go back to the allocator: the optimizer step, where the owned gradients
+  // and the optimizer state meet, is then not also holding a bucket or two of others' gradients.
+  spare_.clear();
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (owned_[k] && kept_[k].defined()) params_[k].mutable_grad() = kept_[k];
+}
+
+bool GradShard::zero_grad_in_place(const at::Tensor& param) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = index_of_.find(param.unsafeGetTensorImpl());
+  if (it == index_of_.end()) return false;
+  const size_t k = it->second;
+  if (!owned_[k] || !kept_[k].defined()) return false;
+  at::NoGradGuard no_grad;
+  kept_[k].zero_();
+  return true;
+}
+
+void GradShard::shadow_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& b : buckets_) {
+    at::Tensor zeros = at::zeros({b.numel()}, params_[b.params.front()].options());
+    comm_.all_reduce_finish(comm_.all_reduce_start(zeros, /*average=*/true));
+  }
+}
+
+}  // namespace accel::zero
