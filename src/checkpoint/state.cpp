@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -151,9 +152,20 @@ void save_state_unguarded(prepare::Session& session, const std::string& dir) {
       if (!optimizers[i]->sharded()) {
         files.push_back("optimizer_" + std::to_string(i) + ".safetensors");
         write_safetensors(work + "/" + files.back(), optimizers[i]->state_tensors(), {});
-      } else {  // each rank wrote its part above, as DeepSpeed writes one file per rank
+      } else if (acc.sharding().state_dict == config::StateDictType::kSharded) {
+        // Each rank wrote its part above (SHARDED_STATE_DICT; DeepSpeed writes one file per rank).
         for (int r = 0; r < acc.place().world_size; ++r)
           files.push_back(optimizer_shard_file(i, r));
+      } else {  // FULL_STATE_DICT: the parts become the one file stage 0 writes
+        std::vector<NamedTensors> parts;
+        std::vector<std::string> names;
+        for (int r = 0; r < acc.place().world_size; ++r) {
+          names.push_back(work + "/" + optimizer_shard_file(i, r));
+          parts.push_back(read_safetensors(names.back()));
+        }
+        files.push_back("optimizer_" + std::to_string(i) + ".safetensors");
+        write_safetensors(work + "/" + files.back(), merge_shards(std::move(parts), names), {});
+        for (const auto& n : names) std::remove(n.c_str());
       }
       nlohmann::ordered_json j = {{"kind", optimizers[i]->kind()},
                                   {"options", optimizers[i]->options()}};

@@ -487,7 +487,7 @@ TEST(MultiProcess, ResumeOnAnotherProcessCountContinuesTheSampleOrder) {
   }
 }
 
-TEST(MultiProcess, ZeroStateSavedPerRankResumesBitForBitAtAnyStageAndProcessCount) {
+TEST(MultiProcess, ZeroStateSavedInPartsOrMergedResumesBitForBitAtAnyStageAndProcessCount) {
   // Saved at stage 1 on 2 processes (each rank writes its part of the optimizer state), loaded at
   // stages 1, 0 and 2, and at stage 1 on 3 processes; every continuation equals the one that
   // never stopped.
@@ -509,6 +509,19 @@ TEST(MultiProcess, ZeroStateSavedPerRankResumesBitForBitAtAnyStageAndProcessCoun
   const auto c = run(zero1 + launch(3, "resume load " + dir + " 10 14"));
   ASSERT_EQ(c.code, 0) << c.output;
   EXPECT_TRUE(contains(c.output, "step 13 loss")) << c.output;
+  // FSDP's SHARD_GRAD_OP with FULL_STATE_DICT (FSDP1's default): the parts become stage 0's one
+  // file, which stage 0 resumes from bit for bit.
+  const std::string full_dir = ::testing::TempDir() + "resume_zero2_full";
+  const std::string fsdp = "ACCELERATE_USE_FSDP=true FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP ";
+  const auto e =
+      run("rm -rf " + full_dir + "; " + fsdp + launch(2, "resume save " + full_dir + " 10 20"));
+  ASSERT_EQ(e.code, 0) << e.output;
+  const auto full_files = run("ls " + full_dir);
+  EXPECT_TRUE(contains(full_files.output, "optimizer_0.safetensors")) << full_files.output;
+  EXPECT_FALSE(contains(full_files.output, ".rank_")) << full_files.output;
+  const auto f = run(launch(2, "resume load " + full_dir + " 10 20"));
+  ASSERT_EQ(f.code, 0) << f.output;
+  EXPECT_EQ(resume_lines(f.output, 10), resume_lines(e.output, 10));
   // A missing part is an error naming it, and the run's state is untouched.
   const auto d = run("rm " + dir + "/optimizer_0.rank_1.safetensors; " + zero1 +
                      launch(2, "resume load " + dir + " 10 20"));
