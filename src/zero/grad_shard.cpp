@@ -38,7 +38,16 @@ void GradShard::begin_backward(bool /*sync*/) {
   next_launch_ = 0;
   std::fill(ready_.begin(), ready_.end(), false);
   for (auto& b : buckets_) b.pending = b.params.size();
-  for (auto& p : params_) p.mutable_grad() = at::Tensor();
+  for (size_t k = 0; k < params_.size(); ++k) {
+    // What the program did to an owned gradient since: set it to none (start again), or put a
+    // tensor of its own there (keep that).
+    const at::Tensor& g = params_[k].grad();
+    if (owned_[k] && !g.defined())
+      kept_[k] = at::Tensor();
+    else if (owned_[k] && !g.is_same(kept_[k]))
+      kept_[k] = g;
+    params_[k].mutable_grad() = at::Tensor();
+  }
 }
 
 // A buffer from the spares when one is large enough (the whole buffer goes back after use, so
