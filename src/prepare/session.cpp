@@ -321,7 +321,7 @@ void Session::optimizer_step(optim::Optimizer& o) {
   check_host_tensors();
   bool stepped = true;
   if (scaler_) {
-    // Every rank sees the same averaged gradients, so every rank skips alike.
+    // Every rank skips alike: they see the same averaged gradients, or (stage 2) agree.
     stepped = scaler_->step(o.params(), [&] { o.step(); });
     if (stepped)
       skipped_.erase(&o);
@@ -400,7 +400,8 @@ double Session::clip_grad_norm(model::Model& m, double max_norm, double norm_typ
   // min(1, max_norm / (total + 1e-6)).
   at::NoGradGuard no_grad;
   at::Tensor total;
-  if (acc_->sharding().stage >= 2 && acc_->communicator()) {
+  const auto path = syncs_.find(&m);
+  if (path != syncs_.end() && dynamic_cast<const zero::GradShard*>(path->second.get())) {
     total = sharded_norm(params, norm_type);
     if (!total.defined()) return 0.0;
   } else {
