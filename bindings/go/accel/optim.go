@@ -51,7 +51,9 @@ func (o *Optimizer) Step() error {
 	return o.do(func(p *C.accel_optimizer) C.accel_status { return C.accel_optimizer_step(p) })
 }
 
-// ZeroGrad sets the gradients to none (once prepared, only on steps that synchronise).
+// ZeroGrad sets the gradients to none (once prepared, only on steps that synchronise); on several
+// processes the gradients that live in the communication buckets are zeroed in place instead (see
+// accel_optimizer_zero_grad).
 func (o *Optimizer) ZeroGrad() error {
 	return o.do(func(p *C.accel_optimizer) C.accel_status { return C.accel_optimizer_zero_grad(p) })
 }

@@ -80,7 +80,9 @@ end
 """
     zero_grad!(optimizer)
 
-Sets the gradients to none (once prepared, only on steps that synchronise).
+Sets the gradients to none (once prepared, only on steps that synchronise); on several processes
+the gradients that live in the communication buckets are zeroed in place instead (see
+`accel_optimizer_zero_grad`).
 """
 function zero_grad!(opt::Optimizer)
     @check accel_optimizer_zero_grad(opt::Ptr{Cvoid})
