@@ -1,6 +1,7 @@
 #include "ddp/grad_sync.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <map>
 
@@ -36,7 +37,7 @@ at::Tensor GradSync::slot_of(size_t k) const {
   std::vector<int64_t> strides(p.dim(), 1);
   for (int64_t d = p.dim() - 1; d > 0; --d)
     strides[d - 1] = strides[d] * std::max<int64_t>(p.size(d), 1);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   return at::empty({0}, b.flat.options())
       .set_(b.flat.storage(), b.flat.storage_offset() + b.offsets[slot_of_[k]], p.sizes(), strides);
 }
@@ -54,7 +55,7 @@ void GradSync::adopt_locked(size_t k) {
   at::Tensor slot = slot_of(k);
   at::Tensor& grad = params_[k].mutable_grad();
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     if (grad.defined())
       slot.copy_(grad);
     else
@@ -143,7 +144,7 @@ bool GradSync::zero_grad_in_place(const at::Tensor& param) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = index_of_.find(param.unsafeGetTensorImpl());
   if (it == index_of_.end() || !holds_slot(it->second)) return false;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   params_[it->second].mutable_grad().zero_();
   return true;
 }
@@ -206,7 +207,7 @@ void broadcast_from_main(runtime::Communicator& comm, const std::vector<at::Tens
   constexpr int64_t kChunkBytes = int64_t{32} << 20;
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& [dtype, group] : by_dtype) {
     size_t first = 0;
     int64_t bytes = 0;

@@ -1,6 +1,7 @@
 #include "zero/grad_shard.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 
@@ -79,7 +80,7 @@ void GradShard::on_gradient(size_t k) {
   Bucket& b = buckets_[bucket_of_[k]];
   const size_t j = slot_of_[k];
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     staging_of(b)
         .narrow(0, b.offsets[j], params_[k].numel())
         .copy_(params_[k].grad().reshape({-1}));
@@ -98,7 +99,7 @@ void GradShard::launch_ready_locked() {
 // Reduced at once, whatever the transport: the staging buffer is free again before the next
 // bucket fills, so a rank holds at most a bucket or two of gradients it does not own.
 void GradShard::reduce_locked(Bucket& b) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor& flat = staging_of(b);
   const auto n = static_cast<int64_t>(b.used.size());
   flat.narrow(0, b.used_offset, n).copy_(at::from_blob(b.used.data(), {n}, at::kFloat));
@@ -147,7 +148,7 @@ bool GradShard::zero_grad_in_place(const at::Tensor& param) {
   if (it == index_of_.end()) return false;
   const size_t k = it->second;
   if (!owned_[k] || !kept_[k].defined()) return false;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   kept_[k].zero_();
   return true;
 }

@@ -1,6 +1,7 @@
 #include "zero/optimizer_shard.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include "zero/partition.hpp"
 
@@ -34,7 +35,7 @@ OptimizerShard::OptimizerShard(runtime::Communicator& comm, std::vector<at::Tens
 
 void OptimizerShard::gather_parameters(int64_t chunk_bytes) {
   if (params_.empty()) return;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   // int64 words: an integer sum of words whose non-zero bytes never overlap carries nothing.
   const int64_t words = (chunk_bytes + 7) / 8;
   at::Tensor chunk = at::empty({words}, params_.front().options().dtype(at::kLong).device(
