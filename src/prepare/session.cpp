@@ -370,19 +370,18 @@ void Session::scheduler_step(optim::LrScheduler& s) {
 // (exactly: one rank's value plus zeros), and the total is taken over the same values in the same
 // order as without sharding, so it is the same number.
 at::Tensor Session::sharded_norm(const std::vector<at::Tensor>& params, double norm_type) {
+  // One collective: the norms, then a 1 for each parameter whose gradient some rank holds.
   const auto n = static_cast<int64_t>(params.size());
-  at::Tensor values = at::zeros({n}, at::kFloat), held = at::zeros({n}, at::kInt);
+  at::Tensor both = at::zeros({2 * n}, at::kFloat);
   for (int64_t k = 0; k < n; ++k) {
     const at::Tensor& g = params[static_cast<size_t>(k)].grad();
     if (!g.defined()) continue;
     const at::Tensor norm = std::isinf(norm_type) ? g.abs().max() : g.norm(norm_type);
-    values[k] = norm.to(at::kCPU, at::kFloat);
-    held[k] = 1;
+    both[k] = norm.to(at::kCPU, at::kFloat);
+    both[n + k] = 1.0F;
   }
-  auto* comm = acc_->communicator();
-  comm->all_reduce(values, runtime::ReduceOp::kSum);
-  comm->all_reduce(held, runtime::ReduceOp::kSum);
-  const at::Tensor stacked = values.masked_select(held.gt(0));
+  acc_->communicator()->all_reduce(both, runtime::ReduceOp::kSum);
+  const at::Tensor stacked = both.narrow(0, 0, n).masked_select(both.narrow(0, n, n).gt(0));
   if (stacked.numel() == 0) return {};
   return std::isinf(norm_type) ? stacked.max() : stacked.norm(norm_type);
 }

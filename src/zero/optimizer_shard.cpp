@@ -29,8 +29,7 @@ OptimizerShard::OptimizerShard(runtime::Communicator& comm, std::vector<at::Tens
     : comm_(comm), params_(std::move(params)) {
   std::vector<int64_t> sizes;
   for (const auto& p : params_) sizes.push_back(byte_size(p));
-  owner_ = assign_owners(sizes, comm_.size());
-  for (int o : owner_) owned_.push_back(o == comm_.rank());
+  for (int o : assign_owners(sizes, comm_.size())) owned_.push_back(o == comm_.rank());
 }
 
 void OptimizerShard::gather_parameters(int64_t chunk_bytes) {

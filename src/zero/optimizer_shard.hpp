@@ -18,7 +18,6 @@ class OptimizerShard {
   OptimizerShard(runtime::Communicator& comm, std::vector<at::Tensor> params);
 
   const std::vector<bool>& owned() const { return owned_; }
-  int owner(size_t param) const { return owner_[param]; }
 
   // After the owners stepped: every parameter everywhere holds its owner's bytes. A collective:
   // every rank calls it after every optimizer step, in the same order. The parameters travel in
@@ -31,7 +30,6 @@ class OptimizerShard {
 
   runtime::Communicator& comm_;
   std::vector<at::Tensor> params_;
-  std::vector<int> owner_;
   std::vector<bool> owned_;
 };
 
