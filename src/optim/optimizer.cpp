@@ -13,6 +13,7 @@
 #include "common/parse.hpp"
 #include "compat/optim_state.hpp"
 #include "config/keys.hpp"
+#include "optim/lean_adamw.hpp"
 
 namespace accel::optim {
 
@@ -128,7 +129,7 @@ void Optimizer::build(const std::vector<at::Tensor>& params) {
                                                              .weight_decay(o.at("weight_decay"))
                                                              .amsgrad(o.at("amsgrad") != 0));
   } else if (kind_ == "adamw") {
-    impl_ = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.at("lr"))
+    impl_ = std::make_unique<LeanAdamW>(params, torch::optim::AdamWOptions(o.at("lr"))
                                                               .betas({o.at("beta1"), o.at("beta2")})
                                                               .eps(o.at("eps"))
                                                               .weight_decay(o.at("weight_decay"))
