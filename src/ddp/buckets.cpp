@@ -9,23 +9,27 @@
 namespace accel::ddp {
 
 BucketPlan plan_buckets(const std::vector<at::Tensor>& params, size_t first_bucket_bytes,
-                        size_t bucket_bytes) {
+                        size_t bucket_bytes, size_t alone_bytes) {
   BucketPlan plan;
   plan.bucket_of.assign(params.size(), 0);
   plan.slot_of.assign(params.size(), 0);
   auto& buckets = plan.buckets;
   size_t cap = first_bucket_bytes, bytes = 0;
+  bool after_alone = false;
   for (size_t k = params.size(); k-- > 0;) {
     const at::Tensor& p = params[k];
+    const size_t p_bytes = p.numel() * p.element_size();
+    const bool alone = p_bytes >= alone_bytes;
     const bool dtype_change =
         !buckets.empty() && params[buckets.back().params.front()].scalar_type() != p.scalar_type();
-    if (buckets.empty() || bytes >= cap || dtype_change) {
+    if (buckets.empty() || bytes >= cap || dtype_change || alone || after_alone) {
       if (!buckets.empty()) cap = bucket_bytes;
       buckets.emplace_back();
       bytes = 0;
     }
     buckets.back().params.push_back(k);
-    bytes += p.numel() * p.element_size();
+    bytes += p_bytes;
+    after_alone = alone;
   }
   for (size_t b = 0; b < buckets.size(); ++b) {
     int64_t offset = 0;

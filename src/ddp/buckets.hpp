@@ -31,9 +31,10 @@ struct BucketPlan {
 };
 
 // Buckets in reverse parameter order (the order gradients tend to arrive): a small first bucket so
-// communication starts early, larger ones after, a new one where the dtype changes.
+// communication starts early, larger ones after, a new one where the dtype changes, and a
+// parameter of `alone_bytes` or more in a bucket of its own.
 BucketPlan plan_buckets(const std::vector<at::Tensor>& params, size_t first_bucket_bytes,
-                        size_t bucket_bytes);
+                        size_t bucket_bytes, size_t alone_bytes = SIZE_MAX);
 
 // Calls on_gradient(k) right after parameter k's gradient was accumulated into its .grad, for as
 // long as this object lives. accel::Error(invalid_argument) when a parameter does not require grad.

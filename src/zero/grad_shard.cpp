@@ -13,15 +13,22 @@ GradShard::GradShard(runtime::Communicator& comm, std::vector<at::Tensor> params
   for (int o : owners) owned_.push_back(o == comm_.rank());
   kept_.resize(params_.size());
   ready_.assign(params_.size(), false);
-  ddp::BucketPlan plan = ddp::plan_buckets(params_, first_bucket_bytes, bucket_bytes);
+  kept_fresh_.assign(params_.size(), false);
+  ddp::BucketPlan plan =
+      ddp::plan_buckets(params_, first_bucket_bytes, bucket_bytes, first_bucket_bytes);
   bucket_of_ = std::move(plan.bucket_of);
   slot_of_ = std::move(plan.slot_of);
   for (auto& layout : plan.buckets) {
     Bucket b;
     static_cast<ddp::BucketLayout&>(b) = std::move(layout);
     b.used.assign(b.params.size(), 0.0F);
+    const at::Tensor& p = params_[b.params.front()];
+    b.direct = b.params.size() == 1 &&
+               static_cast<size_t>(p.numel() * p.element_size()) >= first_bucket_bytes;
+    if (b.direct) direct_.push_back(buckets_.size());
     buckets_.push_back(std::move(b));
   }
+  direct_used_.assign(direct_.size(), 0.0F);
   for (size_t k = 0; k < params_.size(); ++k) {
     index_of_[params_[k].unsafeGetTensorImpl()] = k;
     // A gradient from before prepare (a backward run earlier) is kept by its owner only.
@@ -38,7 +45,11 @@ void GradShard::begin_backward(bool /*sync*/) {
   active_ = true;
   next_launch_ = 0;
   std::fill(ready_.begin(), ready_.end(), false);
-  for (auto& b : buckets_) b.pending = b.params.size();
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.used.assign(b.used.size(), 0.0F);
+  }
+  std::fill(kept_fresh_.begin(), kept_fresh_.end(), false);
   for (size_t k = 0; k < params_.size(); ++k) {
     // What the program did to an owned gradient since: set it to none (start again), or put a
     // tensor of its own there (keep that).
@@ -79,7 +90,11 @@ void GradShard::on_gradient(size_t k) {
   ready_[k] = true;
   Bucket& b = buckets_[bucket_of_[k]];
   const size_t j = slot_of_[k];
-  {
+  if (b.direct) {
+    // Autograd's tensor is this rank's alone (it either stole the incoming gradient or cloned
+    // it), so it can be reduced in place.
+    b.staging = params_[k].grad().reshape({-1});
+  } else {
     c10::NoGradGuard no_grad;
     staging_of(b)
         .narrow(0, b.offsets[j], params_[k].numel())
@@ -100,6 +115,18 @@ void GradShard::launch_ready_locked() {
 // bucket fills, so a rank holds at most a bucket or two of gradients it does not own.
 void GradShard::reduce_locked(Bucket& b) {
   c10::NoGradGuard no_grad;
+  if (b.direct) {
+    const size_t k = b.params.front();
+    comm_.all_reduce_finish(comm_.all_reduce_start(b.staging, /*average=*/true));
+    if (owned_[k] && kept_[k].defined()) {
+      kept_[k].add_(b.staging.view(params_[k].sizes()));
+    } else if (owned_[k]) {
+      kept_[k] = b.staging.view(params_[k].sizes());
+      kept_fresh_[k] = true;
+    }
+    b.staging = at::Tensor();
+    return;
+  }
   at::Tensor& flat = staging_of(b);
   const auto n = static_cast<int64_t>(b.used.size());
   flat.narrow(0, b.used_offset, n).copy_(at::from_blob(b.used.data(), {n}, at::kFloat));
@@ -129,17 +156,38 @@ void GradShard::end_backward() {
     ready_[k] = true;
     Bucket& b = buckets_[bucket_of_[k]];
     const size_t j = slot_of_[k];
-    staging_of(b).narrow(0, b.offsets[j], params_[k].numel()).zero_();
+    if (b.direct)
+      b.staging = at::zeros({params_[k].numel()}, params_[k].options().requires_grad(false));
+    else
+      staging_of(b).narrow(0, b.offsets[j], params_[k].numel()).zero_();
     b.used[j] = 0.0F;
     --b.pending;
   }
   launch_ready_locked();
+  agree_direct_use_locked();
   active_ = false;
   // The staging buffers go back to the allocator: the optimizer step, where the owned gradients
   // and the optimizer state meet, is then not also holding a bucket or two of others' gradients.
   spare_.clear();
   for (size_t k = 0; k < params_.size(); ++k)
     if (owned_[k] && kept_[k].defined()) params_[k].mutable_grad() = kept_[k];
+}
+
+// Whether anyone used each direct bucket's parameter: a gradient kept in this backward for a
+// parameter nobody used (the average of zeros) is undone, so that it keeps what it had: none.
+void GradShard::agree_direct_use_locked() {
+  if (direct_.empty()) return;
+  for (size_t d = 0; d < direct_.size(); ++d) direct_used_[d] = buckets_[direct_[d]].used[0];
+  c10::NoGradGuard no_grad;
+  at::Tensor flags =
+      at::from_blob(direct_used_.data(), {static_cast<int64_t>(direct_.size())}, at::kFloat)
+          .to(params_.front().device(), /*non_blocking=*/false, /*copy=*/true);
+  comm_.all_reduce_finish(comm_.all_reduce_start(flags, /*average=*/false));
+  const at::Tensor anyone = flags.to(at::kCPU);
+  for (size_t d = 0; d < direct_.size(); ++d) {
+    const size_t k = buckets_[direct_[d]].params.front();
+    if (anyone.data_ptr<float>()[d] == 0 && kept_fresh_[k]) kept_[k] = at::Tensor();
+  }
 }
 
 bool GradShard::zero_grad_in_place(const at::Tensor& param) {
@@ -155,9 +203,15 @@ bool GradShard::zero_grad_in_place(const at::Tensor& param) {
 
 void GradShard::shadow_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
+  c10::NoGradGuard no_grad;
   for (auto& b : buckets_) {
-    at::Tensor zeros = at::zeros({b.numel()}, params_[b.params.front()].options());
+    at::Tensor zeros = at::zeros({b.wire_numel()}, params_[b.params.front()].options());
     comm_.all_reduce_finish(comm_.all_reduce_start(zeros, /*average=*/true));
+  }
+  if (!direct_.empty()) {
+    at::Tensor flags = at::zeros({static_cast<int64_t>(direct_.size())},
+                                 at::TensorOptions(at::kFloat).device(params_.front().device()));
+    comm_.all_reduce_finish(comm_.all_reduce_start(flags, /*average=*/false));
   }
 }
 

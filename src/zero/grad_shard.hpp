@@ -4,7 +4,10 @@
 // zero::OptimizerShard's owners) adds its part into a gradient of its own, which becomes that
 // parameter's .grad after backward. Every micro-step communicates (a rank cannot accumulate what
 // it does not keep), as DeepSpeed's stage 2 does. Gradients travel as all-reduces (every transport
-// serves them; a rank keeps only its owners' part of the result).
+// serves them; a rank keeps only its owners' part of the result). A gradient of a megabyte or more
+// has a bucket of its own and is reduced where autograd made it: no staging copy (the largest
+// layer's size off the backward's peak), and its owner keeps that tensor, not a clone. Whether
+// anyone used such a parameter travels in one small all-reduce at the end of the backward.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -47,10 +50,14 @@ class GradShard : public ddp::GradientPath {
     at::Tensor buffer;   // the spare it came from
     std::vector<float> used;
     size_t pending = 0;
+    // One large parameter: `staging` is its gradient itself, flattened; no used flags inside.
+    bool direct = false;
+    int64_t wire_numel() const { return direct ? used_offset : numel(); }
   };
   void on_gradient(size_t k);
   void launch_ready_locked();
   void reduce_locked(Bucket& b);
+  void agree_direct_use_locked();
   at::Tensor& staging_of(Bucket& b);
 
   runtime::Communicator& comm_;
@@ -60,6 +67,11 @@ class GradShard : public ddp::GradientPath {
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_, slot_of_;
   std::vector<bool> ready_;
+  // Direct buckets: whether this rank used each (for the end-of-backward all-reduce), and which
+  // owned parameters got their kept gradient in this backward (undone if nobody used them).
+  std::vector<size_t> direct_;
+  std::vector<float> direct_used_;
+  std::vector<bool> kept_fresh_;
   std::vector<at::Tensor> spare_;  // staging buffers free for reuse, one per bucket size
   std::unordered_map<const void*, size_t> index_of_;
   size_t next_launch_ = 0;

@@ -484,14 +484,16 @@ static void run_training_check(accel_accelerator* acc, const char* mode, int bat
   CHECK(accel_model_add_layer(model, "fc1", "linear", "in_features=20 out_features=32"));
   CHECK(accel_model_add_layer(model, "fc2", "linear", "in_features=32 out_features=4"));
   if (unused) {
-    /* "side" is used by rank 1 only; "never" by no rank. */
-    CHECK(accel_model_add_layer(model, "side", "linear", "in_features=20 out_features=4"));
-    CHECK(accel_model_add_layer(model, "never", "linear", "in_features=20 out_features=4"));
+    /* "side" is used by rank 1 only; "never" by no rank. Their weights are over a megabyte
+     * (kUnusedWeights floats): stage 2 reduces such a gradient in place, in a bucket of its
+     * own, and learns who used it at the end of the backward. */
+    CHECK(accel_model_add_layer(model, "side", "linear", "in_features=20 out_features=16384"));
+    CHECK(accel_model_add_layer(model, "never", "linear", "in_features=20 out_features=16384"));
     CHECK(accel_model_define(model,
                              "def training_step(self, x, y, use_side):\n"
                              "    out = self.fc2.forward(torch.relu(self.fc1.forward(x)))\n"
                              "    if bool(use_side):\n"
-                             "        out = out + self.side.forward(x)\n"
+                             "        out = out + self.side.forward(x).narrow(1, 0, 4)\n"
                              "    return torch.cross_entropy_loss(out, y)\n"));
   } else {
     CHECK(accel_model_define(model,
@@ -506,14 +508,16 @@ static void run_training_check(accel_accelerator* acc, const char* mode, int bat
   objects[2] = dl;
   CHECK(accel_prepare(acc, objects, 3));
   (void)accum;
-  float never_before[80], side_before[80];
+  enum { kUnusedWeights = 16384 * 20 };
+  float* never_before = unused ? malloc(sizeof(float) * kUnusedWeights) : NULL;
+  float* side_before = unused ? malloc(sizeof(float) * kUnusedWeights) : NULL;
   if (unused) {
     accel_tensor* w;
     CHECK(accel_model_tensor(model, "never.weight", &w));
-    CHECK(accel_tensor_to_data(w, never_before, sizeof never_before, &g_size));
+    CHECK(accel_tensor_to_data(w, never_before, sizeof(float) * kUnusedWeights, &g_size));
     accel_tensor_free(w);
     CHECK(accel_model_tensor(model, "side.weight", &w));
-    CHECK(accel_tensor_to_data(w, side_before, sizeof side_before, &g_size));
+    CHECK(accel_tensor_to_data(w, side_before, sizeof(float) * kUnusedWeights, &g_size));
     accel_tensor_free(w);
   }
   {
@@ -554,15 +558,17 @@ static void run_training_check(accel_accelerator* acc, const char* mode, int bat
     /* "never" kept its initial weights on every rank; "side" moved everywhere (rank 1 used it,
      * and the averaged gradient reached rank 0 too). */
     accel_tensor* w;
-    float now[80];
+    const size_t bytes = sizeof(float) * kUnusedWeights;
+    float* now = malloc(bytes);
     CHECK(accel_model_tensor(model, "never.weight", &w));
-    CHECK(accel_tensor_to_data(w, now, sizeof now, &g_size));
+    CHECK(accel_tensor_to_data(w, now, bytes, &g_size));
     accel_tensor_free(w);
-    EXPECT(memcmp(now, never_before, sizeof now) == 0, "a parameter no rank used changed");
+    EXPECT(memcmp(now, never_before, bytes) == 0, "a parameter no rank used changed");
     CHECK(accel_model_tensor(model, "side.weight", &w));
-    CHECK(accel_tensor_to_data(w, now, sizeof now, &g_size));
+    CHECK(accel_tensor_to_data(w, now, bytes, &g_size));
     accel_tensor_free(w);
-    EXPECT(memcmp(now, side_before, sizeof now) != 0, "a parameter rank 1 used did not change");
+    EXPECT(memcmp(now, side_before, bytes) != 0, "a parameter rank 1 used did not change");
+    free(now);
     printf("rank %d: unused parameters handled\n", g_rank);
   }
   accel_optimizer_free(opt);
@@ -571,6 +577,8 @@ static void run_training_check(accel_accelerator* acc, const char* mode, int bat
   accel_dataset_free(ds);
   accel_tensor_free(tx);
   accel_tensor_free(ty);
+  free(never_before);
+  free(side_before);
   free(x);
   free(y);
 }
