@@ -212,12 +212,10 @@ func paramsOf(t *testing.T, path string) map[string][]float64 {
 	return params
 }
 
-func TestOneBy64EqualsTwoBy32(t *testing.T) {
-	dir := t.TempDir()
-	one, two := filepath.Join(dir, "1x64.txt"), filepath.Join(dir, "2x32.txt")
-	run(t, self(t, 1, "equiv", "ACCEL_GO_BATCH=64", "ACCEL_GO_OUT="+one))
-	run(t, self(t, 2, "equiv", "ACCEL_GO_BATCH=32", "ACCEL_GO_OUT="+two))
-	a, b := paramsOf(t, one), paramsOf(t, two)
+// expectClose fails unless the parameters in files a and b (4 tensors) are within tolerance x
+// each tensor's largest value.
+func expectClose(t *testing.T, a, b map[string][]float64, tolerance float64, what string) {
+	t.Helper()
 	if len(a) != 4 || len(b) != 4 {
 		t.Fatalf("%d and %d parameters written", len(a), len(b))
 	}
@@ -231,8 +229,36 @@ func TestOneBy64EqualsTwoBy32(t *testing.T) {
 			scale = math.Max(scale, math.Abs(x[i]))
 			worst = math.Max(worst, math.Abs(x[i]-y[i]))
 		}
-		if worst > 1e-5*scale {
-			t.Fatalf("%s: 1 x 64 and 2 x 32 differ by %g (scale %g)", name, worst, scale)
+		if worst > tolerance*scale {
+			t.Fatalf("%s: %s differ by %g (scale %g)", name, what, worst, scale)
+		}
+	}
+}
+
+func TestOneBy64EqualsTwoBy32(t *testing.T) {
+	dir := t.TempDir()
+	one, two := filepath.Join(dir, "1x64.txt"), filepath.Join(dir, "2x32.txt")
+	run(t, self(t, 1, "equiv", "ACCEL_GO_BATCH=64", "ACCEL_GO_OUT="+one))
+	run(t, self(t, 2, "equiv", "ACCEL_GO_BATCH=32", "ACCEL_GO_OUT="+two))
+	expectClose(t, paramsOf(t, one), paramsOf(t, two), 1e-5, "1 x 64 and 2 x 32")
+}
+
+// ZeRO stage 2 chosen through Config (each rank steps and keeps the gradients of the parameters
+// it owns) trains to what stage 0 does, with AdamW on two ranks.
+func TestZeroStageTwoFromTheConfigEqualsStageZero(t *testing.T) {
+	dir := t.TempDir()
+	plain, sharded := filepath.Join(dir, "stage0.txt"), filepath.Join(dir, "stage2.txt")
+	env := []string{"ACCEL_GO_BATCH=32", "ACCEL_GO_OPTIMIZER=adamw"}
+	run(t, self(t, 2, "equiv", append(env, "ACCEL_GO_OUT="+plain)...))
+	state := filepath.Join(dir, "state")
+	run(t, self(t, 2, "equiv", append(env, "ACCEL_GO_OUT="+sharded, "ACCEL_GO_ZERO_STAGE=2",
+		"ACCEL_GO_STATE_DIR="+state)...))
+	expectClose(t, paramsOf(t, plain), paramsOf(t, sharded), 1e-6, "stage 0 and stage 2")
+	// The job was sharded: each rank saved its own part of the optimizer state.
+	for rank := range 2 {
+		part := filepath.Join(state, fmt.Sprintf("optimizer_0.rank_%d.safetensors", rank))
+		if _, err := os.Stat(part); err != nil {
+			t.Fatalf("no optimizer part of rank %d: %v", rank, err)
 		}
 	}
 }
@@ -682,7 +708,22 @@ func rankEquiv() error {
 	if err != nil {
 		return fmt.Errorf("ACCEL_GO_BATCH: %v", err)
 	}
-	acc, err := accel.New(nil)
+	// ACCEL_GO_ZERO_STAGE: the job's sharding, chosen through the configuration as a program
+	// would (Accelerate's DeepSpeed keys).
+	var cfg *accel.Config
+	if stage := os.Getenv("ACCEL_GO_ZERO_STAGE"); stage != "" {
+		if cfg, err = accel.NewConfig(); err != nil {
+			return err
+		}
+		defer cfg.Close()
+		if err := cfg.Set("distributed_type", "DEEPSPEED"); err != nil {
+			return err
+		}
+		if err := cfg.Set("deepspeed_config", "{zero_stage: "+stage+"}"); err != nil {
+			return err
+		}
+	}
+	acc, err := accel.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -722,11 +763,15 @@ func rankEquiv() error {
 	if err != nil {
 		return err
 	}
-	opt, err := accel.NewOptimizer(model, "sgd")
+	kind, lr := "sgd", 0.1
+	if os.Getenv("ACCEL_GO_OPTIMIZER") == "adamw" {
+		kind, lr = "adamw", 0.01
+	}
+	opt, err := accel.NewOptimizer(model, kind)
 	if err != nil {
 		return err
 	}
-	if err := opt.Set("lr", 0.1); err != nil {
+	if err := opt.Set("lr", lr); err != nil {
 		return err
 	}
 	if err := acc.Prepare(model, opt, loader); err != nil {
@@ -752,6 +797,11 @@ func rankEquiv() error {
 			err = opt.ZeroGrad()
 		}
 		if err != nil {
+			return err
+		}
+	}
+	if dir := os.Getenv("ACCEL_GO_STATE_DIR"); dir != "" {
+		if err := acc.SaveState(dir); err != nil {
 			return err
 		}
 	}

@@ -16,8 +16,8 @@ use common::{repo_root, temp_dir, FASHION_MNIST};
 use libaccel::layers::Linear;
 use libaccel::optimizers::AdamW;
 use libaccel::{
-    fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Dtype, Field, Model, Optimizer,
-    Reduction, Sample, Tensor,
+    fields, Accelerator, Config, DataLoader, DataLoaderOptions, Dataset, Dtype, Field, Model,
+    Optimizer, Reduction, Sample, Tensor,
 };
 
 const MLP: &str = "
@@ -59,6 +59,10 @@ fn main() {
         ),
         ("two_ranks_train_and_agree", two_ranks_train_and_agree),
         ("one_by_64_equals_two_by_32", one_by_64_equals_two_by_32),
+        (
+            "zero_stage_two_from_the_config_equals_stage_zero",
+            zero_stage_two_from_the_config_equals_stage_zero,
+        ),
     ];
     let filter: Vec<String> = std::env::args()
         .skip(1)
@@ -322,7 +326,14 @@ fn one_by_64_equals_two_by_32() -> Result<(), String> {
         .env("ACCEL_RS_ROLE", "equiv")
         .env("ACCEL_RS_BATCH", "32")
         .env("ACCEL_RS_OUT", &two))?;
-    let (a, b) = (params_of(&one)?, params_of(&two)?);
+    expect_close(&one, &two, 1e-5, "1 x 64 and 2 x 32")?;
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+/// The parameters in files `a` and `b` (4 tensors) within `tolerance` x each tensor's largest.
+fn expect_close(a: &Path, b: &Path, tolerance: f32, what: &str) -> Result<(), String> {
+    let (a, b) = (params_of(a)?, params_of(b)?);
     if a.len() != 4 || a.keys().ne(b.keys()) {
         return Err(format!(
             "parameter names differ: {:?} vs {:?}",
@@ -334,9 +345,43 @@ fn one_by_64_equals_two_by_32() -> Result<(), String> {
         let y = &b[name];
         let scale = x.iter().fold(0f32, |m, v| m.max(v.abs()));
         let worst = x.iter().zip(y).fold(0f32, |m, (p, q)| m.max((p - q).abs()));
-        if x.len() != y.len() || worst > 1e-5 * scale {
+        if x.len() != y.len() || worst > tolerance * scale {
+            return Err(format!("{name}: {what} differ by {worst} (scale {scale})"));
+        }
+    }
+    Ok(())
+}
+
+/// ZeRO stage 2 chosen through Config (each rank steps, and keeps the gradients of, the
+/// parameters it owns) trains to what stage 0 does, with AdamW on two ranks.
+fn zero_stage_two_from_the_config_equals_stage_zero() -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = temp_dir("zero");
+    let (plain, sharded, state) = (
+        dir.join("stage0.txt"),
+        dir.join("stage2.txt"),
+        dir.join("state"),
+    );
+    let equiv = |out: &Path| {
+        let mut cmd = launch(2, &exe);
+        cmd.env("ACCEL_RS_ROLE", "equiv")
+            .env("ACCEL_RS_BATCH", "32")
+            .env("ACCEL_RS_OPTIMIZER", "adamw")
+            .env("ACCEL_RS_OUT", out);
+        cmd
+    };
+    run(&mut equiv(&plain))?;
+    run(equiv(&sharded)
+        .env("ACCEL_RS_ZERO_STAGE", "2")
+        .env("ACCEL_RS_STATE_DIR", &state))?;
+    expect_close(&plain, &sharded, 1e-6, "stage 0 and stage 2")?;
+    // The job was sharded: each rank saved its own part of the optimizer state.
+    for rank in 0..2 {
+        let part = state.join(format!("optimizer_0.rank_{rank}.safetensors"));
+        if !part.exists() {
             return Err(format!(
-                "{name}: 1 x 64 and 2 x 32 differ by {worst} (scale {scale})"
+                "no optimizer part of rank {rank}: {}",
+                part.display()
             ));
         }
     }
@@ -663,7 +708,22 @@ fn rank_equiv() -> Result<(), String> {
         .and_then(|b| b.parse().ok())
         .ok_or("ACCEL_RS_BATCH")?;
     let out = std::env::var_os("ACCEL_RS_OUT").ok_or("ACCEL_RS_OUT")?;
-    let acc = Accelerator::new().map_err(|e| e.to_string())?;
+    // ACCEL_RS_ZERO_STAGE: the job's sharding, chosen through the configuration as a program
+    // would (Accelerate's DeepSpeed keys).
+    let acc = match std::env::var("ACCEL_RS_ZERO_STAGE") {
+        Ok(stage) => {
+            let configured = || -> libaccel::Result<Accelerator> {
+                let mut config = Config::new()?;
+                config.set("distributed_type", "DEEPSPEED")?;
+                config.set("deepspeed_config", format!("{{zero_stage: {stage}}}"))?;
+                Accelerator::with_config(&config)
+            };
+            configured()
+        }
+        Err(_) => Accelerator::new(),
+    }
+    .map_err(|e| e.to_string())?;
+    let adamw = std::env::var("ACCEL_RS_OPTIMIZER").as_deref() == Ok("adamw");
     let run = || -> libaccel::Result<Model> {
         acc.set_seed(11, false)?;
         let n = 64 * 20;
@@ -677,8 +737,9 @@ fn rank_equiv() -> Result<(), String> {
         let mut loader = DataLoader::new(&acc, &data)?;
         loader.set("batch_size", batch)?;
         let model = mlp(16, 8, 4)?;
-        let mut opt = Optimizer::new(&model, "sgd")?;
-        opt.set("lr", 0.1)?;
+        let (kind, lr) = if adamw { ("adamw", 0.01) } else { ("sgd", 0.1) };
+        let mut opt = Optimizer::new(&model, kind)?;
+        opt.set("lr", lr)?;
         acc.prepare(&[&model, &opt, &loader])?;
         for b in &mut loader {
             let [bx, by] = fields(b?)?;
@@ -687,6 +748,9 @@ fn rank_equiv() -> Result<(), String> {
             acc.backward(&loss)?;
             opt.step()?;
             opt.zero_grad()?;
+        }
+        if let Some(dir) = std::env::var_os("ACCEL_RS_STATE_DIR") {
+            acc.save_state(dir)?;
         }
         Ok(model)
     };
