@@ -6,6 +6,7 @@
 #                                                  stream sharded both ways, and the logger's
 #                                                  messages of one rank, every rank and in order
 #   julia --project=... test/ranks.jl equiv B OUT  20 SGD steps of global batch 64 as ranks x B;
+#     `equiv B OUT adamw [STAGE STATE_DIR]` AdamW instead, under ZeRO stage STAGE;
 #                                                  the main rank writes the parameters to OUT
 using Accel
 using Logging
@@ -198,9 +199,12 @@ function log_ranks(acc)
 end
 
 # No dropout, no shuffle: the parameters depend only on the global batch, not on how many
-# processes share it.
-function rank_equiv(batch, out)
-    Accelerator() do acc
+# processes share it. With `zero_stage`, AdamW under that ZeRO stage, chosen through the
+# configuration as a program would (Accelerate's DeepSpeed keys), its state saved in `state_dir`.
+function rank_equiv(batch, out; optimizer = :sgd, zero_stage = nothing, state_dir = nothing)
+    settings = zero_stage === nothing ? NamedTuple() :
+        (distributed_type = "DEEPSPEED", deepspeed_config = "{zero_stage: $zero_stage}")
+    Accelerator(; settings...) do acc
         set_seed(acc, 11)
         n = 64 * 20
         xs = Float32[((i * 7919) % 1000) / 500 - 1 for i in 0:n*8-1]
@@ -208,11 +212,12 @@ function rank_equiv(batch, out)
         data = Dataset(reshape(xs, 8, n), ys)     # samples along Julia's last dimension
         loader = DataLoader(acc, data; batch_size = batch)
         model = mlp(16, 8, 4)
-        opt = Optimizer(model, :sgd; lr = 0.1)
+        opt = optimizer == :adamw ? Optimizer(model, :adamw; lr = 0.01) : Optimizer(model, :sgd; lr = 0.1)
         prepare(acc, model, opt, loader)
         for (x, y) in loader
             train_step!(acc, model, opt, x, y)
         end
+        state_dir === nothing || save_state(acc, state_dir)
         if is_main_process(acc)
             open(out, "w") do io
                 for name in tensor_names(model)
@@ -226,8 +231,12 @@ end
 
 if ARGS[1] == "train"
     rank_train()
-elseif ARGS[1] == "equiv"
+elseif ARGS[1] == "equiv" && length(ARGS) == 3
     rank_equiv(parse(Int, ARGS[2]), ARGS[3])
+elseif ARGS[1] == "equiv"   # equiv B OUT adamw [ZERO_STAGE STATE_DIR]
+    rank_equiv(parse(Int, ARGS[2]), ARGS[3]; optimizer = Symbol(ARGS[4]),
+               zero_stage = length(ARGS) > 4 ? parse(Int, ARGS[5]) : nothing,
+               state_dir = length(ARGS) > 5 ? ARGS[6] : nothing)
 else
     error("unknown role $(ARGS[1])")
 end

@@ -1223,6 +1223,25 @@ end
         println(o1, o2)
     end
 
+    # ZeRO stage 2 chosen through the configuration (each rank steps, and keeps the gradients of,
+    # the parameters it owns) trains to what stage 0 does, with AdamW on two ranks.
+    plain, sharded, state = joinpath(dir, "stage0.txt"), joinpath(dir, "stage2.txt"), joinpath(dir, "state")
+    c1, o1 = run_output(launch(2, joinpath(@__DIR__, "ranks.jl"), "equiv", "32", plain, "adamw"))
+    c2, o2 = run_output(launch(2, joinpath(@__DIR__, "ranks.jl"), "equiv", "32", sharded, "adamw", "2", state))
+    @test c1 == 0 && c2 == 0
+    if c1 == 0 && c2 == 0
+        a, b = read_params(plain), read_params(sharded)
+        @test length(a) == 4 && keys(a) == keys(b)
+        for (name, x) in a
+            @test maximum(abs.(x .- b[name])) <= 1e-6 * maximum(abs.(x))
+        end
+        # The job was sharded: each rank saved its own part of the optimizer state.
+        @test isfile(joinpath(state, "optimizer_0.rank_0.safetensors"))
+        @test isfile(joinpath(state, "optimizer_0.rank_1.safetensors"))
+    else
+        println(o1, o2)
+    end
+
     # The example on two ranks: the loss falls, the accuracy is already well above chance.
     code, out = run_output(launch(2, joinpath(PACKAGE_DIR, "examples", "train_fashion_mnist.jl"), "--max-steps", "300"))
     @test code == 0
