@@ -244,7 +244,8 @@ typedef void (*accel_release_fn)(void* user_data);
  *                                prints one line to stderr saying where this rank stands (rank,
  *                                local rank and who said so, threads, device, all-reduce transport,
  *                                store and its source). Collectives always check shapes.
- *   gradient_accumulation_steps  integer >= 1                    (default 1)
+ *   gradient_accumulation_steps  integer >= 1                    (default 1; when nothing sets
+ *                                it, deepspeed_config's gradient_accumulation_steps, as Accelerate)
  *   rendezvous_timeout           seconds > 0: how long init waits for every rank (default 120)
  *   collective_timeout           seconds > 0: how long one collective may take (default 300)
  *   num_threads                  intra-op threads per rank; 0 = cores / local ranks (default 0)

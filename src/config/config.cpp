@@ -42,10 +42,20 @@ bool needs_quotes(const std::string& v) {
 // (a directory, /dev/zero, a FIFO), is refused before it is read.
 constexpr std::streamsize kMaxConfigFileBytes = 1 << 20;
 
-// Flow-style text of a YAML node, used to show a non-empty map or list in messages.
+void set_flow_style(YAML::Node node) {
+  if (!node.IsMap() && !node.IsSequence()) return;
+  node.SetStyle(YAML::EmitterStyle::Flow);
+  for (auto it = node.begin(); it != node.end(); ++it)
+    set_flow_style(node.IsMap() ? it->second : *it);
+}
+
+// Flow-style text of a YAML node (one line, whatever style the file used: a node keeps its own
+// style, which the emitter's Flow manipulator does not override), for a non-empty map or list.
 std::string flow_text(const YAML::Node& node) {
+  YAML::Node copy = YAML::Clone(node);
+  set_flow_style(copy);
   YAML::Emitter e;
-  e << YAML::Flow << node;
+  e << copy;
   return e.c_str();
 }
 

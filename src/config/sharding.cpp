@@ -277,13 +277,20 @@ ShardingPlan from_deepspeed(const Section& s, const Resolved& settings) {
   for (const char* k : {"offload_optimizer_device", "offload_param_device"})
     if (s.has(k) && !s.at(k).empty() && upper(s.at(k)) != "NONE")
       s.unsupported(k, "offload to " + s.at(k) + " is not supported by libaccel; set it to none");
+  long long accumulation_steps = 0;
   if (s.has("gradient_accumulation_steps")) {
-    const std::string top = settings.text("gradient_accumulation_steps");
-    if (s.at("gradient_accumulation_steps") != top)
-      s.bad("gradient_accumulation_steps",
-            s.at("gradient_accumulation_steps") + " differs from gradient_accumulation_steps " +
-                top + " (" + settings.at("gradient_accumulation_steps").origin.describe() +
-                "): libaccel reads the top-level key; make them agree or drop this one");
+    const std::string& value = s.at("gradient_accumulation_steps");
+    long long n = 0;
+    if (!parse_int(value, &n) || n < 1)
+      s.bad("gradient_accumulation_steps", "'" + value + "' is not a positive integer");
+    const Setting& top = settings.at("gradient_accumulation_steps");
+    if (top.origin.source == Source::kDefault)
+      accumulation_steps = n;  // as in Accelerate, the section's value is the job's
+    else if (value != settings.text("gradient_accumulation_steps"))
+      s.bad("gradient_accumulation_steps", value + " differs from gradient_accumulation_steps " +
+                                               settings.text("gradient_accumulation_steps") + " (" +
+                                               top.origin.describe() +
+                                               "): make them agree or drop one");
   }
   if (s.has("gradient_clipping") && !s.at("gradient_clipping").empty() &&
       s.at("gradient_clipping") != "auto")
@@ -295,6 +302,7 @@ ShardingPlan from_deepspeed(const Section& s, const Resolved& settings) {
                   "save_model writes the parameters' own dtype; set it to false");
   (void)s.flag("zero3_init_flag", false);
   ShardingPlan plan;
+  plan.accumulation_steps = accumulation_steps;
   plan.state_dict = StateDictType::kSharded;  // DeepSpeed saves one optimizer file per rank
   plan.stage = 2;                             // and defaults to stage 2
   plan.source = s.name + " (" + s.origin + "), zero_stage 2 by default";

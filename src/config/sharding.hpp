@@ -26,6 +26,10 @@ struct ShardingPlan {
   std::string auto_wrap_policy = "NO_WRAP";  // TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP
   std::vector<std::string> wrap_classes;     // fsdp_transformer_layer_cls_to_wrap
   long long min_num_params = 0;              // fsdp_min_num_params
+  // deepspeed_config.gradient_accumulation_steps where it sets the job's accumulation (nothing set
+  // the top-level key: Accelerate's launcher exports it as ACCELERATE_GRADIENT_ACCUMULATION_STEPS);
+  // 0 where it does not.
+  long long accumulation_steps = 0;
   // What chose the stage, for messages: "fsdp_config.fsdp_sharding_strategy FULL_SHARD (file x)".
   std::string source = "no sharding configured";
 };

@@ -22,16 +22,16 @@ torch::Tensor LeanAdamW::step(LossClosure closure) {
       const auto& grad = p.grad();
       TORCH_CHECK(!grad.is_sparse(), "AdamW does not support sparse gradients");
       if (options.weight_decay() != 0) p.mul_(1 - options.lr() * options.weight_decay());
-      auto& slot = state_[compat::optim_state_key(p)];
-      if (!slot) {
+      auto it = state_.find(compat::optim_state_key(p));
+      if (it == state_.end()) {  // inserted only once complete: no empty entry if this throws
         auto fresh = std::make_unique<torch::optim::AdamWParamState>();
         fresh->step(0);
         fresh->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
         fresh->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
         if (options.amsgrad()) fresh->max_exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-        slot = std::move(fresh);
+        it = state_.emplace(compat::optim_state_key(p), std::move(fresh)).first;
       }
-      auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*it->second);
       state.step(state.step() + 1);
       const auto [beta1, beta2] = options.betas();
       const double bias_correction1 = 1 - std::pow(beta1, state.step());

@@ -266,7 +266,7 @@ std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method
 
 void Session::accumulate() {
   ++total_steps_;
-  const int64_t steps = acc_->settings().integer("gradient_accumulation_steps");
+  const int64_t steps = acc_->gradient_accumulation_steps();
   const auto active = acc_->gradient_state()->active();
   if (active && active->end_of_dataloader) {
     micro_step_ = 0;
@@ -291,7 +291,7 @@ void Session::backward(const at::Tensor& loss) {
                           std::to_string(acc_->place().world_size) +
                           " processes; pass the model to accel_prepare first");
   check_host_tensors();
-  const int64_t steps = acc_->settings().integer("gradient_accumulation_steps");
+  const int64_t steps = acc_->gradient_accumulation_steps();
   at::Tensor scaled = steps > 1 ? loss / static_cast<double>(steps) : loss;
   if (scaler_) scaled = scaler_->scale_loss(scaled);
   if (join_.enabled && sync_gradients_) join_count_step();

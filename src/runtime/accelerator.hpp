@@ -33,6 +33,11 @@ class Accelerator {
   MixedPrecision mixed_precision() const { return mixed_precision_; }
   // The ZeRO stage Accelerate's FSDP/DeepSpeed configuration chose (0 when none).
   const config::ShardingPlan& sharding() const { return sharding_; }
+  // gradient_accumulation_steps, or DeepSpeed's section's where that sets it (ShardingPlan).
+  int64_t gradient_accumulation_steps() const {
+    return sharding_.accumulation_steps > 0 ? sharding_.accumulation_steps
+                                            : settings_.integer("gradient_accumulation_steps");
+  }
   int num_threads() const { return num_threads_; }
   bool is_main_process() const { return place_.rank == 0; }
   bool is_local_main_process() const { return place_.local_rank == 0; }

@@ -186,7 +186,9 @@ def as_accel_text(value):
         return "true" if value else "false"
     if value is None:
         return None
-    if isinstance(value, (list, dict)):  # libaccel accepts only empty ones
+    if isinstance(value, dict) and value:  # a section, as accel reads it back: flow YAML
+        return "{" + ", ".join(f"{k}: {as_accel_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, dict)):
         return json.dumps(value)
     return str(value)
 
@@ -227,6 +229,11 @@ CPU_ONLY = "Do you want to run your training on CPU only"
 MPIRUN = "Do you want accelerate to launch mpirun? [yes/NO]: "
 DYNAMO = "Do you wish to optimize your script with torch dynamo?[yes/NO]:"
 DEEPSPEED = "Do you want to use DeepSpeed? [yes/NO]: "
+DEEPSPEED_JSON = "Do you want to specify a json file to a DeepSpeed config? [yes/NO]: "
+DEEPSPEED_ACCUMULATION = "How many gradient accumulation steps you're passing in your script? [1]: "
+DEEPSPEED_CLIPPING = "Do you want to use gradient clipping? [yes/NO]: "
+DEEPSPEED_ZERO_INIT = "Do you want to enable `deepspeed.zero.Init` when using ZeRO Stage-3"
+DEEPSPEED_MOE = "Do you want to enable Mixture-of-Experts training (MoE)? [yes/NO]: "
 FSDP = "Do you want to use FullyShardedDataParallel? [yes/NO]: "
 MEGATRON = "Do you want to use Megatron-LM ? [yes/NO]: "
 CPU_PROCESSES = "How many processes should be used for distributed training? [1]:"
@@ -301,7 +308,7 @@ class Tests:
         code, out = questionnaire(env, [
             (ENV_PROMPT, "0"), (TYPE_PROMPT, "multi-CPU"), (MACHINES, "2"), (RANK, "1"),
             (IP, "10.1.2.3"), (PORT, "29555"), (SAME_NETWORK, ""), (DEBUG, "yes"), (MPIRUN, ""),
-            (DYNAMO, "no"), (CPU_PROCESSES, "4"), (MP_PROMPT, "fp16")], path)
+            (DYNAMO, "no"), (DEEPSPEED, ""), (CPU_PROCESSES, "4"), (MP_PROMPT, "fp16")], path)
         check(code == 0, f"exit {code}:\n{out}")
         expect_values(path, env, {
             "distributed_type": "MULTI_CPU", "num_processes": "4", "num_machines": "2",
@@ -347,6 +354,55 @@ class Tests:
                                   "enable_cpu_affinity": "false"})
         self.files["multi_gpu"] = (path, env)
 
+    def test_deepspeed_stages_offered_on_cpus(self):
+        """ZeRO stages 0-2 on a multi-CPU machine (Accelerate offers DeepSpeed on GPUs only); what
+        libaccel lacks is refused with why, and the section is written as Accelerate writes it."""
+        env = clean_env(self.home("deepspeed"))
+        path = os.path.join(self.home("deepspeed"), "deepspeed.yaml")
+        t = Terminal([ACCEL, "config", "--config_file", path], env)
+        try:
+            for prompt, line in [(ENV_PROMPT, ""), (TYPE_PROMPT, "multi-CPU"), (MACHINES, ""),
+                                 (DEBUG, ""), (MPIRUN, ""), (DYNAMO, ""), (DEEPSPEED, "yes"),
+                                 (DEEPSPEED_JSON, "yes"),
+                                 ("DeepSpeed's JSON files are not read by libaccel", "no"),
+                                 ("Enter for 2 (2): ", "3"),
+                                 ("ZeRO stage 3 (parameters sharded) is not supported", ""),
+                                 ("Where to offload optimizer states?", "cpu"),
+                                 ("offloading to the CPU is not supported by libaccel", "none"),
+                                 ("Where to offload parameters?", ""),
+                                 (DEEPSPEED_ACCUMULATION, "2"), (DEEPSPEED_CLIPPING, "yes"),
+                                 ("call accel_clip_grad_norm before the optimizer step", "no"),
+                                 (DEEPSPEED_ZERO_INIT, ""), (DEEPSPEED_MOE, ""),
+                                 (CPU_PROCESSES, "2"), (MP_PROMPT, "")]:
+                t.answer(prompt, line)
+            code = t.finish()
+        finally:
+            t.close()
+        check(code == 0, f"exit {code}:\n{t.text()}")
+        check(FSDP not in t.text() and GPU_IDS not in t.text(), t.text())
+        section = ("{gradient_accumulation_steps: 2, offload_optimizer_device: none, "
+                   "offload_param_device: none, zero3_init_flag: false, zero_stage: 2}")
+        expect_values(path, env, {"distributed_type": "DEEPSPEED", "num_processes": "2",
+                                  "use_cpu": "true", "deepspeed_config": section})
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        check("deepspeed_config:\n  gradient_accumulation_steps: 2\n  offload_optimizer_device: "
+              "none\n  offload_param_device: none\n  zero3_init_flag: false\n  zero_stage: 2\n"
+              "distributed_type: DEEPSPEED\n" in text, text)
+        # Rewritten as JSON (`accel config update` of a .json file): numbers and booleans as
+        # Accelerate's JSON has them, and it reads back the same.
+        json_path = os.path.join(self.home("deepspeed"), "deepspeed.json")
+        shutil.copy(path, json_path)
+        r = run([ACCEL, "config", "update", "--config_file", json_path], env)
+        check(r.returncode == 0, r.stdout + r.stderr)
+        with open(json_path, encoding="utf-8") as f:
+            written = json.load(f)
+        check(written["deepspeed_config"] == {
+            "gradient_accumulation_steps": 2, "offload_optimizer_device": "none",
+            "offload_param_device": "none", "zero3_init_flag": False, "zero_stage": 2}, written)
+        expect_values(json_path, env, {"deepspeed_config": section})
+        self.files["deepspeed"] = (path, env)
+
     def test_bad_answers_are_explained_and_asked_again(self):
         env = clean_env(self.home("bad"))
         path = os.path.join(self.home("bad"), "bad.yaml")
@@ -375,6 +431,7 @@ class Tests:
             t.answer("use accel launch; only 'no' can be chosen here.", "no")
             t.answer(DYNAMO, "YES")
             t.answer("torch.compile (dynamo) does not exist in LibTorch's C++ API", "NO")
+            t.answer(DEEPSPEED, "")
             t.answer(CPU_PROCESSES, "3")
             t.answer("must divide by the number of machines (2)", "6")
             t.answer(MP_PROMPT, "fp8")

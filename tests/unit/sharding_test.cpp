@@ -183,6 +183,15 @@ TEST(Sharding, DeepSpeedZeroStages) {
                     "deepspeed_config:\n  gradient_accumulation_steps: 2\n  zero_stage: 1\n")
                 .stage,
             1);
+  // Where nothing set the top-level key, the section's value is the job's (as in Accelerate,
+  // whose launcher exports it), what `accel config` writes for a DeepSpeed answer.
+  EXPECT_EQ(plan_of("distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                    "  gradient_accumulation_steps: 4\n")
+                .accumulation_steps,
+            4);
+  EXPECT_EQ(zero("  zero_stage: 1\n").accumulation_steps, 0);
+  expect_error("distributed_type: DEEPSPEED\ndeepspeed_config:\n  gradient_accumulation_steps: 0\n",
+               Errc::config, {"deepspeed_config.gradient_accumulation_steps", "'0'"});
   expect_error("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n",
                Errc::unsupported,
                {"ZeRO stage 3", "deepspeed_config.zero_stage: 3 (file s.yaml:2)"});

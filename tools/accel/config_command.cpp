@@ -60,8 +60,8 @@ constexpr AccelerateKey kAccelerateKeys[] = {
     {"tpu_use_sudo", false},
     {"command_file", true},
     {"commands", true},
-    // Sections (deepspeed_config, fsdp_config, ...): Accelerate drops an empty one, and libaccel
-    // accepts only empty ones, so they are never written.
+    // Sections (fsdp_config, ...): Accelerate drops an empty one; the questionnaire writes
+    // deepspeed_config when DeepSpeed is chosen (render() writes a section as Accelerate does).
 };
 
 const AccelerateKey* accelerate_key(const std::string& name) {
@@ -81,6 +81,34 @@ const config::KeySpec& spec_of(const std::string& name) {
 // as different values, so each writer says which one it writes.
 enum class Downcast { kText, kBool };
 
+// A section ("{a: 1, b: none}", as the configuration layer reads one back) as Accelerate's JSON
+// has it: numbers, booleans and text, lists and maps inside.
+nlohmann::json section_json(const YAML::Node& node) {
+  if (node.IsMap()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& kv : node) j[kv.first.Scalar()] = section_json(kv.second);
+    return j;
+  }
+  if (node.IsSequence()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& item : node) j.push_back(section_json(item));
+    return j;
+  }
+  if (node.IsNull()) return nullptr;
+  const std::string& v = node.Scalar();
+  long long n = 0;
+  if (parse_int(v, &n)) return n;
+  if (v == "true" || v == "false") return v == "true";
+  return v;
+}
+
+// A node read from flow text keeps that style when emitted; PyYAML writes sections in block style.
+void block_style(YAML::Node node) {
+  if (!node.IsMap() && !node.IsSequence()) return;
+  node.SetStyle(YAML::EmitterStyle::Block);
+  for (auto it = node.begin(); it != node.end(); ++it) block_style(node.IsMap() ? it->second : *it);
+}
+
 std::string render(const FileEntries& entries, bool json, Downcast downcast) {
   auto as_no = [downcast](const std::string& key, const std::string& value) {
     return downcast == Downcast::kText && key == "downcast_bf16" && value == "false";
@@ -96,8 +124,10 @@ std::string render(const FileEntries& entries, bool json, Downcast downcast) {
         j[key] = value == "true";
       else if (spec.kind == config::Kind::kInt && parse_int(value, &n))
         j[key] = n;
-      else if (spec.kind == config::Kind::kMap || spec.kind == config::Kind::kList ||
-               spec.kind == config::Kind::kSeconds)
+      else if (spec.kind == config::Kind::kMap && value != "{}") {
+        j[key] = section_json(YAML::Load(value));
+      } else if (spec.kind == config::Kind::kMap || spec.kind == config::Kind::kList ||
+                 spec.kind == config::Kind::kSeconds)
         j[key] = nlohmann::json::parse(value);  // "[]", "{}" or a number: normalized already
       else
         j[key] = value;
@@ -111,6 +141,16 @@ std::string render(const FileEntries& entries, bool json, Downcast downcast) {
   std::ostringstream y;
   for (const auto& [key, value] : entries) {
     const auto& spec = spec_of(key);
+    if (spec.kind == config::Kind::kMap && value != "{}") {  // block style, as PyYAML writes it
+      YAML::Node section = YAML::Load(value);
+      block_style(section);
+      YAML::Emitter block;
+      block << section;
+      std::istringstream lines(block.c_str());
+      y << key << ":\n";
+      for (std::string line; std::getline(lines, line);) y << "  " << line << "\n";
+      continue;
+    }
     y << key << ": " << (as_no(key, value) ? "'no'" : config::yaml_scalar(spec, value)) << "\n";
   }
   return y.str();

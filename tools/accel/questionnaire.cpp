@@ -90,29 +90,30 @@ size_t Prompter::choose(const std::string& question, const std::vector<Choice>& 
     out_ << prompt;
     const std::string answer = read_answer();
     if (answer.empty()) return default_index;
+    const std::string typed = lower(answer);
     if (all_digits(answer)) {
       long long index = -1;
       if (parse_int(answer, &index) && index >= 0 && index < static_cast<long long>(choices.size()))
         return static_cast<size_t>(index);
     } else {
-      const std::string typed = lower(answer);
       for (size_t i = 0; i < choices.size(); ++i) {
         if (typed == lower(choices[i].label)) return i;
         for (const auto& alias : choices[i].aliases)
           if (typed == lower(alias)) return i;
       }
-      bool explained = false;
-      for (const auto& r : refused) {
-        bool match = typed == lower(r.label);
-        for (const auto& alias : r.aliases) match = match || typed == lower(alias);
-        if (match) {
-          out_ << r.why << "; choose another.\n";
-          explained = true;
-          break;
-        }
-      }
-      if (explained) continue;
     }
+    // A refused choice by its name, which may be a number past the menu (ZeRO stage 3).
+    bool explained = false;
+    for (const auto& r : refused) {
+      bool match = typed == lower(r.label);
+      for (const auto& alias : r.aliases) match = match || typed == lower(alias);
+      if (match) {
+        out_ << r.why << "; choose another.\n";
+        explained = true;
+        break;
+      }
+    }
+    if (explained) continue;
     out_ << "'" << answer << "' is not one of the choices: type a number from 0 to "
          << choices.size() - 1 << " or a choice's name.\n";
   }
@@ -167,6 +168,60 @@ bool Prompter::ask_yes_no(const std::string& prompt, bool default_value) {
 void Prompter::ask_only_no(const std::string& prompt, const std::string& why) {
   while (ask_yes_no(prompt, false)) out_ << why << "; only 'no' can be chosen here.\n";
 }
+
+namespace {
+
+// DeepSpeed's questions in Accelerate's order and words, on every machine type (ZeRO stages 0-2
+// run on CPUs as well); what libaccel lacks is named in the menus and refused. Returns the
+// deepspeed_config section as config::normalize reads it back (flow YAML, keys sorted), or
+// nothing when DeepSpeed is not chosen.
+std::optional<std::string> ask_deepspeed(Prompter& p, long long num_machines) {
+  if (!p.ask_yes_no("Do you want to use DeepSpeed? [yes/NO]: ", false)) return std::nullopt;
+  p.ask_only_no("Do you want to specify a json file to a DeepSpeed config? [yes/NO]: ",
+                "DeepSpeed's JSON files are not read by libaccel (its questions below write the "
+                "settings it runs)");
+  const std::string not_yet = "ZeRO stage 3 (parameters sharded) is not supported by libaccel yet";
+  std::map<std::string, std::string> section;
+  const size_t stage = p.choose("What should be your DeepSpeed's ZeRO optimization stage?",
+                                {{"0", {}}, {"1", {}}, {"2", {}}}, 2, {{"3", {}, not_yet}});
+  section["zero_stage"] = std::to_string(stage);
+  if (stage >= 2) {
+    const std::vector<Prompter::Refused> offload = {
+        {"cpu", {}, "offloading to the CPU is not supported by libaccel"},
+        {"nvme", {}, "offloading to NVMe is not supported by libaccel"}};
+    p.choose("Where to offload optimizer states?", {{"none", {}}}, 0, offload);
+    section["offload_optimizer_device"] = "none";
+    p.choose("Where to offload parameters?", {{"none", {}}}, 0, offload);
+    section["offload_param_device"] = "none";
+  }
+  section["gradient_accumulation_steps"] = std::to_string(p.ask_int(
+      "How many gradient accumulation steps you're passing in your script? [1]: ", 1, 1, 1 << 30));
+  p.ask_only_no("Do you want to use gradient clipping? [yes/NO]: ",
+                "libaccel does not clip on its own: call accel_clip_grad_norm before the optimizer "
+                "step");
+  p.ask_only_no(
+      "Do you want to enable `deepspeed.zero.Init` when using ZeRO Stage-3 for constructing "
+      "massive models? [yes/NO]: ",
+      not_yet);
+  section["zero3_init_flag"] = "false";
+  p.ask_only_no("Do you want to enable Mixture-of-Experts training (MoE)? [yes/NO]: ",
+                "DeepSpeed's Mixture-of-Experts layers are not supported by libaccel");
+  if (num_machines > 1) {
+    std::vector<Prompter::Refused> launchers;
+    for (const char* l : {"pdsh", "openmpi", "mvapich", "mpich", "nossh"})
+      launchers.push_back({l, {}, std::string("`accel launch` starts the ranks itself, not ") + l});
+    p.choose("Which Type of launcher do you want to use?", {{"standard", {}}}, 0, launchers);
+    section["deepspeed_multinode_launcher"] = "standard";
+  }
+  // The text the configuration layer reads back for this section (std::map: keys sorted, as
+  // Accelerate writes them).
+  std::string flow = "{";
+  for (const auto& [key, value] : section)
+    flow += (flow.size() > 1 ? ", " : "") + key + ": " + value;
+  return flow + "}";
+}
+
+}  // namespace
 
 FileEntries run_questionnaire(Prompter& p) {
   p.choose("In which compute environment are you running?", {{"This machine", {"LOCAL_MACHINE"}}},
@@ -246,31 +301,27 @@ FileEntries run_questionnaire(Prompter& p) {
     p.ask_only_no("Do you want accelerate to launch mpirun? [yes/NO]: ", why_not("mpirun_config"));
   p.ask_only_no("Do you wish to optimize your script with torch dynamo?[yes/NO]:",
                 why_not("dynamo_config"));
-  // Sharding is written into the file by hand until this questionnaire asks for it (README
-  // "Configuration").
-  const std::string by_hand =
-      " is not offered here yet; for ZeRO stage 1 or 2 write `distributed_type: DEEPSPEED` and "
-      "`deepspeed_config: {zero_stage: 2}` into the file";
-  if (type == "NO" || type == "MULTI_GPU")
-    p.ask_only_no("Do you want to use DeepSpeed? [yes/NO]: ", "DeepSpeed" + by_hand);
-  if (type == "MULTI_GPU") {
-    p.ask_only_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ", "FSDP" + by_hand);
+  const std::optional<std::string> deepspeed = ask_deepspeed(p, num_machines);
+  if (type == "MULTI_GPU" && !deepspeed) {
+    p.ask_only_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ",
+                  "FSDP is not offered here yet; its stages 0-2 run with DeepSpeed's (answer yes "
+                  "to DeepSpeed), or write `distributed_type: FSDP` and `fsdp_config` by hand");
     p.ask_only_no("Do you want to use Megatron-LM ? [yes/NO]: ", why_not("megatron_lm_config"));
   }
 
   long long num_processes = 1;
-  if (type != "NO") {
+  if (type != "NO" || deepspeed) {
     // Accelerate's num_processes is the total over all machines; `accel launch` starts an equal
     // share on each, so the total must divide.
     num_processes = p.ask_int(
-        type == "MULTI_CPU" ? "How many processes should be used for distributed training? [1]:"
-                            : "How many GPU(s) should be used for distributed training? [1]:",
+        use_cpu ? "How many processes should be used for distributed training? [1]:"
+                : "How many GPU(s) should be used for distributed training? [1]:",
         1, 1, kMaxCount, [&](long long n) -> std::string {
           if (n % num_machines != 0)
             return "The total number of processes (" + std::to_string(n) +
                    ") must divide by the number of machines (" + std::to_string(num_machines) +
                    ").";
-          if (type == "MULTI_GPU" && num_machines == 1 && n == 1)
+          if (type == "MULTI_GPU" && !deepspeed && num_machines == 1 && n == 1)
             return "multi-GPU with one GPU on one machine is not distributed: use more than 1, "
                    "or start again and choose `No distributed training`.";
           return "";
@@ -278,7 +329,7 @@ FileEntries run_questionnaire(Prompter& p) {
   }
 
   std::string gpu_ids;
-  if (!use_cpu) {
+  if (!use_cpu && !deepspeed) {  // Accelerate asks neither question under DeepSpeed
     gpu_ids = p.ask(
         "What GPU(s) (by id) should be used for training on this machine as a comma-separated "
         "list? [all]:",
@@ -318,7 +369,8 @@ FileEntries run_questionnaire(Prompter& p) {
   FileEntries e;
   e["compute_environment"] = "LOCAL_MACHINE";
   e["debug"] = debug ? "true" : "false";
-  e["distributed_type"] = type;
+  e["distributed_type"] = deepspeed ? "DEEPSPEED" : type;
+  if (deepspeed) e["deepspeed_config"] = *deepspeed;
   e["downcast_bf16"] = "false";
   e["enable_cpu_affinity"] = "false";
   if (!gpu_ids.empty()) e["gpu_ids"] = gpu_ids;
