@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -571,6 +572,27 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
   std::vector<at::Tensor> inputs{tensor};
   guarded("all_gather", [&] { impl_->group_for(tensor).allgather(outputs, inputs)->wait(); });
   return outputs[0];
+}
+
+void Communicator::all_gather_bytes(const at::Tensor& mine, const std::vector<int64_t>& bytes_of,
+                                    at::Tensor& out) {
+  if (impl_->shm && mine.device().is_cpu() && out.device().is_cpu()) {
+    const std::vector<size_t> sizes(bytes_of.begin(), bytes_of.end());
+    guarded("all_gather", [&] {
+      impl_->shm->all_gather(mine.data_ptr(), sizes, out.data_ptr(), collective_timeout_);
+    });
+    return;
+  }
+  const int64_t largest = *std::max_element(bytes_of.begin(), bytes_of.end());
+  if (largest == 0) return;
+  at::Tensor padded = at::zeros({largest}, mine.options());
+  padded.narrow(0, 0, bytes_of[rank_]).copy_(mine.narrow(0, 0, bytes_of[rank_]));
+  const std::vector<at::Tensor> parts = all_gather(padded);
+  int64_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    out.narrow(0, offset, bytes_of[r]).copy_(parts[r].narrow(0, 0, bytes_of[r]));
+    offset += bytes_of[r];
+  }
 }
 
 void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {

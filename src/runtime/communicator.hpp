@@ -57,6 +57,11 @@ class Communicator {
   // Every rank's tensor, in rank order. Tensors must be contiguous, on their wire_device(), of the
   // same shape and dtype on every rank (the ops layer checks that first).
   std::vector<at::Tensor> all_gather(const at::Tensor& tensor);
+  // Every rank's bytes in rank order into `out` (uint8, contiguous, sum of `bytes_of`): rank r
+  // gives bytes_of[r] bytes from `mine` (uint8, contiguous), the same `bytes_of` on every rank.
+  // Shared memory reads each byte once; Gloo and NCCL all-gather parts padded to the largest.
+  void all_gather_bytes(const at::Tensor& mine, const std::vector<int64_t>& bytes_of,
+                        at::Tensor& out);
   // In place, on a contiguous tensor on its wire_device().
   void all_reduce(at::Tensor& tensor, ReduceOp op);
   // In place, on a contiguous tensor on its wire_device(), of the same shape on every rank.

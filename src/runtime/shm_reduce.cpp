@@ -291,7 +291,7 @@ void ShmReduce::publish(uint32_t* word, uint32_t value) {
 
 void ShmReduce::wait_all(bool arrivals, uint32_t target,
                          std::chrono::steady_clock::time_point deadline,
-                         std::chrono::milliseconds timeout) {
+                         std::chrono::milliseconds timeout, const char* what) {
   for (int r = 0; r < world_; ++r) {
     if (r == rank_) continue;
     uint32_t* word = arrivals ? arrive_word(r) : done_word(r);
@@ -316,7 +316,7 @@ void ShmReduce::wait_all(bool arrivals, uint32_t target,
         }
         if (dead)
           fail(Errc::peer_failed,
-               "rank " + std::to_string(r) + " exited during a shared-memory all-reduce");
+               "rank " + std::to_string(r) + " exited during a shared-memory " + what);
         if (now >= deadline) {
           std::string missing;
           for (int q = 0; q < world_; ++q) {
@@ -326,8 +326,8 @@ void ShmReduce::wait_all(bool arrivals, uint32_t target,
               missing += (missing.empty() ? "" : ", ") + std::to_string(q);
           }
           fail(Errc::timeout, "timed out after " + format_real(timeout.count() / 1000.0) +
-                                  " s waiting for rank(s) " + missing +
-                                  " in a shared-memory all-reduce");
+                                  " s waiting for rank(s) " + missing + " in a shared-memory " +
+                                  what);
         }
       }
       futex_wait(word, seen, std::chrono::microseconds(2000));
@@ -347,10 +347,10 @@ void ShmReduce::all_reduce(void* data, size_t count, ShmType type, ShmOp op,
     const size_t n = std::min(per_round, count - done);
     const uint32_t round = ++round_;
     // A slot is rewritten only after every rank has read the previous round from it.
-    wait_all(false, round - 1, deadline, timeout);
+    wait_all(false, round - 1, deadline, timeout, "all-reduce");
     std::memcpy(slot(rank_), bytes + done * elem, n * elem);
     publish(arrive_word(rank_), round);
-    wait_all(true, round, deadline, timeout);
+    wait_all(true, round, deadline, timeout, "all-reduce");
     // Every rank combines the slots in rank order, so all get bitwise the same result.
     void* out = bytes + done * elem;
     switch (type) {
@@ -369,6 +369,34 @@ void ShmReduce::all_reduce(void* data, size_t count, ShmType type, ShmOp op,
     }
     publish(done_word(rank_), round);
     done += n;
+  }
+}
+
+void ShmReduce::all_gather(const void* mine, const std::vector<size_t>& bytes_of, void* out,
+                           std::chrono::milliseconds timeout) {
+  if (bytes_of.size() != static_cast<size_t>(world_))
+    fail(Errc::internal, "shared-memory all-gather: one size per rank expected");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<size_t> start(world_, 0);
+  size_t largest = 0;
+  for (int r = 1; r < world_; ++r) start[r] = start[r - 1] + bytes_of[r - 1];
+  for (size_t b : bytes_of) largest = std::max(largest, b);
+  const auto* from = static_cast<const unsigned char*>(mine);
+  auto* to = static_cast<unsigned char*>(out);
+  // Each round every rank puts the next slot's worth of its bytes in its slot (fewer, or none,
+  // once its bytes are out) and copies every rank's piece of that round to its place.
+  for (size_t done = 0; done < largest; done += slot_bytes_) {
+    const uint32_t round = ++round_;
+    wait_all(false, round - 1, deadline, timeout, "all-gather");
+    const size_t n = bytes_of[rank_] > done ? std::min(slot_bytes_, bytes_of[rank_] - done) : 0;
+    if (n > 0) std::memcpy(slot(rank_), from + done, n);
+    publish(arrive_word(rank_), round);
+    wait_all(true, round, deadline, timeout, "all-gather");
+    for (int r = 0; r < world_; ++r) {
+      const size_t piece = bytes_of[r] > done ? std::min(slot_bytes_, bytes_of[r] - done) : 0;
+      if (piece > 0) std::memcpy(to + start[r] + done, slot(r), piece);
+    }
+    publish(done_word(rank_), round);
   }
 }
 

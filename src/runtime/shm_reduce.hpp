@@ -50,6 +50,12 @@ class ShmReduce {
   // accel::Error(timeout) naming the ranks that did not arrive within `timeout`.
   void all_reduce(void* data, size_t count, ShmType type, ShmOp op,
                   std::chrono::milliseconds timeout);
+  // Every rank's bytes, concatenated in rank order into `out` (sum of `bytes_of` bytes; rank r
+  // gives bytes_of[r], which may differ between ranks, from `mine`). Every rank passes the same
+  // `bytes_of`. Each rank reads each byte once: an all-gather, not a sum of zero-padded buffers.
+  // Errors as all_reduce.
+  void all_gather(const void* mine, const std::vector<size_t>& bytes_of, void* out,
+                  std::chrono::milliseconds timeout);
 
  private:
   ShmReduce() = default;
@@ -59,7 +65,7 @@ class ShmReduce {
   unsigned char* slot(int r) const;
   void publish(uint32_t* word, uint32_t value);
   void wait_all(bool arrivals, uint32_t target, std::chrono::steady_clock::time_point deadline,
-                std::chrono::milliseconds timeout);
+                std::chrono::milliseconds timeout, const char* what);
 
   unsigned char* base_ = nullptr;
   size_t bytes_ = 0;

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
+
 #include "zero/partition.hpp"
 
 namespace accel::zero {
@@ -29,53 +31,51 @@ OptimizerShard::OptimizerShard(runtime::Communicator& comm, std::vector<at::Tens
     : comm_(comm), params_(std::move(params)) {
   std::vector<int64_t> sizes;
   for (const auto& p : params_) sizes.push_back(byte_size(p));
-  for (int o : assign_owners(sizes, comm_.size())) owned_.push_back(o == comm_.rank());
+  owner_ = assign_owners(sizes, comm_.size());
+  for (int o : owner_) owned_.push_back(o == comm_.rank());
 }
 
 void OptimizerShard::gather_parameters(int64_t chunk_bytes) {
   if (params_.empty()) return;
   c10::NoGradGuard no_grad;
-  // int64 words: an integer sum of words whose non-zero bytes never overlap carries nothing.
-  const int64_t words = (chunk_bytes + 7) / 8;
-  at::Tensor chunk = at::empty({words}, params_.front().options().dtype(at::kLong).device(
-                                            comm_.wire_device(params_.front())));
+  int64_t largest = 0;  // a parameter larger than a chunk travels in a chunk of its own
+  for (const auto& p : params_) largest = std::max(largest, padded(byte_size(p)));
+  const auto options =
+      params_.front().options().dtype(at::kByte).device(comm_.wire_device(params_.front()));
+  at::Tensor mine = at::empty({std::max(chunk_bytes, largest)}, options);
+  at::Tensor all = at::empty({std::max(chunk_bytes, largest)}, options);
   size_t first = 0;
   int64_t used = 0;
   for (size_t k = 0; k < params_.size(); ++k) {
     const int64_t b = padded(byte_size(params_[k]));
     if (used > 0 && used + b > chunk_bytes) {
-      exchange_chunk(chunk, first, k, used);
+      exchange_chunk(mine, all, first, k);
       first = k;
       used = 0;
     }
     used += b;
-    if (used > chunk_bytes) {  // one parameter larger than a chunk: a chunk of its own
-      at::Tensor own = at::empty({(used + 7) / 8}, chunk.options());
-      exchange_chunk(own, first, k + 1, used);
-      first = k + 1;
-      used = 0;
-    }
   }
-  if (used > 0) exchange_chunk(chunk, first, params_.size(), used);
+  exchange_chunk(mine, all, first, params_.size());
 }
 
-void OptimizerShard::exchange_chunk(at::Tensor& chunk, size_t first, size_t last, int64_t bytes) {
-  at::Tensor words = chunk.narrow(0, 0, (bytes + 7) / 8);
-  words.zero_();
-  at::Tensor flat = words.view(at::kByte);
-  int64_t offset = 0;
+// Parameters [first, last): each rank's part is the bytes of those it owns, in order, each padded
+// to a word (so that any dtype can view them where they land).
+void OptimizerShard::exchange_chunk(at::Tensor& mine, at::Tensor& all, size_t first, size_t last) {
+  std::vector<int64_t> part(comm_.size(), 0);
   for (size_t k = first; k < last; ++k) {
     const int64_t b = byte_size(params_[k]);
-    if (owned_[k]) flat.narrow(0, offset, b).copy_(bytes_of(params_[k]));
-    offset += padded(b);
+    if (owned_[k]) mine.narrow(0, part[owner_[k]], b).copy_(bytes_of(params_[k]));
+    part[owner_[k]] += padded(b);
   }
-  comm_.all_reduce(words, runtime::ReduceOp::kSum);
-  offset = 0;
+  comm_.all_gather_bytes(mine, part, all);
+  std::vector<int64_t> start(comm_.size(), 0);  // where each rank's part landed in `all`
+  for (int r = 1; r < comm_.size(); ++r) start[r] = start[r - 1] + part[r - 1];
   for (size_t k = first; k < last; ++k) {
     const int64_t b = byte_size(params_[k]);
+    int64_t& offset = start[owner_[k]];
     if (!owned_[k]) {
       at::Tensor p = params_[k].detach();
-      p.copy_(flat.narrow(0, offset, b).view(p.scalar_type()).view(p.sizes()));
+      p.copy_(all.narrow(0, offset, b).view(p.scalar_type()).view(p.sizes()));
     }
     offset += padded(b);
   }

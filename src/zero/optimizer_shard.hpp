@@ -21,15 +21,16 @@ class OptimizerShard {
 
   // After the owners stepped: every parameter everywhere holds its owner's bytes. A collective:
   // every rank calls it after every optimizer step, in the same order. The parameters travel in
-  // chunks of at most `chunk_bytes` (the only memory it adds), as one integer sum per chunk in
-  // which every rank but the owner contributes zeros, so each byte arrives exactly.
+  // chunks of at most `chunk_bytes` of parameters, as one all-gather per chunk in which each rank
+  // gives the bytes of the parameters it owns (two chunk-sized buffers: the memory it adds).
   void gather_parameters(int64_t chunk_bytes = int64_t{16} << 20);
 
  private:
-  void exchange_chunk(at::Tensor& chunk, size_t first, size_t last, int64_t bytes);
+  void exchange_chunk(at::Tensor& mine, at::Tensor& all, size_t first, size_t last);
 
   runtime::Communicator& comm_;
   std::vector<at::Tensor> params_;
+  std::vector<int> owner_;
   std::vector<bool> owned_;
 };
 

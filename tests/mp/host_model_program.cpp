@@ -3,7 +3,9 @@
 // 0.01, each step's norm printed as "norm STEP VALUE") on fixed data with batch B per process. Each
 // rank seeds LibTorch with its own index, so the ranks start from different weights and only
 // accel_prepare's broadcast makes them agree. Rank 0 prints "param NAME v1 v2 ..." for every
-// parameter after checking they are bitwise equal on every rank.
+// parameter after checking they are bitwise equal on every rank. HOST_MODEL_LEAVE_AT=K: rank 1
+// exits (code 0, as if its program ended) just before optimizer step K, so that the others are
+// inside that step's collectives when it goes.
 //   host_model_program B [adamw STEPS]
 #define ACCEL_WITH_TORCH
 #include <accel/accel.hpp>
@@ -51,6 +53,8 @@ int run(int batch, bool adamw, int steps) {
   loader.set("batch_size", std::to_string(batch));
   acc.prepare(model, opt, loader);
 
+  const char* leave = std::getenv("HOST_MODEL_LEAVE_AT");
+  const int leave_at = leave && acc.process_index() == 1 ? std::atoi(leave) : -1;
   for (int step = 0; step < steps;) {
     auto batch_fields = loader.next();
     if (!batch_fields) continue;  // the next epoch
@@ -68,6 +72,7 @@ int run(int batch, bool adamw, int steps) {
       const double norm = acc.clip_grad_norm(model, 0.01);
       if (acc.is_main_process()) std::printf("norm %d %.9g\n", step, norm);
     }
+    if (step == leave_at) std::_Exit(0);
     opt.step();
     opt.zero_grad();
     step += acc.sync_gradients();

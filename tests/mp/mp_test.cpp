@@ -537,6 +537,20 @@ TEST(MultiProcess, ZeroStateSavedInPartsOrMergedResumesBitForBitAtAnyStageAndPro
   EXPECT_TRUE(contains(d.output, "optimizer_0.rank_1.safetensors")) << d.output;
 }
 
+TEST(MultiProcess, ARankThatLeavesDuringTheParameterAllGatherIsNamed) {
+  // Rank 1 ends before optimizer step 3 of a stage-1 job: rank 0, gathering the parameters after
+  // its step, fails at once naming rank 1, over shared memory and over Gloo.
+  for (const char* shm : {"true", "false"}) {
+    const auto r = run(std::string("HOST_MODEL_LEAVE_AT=3 ACCEL_SHARED_MEMORY_ALLREDUCE=") + shm +
+                       " " + zero_stage(1) + launch_program(2, HOST_MODEL_PROGRAM, "32"));
+    EXPECT_NE(r.code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "ACCEL_ERR_PEER_FAILED: all_gather failed on rank 0"))
+        << r.output;
+    EXPECT_TRUE(contains(r.output, "rank 1 (pid")) << r.output;
+    EXPECT_LT(r.seconds, 30.0) << "not a collective timeout";
+  }
+}
+
 TEST(MultiProcess, KillingASaveNeverHarmsThePreviousCheckpoint) {
   const std::string dir = ::testing::TempDir() + "crash_ckpt";
   const auto first = run("rm -rf " + dir + "*; " + kProgram + " crashloop " + dir + " 1");

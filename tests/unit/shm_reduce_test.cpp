@@ -112,6 +112,49 @@ TEST(ShmReduce, MaxMinAndIntegerTypes) {
   for (int c : codes) EXPECT_EQ(c, 0);
 }
 
+TEST(ShmReduce, AllGatherOfUnequalPartsOverManyRoundsThenAnAllReduce) {
+  for (int world : {2, 3}) {
+    // Rank 1 gives nothing; the largest part takes two full rounds and a partial one.
+    const std::vector<size_t> sizes{kSlot + 5, 0, 2 * kSlot + 3};
+    std::vector<size_t> bytes_of(sizes.begin(), sizes.begin() + world);
+    const auto codes = run_ranks(world, [&](ShmReduce& shm, int rank) {
+      auto byte = [](int r, size_t i) { return static_cast<unsigned char>(r * 31 + i * 7); };
+      std::vector<unsigned char> mine(bytes_of[rank]);
+      for (size_t i = 0; i < mine.size(); ++i) mine[i] = byte(rank, i);
+      size_t total = 0;
+      for (size_t b : bytes_of) total += b;
+      std::vector<unsigned char> out(total, 0xEE);
+      shm.all_gather(mine.data(), bytes_of, out.data(), 10s);
+      size_t at = 0;
+      for (int r = 0; r < world; ++r)
+        for (size_t i = 0; i < bytes_of[r]; ++i)
+          if (out[at++] != byte(r, i)) return false;
+      // The rounds stay in step with the all-reduces that follow.
+      float x = 1;
+      shm.all_reduce(&x, 1, ShmType::kF32, ShmOp::kSum, 10s);
+      return x == static_cast<float>(world);
+    });
+    for (int c : codes) EXPECT_EQ(c, 0) << "world " << world;
+  }
+}
+
+TEST(ShmReduce, APeerThatDiesDuringAnAllGatherIsNamed) {
+  const auto codes = run_ranks(2, [](ShmReduce& shm, int rank) {
+    if (rank == 1) _exit(7);
+    unsigned char b = 1, out[2];
+    try {
+      shm.all_gather(&b, {1, 1}, out, 60s);
+    } catch (const accel::Error& e) {
+      return e.code() == accel::Errc::peer_failed &&
+             std::string(e.what()).find("rank 1 exited during a shared-memory all-gather") !=
+                 std::string::npos;
+    }
+    return false;
+  });
+  ASSERT_EQ(codes.size(), 1u);
+  EXPECT_EQ(codes[0], 7);
+}
+
 TEST(ShmReduce, APeerThatDiesIsNamedQuickly) {
   const auto start = std::chrono::steady_clock::now();
   const auto codes = run_ranks(2, [](ShmReduce& shm, int rank) {
