@@ -65,7 +65,7 @@ def main():
     print("BENCH " + json.dumps({
         "rank": rank, "params": params, "steps": args.steps, "batch": BATCH,
         "rss_before_mb": round(before, 1), "peak_mb": round(status_mb("VmHWM"), 1),
-        "samples_per_s": round(rate, 2)}), flush=True)
+        "samples_per_s": round(rate, 2)}) + "\n", end="", flush=True)  # one write: ranks share the pipe
     dist.barrier()
     os._exit(0)  # as bench/train_ref.py: no slow teardown of the process group
 

@@ -356,7 +356,8 @@ void Communicator::setup_shared_memory() {
   }
 }
 
-bool Communicator::reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op, bool average) {
+bool Communicator::reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op, bool average,
+                                           const std::vector<std::pair<size_t, size_t>>* only) {
   if (!impl_->shm || !tensor.device().is_cpu() || !tensor.is_contiguous()) return false;
   ShmType type;
   switch (tensor.scalar_type()) {
@@ -382,7 +383,7 @@ bool Communicator::reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op, bool
                                               : ShmOp::kMin;
   guarded("all_reduce", [&] {
     impl_->shm->all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type, shm_op,
-                           collective_timeout_);
+                           collective_timeout_, only);
   });
   return true;
 }
@@ -635,6 +636,13 @@ void Communicator::all_reduce_finish(const std::shared_ptr<PendingReduce>& pendi
   if (!pending->work) return;  // done already, in shared memory
   guarded("all_reduce", [&] { pending->work->wait(); });
   if (pending->divide.defined()) pending->divide.div_(static_cast<double>(size_));
+}
+
+void Communicator::reduce_for(at::Tensor& tensor, bool average,
+                              const std::vector<std::pair<int64_t, int64_t>>& mine) {
+  const std::vector<std::pair<size_t, size_t>> only(mine.begin(), mine.end());
+  if (reduce_in_shared_memory(tensor, ReduceOp::kSum, average, &only)) return;
+  all_reduce_finish(all_reduce_start(tensor, average));
 }
 
 void Communicator::attach_device(int index) {

@@ -72,6 +72,11 @@ class Communicator {
   // size(), in the reduction's own pass where the transport can.
   std::shared_ptr<PendingReduce> all_reduce_start(at::Tensor& tensor, bool average = false);
   void all_reduce_finish(const std::shared_ptr<PendingReduce>& pending);
+  // A sum (or average) of which this rank needs only the elements in `mine` ([first, second),
+  // sorted, disjoint): shared memory combines just those here (the rest of `tensor` keeps this
+  // rank's input), other transports reduce it whole. Every rank takes part with its own ranges.
+  void reduce_for(at::Tensor& tensor, bool average,
+                  const std::vector<std::pair<int64_t, int64_t>>& mine);
 
  private:
   struct Impl;
@@ -84,7 +89,8 @@ class Communicator {
   std::string diagnose_peers(const std::string& message, bool peer_failed) const;
   std::string diagnose_peers_once(const std::string& message) const;
   std::string host_name() const;
-  bool reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op, bool average = false);
+  bool reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op, bool average = false,
+                               const std::vector<std::pair<size_t, size_t>>* only = nullptr);
   template <class F>
   void guarded(const char* what, F&& body);
 

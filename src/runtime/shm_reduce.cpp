@@ -336,23 +336,16 @@ void ShmReduce::wait_all(bool arrivals, uint32_t target,
 }
 
 void ShmReduce::all_reduce(void* data, size_t count, ShmType type, ShmOp op,
-                           std::chrono::milliseconds timeout) {
+                           std::chrono::milliseconds timeout, const std::vector<Range>* only) {
   const size_t elem = type_size(type);
   const size_t per_round = slot_bytes_ / elem;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<unsigned char*> slots(world_);
-  for (int r = 0; r < world_; ++r) slots[r] = slot(r);
   auto* bytes = static_cast<unsigned char*>(data);
-  for (size_t done = 0; done < count;) {
-    const size_t n = std::min(per_round, count - done);
-    const uint32_t round = ++round_;
-    // A slot is rewritten only after every rank has read the previous round from it.
-    wait_all(false, round - 1, deadline, timeout, "all-reduce");
-    std::memcpy(slot(rank_), bytes + done * elem, n * elem);
-    publish(arrive_word(rank_), round);
-    wait_all(true, round, deadline, timeout, "all-reduce");
-    // Every rank combines the slots in rank order, so all get bitwise the same result.
-    void* out = bytes + done * elem;
+  // Combines elements [from, from + n) of this round (which starts at element `done`).
+  auto combine_range = [&](size_t done, size_t from, size_t n) {
+    for (int r = 0; r < world_; ++r) slots[r] = slot(r) + (from - done) * elem;
+    void* out = bytes + from * elem;
     switch (type) {
       case ShmType::kF32:
         combine_op(static_cast<float*>(out), slots.data(), world_, n, op);
@@ -366,6 +359,24 @@ void ShmReduce::all_reduce(void* data, size_t count, ShmType type, ShmOp op,
       case ShmType::kI64:
         combine_op(static_cast<int64_t*>(out), slots.data(), world_, n, op);
         break;
+    }
+  };
+  for (size_t done = 0; done < count;) {
+    const size_t n = std::min(per_round, count - done);
+    const uint32_t round = ++round_;
+    // A slot is rewritten only after every rank has read the previous round from it.
+    wait_all(false, round - 1, deadline, timeout, "all-reduce");
+    std::memcpy(slot(rank_), bytes + done * elem, n * elem);
+    publish(arrive_word(rank_), round);
+    wait_all(true, round, deadline, timeout, "all-reduce");
+    // Every rank combines the slots in rank order, so all get bitwise the same result.
+    if (!only) {
+      combine_range(done, done, n);
+    } else {
+      for (const Range& range : *only) {
+        const size_t from = std::max(range.first, done), to = std::min(range.second, done + n);
+        if (from < to) combine_range(done, from, to - from);
+      }
     }
     publish(done_word(rank_), round);
     done += n;

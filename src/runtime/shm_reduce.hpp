@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace accel::runtime {
@@ -48,8 +49,13 @@ class ShmReduce {
   // In place on `count` elements at `data`. Every rank must call it with the same type, op and
   // count, in the same order. Throws accel::Error(peer_failed) naming a rank that died,
   // accel::Error(timeout) naming the ranks that did not arrive within `timeout`.
+  // Elements [first, second) of a tensor.
+  using Range = std::pair<size_t, size_t>;
+  // With `only` (sorted, disjoint ranges), this rank combines just those elements and leaves the
+  // rest of `data` as it gave it: a reduce-scatter to whoever keeps each range (every rank still
+  // contributes all of `data`), each reading 1/N of what a full all-reduce reads.
   void all_reduce(void* data, size_t count, ShmType type, ShmOp op,
-                  std::chrono::milliseconds timeout);
+                  std::chrono::milliseconds timeout, const std::vector<Range>* only = nullptr);
   // Every rank's bytes, concatenated in rank order into `out` (sum of `bytes_of` bytes; rank r
   // gives bytes_of[r], which may differ between ranks, from `mine`). Every rank passes the same
   // `bytes_of`. Each rank reads each byte once: an all-gather, not a sum of zero-padded buffers.

@@ -117,7 +117,10 @@ void GradShard::reduce_locked(Bucket& b) {
   c10::NoGradGuard no_grad;
   if (b.direct) {
     const size_t k = b.params.front();
-    comm_.all_reduce_finish(comm_.all_reduce_start(b.staging, /*average=*/true));
+    // Only the owner needs the average; the others just contribute.
+    std::vector<std::pair<int64_t, int64_t>> mine;
+    if (owned_[k]) mine.emplace_back(0, b.staging.numel());
+    comm_.reduce_for(b.staging, /*average=*/true, mine);
     if (owned_[k] && kept_[k].defined()) {
       kept_[k].add_(b.staging.view(params_[k].sizes()));
     } else if (owned_[k]) {
@@ -130,7 +133,20 @@ void GradShard::reduce_locked(Bucket& b) {
   at::Tensor& flat = staging_of(b);
   const auto n = static_cast<int64_t>(b.used.size());
   flat.narrow(0, b.used_offset, n).copy_(at::from_blob(b.used.data(), {n}, at::kFloat));
-  comm_.all_reduce_finish(comm_.all_reduce_start(flat, /*average=*/true));
+  // This rank needs the averages of the parameters it owns and the used flags; shared memory
+  // combines only those here (a reduce-scatter by owner), other transports the whole bucket.
+  std::vector<std::pair<int64_t, int64_t>> mine;
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    const size_t k = b.params[j];
+    if (!owned_[k]) continue;
+    const int64_t from = b.offsets[j], to = from + params_[k].numel();
+    if (!mine.empty() && mine.back().second == from)
+      mine.back().second = to;  // neighbours merge: fewer, longer passes
+    else
+      mine.emplace_back(from, to);
+  }
+  mine.emplace_back(b.used_offset, b.used_offset + n);
+  comm_.reduce_for(flat, /*average=*/true, mine);
   const at::Tensor used = flat.narrow(0, b.used_offset, n).to(at::kCPU, at::kDouble);
   const double* flags = used.data_ptr<double>();
   for (size_t j = 0; j < b.params.size(); ++j) {

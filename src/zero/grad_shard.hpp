@@ -3,8 +3,9 @@
 // bucket is averaged across the ranks, and the owner of each parameter (the rank that steps it:
 // zero::OptimizerShard's owners) adds its part into a gradient of its own, which becomes that
 // parameter's .grad after backward. Every micro-step communicates (a rank cannot accumulate what
-// it does not keep), as DeepSpeed's stage 2 does. Gradients travel as all-reduces (every transport
-// serves them; a rank keeps only its owners' part of the result). A gradient of a megabyte or more
+// it does not keep), as DeepSpeed's stage 2 does. Over shared memory each bucket is a
+// reduce-scatter by owner (every rank contributes the bucket, each combines only what it owns);
+// other transports all-reduce it and a rank keeps only its part. A gradient of a megabyte or more
 // has a bucket of its own and is reduced where autograd made it: no staging copy (the largest
 // layer's size off the backward's peak), and its owner keeps that tensor, not a clone. Whether
 // anyone used such a parameter travels in one small all-reduce at the end of the backward.

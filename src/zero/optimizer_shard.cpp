@@ -38,24 +38,37 @@ OptimizerShard::OptimizerShard(runtime::Communicator& comm, std::vector<at::Tens
 void OptimizerShard::gather_parameters(int64_t chunk_bytes) {
   if (params_.empty()) return;
   c10::NoGradGuard no_grad;
-  int64_t largest = 0;  // a parameter larger than a chunk travels in a chunk of its own
-  for (const auto& p : params_) largest = std::max(largest, padded(byte_size(p)));
   const auto options =
       params_.front().options().dtype(at::kByte).device(comm_.wire_device(params_.front()));
-  at::Tensor mine = at::empty({std::max(chunk_bytes, largest)}, options);
-  at::Tensor all = at::empty({std::max(chunk_bytes, largest)}, options);
+  at::Tensor mine = at::empty({chunk_bytes}, options), all = at::empty({chunk_bytes}, options);
   size_t first = 0;
   int64_t used = 0;
   for (size_t k = 0; k < params_.size(); ++k) {
     const int64_t b = padded(byte_size(params_[k]));
-    if (used > 0 && used + b > chunk_bytes) {
+    if (used > 0 && (used + b > chunk_bytes || b > chunk_bytes)) {
       exchange_chunk(mine, all, first, k);
       first = k;
       used = 0;
     }
+    if (b > chunk_bytes) {
+      // Larger than a chunk: it travels alone, from the owner's tensor straight into the others'
+      // storage (a host's tensor that is not contiguous, or not where the wire is, goes through
+      // buffers of its own size).
+      if (params_[k].is_contiguous() && params_[k].device() == comm_.wire_device(params_[k])) {
+        at::Tensor in_place = bytes_of(params_[k]);
+        std::vector<int64_t> part(comm_.size(), 0);
+        part[owner_[k]] = byte_size(params_[k]);
+        comm_.all_gather_bytes(in_place, part, in_place);
+      } else {
+        at::Tensor own_mine = at::empty({b}, options), own_all = at::empty({b}, options);
+        exchange_chunk(own_mine, own_all, k, k + 1);
+      }
+      first = k + 1;
+      continue;
+    }
     used += b;
   }
-  exchange_chunk(mine, all, first, params_.size());
+  if (first < params_.size()) exchange_chunk(mine, all, first, params_.size());
 }
 
 // Parameters [first, last): each rank's part is the bytes of those it owns, in order, each padded

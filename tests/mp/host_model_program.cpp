@@ -19,9 +19,9 @@
 namespace {
 
 struct Mlp : torch::nn::Module {
-  Mlp() {
-    fc1 = register_module("fc1", torch::nn::Linear(20, 32));
-    fc2 = register_module("fc2", torch::nn::Linear(32, 4));
+  explicit Mlp(int64_t hidden) {
+    fc1 = register_module("fc1", torch::nn::Linear(20, hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, 4));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     return fc2->forward(torch::relu(fc1->forward(x)));
@@ -32,7 +32,12 @@ struct Mlp : torch::nn::Module {
 int run(int batch, bool adamw, int steps) {
   accel::Accelerator acc;
   torch::manual_seed(100 + static_cast<uint64_t>(acc.process_index()));
-  Mlp net;
+  // HOST_MODEL_HIDDEN: the hidden width (32). A wide one makes parameters larger than a ZeRO
+  // exchange chunk; rank 0 then prints each parameter's sum of squares, absolute sum and largest
+  // magnitude instead of its values.
+  const char* hidden_env = std::getenv("HOST_MODEL_HIDDEN");
+  const int64_t hidden = hidden_env ? std::atoll(hidden_env) : 32;
+  Mlp net(hidden);
   auto model = accel::Model::from_module(net);
   accel::Optimizer opt(model, adamw ? "adamw" : "sgd");
   if (adamw)
@@ -90,7 +95,13 @@ int run(int batch, bool adamw, int steps) {
       }
     if (acc.is_main_process()) {
       std::string line = "param " + p.key();
-      const auto values = mine.to_vector<float>();
+      auto values = mine.to_vector<float>();
+      if (hidden != 32) {
+        const auto v = p.value().detach().to(torch::kDouble);
+        values = {static_cast<float>(v.square().sum().item<double>()),
+                  static_cast<float>(v.abs().sum().item<double>()),
+                  static_cast<float>(v.abs().max().item<double>())};
+      }
       char text[32];
       for (float v : values) {
         std::snprintf(text, sizeof text, " %.9g", static_cast<double>(v));

@@ -328,7 +328,10 @@ TEST(MultiProcess, ZeroStagesOneAndTwoEqualStageZeroAfterFiftyAdamWStepsOnTwoAnd
     std::string extra;
   };
   const std::string accumulate = "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=2 ";
-  std::vector<Case> cases{{1, 2, ""}, {2, 2, ""}, {2, 2, accumulate}};
+  // A hidden layer of 110000: fc1.weight (8.8 MB) is larger than an exchange chunk and goes
+  // alone, from its owner's tensor into the others' (the program prints summaries of it).
+  const std::string wide = "HOST_MODEL_HIDDEN=110000 ";
+  std::vector<Case> cases{{1, 2, ""}, {2, 2, ""}, {2, 2, accumulate}, {1, 2, wide}};
   // A sanitizer build's short course: the 4-process runs exercise no other code path.
   if (!kSanitized) cases.insert(cases.end(), {{1, 4, ""}, {2, 4, ""}});
   std::map<std::string, Result> baselines;  // stage 0's run, by processes and environment
@@ -357,7 +360,7 @@ TEST(MultiProcess, ZeroStagesOneAndTwoEqualStageZeroAfterFiftyAdamWStepsOnTwoAnd
       for (double v : values) largest = std::max(largest, std::abs(v));
       for (size_t i = 0; i < values.size(); ++i)
         ASSERT_LE(std::abs(values[i] - got.at(name)[i]),
-                  c.extra.empty() ? 1e-6 * std::abs(values[i]) + 1e-9 : 5e-6 * largest)
+                  c.extra != accumulate ? 1e-6 * std::abs(values[i]) + 1e-9 : 5e-6 * largest)
             << name << "[" << i << "], " << what;
     }
     const auto want = norms_of(plain.output), norms = norms_of(sharded.output);
