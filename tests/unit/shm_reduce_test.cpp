@@ -138,6 +138,28 @@ TEST(ShmReduce, AllGatherOfUnequalPartsOverManyRoundsThenAnAllReduce) {
   }
 }
 
+TEST(ShmReduce, ReduceToOwnersCombinesOnlyEachRanksRanges) {
+  // Rank r keeps ranges of its own across round boundaries (or none); the rest of its data stays
+  // what it gave.
+  const size_t n = 2 * (kSlot / 4) + 9;
+  const std::vector<std::vector<ShmReduce::Range>> ranges{
+      {{0, 3}, {kSlot / 4 - 2, kSlot / 4 + 5}}, {}, {{7, 8}, {n - 4, n}}};
+  const auto codes = run_ranks(3, [&](ShmReduce& shm, int rank) {
+    std::vector<float> data(n);
+    for (size_t i = 0; i < n; ++i) data[i] = value_of(rank, i);
+    shm.all_reduce(data.data(), n, ShmType::kF32, ShmOp::kAvg, 10s, &ranges[rank]);
+    for (size_t i = 0; i < n; ++i) {
+      bool mine = false;
+      for (const auto& [from, to] : ranges[rank]) mine = mine || (i >= from && i < to);
+      const float expected =
+          mine ? (value_of(0, i) + value_of(1, i) + value_of(2, i)) / 3.0f : value_of(rank, i);
+      if (std::memcmp(&expected, &data[i], sizeof expected) != 0) return false;
+    }
+    return true;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
 TEST(ShmReduce, APeerThatDiesDuringAnAllGatherIsNamed) {
   const auto codes = run_ranks(2, [](ShmReduce& shm, int rank) {
     if (rank == 1) _exit(7);
