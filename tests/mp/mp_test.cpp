@@ -538,6 +538,15 @@ TEST(MultiProcess, ZeroStateSavedInPartsOrMergedResumesBitForBitAtAnyStageAndPro
   const auto f = run(launch(2, "resume load " + full_dir + " 10 20"));
   ASSERT_EQ(f.code, 0) << f.output;
   EXPECT_EQ(resume_lines(f.output, 10), resume_lines(e.output, 10));
+  // A part of another save (of 5 steps) is refused naming it: the manifest's checksum.
+  const std::string other = ::testing::TempDir() + "resume_zero1_other";
+  const auto o =
+      run("rm -rf " + other + "; " + zero1 + launch(2, "resume save " + other + " 5 20") +
+          " > /dev/null && cp " + other + "/optimizer_0.rank_1.safetensors " + dir + "/ && " +
+          zero1 + launch(2, "resume load " + dir + " 10 20"));
+  EXPECT_NE(o.code, 0) << o.output;
+  EXPECT_TRUE(contains(o.output, "optimizer_0.rank_1.safetensors' does not match its checksum"))
+      << o.output;
   // A missing part is an error naming it, and the run's state is untouched.
   const auto d = run("rm " + dir + "/optimizer_0.rank_1.safetensors; " + zero1 +
                      launch(2, "resume load " + dir + " 10 20"));
