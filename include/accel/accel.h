@@ -483,7 +483,9 @@ typedef int32_t accel_distribution;
 enum accel_distribution_values {
   ACCEL_DISTRIBUTED_NO = 0,        /* one process */
   ACCEL_DISTRIBUTED_MULTI_CPU = 1, /* several processes on CPUs (Gloo) */
-  ACCEL_DISTRIBUTED_MULTI_GPU = 2  /* several processes on CUDA devices */
+  ACCEL_DISTRIBUTED_MULTI_GPU = 2, /* several processes on CUDA devices */
+  ACCEL_DISTRIBUTED_DEEPSPEED = 3, /* DeepSpeed's configuration chose the ZeRO stage */
+  ACCEL_DISTRIBUTED_FSDP = 4       /* FSDP's configuration chose the ZeRO stage */
 };
 
 /** A mixed precision mode: an ACCEL_PRECISION_* value. */
@@ -566,7 +568,11 @@ ACCEL_API accel_status accel_is_local_main_process(const accel_accelerator* acce
 ACCEL_API accel_status accel_device(const accel_accelerator* accelerator, char* buf,
                                     size_t capacity, size_t* out_size);
 
-/** How the job is distributed (Accelerate's distributed_type). */
+/**
+ * How the job is distributed (Accelerate's distributed_type): DEEPSPEED or FSDP when Accelerate's
+ * DeepSpeed or FSDP configuration chose sharded data parallelism (on any number of processes,
+ * CPUs or GPUs, as Accelerate reports it), else NO, MULTI_CPU or MULTI_GPU.
+ */
 ACCEL_API accel_status accel_distributed_type(const accel_accelerator* accelerator,
                                               accel_distribution* out);
 

@@ -106,7 +106,10 @@ ACCEL_API accel_status accel_distributed_type(const accel_accelerator* accelerat
   return guarded([&] {
     const auto& a = runtime_of(accelerator);
     require(out, "out");
-    *out = static_cast<accel_distribution>(a.distributed_type());
+    const std::string& family = a.sharding().family;
+    *out = family == "DEEPSPEED" ? ACCEL_DISTRIBUTED_DEEPSPEED
+           : family == "FSDP"    ? ACCEL_DISTRIBUTED_FSDP
+                                 : static_cast<accel_distribution>(a.distributed_type());
   });
 }
 

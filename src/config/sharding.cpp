@@ -223,6 +223,7 @@ void fsdp_features(const Section& s, int version) {
 ShardingPlan from_fsdp(const Section& s) {
   reject_unknown(s, kFsdpKeys);
   ShardingPlan plan;
+  plan.family = "FSDP";
   int version = 1;
   if (s.has("fsdp_version")) {
     const std::string v = s.at("fsdp_version");
@@ -302,6 +303,7 @@ ShardingPlan from_deepspeed(const Section& s, const Resolved& settings) {
                   "save_model writes the parameters' own dtype; set it to false");
   (void)s.flag("zero3_init_flag", false);
   ShardingPlan plan;
+  plan.family = "DEEPSPEED";
   plan.accumulation_steps = accumulation_steps;
   plan.state_dict = StateDictType::kSharded;  // DeepSpeed saves one optimizer file per rank
   plan.stage = 2;                             // and defaults to stage 2

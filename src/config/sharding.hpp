@@ -21,6 +21,9 @@ struct ShardingPlan {
   // 0: every rank holds everything (DDP, FSDP NO_SHARD, ZeRO 0); 1: optimizer state sharded;
   // 2: and gradients; 3: and parameters (FSDP FULL_SHARD).
   int stage = 0;
+  // Which of Accelerate's configurations chose it: "FSDP", "DEEPSPEED", or "" (neither), what
+  // Accelerate reports as the job's distributed_type.
+  std::string family;
   bool hybrid = false;  // HYBRID_SHARD(_ZERO2): shard within a machine, replicate across machines
   StateDictType state_dict = StateDictType::kFull;
   std::string auto_wrap_policy = "NO_WRAP";  // TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP

@@ -1062,6 +1062,28 @@ TEST(CApi, AcceleratorQueriesAlone) {
   EXPECT_EQ(accel_main_process_first_end(g_acc), ACCEL_OK);
 }
 
+TEST(CApi, DistributedTypeIsDeepSpeedOrFsdpWhenTheirConfigurationChoseTheStage) {
+  // As Accelerate's distributed_type, also on one process.
+  const std::pair<std::vector<std::pair<const char*, const char*>>, accel_distribution> cases[] = {
+      {{{"distributed_type", "DEEPSPEED"}, {"deepspeed_config", "{zero_stage: 1}"}},
+       ACCEL_DISTRIBUTED_DEEPSPEED},
+      {{{"distributed_type", "FSDP"}, {"fsdp_config", "{fsdp_sharding_strategy: SHARD_GRAD_OP}"}},
+       ACCEL_DISTRIBUTED_FSDP},
+      {{{"use_cpu", "true"}}, ACCEL_DISTRIBUTED_NO}};
+  for (const auto& [settings, expected] : cases) {
+    accel_accelerator_free(g_acc);
+    g_acc = nullptr;
+    accel_config* c = nullptr;
+    ASSERT_EQ(accel_config_new(&c), ACCEL_OK);
+    for (const auto& [key, value] : settings) ASSERT_EQ(accel_config_set(c, key, value), ACCEL_OK);
+    ASSERT_EQ(accel_init(c, &g_acc), ACCEL_OK) << accel_last_error_message();
+    accel_config_free(c);
+    accel_distribution dist = -1;
+    ASSERT_EQ(accel_distributed_type(g_acc, &dist), ACCEL_OK);
+    EXPECT_EQ(dist, expected) << settings.front().second;
+  }
+}
+
 TEST(CApi, SetSeedMakesLibTorchRepeatable) {
   ASSERT_EQ(accel_set_seed(g_acc, 1234, false), ACCEL_OK);
   const at::Tensor a = at::randn({4});

@@ -16,12 +16,14 @@ type DistributedType int32
 
 // The distributed types libaccel runs.
 const (
-	DistributedNo       DistributedType = C.ACCEL_DISTRIBUTED_NO        // one process
-	DistributedMultiCPU DistributedType = C.ACCEL_DISTRIBUTED_MULTI_CPU // processes on CPUs (Gloo)
-	DistributedMultiGPU DistributedType = C.ACCEL_DISTRIBUTED_MULTI_GPU // processes on CUDA devices
+	DistributedNo        DistributedType = C.ACCEL_DISTRIBUTED_NO        // one process
+	DistributedMultiCPU  DistributedType = C.ACCEL_DISTRIBUTED_MULTI_CPU // processes on CPUs (Gloo)
+	DistributedMultiGPU  DistributedType = C.ACCEL_DISTRIBUTED_MULTI_GPU // processes on CUDA devices
+	DistributedDeepSpeed DistributedType = C.ACCEL_DISTRIBUTED_DEEPSPEED // DeepSpeed's configuration chose a ZeRO stage
+	DistributedFSDP      DistributedType = C.ACCEL_DISTRIBUTED_FSDP      // FSDP's configuration chose a ZeRO stage
 )
 
-// String is Accelerate's name: "NO", "MULTI_CPU", "MULTI_GPU".
+// String is Accelerate's name: "NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED", "FSDP".
 func (d DistributedType) String() string {
 	switch d {
 	case DistributedNo:
@@ -30,6 +32,10 @@ func (d DistributedType) String() string {
 		return "MULTI_CPU"
 	case DistributedMultiGPU:
 		return "MULTI_GPU"
+	case DistributedDeepSpeed:
+		return "DEEPSPEED"
+	case DistributedFSDP:
+		return "FSDP"
 	}
 	return fmt.Sprintf("DistributedType(%d)", int32(d))
 }

@@ -728,6 +728,11 @@ func rankEquiv() error {
 		return err
 	}
 	defer acc.Close()
+	if dist, err := acc.DistributedType(); err != nil {
+		return err
+	} else if cfg != nil && dist != accel.DistributedDeepSpeed {
+		return fmt.Errorf("distributed type %v under DeepSpeed's configuration", dist)
+	}
 	if err := acc.SetSeed(11, false); err != nil {
 		return err
 	}

@@ -108,10 +108,11 @@ function device(acc::Accelerator)
     end
 end
 
-"How the job is distributed, as Accelerate names it: `:NO`, `:MULTI_CPU` or `:MULTI_GPU`."
+"""How the job is distributed, as Accelerate names it: `:NO`, `:MULTI_CPU`, `:MULTI_GPU`, or
+`:DEEPSPEED` / `:FSDP` when that configuration chose a ZeRO stage."""
 function distributed_type(acc::Accelerator)
     value = @out Int32 accel_distributed_type(acc::Ptr{Cvoid})
-    (:NO, :MULTI_CPU, :MULTI_GPU)[value+1]
+    (:NO, :MULTI_CPU, :MULTI_GPU, :DEEPSPEED, :FSDP)[value+1]
 end
 
 "The mixed precision in force: `:no`, `:fp16` or `:bf16`."

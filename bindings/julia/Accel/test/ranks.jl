@@ -205,6 +205,8 @@ function rank_equiv(batch, out; optimizer = :sgd, zero_stage = nothing, state_di
     settings = zero_stage === nothing ? NamedTuple() :
         (distributed_type = "DEEPSPEED", deepspeed_config = "{zero_stage: $zero_stage}")
     Accelerator(; settings...) do acc
+        zero_stage === nothing || distributed_type(acc) == :DEEPSPEED ||
+            error("distributed type $(distributed_type(acc)) under DeepSpeed's configuration")
         set_seed(acc, 11)
         n = 64 * 20
         xs = Float32[((i * 7919) % 1000) / 500 - 1 for i in 0:n*8-1]

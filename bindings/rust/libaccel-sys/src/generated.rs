@@ -87,6 +87,10 @@ pub const ACCEL_DISTRIBUTED_NO: accel_distribution = 0;
 pub const ACCEL_DISTRIBUTED_MULTI_CPU: accel_distribution = 1;
 /// several processes on CUDA devices
 pub const ACCEL_DISTRIBUTED_MULTI_GPU: accel_distribution = 2;
+/// DeepSpeed's configuration chose the ZeRO stage
+pub const ACCEL_DISTRIBUTED_DEEPSPEED: accel_distribution = 3;
+/// FSDP's configuration chose the ZeRO stage
+pub const ACCEL_DISTRIBUTED_FSDP: accel_distribution = 4;
 pub const ACCEL_PRECISION_NO: accel_precision = 0;
 pub const ACCEL_PRECISION_FP16: accel_precision = 1;
 pub const ACCEL_PRECISION_BF16: accel_precision = 2;
@@ -518,7 +522,9 @@ extern "C" {
         capacity: usize,
         out_size: *mut usize,
     ) -> accel_status;
-    /// How the job is distributed (Accelerate's distributed_type).
+    /// How the job is distributed (Accelerate's distributed_type): DEEPSPEED or FSDP when Accelerate's
+    /// DeepSpeed or FSDP configuration chose sharded data parallelism (on any number of processes,
+    /// CPUs or GPUs, as Accelerate reports it), else NO, MULTI_CPU or MULTI_GPU.
     pub fn accel_distributed_type(
         accelerator: *const accel_accelerator,
         out: *mut accel_distribution,

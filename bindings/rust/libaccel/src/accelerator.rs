@@ -24,6 +24,10 @@ pub enum DistributedType {
     MultiCpu,
     /// Several processes on CUDA devices.
     MultiGpu,
+    /// DeepSpeed's configuration chose sharded data parallelism (a ZeRO stage).
+    DeepSpeed,
+    /// FSDP's configuration chose sharded data parallelism.
+    Fsdp,
 }
 
 /// A mixed precision mode.
@@ -245,6 +249,8 @@ impl Accelerator {
             sys::ACCEL_DISTRIBUTED_NO => Ok(DistributedType::No),
             sys::ACCEL_DISTRIBUTED_MULTI_CPU => Ok(DistributedType::MultiCpu),
             sys::ACCEL_DISTRIBUTED_MULTI_GPU => Ok(DistributedType::MultiGpu),
+            sys::ACCEL_DISTRIBUTED_DEEPSPEED => Ok(DistributedType::DeepSpeed),
+            sys::ACCEL_DISTRIBUTED_FSDP => Ok(DistributedType::Fsdp),
             other => Err(Error::new(
                 Status::Internal,
                 format!("unknown distributed type {other}"),

@@ -16,8 +16,8 @@ use common::{repo_root, temp_dir, FASHION_MNIST};
 use libaccel::layers::Linear;
 use libaccel::optimizers::AdamW;
 use libaccel::{
-    fields, Accelerator, Config, DataLoader, DataLoaderOptions, Dataset, Dtype, Field, Model,
-    Optimizer, Reduction, Sample, Tensor,
+    fields, Accelerator, Config, DataLoader, DataLoaderOptions, Dataset, DistributedType, Dtype,
+    Field, Model, Optimizer, Reduction, Sample, Tensor,
 };
 
 const MLP: &str = "
@@ -724,6 +724,12 @@ fn rank_equiv() -> Result<(), String> {
     }
     .map_err(|e| e.to_string())?;
     let adamw = std::env::var("ACCEL_RS_OPTIMIZER").as_deref() == Ok("adamw");
+    let dist = acc.distributed_type().map_err(|e| e.to_string())?;
+    if std::env::var_os("ACCEL_RS_ZERO_STAGE").is_some() && dist != DistributedType::DeepSpeed {
+        return Err(format!(
+            "distributed type {dist:?} under DeepSpeed's configuration"
+        ));
+    }
     let run = || -> libaccel::Result<Model> {
         acc.set_seed(11, false)?;
         let n = 64 * 20;
