@@ -76,7 +76,9 @@ int main(void) {
   snprintf(banner, sizeof banner, "distributed type %s, mixed precision %s, libaccel %s",
            dist == ACCEL_DISTRIBUTED_NO          ? "NO"
            : dist == ACCEL_DISTRIBUTED_MULTI_CPU ? "MULTI_CPU"
-                                                 : "MULTI_GPU",
+           : dist == ACCEL_DISTRIBUTED_MULTI_GPU ? "MULTI_GPU"
+           : dist == ACCEL_DISTRIBUTED_DEEPSPEED ? "DEEPSPEED"
+                                                 : "FSDP",
            mp == ACCEL_PRECISION_NO     ? "no"
            : mp == ACCEL_PRECISION_BF16 ? "bf16"
                                         : "fp16",

@@ -318,6 +318,8 @@ int main(void) {
   snprintf(dist_text, sizeof dist_text, "%s",
            dist == ACCEL_DISTRIBUTED_MULTI_GPU   ? "MULTI_GPU"
            : dist == ACCEL_DISTRIBUTED_MULTI_CPU ? "MULTI_CPU"
+           : dist == ACCEL_DISTRIBUTED_DEEPSPEED ? "DEEPSPEED"
+           : dist == ACCEL_DISTRIBUTED_FSDP      ? "FSDP"
                                                  : "NO");
   snprintf(mp, sizeof mp, "%s",
            precision == ACCEL_PRECISION_BF16   ? "bf16"
