@@ -339,7 +339,7 @@ TEST(MultiProcess, ZeroStagesOneAndTwoEqualStageZeroAfterFiftyAdamWStepsOnTwoAnd
   // A sanitizer build's short course: the 4-process runs exercise no other code path of ours, nor
   // does autocast (LibTorch's).
   if (!kSanitized) cases.insert(cases.end(), {{2, 2, bf16, 10}, {1, 4, ""}, {2, 4, ""}});
-  std::map<std::string, Result> baselines;  // stage 0's run, by processes and environment
+  std::map<std::string, Result> baselines;  // stage 0's run, by program arguments and environment
   for (const Case& c : cases) {
     const std::string args = std::to_string(64 / c.processes) + " adamw " + std::to_string(c.steps);
     const std::string what = "stage " + std::to_string(c.stage) + " on " +
