@@ -335,6 +335,21 @@ void ShmReduce::wait_all(bool arrivals, uint32_t target,
   }
 }
 
+// One round of the slot protocol: this rank's `bytes` into its slot once every rank has read the
+// previous round, then `use` (reading any rank's slot) once every rank has written this one.
+template <class Use>
+void ShmReduce::exchange_round(const void* mine, size_t bytes,
+                               std::chrono::steady_clock::time_point deadline,
+                               std::chrono::milliseconds timeout, const char* what, Use&& use) {
+  const uint32_t round = ++round_;
+  wait_all(false, round - 1, deadline, timeout, what);
+  if (bytes > 0) std::memcpy(slot(rank_), mine, bytes);
+  publish(arrive_word(rank_), round);
+  wait_all(true, round, deadline, timeout, what);
+  use();
+  publish(done_word(rank_), round);
+}
+
 void ShmReduce::all_reduce(void* data, size_t count, ShmType type, ShmOp op,
                            std::chrono::milliseconds timeout, const std::vector<Range>* only) {
   const size_t elem = type_size(type);
@@ -363,22 +378,17 @@ void ShmReduce::all_reduce(void* data, size_t count, ShmType type, ShmOp op,
   };
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(per_round, count - done);
-    const uint32_t round = ++round_;
-    // A slot is rewritten only after every rank has read the previous round from it.
-    wait_all(false, round - 1, deadline, timeout, "all-reduce");
-    std::memcpy(slot(rank_), bytes + done * elem, n * elem);
-    publish(arrive_word(rank_), round);
-    wait_all(true, round, deadline, timeout, "all-reduce");
-    // Every rank combines the slots in rank order, so all get bitwise the same result.
-    if (!only) {
-      combine_range(done, done, n);
-    } else {
-      for (const Range& range : *only) {
-        const size_t from = std::max(range.first, done), to = std::min(range.second, done + n);
-        if (from < to) combine_range(done, from, to - from);
+    exchange_round(bytes + done * elem, n * elem, deadline, timeout, "all-reduce", [&] {
+      // Every rank combines the slots in rank order, so all get bitwise the same result.
+      if (!only) {
+        combine_range(done, done, n);
+      } else {
+        for (const Range& range : *only) {
+          const size_t from = std::max(range.first, done), to = std::min(range.second, done + n);
+          if (from < to) combine_range(done, from, to - from);
+        }
       }
-    }
-    publish(done_word(rank_), round);
+    });
     done += n;
   }
 }
@@ -397,17 +407,13 @@ void ShmReduce::all_gather(const void* mine, const std::vector<size_t>& bytes_of
   // Each round every rank puts the next slot's worth of its bytes in its slot (fewer, or none,
   // once its bytes are out) and copies every rank's piece of that round to its place.
   for (size_t done = 0; done < largest; done += slot_bytes_) {
-    const uint32_t round = ++round_;
-    wait_all(false, round - 1, deadline, timeout, "all-gather");
     const size_t n = bytes_of[rank_] > done ? std::min(slot_bytes_, bytes_of[rank_] - done) : 0;
-    if (n > 0) std::memcpy(slot(rank_), from + done, n);
-    publish(arrive_word(rank_), round);
-    wait_all(true, round, deadline, timeout, "all-gather");
-    for (int r = 0; r < world_; ++r) {
-      const size_t piece = bytes_of[r] > done ? std::min(slot_bytes_, bytes_of[r] - done) : 0;
-      if (piece > 0) std::memcpy(to + start[r] + done, slot(r), piece);
-    }
-    publish(done_word(rank_), round);
+    exchange_round(from + done, n, deadline, timeout, "all-gather", [&] {
+      for (int r = 0; r < world_; ++r) {
+        const size_t piece = bytes_of[r] > done ? std::min(slot_bytes_, bytes_of[r] - done) : 0;
+        if (piece > 0) std::memcpy(to + start[r] + done, slot(r), piece);
+      }
+    });
   }
 }
 

@@ -72,6 +72,10 @@ class ShmReduce {
   void publish(uint32_t* word, uint32_t value);
   void wait_all(bool arrivals, uint32_t target, std::chrono::steady_clock::time_point deadline,
                 std::chrono::milliseconds timeout, const char* what);
+  template <class Use>
+  void exchange_round(const void* mine, size_t bytes,
+                      std::chrono::steady_clock::time_point deadline,
+                      std::chrono::milliseconds timeout, const char* what, Use&& use);
 
   unsigned char* base_ = nullptr;
   size_t bytes_ = 0;
