@@ -36,6 +36,7 @@ ACCEL_API accel_status accel_save_model(accel_accelerator* accelerator, const ac
     require(dir, "dir");
     FamilyLock lock(accelerator->family);  // the accelerator's family first, always
     FamilyLock model_lock(model->family);
+    const accel::prepare::Session::WholeParameters whole(*session);  // stage 3 gathers them
     accel::checkpoint::save_model_from_main(session->accelerator(), *model->model, dir,
                                             max_shard_size ? max_shard_size : "10GB");
   });

@@ -78,6 +78,7 @@ ACCEL_API accel_status accel_model_call(accel_model* model, const char* method,
     auto list = std::make_unique<accel_tensor_list>();
     FamilyLock lock(model->family);
     auto session = live_session(model);
+    if (!session) model->model->require_whole("accel_model_call");
     list->items =
         session ? session->call(*model->model, method, in) : model->model->call(method, in);
     *out = list.release();
@@ -134,6 +135,7 @@ ACCEL_API accel_status accel_model_tensor(const accel_model* model, const char* 
     require(name, "name");
     require(out, "out");
     FamilyLock lock(model->family);
+    model->model->require_whole("accel_model_tensor", name);
     for (const auto& [n, t] : model->model->named_tensors())
       if (n == name) {
         *out = accel::capi::new_tensor(t.detach().clone());

@@ -168,10 +168,14 @@ std::vector<std::string> save_model(const model::Model& m, const std::string& di
 void save_model_from_main(runtime::Accelerator& acc, const model::Model& m, const std::string& dir,
                           const std::string& max_shard_size) {
   const uint64_t shard = parse_size(max_shard_size);  // the same text on every rank: fails alike
-  ops::run_on_main(acc, [&] { save_model(m, dir, shard); });
+  ops::run_on_main(acc, [&] {
+    m.require_whole("accel_save_model");
+    save_model(m, dir, shard);
+  });
 }
 
 void load_checkpoint_in_model(model::Model& m, const std::string& path) {
+  m.require_whole("accel_load_checkpoint_in_model");
   apply_weights(stage_checkpoint_for_model(m, path));
 }
 

@@ -105,6 +105,7 @@ NamedTensors merge_shards(std::vector<NamedTensors> parts, const std::vector<std
 namespace {
 
 void save_state_unguarded(prepare::Session& session, const std::string& dir) {
+  const prepare::Session::WholeParameters whole(session);  // stage 3 gathers them
   auto& acc = session.accelerator();
   auto* comm = acc.communicator();
   const std::string partial_suffix = ".partial";
@@ -438,7 +439,10 @@ void load_state_unguarded(prepare::Session& session, const std::string& dir) {
       }
     }
   });
-  apply_load(session, staged, m);
+  {
+    const prepare::Session::WholeParameters whole(session);  // stage 3: loaded, then released
+    apply_load(session, staged, m);
+  }
   if (auto* comm = acc.communicator()) comm->barrier();
 }
 

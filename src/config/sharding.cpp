@@ -329,6 +329,9 @@ void from_accelerate_environment(const EnvMap& env, Section* fsdp, Section* deep
       {"FSDP_SHARDING_STRATEGY", "fsdp_sharding_strategy"},
       {"FSDP_RESHARD_AFTER_FORWARD", "fsdp_reshard_after_forward"},
       {"FSDP_STATE_DICT_TYPE", "fsdp_state_dict_type"},
+      {"FSDP_AUTO_WRAP_POLICY", "fsdp_auto_wrap_policy"},
+      {"FSDP_TRANSFORMER_CLS_TO_WRAP", "fsdp_transformer_layer_cls_to_wrap"},
+      {"FSDP_MIN_NUM_PARAMS", "fsdp_min_num_params"},
       {"FSDP_OFFLOAD_PARAMS", "fsdp_offload_params"},
       {"FSDP_ACTIVATION_CHECKPOINTING", "fsdp_activation_checkpointing"}};
   for (const auto& [var, key] : fsdp_vars)
@@ -380,11 +383,7 @@ void check_sharding_supported(const ShardingPlan& plan) {
   if (plan.hybrid)
     fail(Errc::unsupported, "hybrid sharding (" + plan.source +
                                 ": shard within a machine, replicate across) is not built yet in "
-                                "libaccel; use SHARD_GRAD_OP or NO_SHARD");
-  if (plan.stage <= 2) return;
-  fail(Errc::unsupported, "ZeRO stage " + std::to_string(plan.stage) + " (" + plan.source +
-                              ") is not built yet in libaccel: stages 0 (NO_SHARD, zero_stage "
-                              "0), 1 (zero_stage 1) and 2 (SHARD_GRAD_OP, zero_stage 2) run today");
+                                "libaccel; use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD");
 }
 
 }  // namespace accel::config

@@ -1,5 +1,7 @@
 #include "model/model.hpp"
 
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/nn/init.h>
 #include <torch/script.h>
@@ -22,6 +24,35 @@ namespace {
 void configure_jit_once() {
   static std::once_flag once;
   std::call_once(once, [] { torch::jit::setGraphExecutorOptimize(false); });
+}
+
+// ZeRO stage 3's hooks (accel::unit_enter/unit_exit, zero/units.hpp) in a graph; with `strip`,
+// taken out: an archive must load where libaccel is not.
+bool is_hook(const torch::jit::Node* n) {
+  return std::string(n->kind().toQualString()).rfind("accel::", 0) == 0;
+}
+
+bool hooks_in(torch::jit::Block* b, bool strip) {
+  bool found = false;
+  for (auto it = b->nodes().begin(); it != b->nodes().end();) {
+    torch::jit::Node* n = *it++;
+    for (auto* sub : n->blocks()) found = hooks_in(sub, strip) || found;
+    if (!is_hook(n)) continue;
+    found = true;
+    if (!strip) continue;
+    if (n->outputs().size() == 1) n->output()->replaceAllUsesWith(n->inputs().back());
+    n->destroy();
+  }
+  return found;
+}
+
+bool hooks_in(const torch::jit::Module& m, bool strip) {
+  bool found = false;
+  for (const auto& sub : m.modules())
+    for (torch::jit::Function* f : sub.type()->methods())
+      if (auto* g = torch::jit::tryToGraphFunction(*f))
+        found = hooks_in(g->graph()->block(), strip) || found;
+  return found;
 }
 
 std::string errors_of(const std::exception& e) {
@@ -245,6 +276,7 @@ void Model::add_layer(const std::string& name, const std::string& kind, const st
   torch::jit::Module layer = make_layer(kind, spec);
   layer.train(module_->is_training());
   module_->register_module(name, layer);
+  ++revision_;
 }
 
 void Model::add_host_tensor(const std::string& name, const at::Tensor& t, bool is_buffer) {
@@ -282,6 +314,7 @@ void Model::add_host_tensor(const std::string& name, const at::Tensor& t, bool i
       parent = sub;
     }
     parent.register_parameter(path.back(), t, is_buffer);
+    ++revision_;
   } catch (const std::exception& e) {
     host_.forget_last();
     fail(Errc::invalid_argument, "cannot add '" + name + "': " + errors_of(e));
@@ -295,8 +328,21 @@ void Model::define(const std::string& source) {
     // tensors are shared, not copied), and into the model only when every method compiled.
     module_->clone(/*inplace=*/true).define(source);
     module_->define(source);
+    ++revision_;
   } catch (const std::exception& e) {
     fail(Errc::invalid_argument, "TorchScript source does not compile: " + errors_of(e));
+  }
+}
+
+void Model::require_whole(const std::string& what, const std::string& name) const {
+  for (const auto& [n, p] : named_parameters()) {
+    if (!name.empty() && n != name) continue;
+    if (p.numel() == 0 || p.storage().nbytes() > 0) continue;
+    fail(Errc::state, what + ": parameter '" + n +
+                          "' is not on this rank: under ZeRO stage 3 (FSDP FULL_SHARD) each rank "
+                          "holds only the parameters it owns between steps. accel_save_model "
+                          "gathers the whole model (every rank calls it); after the accelerator "
+                          "is freed, load that file into a new model");
   }
 }
 
@@ -374,12 +420,19 @@ int64_t Model::num_parameters() const {
 }
 
 void Model::save(const std::string& path) const {
+  require_whole("saving the model as TorchScript");
   if (!host_.empty())
     fail(Errc::state,
          "a model of host-owned tensors has no TorchScript code to save: its forward is the "
          "host's; save its weights with accel_save_model (safetensors)");
   try {
-    module_->save(path);
+    if (hooks_in(*module_, /*strip=*/false)) {
+      torch::jit::Module plain = module_->clone(/*inplace=*/true);  // the same tensors
+      hooks_in(plain, /*strip=*/true);
+      plain.save(path);
+    } else {
+      module_->save(path);
+    }
   } catch (const std::exception& e) {
     fail(Errc::io, "cannot save the model to '" + path + "': " + errors_of(e));
   }

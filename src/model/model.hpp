@@ -56,11 +56,19 @@ class Model {
   void to(const std::string& device);
 
   torch::jit::Module& module() { return *module_; }
+  // Counts the changes to the model's layers, tensors and methods (add_layer, add_host_tensor,
+  // define).
+  uint64_t revision() const { return revision_; }
+
+  // accel::Error(state), naming it and `what`, when a parameter (`name`; every one when empty)
+  // is not on this rank: ZeRO stage 3 released it (see zero/param_shard.hpp).
+  void require_whole(const std::string& what, const std::string& name = "") const;
 
  private:
   std::unique_ptr<torch::jit::Module> module_;
   HostTensors host_;
   bool loaded_ = false;  // from an archive: its submodules may share class types
+  uint64_t revision_ = 0;
 };
 
 // Parses "a=1 b=2,c=3" into a map; throws accel::Error(invalid_argument) naming a malformed entry.

@@ -27,6 +27,11 @@ void Session::join_begin(int even_batches) {
   const bool enabled = acc_->communicator() && !even;
   // Checked before anything changes: a refusal leaves the dataloaders as they were.
   if (enabled) {
+    if (!param_shards_.empty())
+      fail(Errc::unsupported,
+           "join_uneven_inputs with uneven batches under ZeRO stage 3 (" + acc_->sharding().source +
+               "): a rank that has joined cannot serve the parameters it owns to the others' "
+               "forwards; keep even_batches on, or use stage 2");
     if (syncs_.size() > 1)
       fail(Errc::unsupported,
            "join_uneven_inputs with several prepared models: the joined rank cannot know in "

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
@@ -12,6 +13,7 @@
 #include "ops/collectives.hpp"
 #include "optim/step_rules.hpp"
 #include "zero/grad_shard.hpp"
+#include "zero/param_shard.hpp"
 #include "zero/partition.hpp"
 
 namespace accel::prepare {
@@ -172,14 +174,56 @@ void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_
       // The owners the model's optimizer will have (it is bound to these same parameters).
       std::vector<int64_t> sizes;
       for (const auto& p : params) sizes.push_back(p.numel() * p.element_size());
-      syncs_[m.get()] = std::make_unique<zero::GradShard>(*comm, params,
-                                                          zero::assign_owners(sizes, comm->size()));
+      const auto owners = zero::assign_owners(sizes, comm->size());
+      if (acc_->sharding().stage >= 3) shard_parameters(*m, params, owners);
+      syncs_[m.get()] = std::make_unique<zero::GradShard>(*comm, params, owners);
     } else if (!params.empty()) {
       syncs_[m.get()] = std::make_unique<ddp::GradSync>(*comm, params);
     }
   }
   models_[m.get()] = m;
   model_order_.push_back(m);
+}
+
+void Session::shard_parameters(model::Model& m, const std::vector<at::Tensor>& params,
+                               const std::vector<int>& owners) {
+  auto& comm = *acc_->communicator();
+  auto shard = std::make_unique<zero::ParamShard>(comm, m, params, owners, acc_->sharding());
+  // What the policy chose and could not follow, said once (rank 0); the units under --debug.
+  if (comm.rank() == 0) {
+    std::string text;
+    for (const auto& note : shard->units().notes)
+      text += "libaccel: WARNING: ZeRO stage 3: " + note + "\n";
+    if (m.host_tensors().empty() == false)
+      text +=
+          "libaccel: ZeRO stage 3: the host's parameters stay whole on every rank (its own "
+          "code reads them); their gradients and optimizer state are sharded\n";
+    if (acc_->settings().flag("debug")) {
+      const auto& units = shard->units().units;
+      text += "libaccel: ZeRO stage 3: " + std::to_string(units.size()) + " unit(s): root (" +
+              std::to_string(units[0].params.size()) + " parameters)";
+      for (size_t u = 1; u < units.size(); ++u)
+        text += ", " + units[u].name + " (" + std::to_string(units[u].params.size()) + ")";
+      text += "\n";
+    }
+    std::fputs(text.c_str(), stderr);
+  }
+  param_shards_[&m] = std::move(shard);
+}
+
+zero::ParamShard* Session::param_shard_of(const model::Model& m) const {
+  const auto it = param_shards_.find(&m);
+  return it == param_shards_.end() ? nullptr : it->second.get();
+}
+
+Session::WholeParameters::WholeParameters(Session& s) : s_(s) {
+  for (const auto& m : s_.model_order_)
+    if (auto* shard = s_.param_shard_of(*m)) shard->gather_all();
+}
+
+Session::WholeParameters::~WholeParameters() {
+  for (const auto& m : s_.model_order_)
+    if (auto* shard = s_.param_shard_of(*m)) shard->release_all();
 }
 
 void Session::prepare_optimizer(const std::shared_ptr<optim::Optimizer>& o,
@@ -253,6 +297,13 @@ void end_host_forward(const model::Model& m) {
 std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method,
                                       const std::vector<at::Tensor>& inputs) {
   broadcast_buffers(m);
+  // Stage 3: the root's parameters for the call, each unit's around its own forward.
+  zero::ParamShard* shard = param_shard_of(m);
+  if (shard) shard->begin_forward();
+  const std::unique_ptr<zero::ParamShard, void (*)(zero::ParamShard*)> release(
+      shard, [](zero::ParamShard* s) {
+        if (s) s->end_forward();
+      });
   if (acc_->mixed_precision() == runtime::MixedPrecision::kNo) return m.call(method, inputs);
   std::vector<at::Tensor> out;
   {
@@ -299,15 +350,25 @@ void Session::backward(const at::Tensor& loss) {
   for (const auto& m : model_order_)
     if (auto it = syncs_.find(m.get()); it != syncs_.end())
       it->second->begin_backward(sync_gradients_);
+  // Stage 3: the root's parameters for the whole backward, each unit's from when backward
+  // reaches it until its gradients are in; released after, whatever happens.
+  const auto release = [this] {
+    for (const auto& [model, shard] : param_shards_) shard->end_backward();
+  };
   try {
+    for (const auto& m : model_order_)
+      if (auto* shard = param_shard_of(*m)) shard->begin_backward();
     scaled.backward();
   } catch (const accel::Error&) {
+    release();
     throw;
   } catch (const std::exception& e) {
+    release();
     auto* ce = dynamic_cast<const c10::Error*>(&e);
     fail(Errc::torch,
          std::string("backward failed: ") + (ce ? ce->what_without_backtrace() : e.what()));
   }
+  release();
   for (const auto& m : model_order_)
     if (auto it = syncs_.find(m.get()); it != syncs_.end()) it->second->end_backward();
 }
@@ -330,7 +391,9 @@ void Session::optimizer_step(optim::Optimizer& o) {
   } else {
     o.step();
   }
-  if (auto it = shards_.find(&o); it != shards_.end() && stepped) it->second->gather_parameters();
+  // Stages 1-2 take every parameter from its owner; stage 3 leaves them with their owners.
+  if (auto it = shards_.find(&o); it != shards_.end() && stepped && acc_->sharding().stage < 3)
+    it->second->gather_parameters();
 }
 
 void Session::optimizer_zero_grad(optim::Optimizer& o) {

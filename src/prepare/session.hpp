@@ -23,6 +23,10 @@
 #include "runtime/accelerator.hpp"
 #include "zero/optimizer_shard.hpp"
 
+namespace accel::zero {
+class ParamShard;
+}
+
 namespace accel::prepare {
 
 // Made with std::make_shared: dataloaders it makes reach its communicator through a weak_ptr.
@@ -96,6 +100,20 @@ class Session : public std::enable_shared_from_this<Session> {
    private:
     Session& s_;
   };
+  // Every prepared model's parameters whole on this rank for as long as it lives: ZeRO stage 3
+  // gathers the ones it released (a collective: every rank makes one) and releases them again
+  // after; nothing under the other stages. What reads or writes whole models (checkpoints) holds
+  // one.
+  class WholeParameters {
+   public:
+    explicit WholeParameters(Session& s);
+    ~WholeParameters();
+    WholeParameters(const WholeParameters&) = delete;
+    WholeParameters& operator=(const WholeParameters&) = delete;
+
+   private:
+    Session& s_;
+  };
   // The next automatic checkpoint number (ProjectConfiguration's iteration).
   int64_t iteration = -1;
 
@@ -145,6 +163,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // processes) attaches gradient synchronisation. Preparing twice is a no-op.
   void prepare_model(const std::shared_ptr<model::Model>& model, bool device_placement);
   // Binds the optimizer to its model's (placed) parameters.
+  // Stage 3: releases what this rank does not own of `m`'s parameters (`params`, owned by
+  // `owners`) and says on rank 0 what the wrap policy could not follow.
+  void shard_parameters(model::Model& m, const std::vector<at::Tensor>& params,
+                        const std::vector<int>& owners);
   void prepare_optimizer(const std::shared_ptr<optim::Optimizer>& optimizer,
                          const std::shared_ptr<model::Model>& model);
   void prepare_scheduler(const std::shared_ptr<optim::LrScheduler>& scheduler);
@@ -158,6 +180,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::unique_ptr<runtime::Accelerator> acc_;
   std::map<const model::Model*, std::shared_ptr<model::Model>> models_;
   std::map<const model::Model*, std::unique_ptr<ddp::GradientPath>> syncs_;
+  // ZeRO stage 3: which parameters each prepared model holds on this rank, and when it gathers
+  // the others.
+  std::map<const model::Model*, std::unique_ptr<zero::ParamShard>> param_shards_;
+  zero::ParamShard* param_shard_of(const model::Model& m) const;
   // ZeRO stage 1 and up: which parameters each prepared optimizer steps on this rank.
   std::map<const optim::Optimizer*, std::unique_ptr<zero::OptimizerShard>> shards_;
   // join_uneven_inputs (join.cpp): on between join_begin and join_end when the ranks' batches may

@@ -19,16 +19,13 @@ class OptimizerShard {
 
   const std::vector<bool>& owned() const { return owned_; }
 
-  // After the owners stepped: every parameter everywhere holds its owner's bytes. A collective:
-  // every rank calls it after every optimizer step, in the same order. The parameters travel in
-  // chunks of at most `chunk_bytes` of parameters, as one all-gather per chunk in which each rank
-  // gives the bytes of the parameters it owns (two chunk-sized buffers: the memory it adds); a
-  // larger parameter goes alone, straight from its owner's tensor into the others'.
+  const std::vector<int>& owners() const { return owner_; }
+
+  // After the owners stepped: every parameter everywhere holds its owner's bytes (see
+  // gather_from_owners). A collective: every rank calls it after every optimizer step, in order.
   void gather_parameters(int64_t chunk_bytes = int64_t{8} << 20);
 
  private:
-  void exchange_chunk(at::Tensor& mine, at::Tensor& all, size_t first, size_t last);
-
   runtime::Communicator& comm_;
   std::vector<at::Tensor> params_;
   std::vector<int> owner_;

@@ -79,8 +79,8 @@ TEST(Sharding, AccelerateFsdpTemplateIsStageThreeAndSaysWhereItCameFrom) {
   EXPECT_EQ(plan.state_dict, StateDictType::kSharded);
   EXPECT_EQ(plan.auto_wrap_policy, "TRANSFORMER_BASED_WRAP");
   EXPECT_EQ(plan.wrap_classes, (std::vector<std::string>{"BertLayer", "BertEmbeddings"}));
-  expect_error(kFsdpTemplate, Errc::unsupported,
-               {"ZeRO stage 3", "fsdp_config.fsdp_sharding_strategy: FULL_SHARD (file s.yaml:5)"});
+  EXPECT_EQ(plan.source, "fsdp_config.fsdp_sharding_strategy: FULL_SHARD (file s.yaml:5)");
+  EXPECT_NO_THROW(accel::config::check_sharding_supported(plan));
 }
 
 TEST(Sharding, Fsdp1StrategiesByNameNumberAndAccelerateConfigsOwnKey) {
@@ -192,9 +192,10 @@ TEST(Sharding, DeepSpeedZeroStages) {
   EXPECT_EQ(zero("  zero_stage: 1\n").accumulation_steps, 0);
   expect_error("distributed_type: DEEPSPEED\ndeepspeed_config:\n  gradient_accumulation_steps: 0\n",
                Errc::config, {"deepspeed_config.gradient_accumulation_steps", "'0'"});
-  expect_error("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n",
-               Errc::unsupported,
-               {"ZeRO stage 3", "deepspeed_config.zero_stage: 3 (file s.yaml:2)"});
+  const auto three = zero("  zero_stage: 3\n");
+  EXPECT_EQ(three.stage, 3);
+  EXPECT_EQ(three.source, "deepspeed_config.zero_stage: 3 (file s.yaml:2)");
+  EXPECT_NO_THROW(accel::config::check_sharding_supported(three));
 }
 
 TEST(Sharding, AccelerateLaunchersVariablesSelectTheStage) {

@@ -1,0 +1,218 @@
+#include "zero/param_shard.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/library.h>
+#include <torch/script.h>
+
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "ddp/buckets.hpp"
+#include "zero/owner_gather.hpp"
+
+namespace accel::zero {
+
+namespace {
+
+// Which shard and unit a submodule object is, for the graph's hooks. An object not here (another
+// model's, or one whose accelerator was freed) passes through them untouched.
+struct Registered {
+  ParamShard* shard;
+  size_t unit;
+};
+std::mutex g_mutex;
+std::unordered_map<const void*, Registered> g_units;
+
+std::optional<Registered> find_unit(const c10::IValue& module) {
+  if (!module.isObject()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const auto it = g_units.find(module.toObject().get());
+  if (it == g_units.end()) return std::nullopt;
+  return it->second;
+}
+
+void unit_enter(const c10::IValue& module) {
+  if (const auto r = find_unit(module)) r->shard->enter(r->unit);
+}
+
+// The unit's output, unchanged; when backward reaches it, the unit is gathered again (a tensor
+// hook, not an autograd Function: the output stays an ordinary tensor that the caller may modify
+// in place).
+at::Tensor unit_exit(const c10::IValue& module, const at::Tensor& output) {
+  const auto r = find_unit(module);
+  if (!r) return output;
+  r->shard->exit(r->unit);
+  if (at::GradMode::is_enabled() && output.requires_grad())
+    output.register_hook([module](const at::Tensor&) {
+      if (const auto again = find_unit(module)) again->shard->backward_reached(again->unit);
+    });
+  return output;
+}
+
+TORCH_LIBRARY(accel, m) {
+  m.def(torch::schema("accel::unit_enter(Any module) -> ()", c10::AliasAnalysisKind::CONSERVATIVE),
+        [](c10::IValue module) { unit_enter(module); });
+  m.def(torch::schema("accel::unit_exit(Any module, Tensor output) -> Tensor",
+                      c10::AliasAnalysisKind::CONSERVATIVE),
+        [](c10::IValue module, at::Tensor output) { return unit_exit(module, output); });
+}
+
+// Released in place: the tensor keeps its sizes and every reference to it; its storage holds
+// nothing until restore_storage.
+void drop_storage(const at::Tensor& p) {
+  c10::StorageImpl* s = p.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, s->device()));
+  s->set_nbytes(0);
+}
+
+void restore_storage(const at::Tensor& p, size_t bytes) {
+  c10::StorageImpl* s = p.storage().unsafeGetStorageImpl();
+  c10::Allocator* a = s->allocator() ? s->allocator() : c10::GetAllocator(s->device_type());
+  s->set_data_ptr_noswap(a->allocate(bytes));
+  s->set_nbytes(bytes);
+}
+
+// Whether `p` can be released: the only user of its whole storage among the model's tensors.
+bool shardable(const at::Tensor& p, const std::vector<std::pair<std::string, at::Tensor>>& all) {
+  if (!p.is_contiguous() || p.storage_offset() != 0 ||
+      p.storage().nbytes() != static_cast<size_t>(p.numel()) * p.element_size() || p.numel() == 0)
+    return false;
+  int users = 0;
+  for (const auto& [name, t] : all)
+    users += t.storage().unsafeGetStorageImpl() == p.storage().unsafeGetStorageImpl();
+  return users == 1;
+}
+
+}  // namespace
+
+ParamShard::ParamShard(runtime::Communicator& comm, model::Model& model,
+                       std::vector<at::Tensor> params, std::vector<int> owners,
+                       const config::ShardingPlan& plan)
+    : comm_(comm), model_(model), params_(std::move(params)), owners_(std::move(owners)) {
+  const auto all = model_.named_tensors();
+  std::vector<bool> sharded(params_.size(), false);
+  bool any = false;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    bytes_.push_back(params_[k].storage().nbytes());
+    // The host's parameters stay whole: its own code reads them.
+    sharded[k] = model_.host_tensors().empty() && shardable(params_[k], all);
+    any = any || sharded[k];
+  }
+  if (any) {
+    // Fresh copies of the methods (sharing the tensors): a method already run keeps the plan it
+    // was compiled to, without the hooks.
+    model_.module() = model_.module().clone(/*inplace=*/true);
+    plan_ = choose_units(model_.module(), params_, plan);
+    instrument(model_.module(), plan_);
+    instrumented_revision_ = model_.revision();
+  } else {
+    plan_.units.push_back({});
+    for (size_t k = 0; k < params_.size(); ++k) plan_.units[0].params.push_back(k);
+  }
+  units_.resize(plan_.units.size());
+  unit_of_.assign(params_.size(), 0);
+  for (size_t u = 0; u < plan_.units.size(); ++u) {
+    Unit& unit = units_[u];
+    for (size_t k : plan_.units[u].params) {
+      unit_of_[k] = u;
+      ++unit.trainable;
+      if (!sharded[k]) continue;
+      unit.sharded.push_back(params_[k]);
+      unit.owners.push_back(owners_[k]);
+      if (owners_[k] != comm_.rank()) {
+        unit.foreign.push_back(k);
+        foreign_.push_back(k);
+      }
+    }
+    unit.whole = true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    for (size_t u = 1; u < plan_.units.size(); ++u) g_units[plan_.units[u].object] = {this, u};
+  }
+  hooks_ = std::make_unique<ddp::GradientHooks>(params_, [this](size_t k) { on_gradient(k); });
+  release_all();
+}
+
+ParamShard::~ParamShard() {
+  hooks_.reset();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (size_t u = 1; u < plan_.units.size(); ++u) g_units.erase(plan_.units[u].object);
+}
+
+void ParamShard::gather(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.whole) return;
+  for (size_t k : unit.foreign) restore_storage(params_[k], bytes_[k]);
+  gather_from_owners(comm_, unit.sharded, unit.owners);
+  unit.whole = true;
+}
+
+void ParamShard::release(size_t u) {
+  Unit& unit = units_[u];
+  if (!unit.whole) return;
+  for (size_t k : unit.foreign) drop_storage(params_[k]);
+  unit.whole = false;
+}
+
+void ParamShard::instrument_new_methods() {
+  if (model_.revision() == instrumented_revision_ || foreign_.empty()) return;
+  instrument(model_.module(), plan_);  // methods defined since prepare
+  instrumented_revision_ = model_.revision();
+}
+
+void ParamShard::begin_forward() {
+  instrument_new_methods();
+  gather(0);
+}
+
+void ParamShard::end_forward() {
+  for (auto& unit : units_) unit.depth = 0;
+  release_all();
+}
+
+void ParamShard::begin_backward() {
+  backward_ = true;
+  for (auto& unit : units_) unit.pending = unit.trainable;
+  gather(0);
+}
+
+void ParamShard::end_backward() {
+  backward_ = false;
+  release_all();
+}
+
+void ParamShard::gather_all() {
+  for (size_t u = 0; u < units_.size(); ++u) gather(u);
+}
+
+void ParamShard::release_all() {
+  for (size_t u = 0; u < units_.size(); ++u) release(u);
+}
+
+void ParamShard::enter(size_t u) {
+  ++units_[u].depth;
+  gather(u);
+}
+
+void ParamShard::exit(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.depth > 0 && --unit.depth == 0) release(u);
+}
+
+void ParamShard::backward_reached(size_t u) {
+  if (backward_) gather(u);
+}
+
+// Autograd accumulated parameter k's gradient: once a unit has all of its gradients, nothing in
+// this backward reads its parameters again (each node reading one is upstream of its gradient).
+void ParamShard::on_gradient(size_t k) {
+  const size_t u = unit_of_[k];
+  Unit& unit = units_[u];
+  if (!backward_ || u == 0 || unit.pending == 0) return;
+  if (--unit.pending == 0) release(u);
+}
+
+}  // namespace accel::zero

@@ -1,0 +1,93 @@
+// ZeRO stage 3 (FSDP FULL_SHARD) for one model: each rank keeps only the parameters it owns (the
+// owners of zero::assign_owners, as its optimizer and gradients), the others' storage released.
+// A unit's parameters (zero/units.hpp) are gathered from their owners just before the unit's
+// forward and released after it, gathered again when backward reaches the unit and released once
+// autograd has accumulated each of its gradients; the root unit for the whole forward and the
+// whole backward. The storage is released in place (the tensors, their sizes and autograd's saved
+// references stay), so the optimizer, the gradient hooks and the graph never see the difference.
+//
+// Parameters that stay whole on every rank: the host's (its code reads them directly), those
+// sharing storage with another tensor of the model, and a model's whose units could not be
+// followed. A parameter that is not on this rank between steps is refused by name wherever
+// libaccel reads one (model::Model::require_whole).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/sharding.hpp"
+#include "model/model.hpp"
+#include "runtime/communicator.hpp"
+#include "zero/units.hpp"
+
+namespace accel::ddp {
+class GradientHooks;
+}
+
+namespace accel::zero {
+
+class ParamShard {
+ public:
+  // `params`: the model's trainable parameters, `owners` their owners (assign_owners). Chooses the
+  // units, instruments the model's methods (after giving it fresh copies of them, so that no
+  // method compiled earlier runs without the hooks) and releases what this rank does not own.
+  ParamShard(runtime::Communicator& comm, model::Model& model, std::vector<at::Tensor> params,
+             std::vector<int> owners, const config::ShardingPlan& plan);
+  // The parameters stay as they are (released ones too: the model refuses to read them).
+  ~ParamShard();
+  ParamShard(const ParamShard&) = delete;
+  ParamShard& operator=(const ParamShard&) = delete;
+
+  const UnitPlan& units() const { return plan_; }
+  // How many parameters this rank does not hold between steps.
+  size_t released_count() const { return foreign_.size(); }
+
+  // Around one call of a method: the root gathered (and methods defined since instrumented);
+  // after it, every unit released.
+  void begin_forward();
+  void end_forward();
+  // Around backward: the root gathered; after it (or its failure), every unit released.
+  void begin_backward();
+  void end_backward();
+  // Every unit gathered until release_all (a collective: checkpoints, join).
+  void gather_all();
+  void release_all();
+
+  // From the graph's hooks (accel::unit_enter/unit_exit and the exit's backward).
+  void enter(size_t unit);
+  void exit(size_t unit);
+  void backward_reached(size_t unit);
+
+ private:
+  struct Unit {
+    std::vector<at::Tensor> sharded;  // its parameters that are sharded, in index order
+    std::vector<int> owners;          // of each of those
+    std::vector<size_t> foreign;      // of those, the ones this rank does not own (indices)
+    size_t trainable = 0;             // how many gradients backward brings it
+    size_t pending = 0;               // of those, not yet accumulated in this backward
+    bool whole = false;               // gathered
+    int depth = 0;                    // forward calls in progress
+  };
+  void gather(size_t u);
+  void release(size_t u);
+  void on_gradient(size_t k);
+  void instrument_new_methods();
+
+  runtime::Communicator& comm_;
+  model::Model& model_;
+  std::vector<at::Tensor> params_;
+  std::vector<int> owners_;
+  UnitPlan plan_;
+  std::vector<Unit> units_;
+  std::vector<size_t> unit_of_;  // of each parameter
+  std::vector<size_t> foreign_;  // the parameters released on this rank
+  std::vector<size_t> bytes_;    // each parameter's storage size when whole
+  uint64_t instrumented_revision_ = 0;
+  bool backward_ = false;
+  std::unique_ptr<ddp::GradientHooks> hooks_;  // last: removed first
+};
+
+}  // namespace accel::zero
