@@ -202,8 +202,11 @@ torch::jit::Module make_layer(const std::string& kind, const std::string& text) 
     auto m = new_module("LayerNorm");
     add_parameter(m, "weight", at::ones({n}));
     add_parameter(m, "bias", at::zeros({n}));
-    m.define("def forward(self, x):\n    return torch.layer_norm(x, [" + std::to_string(n) +
-             "], self.weight, self.bias, " + fmt(eps) + ")\n");
+    // Under autocast a bf16 input meets fp32 weights, which 1.13's CPU kernel refuses; 2.x's
+    // autocast runs layer_norm in fp32, and so does this.
+    m.define("def forward(self, x):\n    if x.dtype != self.weight.dtype:\n"
+             "        x = x.to(self.weight.dtype)\n    return torch.layer_norm(x, [" +
+             std::to_string(n) + "], self.weight, self.bias, " + fmt(eps) + ")\n");
     return m;
   }
   if (kind == "embedding") {

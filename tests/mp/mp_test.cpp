@@ -381,6 +381,92 @@ TEST(MultiProcess, ZeroStagesOneAndTwoEqualStageZeroAfterFiftyAdamWStepsOnTwoAnd
   EXPECT_TRUE(contains(unused.output, "rank 1: unused parameters handled")) << unused.output;
 }
 
+TEST(MultiProcess, ZeroStageThreeEqualsStageZeroAfterFiftyAdamWStepsWhateverTheUnits) {
+  // A model of catalogue layers (whose parameters stage 3 releases) under each wrap policy, over
+  // shared memory and Gloo, with accumulation and bf16 autocast; save_model's file is stage 0's,
+  // byte for byte, where the weights are equal bit for bit.
+  struct Case {
+    int processes;
+    std::string extra;
+    int steps = 50;
+  };
+  const std::string fsdp = "ACCELERATE_USE_FSDP=true FSDP_SHARDING_STRATEGY=FULL_SHARD ";
+  const std::string linear =
+      fsdp + "FSDP_AUTO_WRAP_POLICY=TRANSFORMER_BASED_WRAP FSDP_TRANSFORMER_CLS_TO_WRAP=Linear ";
+  const std::string size = fsdp + "FSDP_AUTO_WRAP_POLICY=SIZE_BASED_WRAP FSDP_MIN_NUM_PARAMS=500 ";
+  const std::string accumulate = "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=2 ";
+  const std::string gloo = "ACCEL_SHARED_MEMORY_ALLREDUCE=false ";
+  std::vector<Case> cases{{2, fsdp},
+                          {2, linear},
+                          {2, size},
+                          {2, zero_stage(3)},
+                          {2, accumulate + linear},
+                          {2, gloo + linear, 20}};
+  if (!kSanitized)
+    cases.insert(
+        cases.end(),
+        {{4, linear}, {4, zero_stage(3)}, {2, "ACCELERATE_MIXED_PRECISION=bf16 " + linear, 10}});
+  std::map<std::string, Result> baselines;  // stage 0's run, by processes, steps and environment
+  for (const Case& c : cases) {
+    const std::string what = std::to_string(c.processes) + " processes, " + c.extra;
+    const std::string settings = c.extra.find(accumulate) == 0 ? accumulate
+                                 : c.extra.find("ACCELERATE_MIXED_PRECISION") == 0
+                                     ? "ACCELERATE_MIXED_PRECISION=bf16 "
+                                     : "";
+    const std::string args = std::to_string(64 / c.processes) + " " + std::to_string(c.steps) + " ";
+    const std::string dir = ::testing::TempDir() + "zero3_model_";
+    const std::string key = std::to_string(c.processes) + " " + args + settings;
+    if (!baselines.count(key))
+      baselines[key] =
+          run(settings + launch_program(c.processes, SHARDED_MODEL_PROGRAM, args + dir + "base"));
+    const auto& plain = baselines[key];
+    ASSERT_EQ(plain.code, 0) << plain.output;
+    const auto sharded =
+        run(c.extra + launch_program(c.processes, SHARDED_MODEL_PROGRAM, args + dir + "sharded"));
+    ASSERT_EQ(sharded.code, 0) << what << sharded.output;
+    EXPECT_TRUE(contains(sharded.output, "parameter 'fc1.weight' is not on this rank") ||
+                contains(sharded.output, "is not on this rank"))
+        << what << sharded.output;
+    const auto base = params_of(plain.output), got = params_of(sharded.output);
+    ASSERT_EQ(base.size(), 8u) << plain.output;
+    ASSERT_EQ(got.size(), base.size()) << sharded.output;
+    bool bitwise = true;
+    for (const auto& [name, values] : base) {
+      ASSERT_EQ(got.at(name).size(), values.size()) << name;
+      double largest = 0;
+      for (double v : values) largest = std::max(largest, std::abs(v));
+      for (size_t i = 0; i < values.size(); ++i) {
+        bitwise = bitwise && values[i] == got.at(name)[i];
+        ASSERT_LE(std::abs(values[i] - got.at(name)[i]),
+                  settings != accumulate ? 1e-6 * std::abs(values[i]) + 1e-9 : 5e-6 * largest)
+            << name << "[" << i << "], " << what;
+      }
+    }
+    const auto want = norms_of(plain.output), norms = norms_of(sharded.output);
+    ASSERT_EQ(want.size(), static_cast<size_t>(c.steps)) << plain.output;
+    ASSERT_EQ(norms.size(), want.size()) << what << sharded.output;
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(norms[i], want[i], 1e-5 * want[i])
+          << "the clipping norm of step " << i << ", " << what;
+    // The weights are stage 0's in their last bit here: so is the file.
+    if (settings.empty()) {
+      EXPECT_TRUE(bitwise) << what;
+      const auto same =
+          run("cmp " + dir + "base/model.safetensors " + dir + "sharded/model.safetensors");
+      EXPECT_EQ(same.code, 0) << what << same.output;
+    }
+  }
+  // A rank leaving while the others gather a unit for the forward: named, over both transports.
+  for (const std::string& transport : {std::string(), gloo}) {
+    const auto r = run(
+        "SHARDED_LEAVE_AT=3 " + transport + linear +
+        launch_program(2, SHARDED_MODEL_PROGRAM, "32 10 " + ::testing::TempDir() + "zero3_leave"));
+    EXPECT_NE(r.code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "ACCEL_ERR_PEER_FAILED")) << r.output;
+    EXPECT_TRUE(contains(r.output, "rank 1 (pid")) << r.output;
+  }
+}
+
 TEST(MultiProcess, UnusedParametersNeitherHangNorLoseGradients) {
   const auto r = run(launch(2, "unused 8"));
   EXPECT_EQ(r.code, 0) << r.output;

@@ -5,6 +5,8 @@
 // the model itself. Before training: an eval forward without backward, and a read of a parameter
 // this rank does not hold ("refused: ..." when refused). After: every rank calls save_model into
 // DIR; rank 0 loads it into a new, unprepared model and prints "param NAME v1 v2 ..." for each.
+// SHARDED_LEAVE_AT=K: rank 1 exits (code 0) just before step K's forward, whose gathers the others
+// are then in.
 //   sharded_model_program B STEPS DIR
 #include <accel/accel.hpp>
 
@@ -73,9 +75,12 @@ int run(int batch, int steps, const std::string& dir) {
     }
   }
 
+  const char* leave = std::getenv("SHARDED_LEAVE_AT");
+  const int leave_at = leave && acc.process_index() == 1 ? std::atoi(leave) : -1;
   for (int step = 0; step < steps;) {
     auto fields = loader.next();
     if (!fields) continue;  // the next epoch
+    if (step == leave_at) std::_Exit(0);
     acc.accumulate();
     auto out = model.call("loss", {&(*fields)[0], &(*fields)[1]});
     const accel::Tensor& loss = out.at(0);
