@@ -119,7 +119,10 @@ std::vector<bool> policy_units(const Tree& tree, const std::vector<int64_t>& own
                                const config::ShardingPlan& plan) {
   const size_t n = tree.entries.size();
   std::vector<bool> unit(n, false);
-  if (plan.auto_wrap_policy == "TRANSFORMER_BASED_WRAP") {
+  if (plan.family == "DEEPSPEED") {
+    // DeepSpeed's stage 3 fetches each module's own parameters before its forward.
+    for (size_t i = 1; i < n; ++i) unit[i] = own_numel[i] > 0;
+  } else if (plan.auto_wrap_policy == "TRANSFORMER_BASED_WRAP") {
     if (plan.wrap_classes.empty())
       fail(Errc::config,
            "fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP names no class: set "

@@ -2,7 +2,8 @@
 // before a module's forward and freed after it. Chosen as Accelerate's auto-wrap policies choose
 // them (fsdp_auto_wrap_policy): TRANSFORMER_BASED_WRAP makes a unit of every submodule whose class
 // is named in fsdp_transformer_layer_cls_to_wrap, SIZE_BASED_WRAP of every submodule holding at
-// least fsdp_min_num_params parameters not already in a smaller unit (bottom-up), NO_WRAP of none.
+// least fsdp_min_num_params parameters not already in a smaller unit (bottom-up), NO_WRAP of none;
+// DeepSpeed's stage 3 of every submodule that has parameters of its own.
 // The root is always a unit: it holds every parameter no other unit holds, gathered for the whole
 // forward and the whole backward.
 //

@@ -591,7 +591,7 @@ TEST(MultiProcess, ResumeOnAnotherProcessCountContinuesTheSampleOrder) {
 
 TEST(MultiProcess, ZeroStateSavedInPartsOrMergedResumesBitForBitAtAnyStageAndProcessCount) {
   // Saved at stage 1 on 2 processes (each rank writes its part of the optimizer state), loaded at
-  // stages 1, 0 and 2, and at stage 1 on 3 processes; every continuation equals the one that
+  // stages 1, 0, 2 and 3, and at stage 1 on 3 processes; every continuation equals the one that
   // never stopped.
   const std::string zero1 = zero_stage(1);
   const std::string dir = ::testing::TempDir() + "resume_zero1";
@@ -602,7 +602,7 @@ TEST(MultiProcess, ZeroStateSavedInPartsOrMergedResumesBitForBitAtAnyStageAndPro
   EXPECT_FALSE(contains(files.output, "optimizer_0.safetensors")) << files.output;
   const std::string want = resume_lines(a.output, 10);
   EXPECT_NE(want.find("step 19 loss"), std::string::npos) << a.output;
-  for (const std::string& stage : {zero1, std::string(), zero_stage(2)}) {
+  for (const std::string& stage : {zero1, std::string(), zero_stage(2), zero_stage(3)}) {
     const auto b = run(stage + launch(2, "resume load " + dir + " 10 20"));
     ASSERT_EQ(b.code, 0) << b.output;
     EXPECT_EQ(resume_lines(b.output, 10), want) << (stage.empty() ? "stage 0" : stage);
@@ -624,6 +624,23 @@ TEST(MultiProcess, ZeroStateSavedInPartsOrMergedResumesBitForBitAtAnyStageAndPro
   const auto f = run(launch(2, "resume load " + full_dir + " 10 20"));
   ASSERT_EQ(f.code, 0) << f.output;
   EXPECT_EQ(resume_lines(f.output, 10), resume_lines(e.output, 10));
+  // FULL_SHARD (stage 3: the parameters gathered to be saved) with SHARDED_STATE_DICT: its
+  // continuation is stage 0's, it resumes at stage 0 bit for bit, and at stage 3 on 3 processes.
+  const std::string sharded_dir = ::testing::TempDir() + "resume_zero3_sharded";
+  const std::string full_shard =
+      "ACCELERATE_USE_FSDP=true FSDP_SHARDING_STRATEGY=FULL_SHARD "
+      "FSDP_STATE_DICT_TYPE=SHARDED_STATE_DICT ";
+  const auto g = run("rm -rf " + sharded_dir + "; " + full_shard +
+                     launch(2, "resume save " + sharded_dir + " 10 20"));
+  ASSERT_EQ(g.code, 0) << g.output;
+  EXPECT_EQ(resume_lines(g.output, 10), want);
+  EXPECT_TRUE(contains(run("ls " + sharded_dir).output, "optimizer_0.rank_1.safetensors"));
+  const auto h = run(launch(2, "resume load " + sharded_dir + " 10 20"));
+  ASSERT_EQ(h.code, 0) << h.output;
+  EXPECT_EQ(resume_lines(h.output, 10), want);
+  const auto i = run(full_shard + launch(3, "resume load " + sharded_dir + " 10 14"));
+  ASSERT_EQ(i.code, 0) << i.output;
+  EXPECT_TRUE(contains(i.output, "step 13 loss")) << i.output;
   // A part of another save (of 5 steps) is refused naming it: the manifest's checksum.
   const std::string other = ::testing::TempDir() + "resume_zero1_other";
   const auto o =
