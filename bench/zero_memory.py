@@ -10,7 +10,9 @@ on demand, never as a test:
 For each run (glibc told to return blocks above 1 MB to the kernel, for all alike: see command()):
 the largest rank's growth from before the model to its peak (VmHWM - VmRSS), that over Psi, the
 formula (fp32 AdamW, in bytes per parameter: stage 0 16, stage 1 8 + 8/N, stage 2 4 + 12/N,
-plus the buckets in flight; PyTorch's DDP without
+stage 3 16/N plus the unit being gathered: one layer (DeepSpeed's stage 3 makes a unit of each),
+its parameters and, in backward, its whole gradient before the reduce-scatter (FSDP holds both
+for a unit too): 8 bytes per parameter of the largest layer; plus the buckets in flight; PyTorch's DDP without
 gradient_as_bucket_view keeps a copy of the gradients in its buckets: 20, and 12 + 8/N beside
 ZeroRedundancyOptimizer), their ratio, and samples/s (the job's slowest rank).
 """
@@ -25,9 +27,10 @@ BIN = os.environ.get("ACCEL_BENCH_BIN", os.path.join(ROOT, "build", "bin"))
 PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch
 
 
-def formula(impl, n):
+def formula(impl, n, unit):
+    """`unit`: the largest unit's parameters and gradient (fp32) over the parameter count."""
     return {"libaccel stage 0": 16.0, "libaccel stage 1": 8.0 + 8.0 / n,
-            "libaccel stage 2": 4.0 + 12.0 / n,
+            "libaccel stage 2": 4.0 + 12.0 / n, "libaccel stage 3": 16.0 / n + unit,
             "torch DDP": 20.0, "torch DDP + ZeRO-1": 12.0 + 8.0 / n}[impl]
 
 
@@ -56,9 +59,11 @@ def main():
     p.add_argument("--layers", type=int, default=16)
     p.add_argument("--width", type=int, default=2896)
     p.add_argument("--json", help="where to write the results")
+    p.add_argument("--only", help="run only the implementations whose name contains this")
     args = p.parse_args()
-    impls = ["libaccel stage 0", "libaccel stage 1", "libaccel stage 2", "torch DDP",
-             "torch DDP + ZeRO-1"]
+    impls = ["libaccel stage 0", "libaccel stage 1", "libaccel stage 2", "libaccel stage 3",
+             "torch DDP", "torch DDP + ZeRO-1"]
+    impls = [i for i in impls if not args.only or args.only in i]
     results = []
     for n in [int(x) for x in args.processes.split(",")]:
         for impl in impls:
@@ -69,9 +74,10 @@ def main():
             if out.returncode != 0 or len(ranks) != n:
                 sys.exit("%s on %d processes failed:\n%s" % (impl, n, out.stdout[-3000:]))
             psi = ranks[0]["params"]
+            unit = 8.0 * (args.width * args.width + args.width) / psi
             grown = max(r["peak_mb"] - r["rss_before_mb"] for r in ranks) * 2**20
             entry = {"impl": impl, "processes": n, "params": psi,
-                     "bytes_per_param": grown / psi, "formula": formula(impl, n),
+                     "bytes_per_param": grown / psi, "formula": formula(impl, n, unit),
                      "samples_per_s": min(r["samples_per_s"] for r in ranks), "ranks": ranks}
             entry["ratio"] = entry["bytes_per_param"] / entry["formula"]
             results.append(entry)

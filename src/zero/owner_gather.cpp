@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
+
 namespace accel::zero {
 
 namespace {
@@ -38,7 +40,16 @@ class OwnerGather {
   void run(int64_t chunk_bytes) {
     const auto options =
         params_.front().options().dtype(at::kByte).device(comm_.wire_device(params_.front()));
-    at::Tensor mine = at::empty({chunk_bytes}, options), all = at::empty({chunk_bytes}, options);
+    // The buffers are as large as the largest chunk, not the limit: a unit of one large weight and
+    // its bias needs a few bytes of them.
+    int64_t largest = 0, used_now = 0;
+    for (const auto& p : params_) {
+      const int64_t b = padded(byte_size(p));
+      if (b > chunk_bytes) continue;
+      used_now = used_now + b > chunk_bytes ? b : used_now + b;
+      largest = std::max(largest, used_now);
+    }
+    at::Tensor mine = at::empty({largest}, options), all = at::empty({largest}, options);
     size_t first = 0;
     int64_t used = 0;
     for (size_t k = 0; k < params_.size(); ++k) {
