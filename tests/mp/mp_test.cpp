@@ -396,17 +396,19 @@ TEST(MultiProcess, ZeroStageThreeEqualsStageZeroAfterFiftyAdamWStepsWhateverTheU
   const std::string size = fsdp + "FSDP_AUTO_WRAP_POLICY=SIZE_BASED_WRAP FSDP_MIN_NUM_PARAMS=500 ";
   const std::string accumulate = "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=2 ";
   const std::string gloo = "ACCEL_SHARED_MEMORY_ALLREDUCE=false ";
-  std::vector<Case> cases{{2, fsdp},
-                          {2, linear},
-                          {2, size},
-                          {2, zero_stage(3)},
-                          {2, accumulate + linear},
-                          {2, gloo + linear, 20}};
+  // A sanitizer build's short course: the units under the other policies and on 4 ranks go
+  // through the same code (their choice is pure logic), as does autocast (LibTorch's).
+  std::vector<Case> cases{{2, linear}, {2, accumulate + linear}, {2, gloo + linear, 20}};
   if (!kSanitized)
-    cases.insert(
-        cases.end(),
-        {{4, linear}, {4, zero_stage(3)}, {2, "ACCELERATE_MIXED_PRECISION=bf16 " + linear, 10}});
-  std::map<std::string, Result> baselines;  // stage 0's run, by processes, steps and environment
+    cases.insert(cases.end(), {{2, fsdp},
+                               {2, size},
+                               {2, zero_stage(3)},
+                               {4, linear},
+                               {4, zero_stage(3)},
+                               {2, "ACCELERATE_MIXED_PRECISION=bf16 " + linear, 10}});
+  // Stage 0's run and where it saved, by processes, steps and environment.
+  std::map<std::string, Result> baselines;
+  std::map<std::string, std::string> base_dirs;
   for (const Case& c : cases) {
     const std::string what = std::to_string(c.processes) + " processes, " + c.extra;
     const std::string settings = c.extra.find(accumulate) == 0 ? accumulate
@@ -414,12 +416,17 @@ TEST(MultiProcess, ZeroStageThreeEqualsStageZeroAfterFiftyAdamWStepsWhateverTheU
                                      ? "ACCELERATE_MIXED_PRECISION=bf16 "
                                      : "";
     const std::string args = std::to_string(64 / c.processes) + " " + std::to_string(c.steps) + " ";
-    const std::string dir = ::testing::TempDir() + "zero3_model_";
     const std::string key = std::to_string(c.processes) + " " + args + settings;
-    if (!baselines.count(key))
+    // Each baseline saves into a directory of its own.
+    if (!baselines.count(key)) {
+      const std::string base_dir =
+          ::testing::TempDir() + "zero3_model_base" + std::to_string(baselines.size());
       baselines[key] =
-          run(settings + launch_program(c.processes, SHARDED_MODEL_PROGRAM, args + dir + "base"));
+          run(settings + launch_program(c.processes, SHARDED_MODEL_PROGRAM, args + base_dir));
+      base_dirs[key] = base_dir;
+    }
     const auto& plain = baselines[key];
+    const std::string dir = ::testing::TempDir() + "zero3_model_";
     ASSERT_EQ(plain.code, 0) << plain.output;
     const auto sharded =
         run(c.extra + launch_program(c.processes, SHARDED_MODEL_PROGRAM, args + dir + "sharded"));
@@ -452,12 +459,14 @@ TEST(MultiProcess, ZeroStageThreeEqualsStageZeroAfterFiftyAdamWStepsWhateverTheU
     if (settings.empty()) {
       EXPECT_TRUE(bitwise) << what;
       const auto same =
-          run("cmp " + dir + "base/model.safetensors " + dir + "sharded/model.safetensors");
+          run("cmp " + base_dirs[key] + "/model.safetensors " + dir + "sharded/model.safetensors");
       EXPECT_EQ(same.code, 0) << what << same.output;
     }
   }
   // A rank leaving while the others gather a unit for the forward: named, over both transports.
-  for (const std::string& transport : {std::string(), gloo}) {
+  std::vector<std::string> transports{""};
+  if (!kSanitized) transports.push_back(gloo);
+  for (const std::string& transport : transports) {
     const auto r = run(
         "SHARDED_LEAVE_AT=3 " + transport + linear +
         launch_program(2, SHARDED_MODEL_PROGRAM, "32 10 " + ::testing::TempDir() + "zero3_leave"));
