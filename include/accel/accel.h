@@ -284,9 +284,9 @@ typedef void (*accel_release_fn)(void* user_data);
  * allowed values. Accelerate keys libaccel knows but does not support (tpu_*, dynamo_config, ...)
  * are accepted when empty or neutral (as Accelerate writes them) and otherwise rejected with
  * ACCEL_ERR_UNSUPPORTED, never silently dropped. distributed_type FSDP or DEEPSPEED with
- * fsdp_config / deepspeed_config choose a ZeRO stage (README "Configuration"); accel_init checks
- * every key inside them and refuses the stage this build lacks (3) with
- * ACCEL_ERR_UNSUPPORTED naming the key that chose the stage. An ACCEL_* variable that
+ * fsdp_config / deepspeed_config choose a ZeRO stage, 0 to 3 (README "Configuration"); accel_init
+ * checks every key inside them and refuses what this build lacks (hybrid sharding, offload) with
+ * ACCEL_ERR_UNSUPPORTED naming the key. An ACCEL_* variable that
  * is one or two letters away from one listed above is taken for a typo and reported. Environment
  * variables are read when the configuration is resolved: by accel_init, accel_config_get and
  * accel_config_dump.
@@ -1145,7 +1145,9 @@ ACCEL_API accel_status accel_model_tensor_name(const accel_model* model, size_t 
 
 /**
  * A copy of parameter or buffer `name` (detached from autograd; later training does not change the
- * copy). An unknown name is ACCEL_ERR_INVALID_ARGUMENT.
+ * copy). An unknown name is ACCEL_ERR_INVALID_ARGUMENT. Under ZeRO stage 3 a parameter another
+ * rank owns is not on this rank between steps: ACCEL_ERR_STATE naming it (accel_save_model, which
+ * every rank calls, gathers the whole model).
  */
 ACCEL_API accel_status accel_model_tensor(const accel_model* model, const char* name,
                                           accel_tensor** out);

@@ -195,7 +195,7 @@ void fsdp_wrap(const Section& s, ShardingPlan* plan) {
   }
 }
 
-void fsdp_features(const Section& s, int version) {
+void fsdp_features(const Section& s, int version, ShardingPlan* plan) {
   if (s.flag("fsdp_offload_params", false))
     s.unsupported("fsdp_offload_params",
                   "CPU offload is not supported by libaccel (on a CPU run the parameters are in "
@@ -209,14 +209,17 @@ void fsdp_features(const Section& s, int version) {
     s.bad("fsdp_sync_module_states",
           "false contradicts fsdp_cpu_ram_efficient_loading: true (the ranks without the "
           "weights need them synchronised, as Accelerate requires)");
-  for (const char* k : {"fsdp_forward_prefetch", "fsdp_use_orig_params"}) (void)s.flag(k, false);
-  if (version == 2 && s.flag("fsdp_forward_prefetch", false))
+  (void)s.flag("fsdp_use_orig_params", false);
+  plan->forward_prefetch = s.flag("fsdp_forward_prefetch", false);
+  if (version == 2 && plan->forward_prefetch)
     s.bad("fsdp_forward_prefetch", "not part of FSDP2 (Accelerate refuses it there too)");
+  if (version == 2) plan->forward_prefetch = true;  // FSDP2 prefetches the next all-gather
   for (const char* k : {"fsdp_backward_prefetch", "fsdp_backward_prefetch_policy"}) {
     if (!s.has(k)) continue;
     const std::string p = upper(s.at(k));
     if (p != "BACKWARD_PRE" && p != "BACKWARD_POST" && p != "NO_PREFETCH" && p != "1" && p != "2")
       s.bad(k, "'" + s.at(k) + "' is not BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH");
+    plan->backward_prefetch = p != "NO_PREFETCH";
   }
 }
 
@@ -246,7 +249,7 @@ ShardingPlan from_fsdp(const Section& s) {
                               : "FULL_STATE_DICT, SHARDED_STATE_DICT or LOCAL_STATE_DICT"));
   }
   fsdp_wrap(s, &plan);
-  fsdp_features(s, version);
+  fsdp_features(s, version, &plan);
   return plan;
 }
 
@@ -304,6 +307,7 @@ ShardingPlan from_deepspeed(const Section& s, const Resolved& settings) {
   (void)s.flag("zero3_init_flag", false);
   ShardingPlan plan;
   plan.family = "DEEPSPEED";
+  plan.forward_prefetch = true;  // DeepSpeed's stage 3 prefetches in both directions
   plan.accumulation_steps = accumulation_steps;
   plan.state_dict = StateDictType::kSharded;  // DeepSpeed saves one optimizer file per rank
   plan.stage = 2;                             // and defaults to stage 2
@@ -332,6 +336,8 @@ void from_accelerate_environment(const EnvMap& env, Section* fsdp, Section* deep
       {"FSDP_AUTO_WRAP_POLICY", "fsdp_auto_wrap_policy"},
       {"FSDP_TRANSFORMER_CLS_TO_WRAP", "fsdp_transformer_layer_cls_to_wrap"},
       {"FSDP_MIN_NUM_PARAMS", "fsdp_min_num_params"},
+      {"FSDP_FORWARD_PREFETCH", "fsdp_forward_prefetch"},
+      {"FSDP_BACKWARD_PREFETCH", "fsdp_backward_prefetch"},
       {"FSDP_OFFLOAD_PARAMS", "fsdp_offload_params"},
       {"FSDP_ACTIVATION_CHECKPOINTING", "fsdp_activation_checkpointing"}};
   for (const auto& [var, key] : fsdp_vars)

@@ -29,6 +29,11 @@ struct ShardingPlan {
   std::string auto_wrap_policy = "NO_WRAP";  // TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP
   std::vector<std::string> wrap_classes;     // fsdp_transformer_layer_cls_to_wrap
   long long min_num_params = 0;              // fsdp_min_num_params
+  // Stage 3: gather the next unit while the current one computes, in forward (FSDP1's
+  // fsdp_forward_prefetch; FSDP2 and DeepSpeed always) and in backward (fsdp_backward_prefetch
+  // other than NO_PREFETCH), where the transport overlaps compute.
+  bool forward_prefetch = false;
+  bool backward_prefetch = true;
   // deepspeed_config.gradient_accumulation_steps where it sets the job's accumulation (nothing set
   // the top-level key: Accelerate's launcher exports it as ACCELERATE_GRADIENT_ACCUMULATION_STEPS);
   // 0 where it does not.

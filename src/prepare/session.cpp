@@ -204,7 +204,7 @@ void Session::shard_parameters(model::Model& m, const std::vector<at::Tensor>& p
               std::to_string(units[0].params.size()) + " parameters)";
       for (size_t u = 1; u < units.size(); ++u)
         text += ", " + units[u].name + " (" + std::to_string(units[u].params.size()) + ")";
-      text += "\n";
+      text += "; prefetching the next unit: " + shard->prefetching() + "\n";
     }
     std::fputs(text.c_str(), stderr);
   }

@@ -22,35 +22,16 @@
 #include "compat/process_group.hpp"
 #include "compat/tcp_store.hpp"
 #include "cuda/plugin.hpp"
+#include "runtime/communicator_impl.hpp"
 #include "runtime/shm_reduce.hpp"
 
 namespace accel::runtime {
 
+using detail::classify;
+using detail::contains;
+using detail::what_of;
+
 namespace {
-
-bool contains(const std::string& text, const char* needle) {
-  return text.find(needle) != std::string::npos;
-}
-
-// A timeout is told by the text in both lines (2.x's socket timeout is a DistNetworkError like a
-// broken connection). Otherwise 2.x's type says that the network failed; gloo's own exceptions
-// and 1.13's plain c10::Error leave only the text.
-Errc classify(const std::exception& e, const std::string& message) {
-  if (contains(message, "Timed out") || contains(message, "timed out") ||
-      contains(message, "Timeout") || contains(message, "timeout"))
-    return Errc::timeout;
-  if (compat::dist_failure_of(e) == compat::DistFailure::kNetwork) return Errc::peer_failed;
-  if (contains(message, "closed by peer") || contains(message, "reset by peer") ||
-      contains(message, "Broken pipe") || contains(message, "Connection refused") ||
-      contains(message, "pair closure") || contains(message, "Connection closed"))
-    return Errc::peer_failed;
-  return Errc::torch;
-}
-
-std::string what_of(const std::exception& e) {
-  if (auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
 
 std::string join_ranks(const std::vector<int>& ranks) {
   std::string out;
@@ -119,16 +100,6 @@ bool wait_for_listener(const std::string& addr, int port,
 std::string seconds_text(std::chrono::milliseconds ms) {
   return format_real(static_cast<double>(ms.count()) / 1000.0);
 }
-
-// Who a rank is, exchanged once at start-up so that a failed collective can name the peer that
-// died or stalled, and its host.
-struct PeerInfo {
-  std::string host;     // gethostname()
-  std::string boot_id;  // same boot id: same kernel, so the pid can be checked from here
-  std::string address;  // the address this rank reaches the store from
-  long long pid = 0;
-  uint64_t start_time = 0;  // /proc/<pid>/stat field 22: tells a reused pid apart
-};
 
 // The state letter and start time of a process from /proc/<pid>/stat; false when it is gone.
 bool process_status(long long pid, char* state, uint64_t* start_time) {
@@ -212,27 +183,6 @@ PeerInfo unpack(const char* bytes) {
 }
 
 }  // namespace
-
-struct Communicator::Impl {
-  c10::intrusive_ptr<c10d::TCPStore> store;
-  c10::intrusive_ptr<c10d::Store> job_store;
-  c10::intrusive_ptr<compat::Group> group;
-  c10::intrusive_ptr<compat::Group> device_group;  // NCCL, after attach_device
-  int device_index = -1;
-
-  // Gloo for CPU tensors, NCCL for this rank's device.
-  compat::Group& group_for(const at::Tensor& t) {
-    if (!t.is_cuda()) return *group;
-    if (!device_group || t.get_device() != device_index)
-      fail(Errc::invalid_argument,
-           "a collective got a tensor on " + t.device().str() +
-               " but this rank's process groups carry CPU tensors" +
-               (device_group ? " and cuda:" + std::to_string(device_index) : ""));
-    return *device_group;
-  }
-  std::unique_ptr<ShmReduce> shm;
-  std::vector<PeerInfo> peers;  // by rank; empty until exchanged
-};
 
 Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_options)
     : impl_(std::make_unique<Impl>()),
@@ -354,38 +304,6 @@ void Communicator::setup_shared_memory() {
     transport_ = "gloo (shared memory unavailable: " +
                  (reason.empty() ? std::string("another rank could not attach") : reason) + ")";
   }
-}
-
-bool Communicator::reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op, bool average,
-                                           const std::vector<std::pair<size_t, size_t>>* only) {
-  if (!impl_->shm || !tensor.device().is_cpu() || !tensor.is_contiguous()) return false;
-  ShmType type;
-  switch (tensor.scalar_type()) {
-    case at::kFloat:
-      type = ShmType::kF32;
-      break;
-    case at::kDouble:
-      type = ShmType::kF64;
-      break;
-    case at::kInt:
-      type = ShmType::kI32;
-      break;
-    case at::kLong:
-      type = ShmType::kI64;
-      break;
-    default:
-      return false;
-  }
-  if (average && type != ShmType::kF32 && type != ShmType::kF64) return false;
-  const ShmOp shm_op = average                ? ShmOp::kAvg
-                       : op == ReduceOp::kSum ? ShmOp::kSum
-                       : op == ReduceOp::kMax ? ShmOp::kMax
-                                              : ShmOp::kMin;
-  guarded("all_reduce", [&] {
-    impl_->shm->all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type, shm_op,
-                           collective_timeout_, only);
-  });
-  return true;
 }
 
 // Each rank announces itself, then waits until every rank has, or names who is missing. When rank 0
@@ -536,115 +454,6 @@ std::string Communicator::diagnose_peers_once(const std::string& message) const 
 
 Communicator::~Communicator() = default;
 
-template <class F>
-void Communicator::guarded(const char* what, F&& body) {
-  if (!broken_.empty())
-    fail(Errc::state, std::string(what) +
-                          ": the process group is unusable after an earlier failure: " + broken_);
-  std::string msg;
-  Errc code = Errc::torch;
-  try {
-    body();
-    return;
-  } catch (const accel::Error& e) {
-    // The shared-memory transport reports its failures classified already.
-    if (e.code() != Errc::timeout && e.code() != Errc::peer_failed) throw;
-    msg = e.what();
-    code = e.code();
-  } catch (const std::exception& e) {
-    msg = what_of(e);
-    code = classify(e, msg);
-  }
-  std::string advice;
-  if (code == Errc::timeout)
-    advice =
-        " (collective_timeout: a peer did not take part in time; it may be hung or calling "
-        "collectives in a different order)";
-  if (code == Errc::peer_failed) advice = " (a peer process exited or its connection broke)";
-  const std::string peers = diagnose_peers(msg, code == Errc::peer_failed);
-  broken_ = peers.empty() ? msg : peers + " (" + msg + ")";
-  fail(code, std::string(what) + " failed on rank " + std::to_string(rank_) + " (host " +
-                 host_name() + "): " + (peers.empty() ? "" : peers + ". ") + msg + advice);
-}
-
-std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < size_; ++r) outputs[0].push_back(at::empty_like(tensor));
-  std::vector<at::Tensor> inputs{tensor};
-  guarded("all_gather", [&] { impl_->group_for(tensor).allgather(outputs, inputs)->wait(); });
-  return outputs[0];
-}
-
-void Communicator::all_gather_bytes(const at::Tensor& mine, const std::vector<int64_t>& bytes_of,
-                                    at::Tensor& out) {
-  if (impl_->shm && mine.device().is_cpu() && out.device().is_cpu()) {
-    const std::vector<size_t> sizes(bytes_of.begin(), bytes_of.end());
-    guarded("all_gather", [&] {
-      impl_->shm->all_gather(mine.data_ptr(), sizes, out.data_ptr(), collective_timeout_);
-    });
-    return;
-  }
-  const int64_t largest = *std::max_element(bytes_of.begin(), bytes_of.end());
-  if (largest == 0) return;
-  at::Tensor padded = at::zeros({largest}, mine.options());
-  padded.narrow(0, 0, bytes_of[rank_]).copy_(mine.narrow(0, 0, bytes_of[rank_]));
-  const std::vector<at::Tensor> parts = all_gather(padded);
-  int64_t offset = 0;
-  for (int r = 0; r < size_; ++r) {
-    out.narrow(0, offset, bytes_of[r]).copy_(parts[r].narrow(0, 0, bytes_of[r]));
-    offset += bytes_of[r];
-  }
-}
-
-void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
-  if (reduce_in_shared_memory(tensor, op)) return;
-  c10d::AllreduceOptions options;
-  options.reduceOp = op == ReduceOp::kSum   ? c10d::ReduceOp::SUM
-                     : op == ReduceOp::kMax ? c10d::ReduceOp::MAX
-                                            : c10d::ReduceOp::MIN;
-  std::vector<at::Tensor> tensors{tensor};
-  guarded("all_reduce", [&] { impl_->group_for(tensor).allreduce(tensors, options)->wait(); });
-}
-
-void Communicator::broadcast(at::Tensor& tensor, int root) {
-  c10d::BroadcastOptions options;
-  options.rootRank = root;
-  std::vector<at::Tensor> tensors{tensor};
-  guarded("broadcast", [&] { impl_->group_for(tensor).broadcast(tensors, options)->wait(); });
-}
-
-struct PendingReduce {
-  c10::intrusive_ptr<c10d::Work> work;
-  at::Tensor divide;  // defined: divided by the world size once the sum arrived
-};
-
-// Through shared memory the reduction runs here, synchronously: it is memory-bound copying and
-// summing on this rank's own core, so a separate thread would only compete with backward for it.
-std::shared_ptr<PendingReduce> Communicator::all_reduce_start(at::Tensor& tensor, bool average) {
-  auto pending = std::make_shared<PendingReduce>();
-  if (reduce_in_shared_memory(tensor, ReduceOp::kSum, average)) return pending;
-  if (average) pending->divide = tensor;
-  std::vector<at::Tensor> tensors{tensor};
-  // On a GPU this runs in the gradient hook, on the stream that produced the gradient: NCCL's
-  // stream waits on that one before reading the bucket, and the bucket stays allocated for the
-  // whole run (NCCL records it on its stream).
-  guarded("all_reduce", [&] { pending->work = impl_->group_for(tensor).allreduce(tensors); });
-  return pending;
-}
-
-void Communicator::all_reduce_finish(const std::shared_ptr<PendingReduce>& pending) {
-  if (!pending->work) return;  // done already, in shared memory
-  guarded("all_reduce", [&] { pending->work->wait(); });
-  if (pending->divide.defined()) pending->divide.div_(static_cast<double>(size_));
-}
-
-void Communicator::reduce_for(at::Tensor& tensor, bool average,
-                              const std::vector<std::pair<int64_t, int64_t>>& mine) {
-  const std::vector<std::pair<size_t, size_t>> only(mine.begin(), mine.end());
-  if (reduce_in_shared_memory(tensor, ReduceOp::kSum, average, &only)) return;
-  all_reduce_finish(all_reduce_start(tensor, average));
-}
-
 void Communicator::attach_device(int index) {
   std::string why;
   const cuda::Plugin* plugin = cuda::load_plugin(&why);
@@ -659,21 +468,6 @@ void Communicator::attach_device(int index) {
     fail(Errc::rendezvous, "could not form the NCCL process group on cuda:" +
                                std::to_string(index) + ": " + what_of(e));
   }
-}
-
-c10::Device Communicator::attached_device() const {
-  if (!impl_->device_group) return c10::Device(c10::kCPU);
-  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(impl_->device_index));
-}
-
-c10::Device Communicator::wire_device(const at::Tensor& t) const {
-  if (impl_->device_group && t.is_cuda() && t.get_device() == impl_->device_index)
-    return t.device();
-  return c10::Device(c10::kCPU);
-}
-
-void Communicator::barrier() {
-  guarded("barrier", [&] { impl_->group->barrier()->wait(); });
 }
 
 }  // namespace accel::runtime

@@ -25,6 +25,8 @@ struct CommOptions {
 
 // An all-reduce in flight (see Communicator::all_reduce_start).
 struct PendingReduce;
+// An all-gather in flight (see Communicator::all_gather_bytes_start).
+struct PendingGather;
 
 class Communicator {
  public:
@@ -62,6 +64,18 @@ class Communicator {
   // Shared memory reads each byte once; Gloo and NCCL all-gather parts padded to the largest.
   void all_gather_bytes(const at::Tensor& mine, const std::vector<int64_t>& bytes_of,
                         at::Tensor& out);
+  // all_gather_bytes, started: over shared memory it completes here (memory-bound work on this
+  // rank's own core, which a thread would take from compute); over Gloo and NCCL it proceeds while
+  // this rank computes, until all_gather_bytes_finish. `mine` and `out` stay untouched until
+  // then. A part only one rank gives travels as a broadcast from it (no padding to gather).
+  // Every rank starts the same collectives in the same order.
+  std::shared_ptr<PendingGather> all_gather_bytes_start(const at::Tensor& mine,
+                                                        const std::vector<int64_t>& bytes_of,
+                                                        at::Tensor& out);
+  void all_gather_bytes_finish(const std::shared_ptr<PendingGather>& pending);
+  // Whether a started collective proceeds while this rank computes (Gloo, NCCL) rather than
+  // completing as it is started (shared memory): what makes prefetching worth its memory.
+  bool overlaps_compute() const;
   // In place, on a contiguous tensor on its wire_device().
   void all_reduce(at::Tensor& tensor, ReduceOp op);
   // In place, on a contiguous tensor on its wire_device(), of the same shape on every rank.

@@ -31,97 +31,111 @@ at::Tensor alias_of(const at::Tensor& t) {
       .set_(t.storage(), t.storage_offset(), t.sizes(), t.strides());
 }
 
-class OwnerGather {
- public:
-  OwnerGather(runtime::Communicator& comm, const std::vector<at::Tensor>& params,
-              const std::vector<int>& owners)
-      : comm_(comm), params_(params), owner_(owners) {}
+}  // namespace
 
-  void run(int64_t chunk_bytes) {
-    const auto options =
-        params_.front().options().dtype(at::kByte).device(comm_.wire_device(params_.front()));
-    // The buffers are as large as the largest chunk, not the limit: a unit of one large weight and
-    // its bias needs a few bytes of them.
-    int64_t largest = 0, used_now = 0;
-    for (const auto& p : params_) {
-      const int64_t b = padded(byte_size(p));
-      if (b > chunk_bytes) continue;
-      used_now = used_now + b > chunk_bytes ? b : used_now + b;
-      largest = std::max(largest, used_now);
-    }
-    at::Tensor mine = at::empty({largest}, options), all = at::empty({largest}, options);
-    size_t first = 0;
-    int64_t used = 0;
-    for (size_t k = 0; k < params_.size(); ++k) {
-      const int64_t b = padded(byte_size(params_[k]));
-      if (used > 0 && (used + b > chunk_bytes || b > chunk_bytes)) {
-        exchange_chunk(mine, all, first, k);
-        first = k;
-        used = 0;
-      }
-      if (b > chunk_bytes) {
-        alone(k, options);
-        first = k + 1;
-        continue;
-      }
-      used += b;
-    }
-    if (first < params_.size()) exchange_chunk(mine, all, first, params_.size());
-  }
-
- private:
-  // Larger than a chunk: from the owner's tensor straight into the others' storage (a host's
-  // tensor that is not contiguous, or not where the wire is, goes through buffers of its size).
-  void alone(size_t k, const at::TensorOptions& options) {
-    const at::Tensor& p = params_[k];
-    if (p.is_contiguous() && p.device() == comm_.wire_device(p)) {
-      at::Tensor in_place = bytes_of(alias_of(p));
-      std::vector<int64_t> part(comm_.size(), 0);
-      part[owner_[k]] = byte_size(p);
-      comm_.all_gather_bytes(in_place, part, in_place);
-    } else {
-      const int64_t b = padded(byte_size(p));
-      at::Tensor own_mine = at::empty({b}, options), own_all = at::empty({b}, options);
-      exchange_chunk(own_mine, own_all, k, k + 1);
-    }
-  }
-
-  // Parameters [first, last): each rank's part is the bytes of those it owns, in order, each
-  // padded to a word (so that any dtype can view them where they land).
-  void exchange_chunk(at::Tensor& mine, at::Tensor& all, size_t first, size_t last) {
-    const int rank = comm_.rank();
-    std::vector<int64_t> part(comm_.size(), 0);
-    for (size_t k = first; k < last; ++k) {
-      const int64_t b = byte_size(params_[k]);
-      if (owner_[k] == rank) mine.narrow(0, part[owner_[k]], b).copy_(bytes_of(params_[k]));
-      part[owner_[k]] += padded(b);
-    }
-    comm_.all_gather_bytes(mine, part, all);
-    std::vector<int64_t> start(comm_.size(), 0);  // where each rank's part landed in `all`
-    for (int r = 1; r < comm_.size(); ++r) start[r] = start[r - 1] + part[r - 1];
-    for (size_t k = first; k < last; ++k) {
-      const int64_t b = byte_size(params_[k]);
-      int64_t& offset = start[owner_[k]];
-      if (owner_[k] != rank) {
-        at::Tensor p = alias_of(params_[k]);
-        p.copy_(all.narrow(0, offset, b).view(p.scalar_type()).view(p.sizes()));
-      }
-      offset += padded(b);
-    }
-  }
-
-  runtime::Communicator& comm_;
-  const std::vector<at::Tensor>& params_;
-  const std::vector<int>& owner_;
+struct OwnerGather::Chunk {
+  size_t first = 0, last = 0;  // parameters [first, last)
+  bool in_place = false;       // one large parameter, straight into the tensors
+  at::Tensor mine, all;        // otherwise: this rank's part and everyone's
+  std::vector<int64_t> part;   // each rank's bytes
+  std::shared_ptr<runtime::PendingGather> pending;
 };
 
-}  // namespace
+OwnerGather::OwnerGather(runtime::Communicator& comm, std::vector<at::Tensor> params,
+                         std::vector<int> owners, bool pipelined, int64_t chunk_bytes)
+    : comm_(comm), params_(std::move(params)), owners_(std::move(owners)) {
+  if (params_.empty()) return;
+  c10::NoGradGuard no_grad;
+  // The chunks: consecutive parameters up to chunk_bytes; a larger one alone.
+  int64_t used = 0, largest = 0;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const int64_t b = padded(byte_size(params_[k]));
+    const bool alone = b > chunk_bytes;
+    if (chunks_.empty() || alone || chunks_.back().in_place || used + b > chunk_bytes) {
+      chunks_.emplace_back();
+      chunks_.back().first = k;
+      used = 0;
+    }
+    chunks_.back().last = k + 1;
+    chunks_.back().in_place =
+        alone && params_[k].is_contiguous() && params_[k].device() == comm_.wire_device(params_[k]);
+    used += b;
+    if (!chunks_.back().in_place) largest = std::max(largest, used);
+  }
+  const auto options =
+      params_.front().options().dtype(at::kByte).device(comm_.wire_device(params_.front()));
+  at::Tensor shared_mine, shared_all;  // reused chunk after chunk when not pipelined
+  for (Chunk& c : chunks_) {
+    if (!c.in_place) {
+      if (pipelined) {
+        int64_t bytes = 0;
+        for (size_t k = c.first; k < c.last; ++k) bytes += padded(byte_size(params_[k]));
+        c.mine = at::empty({bytes}, options);
+        c.all = at::empty({bytes}, options);
+      } else {
+        if (!shared_mine.defined()) {
+          shared_mine = at::empty({largest}, options);
+          shared_all = at::empty({largest}, options);
+        }
+        c.mine = shared_mine;
+        c.all = shared_all;
+      }
+    }
+    start(c);
+    if (!pipelined) complete(c);
+  }
+  if (!pipelined) finished_ = true;
+}
+
+// Over a failed collective the group is unusable anyway; what is in flight is left to it.
+OwnerGather::~OwnerGather() = default;
+
+void OwnerGather::start(Chunk& c) {
+  const int rank = comm_.rank();
+  c.part.assign(comm_.size(), 0);
+  if (c.in_place) {
+    at::Tensor whole = bytes_of(alias_of(params_[c.first]));
+    c.part[owners_[c.first]] = byte_size(params_[c.first]);
+    c.pending = comm_.all_gather_bytes_start(whole, c.part, whole);
+    return;
+  }
+  // Each rank's part is the bytes of the parameters it owns, in order, each padded to a word (so
+  // that any dtype can view them where they land).
+  for (size_t k = c.first; k < c.last; ++k) {
+    const int64_t b = byte_size(params_[k]);
+    if (owners_[k] == rank) c.mine.narrow(0, c.part[owners_[k]], b).copy_(bytes_of(params_[k]));
+    c.part[owners_[k]] += padded(b);
+  }
+  c.pending = comm_.all_gather_bytes_start(c.mine, c.part, c.all);
+}
+
+void OwnerGather::complete(Chunk& c) {
+  comm_.all_gather_bytes_finish(c.pending);
+  c.pending.reset();
+  if (c.in_place) return;
+  std::vector<int64_t> start(comm_.size(), 0);  // where each rank's part landed in `all`
+  for (int r = 1; r < comm_.size(); ++r) start[r] = start[r - 1] + c.part[r - 1];
+  for (size_t k = c.first; k < c.last; ++k) {
+    const int64_t b = byte_size(params_[k]);
+    int64_t& offset = start[owners_[k]];
+    if (owners_[k] != comm_.rank()) {
+      at::Tensor p = alias_of(params_[k]);
+      p.copy_(c.all.narrow(0, offset, b).view(p.scalar_type()).view(p.sizes()));
+    }
+    offset += padded(b);
+  }
+}
+
+void OwnerGather::finish() {
+  if (finished_) return;
+  finished_ = true;
+  c10::NoGradGuard no_grad;
+  for (Chunk& c : chunks_) complete(c);
+}
 
 void gather_from_owners(runtime::Communicator& comm, const std::vector<at::Tensor>& params,
                         const std::vector<int>& owners, int64_t chunk_bytes) {
-  if (params.empty()) return;
-  c10::NoGradGuard no_grad;
-  OwnerGather(comm, params, owners).run(chunk_bytes);
+  OwnerGather(comm, params, owners, /*pipelined=*/false, chunk_bytes);
 }
 
 }  // namespace accel::zero

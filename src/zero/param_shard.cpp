@@ -5,6 +5,7 @@
 #include <torch/library.h>
 #include <torch/script.h>
 
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -90,7 +91,12 @@ bool shardable(const at::Tensor& p, const std::vector<std::pair<std::string, at:
 ParamShard::ParamShard(runtime::Communicator& comm, model::Model& model,
                        std::vector<at::Tensor> params, std::vector<int> owners,
                        const config::ShardingPlan& plan)
-    : comm_(comm), model_(model), params_(std::move(params)), owners_(std::move(owners)) {
+    : comm_(comm),
+      model_(model),
+      params_(std::move(params)),
+      owners_(std::move(owners)),
+      forward_prefetch_(plan.forward_prefetch && comm.overlaps_compute()),
+      backward_prefetch_(plan.backward_prefetch && comm.overlaps_compute()) {
   const auto all = model_.named_tensors();
   std::vector<bool> sharded(params_.size(), false);
   bool any = false;
@@ -112,6 +118,7 @@ ParamShard::ParamShard(runtime::Communicator& comm, model::Model& model,
     for (size_t k = 0; k < params_.size(); ++k) plan_.units[0].params.push_back(k);
   }
   units_.resize(plan_.units.size());
+  position_.assign(units_.size(), SIZE_MAX);
   unit_of_.assign(params_.size(), 0);
   for (size_t u = 0; u < plan_.units.size(); ++u) {
     Unit& unit = units_[u];
@@ -142,16 +149,43 @@ ParamShard::~ParamShard() {
   for (size_t u = 1; u < plan_.units.size(); ++u) g_units.erase(plan_.units[u].object);
 }
 
+std::string ParamShard::prefetching() const {
+  if (forward_prefetch_ && backward_prefetch_) return "forward and backward";
+  return forward_prefetch_ ? "forward" : backward_prefetch_ ? "backward" : "none";
+}
+
 void ParamShard::gather(size_t u) {
   Unit& unit = units_[u];
+  if (unit.in_flight) {
+    const auto coming = std::move(unit.in_flight);
+    coming->finish();
+    unit.whole = true;
+    return;
+  }
   if (unit.whole) return;
   for (size_t k : unit.foreign) restore_storage(params_[k], bytes_[k]);
   gather_from_owners(comm_, unit.sharded, unit.owners);
   unit.whole = true;
 }
 
+void ParamShard::prefetch(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.whole || unit.in_flight) return;
+  for (size_t k : unit.foreign) restore_storage(params_[k], bytes_[k]);
+  unit.in_flight = std::make_unique<OwnerGather>(comm_, unit.sharded, unit.owners,
+                                                 /*pipelined=*/true);
+}
+
+std::optional<size_t> ParamShard::neighbour(size_t u, int step) const {
+  if (!order_known_ || position_[u] == SIZE_MAX) return std::nullopt;
+  const auto at = static_cast<long long>(position_[u]) + step;
+  if (at < 0 || at >= static_cast<long long>(order_.size())) return std::nullopt;
+  return order_[static_cast<size_t>(at)];
+}
+
 void ParamShard::release(size_t u) {
   Unit& unit = units_[u];
+  if (unit.in_flight) gather(u);  // a collective under way is completed, then dropped
   if (!unit.whole) return;
   for (size_t k : unit.foreign) drop_storage(params_[k]);
   unit.whole = false;
@@ -165,11 +199,15 @@ void ParamShard::instrument_new_methods() {
 
 void ParamShard::begin_forward() {
   instrument_new_methods();
+  recording_ = !order_known_;
   gather(0);
+  if (forward_prefetch_ && order_known_ && !order_.empty()) prefetch(order_.front());
 }
 
 void ParamShard::end_forward() {
   for (auto& unit : units_) unit.depth = 0;
+  if (recording_) order_known_ = true;
+  recording_ = false;
   release_all();
 }
 
@@ -177,6 +215,7 @@ void ParamShard::begin_backward() {
   backward_ = true;
   for (auto& unit : units_) unit.pending = unit.trainable;
   gather(0);
+  if (backward_prefetch_ && order_known_ && !order_.empty()) prefetch(order_.back());
 }
 
 void ParamShard::end_backward() {
@@ -193,8 +232,14 @@ void ParamShard::release_all() {
 }
 
 void ParamShard::enter(size_t u) {
+  if (recording_ && position_[u] == SIZE_MAX) {
+    position_[u] = order_.size();
+    order_.push_back(u);
+  }
   ++units_[u].depth;
   gather(u);
+  if (forward_prefetch_)
+    if (const auto next = neighbour(u, 1)) prefetch(*next);
 }
 
 void ParamShard::exit(size_t u) {
@@ -203,7 +248,10 @@ void ParamShard::exit(size_t u) {
 }
 
 void ParamShard::backward_reached(size_t u) {
-  if (backward_) gather(u);
+  if (!backward_) return;
+  gather(u);
+  if (backward_prefetch_)
+    if (const auto previous = neighbour(u, -1)) prefetch(*previous);
 }
 
 // Autograd accumulated parameter k's gradient: once a unit has all of its gradients, nothing in

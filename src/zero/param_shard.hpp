@@ -3,8 +3,11 @@
 // A unit's parameters (zero/units.hpp) are gathered from their owners just before the unit's
 // forward and released after it, gathered again when backward reaches the unit and released once
 // autograd has accumulated each of its gradients; the root unit for the whole forward and the
-// whole backward. The storage is released in place (the tensors, their sizes and autograd's saved
-// references stay), so the optimizer, the gradient hooks and the graph never see the difference.
+// whole backward. Where the transport overlaps compute (Gloo, NCCL), the next unit in the first
+// forward's order is gathered while the current one computes (the previous one in backward), as
+// the configuration asks (ShardingPlan's prefetch flags). The storage is released in place (the
+// tensors, their sizes and autograd's saved references stay), so the optimizer, the gradient hooks
+// and the graph never see the difference.
 //
 // Parameters that stay whole on every rank: the host's (its code reads them directly), those
 // sharing storage with another tensor of the model, and a model's whose units could not be
@@ -15,12 +18,14 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "config/sharding.hpp"
 #include "model/model.hpp"
 #include "runtime/communicator.hpp"
+#include "zero/owner_gather.hpp"
 #include "zero/units.hpp"
 
 namespace accel::ddp {
@@ -42,6 +47,9 @@ class ParamShard {
   ParamShard& operator=(const ParamShard&) = delete;
 
   const UnitPlan& units() const { return plan_; }
+  // "forward and backward", "backward", ... : where the next unit is prefetched ("none" over a
+  // transport that does not overlap compute).
+  std::string prefetching() const;
   // How many parameters this rank does not hold between steps.
   size_t released_count() const { return foreign_.size(); }
 
@@ -63,16 +71,21 @@ class ParamShard {
 
  private:
   struct Unit {
-    std::vector<at::Tensor> sharded;  // its parameters that are sharded, in index order
-    std::vector<int> owners;          // of each of those
-    std::vector<size_t> foreign;      // of those, the ones this rank does not own (indices)
-    size_t trainable = 0;             // how many gradients backward brings it
-    size_t pending = 0;               // of those, not yet accumulated in this backward
-    bool whole = false;               // gathered
-    int depth = 0;                    // forward calls in progress
+    std::vector<at::Tensor> sharded;         // its parameters that are sharded, in index order
+    std::vector<int> owners;                 // of each of those
+    std::vector<size_t> foreign;             // of those, the ones this rank does not own (indices)
+    size_t trainable = 0;                    // how many gradients backward brings it
+    size_t pending = 0;                      // of those, not yet accumulated in this backward
+    bool whole = false;                      // gathered
+    int depth = 0;                           // forward calls in progress
+    std::unique_ptr<OwnerGather> in_flight;  // a prefetch not finished yet
   };
   void gather(size_t u);
   void release(size_t u);
+  // Starts gathering unit `u` (when there is one, and it is neither whole nor coming).
+  void prefetch(size_t u);
+  // The unit `step` places after `u` in the first forward's order (-1: before), or none.
+  std::optional<size_t> neighbour(size_t u, int step) const;
   void on_gradient(size_t k);
   void instrument_new_methods();
 
@@ -87,6 +100,11 @@ class ParamShard {
   std::vector<size_t> bytes_;    // each parameter's storage size when whole
   uint64_t instrumented_revision_ = 0;
   bool backward_ = false;
+  bool forward_prefetch_ = false, backward_prefetch_ = false;  // and the transport overlaps
+  // The units in the order the first forward entered them, and each one's place there.
+  std::vector<size_t> order_;
+  std::vector<size_t> position_;
+  bool recording_ = false, order_known_ = false;
   std::unique_ptr<ddp::GradientHooks> hooks_;  // last: removed first
 };
 

@@ -232,6 +232,7 @@ DEEPSPEED = "Do you want to use DeepSpeed? [yes/NO]: "
 DEEPSPEED_JSON = "Do you want to specify a json file to a DeepSpeed config? [yes/NO]: "
 DEEPSPEED_ACCUMULATION = "How many gradient accumulation steps you're passing in your script? [1]: "
 DEEPSPEED_CLIPPING = "Do you want to use gradient clipping? [yes/NO]: "
+DEEPSPEED_16BIT = "Do you want to save 16-bit model weights when using ZeRO Stage-3? [yes/NO]: "
 DEEPSPEED_ZERO_INIT = "Do you want to enable `deepspeed.zero.Init` when using ZeRO Stage-3"
 DEEPSPEED_MOE = "Do you want to enable Mixture-of-Experts training (MoE)? [yes/NO]: "
 FSDP = "Do you want to use FullyShardedDataParallel? [yes/NO]: "
@@ -355,7 +356,7 @@ class Tests:
         self.files["multi_gpu"] = (path, env)
 
     def test_deepspeed_stages_offered_on_cpus(self):
-        """ZeRO stages 0-2 on a multi-CPU machine (Accelerate offers DeepSpeed on GPUs only); what
+        """ZeRO stages 0-3 on a multi-CPU machine (Accelerate offers DeepSpeed on GPUs only); what
         libaccel lacks is refused with why, and the section is written as Accelerate writes it."""
         env = clean_env(self.home("deepspeed"))
         path = os.path.join(self.home("deepspeed"), "deepspeed.yaml")
@@ -365,14 +366,17 @@ class Tests:
                                  (DEBUG, ""), (MPIRUN, ""), (DYNAMO, ""), (DEEPSPEED, "yes"),
                                  (DEEPSPEED_JSON, "yes"),
                                  ("DeepSpeed's JSON files are not read by libaccel", "no"),
-                                 ("Enter for 2 (2): ", "3"),
-                                 ("ZeRO stage 3 (parameters sharded) is not supported", ""),
+                                 ("Enter for 2 (2): ", "4"),
+                                 ("'4' is not one of the choices", "3"),
                                  ("Where to offload optimizer states?", "cpu"),
                                  ("offloading to the CPU is not supported by libaccel", "none"),
                                  ("Where to offload parameters?", ""),
                                  (DEEPSPEED_ACCUMULATION, "2"), (DEEPSPEED_CLIPPING, "yes"),
                                  ("call accel_clip_grad_norm before the optimizer step", "no"),
-                                 (DEEPSPEED_ZERO_INIT, ""), (DEEPSPEED_MOE, ""),
+                                 (DEEPSPEED_16BIT, "yes"),
+                                 ("writes the parameters in their own dtype", "no"),
+                                 (DEEPSPEED_ZERO_INIT, "yes"),
+                                 ("each rank builds the whole model", "no"), (DEEPSPEED_MOE, ""),
                                  (CPU_PROCESSES, "2"), (MP_PROMPT, "")]:
                 t.answer(prompt, line)
             code = t.finish()
@@ -381,14 +385,16 @@ class Tests:
         check(code == 0, f"exit {code}:\n{t.text()}")
         check(FSDP not in t.text() and GPU_IDS not in t.text(), t.text())
         section = ("{gradient_accumulation_steps: 2, offload_optimizer_device: none, "
-                   "offload_param_device: none, zero3_init_flag: false, zero_stage: 2}")
+                   "offload_param_device: none, zero3_init_flag: false, "
+                   "zero3_save_16bit_model: false, zero_stage: 3}")
         expect_values(path, env, {"distributed_type": "DEEPSPEED", "num_processes": "2",
                                   "use_cpu": "true", "deepspeed_config": section})
         with open(path, encoding="utf-8") as f:
             text = f.read()
         check("deepspeed_config:\n  gradient_accumulation_steps: 2\n  offload_optimizer_device: "
-              "none\n  offload_param_device: none\n  zero3_init_flag: false\n  zero_stage: 2\n"
-              "distributed_type: DEEPSPEED\n" in text, text)
+              "none\n  offload_param_device: none\n  zero3_init_flag: false\n  "
+              "zero3_save_16bit_model: false\n  zero_stage: 3\ndistributed_type: DEEPSPEED\n"
+              in text, text)
         # Rewritten as JSON (`accel config update` of a .json file): numbers and booleans as
         # Accelerate's JSON has them, and it reads back the same.
         json_path = os.path.join(self.home("deepspeed"), "deepspeed.json")
@@ -399,7 +405,8 @@ class Tests:
             written = json.load(f)
         check(written["deepspeed_config"] == {
             "gradient_accumulation_steps": 2, "offload_optimizer_device": "none",
-            "offload_param_device": "none", "zero3_init_flag": False, "zero_stage": 2}, written)
+            "offload_param_device": "none", "zero3_init_flag": False,
+            "zero3_save_16bit_model": False, "zero_stage": 3}, written)
         expect_values(json_path, env, {"deepspeed_config": section})
         self.files["deepspeed"] = (path, env)
 

@@ -383,8 +383,9 @@ TEST(MultiProcess, ZeroStagesOneAndTwoEqualStageZeroAfterFiftyAdamWStepsOnTwoAnd
 
 TEST(MultiProcess, ZeroStageThreeEqualsStageZeroAfterFiftyAdamWStepsWhateverTheUnits) {
   // A model of catalogue layers (whose parameters stage 3 releases) under each wrap policy, over
-  // shared memory and Gloo, with accumulation and bf16 autocast; save_model's file is stage 0's,
-  // byte for byte, where the weights are equal bit for bit.
+  // shared memory and Gloo (where the next unit is prefetched: in backward under FSDP1's
+  // defaults, in both directions under DeepSpeed's), with accumulation and bf16 autocast;
+  // save_model's file is stage 0's, byte for byte, where the weights are equal bit for bit.
   struct Case {
     int processes;
     std::string extra;
@@ -405,6 +406,7 @@ TEST(MultiProcess, ZeroStageThreeEqualsStageZeroAfterFiftyAdamWStepsWhateverTheU
                                {2, zero_stage(3)},
                                {4, linear},
                                {4, zero_stage(3)},
+                               {2, gloo + zero_stage(3), 20},
                                {2, "ACCELERATE_MIXED_PRECISION=bf16 " + linear, 10}});
   // Stage 0's run and where it saved, by processes, steps and environment.
   std::map<std::string, Result> baselines;

@@ -171,7 +171,7 @@ void Prompter::ask_only_no(const std::string& prompt, const std::string& why) {
 
 namespace {
 
-// DeepSpeed's questions in Accelerate's order and words, on every machine type (ZeRO stages 0-2
+// DeepSpeed's questions in Accelerate's order and words, on every machine type (ZeRO stages 0-3
 // run on CPUs as well); what libaccel lacks is named in the menus and refused. Returns the
 // deepspeed_config section as config::normalize reads it back (flow YAML, keys sorted), or
 // nothing when DeepSpeed is not chosen.
@@ -180,10 +180,9 @@ std::optional<std::string> ask_deepspeed(Prompter& p, long long num_machines) {
   p.ask_only_no("Do you want to specify a json file to a DeepSpeed config? [yes/NO]: ",
                 "DeepSpeed's JSON files are not read by libaccel (its questions below write the "
                 "settings it runs)");
-  const std::string not_yet = "ZeRO stage 3 (parameters sharded) is not supported by libaccel yet";
   std::map<std::string, std::string> section;
   const size_t stage = p.choose("What should be your DeepSpeed's ZeRO optimization stage?",
-                                {{"0", {}}, {"1", {}}, {"2", {}}}, 2, {{"3", {}, not_yet}});
+                                {{"0", {}}, {"1", {}}, {"2", {}}, {"3", {}}}, 2, {});
   section["zero_stage"] = std::to_string(stage);
   if (stage >= 2) {
     const std::vector<Prompter::Refused> offload = {
@@ -199,10 +198,16 @@ std::optional<std::string> ask_deepspeed(Prompter& p, long long num_machines) {
   p.ask_only_no("Do you want to use gradient clipping? [yes/NO]: ",
                 "libaccel does not clip on its own: call accel_clip_grad_norm before the optimizer "
                 "step");
+  if (stage == 3) {
+    p.ask_only_no("Do you want to save 16-bit model weights when using ZeRO Stage-3? [yes/NO]: ",
+                  "accel_save_model writes the parameters in their own dtype");
+    section["zero3_save_16bit_model"] = "false";
+  }
   p.ask_only_no(
       "Do you want to enable `deepspeed.zero.Init` when using ZeRO Stage-3 for constructing "
       "massive models? [yes/NO]: ",
-      not_yet);
+      "deepspeed.zero.Init is not supported by libaccel: each rank builds the whole model, and "
+      "keeps only its part once it is prepared");
   section["zero3_init_flag"] = "false";
   p.ask_only_no("Do you want to enable Mixture-of-Experts training (MoE)? [yes/NO]: ",
                 "DeepSpeed's Mixture-of-Experts layers are not supported by libaccel");

@@ -963,7 +963,9 @@ extern "C" {
         out_size: *mut usize,
     ) -> accel_status;
     /// A copy of parameter or buffer `name` (detached from autograd; later training does not change the
-    /// copy). An unknown name is ACCEL_ERR_INVALID_ARGUMENT.
+    /// copy). An unknown name is ACCEL_ERR_INVALID_ARGUMENT. Under ZeRO stage 3 a parameter another
+    /// rank owns is not on this rank between steps: ACCEL_ERR_STATE naming it (accel_save_model, which
+    /// every rank calls, gathers the whole model).
     pub fn accel_model_tensor(
         model: *const accel_model,
         name: *const c_char,
