@@ -237,6 +237,14 @@ DEEPSPEED_ZERO_INIT = "Do you want to enable `deepspeed.zero.Init` when using Ze
 DEEPSPEED_MOE = "Do you want to enable Mixture-of-Experts training (MoE)? [yes/NO]: "
 FSDP = "Do you want to use FullyShardedDataParallel? [yes/NO]: "
 MEGATRON = "Do you want to use Megatron-LM ? [yes/NO]: "
+FSDP_OFFLOAD = "Do you want to offload parameters and gradients to CPU? [yes/NO]: "
+FSDP_NO_SPLIT = "Do you want to use the model's `_no_split_modules` to wrap."
+FSDP_CLASSES = "Specify the comma-separated list of transformer layer class names"
+FSDP_FORWARD_PREFETCH = "Do you want to enable FSDP's forward prefetch policy? [yes/NO]: "
+FSDP_ORIG_PARAMS = "Do you want to enable FSDP's `use_orig_params` feature? [YES/no]: "
+FSDP_RAM_EFFICIENT = "Do you want to enable CPU RAM efficient model loading?"
+FSDP_SYNC = "Do you want each individually wrapped FSDP unit to broadcast module parameters"
+FSDP_CHECKPOINTING = "Do you want to enable FSDP activation checkpointing? [yes/NO]: "
 CPU_PROCESSES = "How many processes should be used for distributed training? [1]:"
 GPU_PROCESSES = "How many GPU(s) should be used for distributed training? [1]:"
 GPU_IDS = "What GPU(s) (by id) should be used for training on this machine"
@@ -309,7 +317,8 @@ class Tests:
         code, out = questionnaire(env, [
             (ENV_PROMPT, "0"), (TYPE_PROMPT, "multi-CPU"), (MACHINES, "2"), (RANK, "1"),
             (IP, "10.1.2.3"), (PORT, "29555"), (SAME_NETWORK, ""), (DEBUG, "yes"), (MPIRUN, ""),
-            (DYNAMO, "no"), (DEEPSPEED, ""), (CPU_PROCESSES, "4"), (MP_PROMPT, "fp16")], path)
+            (DYNAMO, "no"), (DEEPSPEED, ""), (FSDP, ""), (CPU_PROCESSES, "4"),
+            (MP_PROMPT, "fp16")], path)
         check(code == 0, f"exit {code}:\n{out}")
         expect_values(path, env, {
             "distributed_type": "MULTI_CPU", "num_processes": "4", "num_machines": "2",
@@ -336,9 +345,8 @@ class Tests:
         t = Terminal([ACCEL, "config", "--config_file", path], env)
         try:
             for prompt, line in [(ENV_PROMPT, ""), (TYPE_PROMPT, "2"), (MACHINES, ""), (DEBUG, ""),
-                                 (DYNAMO, ""), (DEEPSPEED, ""), (FSDP, "yes")]:
+                                 (DYNAMO, ""), (DEEPSPEED, ""), (FSDP, "")]:
                 t.answer(prompt, line)
-            t.answer("FSDP is not offered here yet", "no")
             t.answer(MEGATRON, "")
             t.answer(GPU_PROCESSES, "1")
             t.answer("multi-GPU with one GPU on one machine is not distributed", "2")
@@ -410,6 +418,48 @@ class Tests:
         expect_values(json_path, env, {"deepspeed_config": section})
         self.files["deepspeed"] = (path, env)
 
+    def test_fsdp_offered_on_cpus(self):
+        """FSDP's questions in Accelerate's order on a multi-CPU machine (Accelerate asks them on
+        GPUs only); what libaccel lacks is refused with why, and the section is what Accelerate
+        writes for the same answers; libaccel runs the file as stage 3."""
+        env = clean_env(self.home("fsdp"))
+        path = os.path.join(self.home("fsdp"), "fsdp.yaml")
+        t = Terminal([ACCEL, "config", "--config_file", path], env)
+        try:
+            for prompt, line in [(ENV_PROMPT, ""), (TYPE_PROMPT, "multi-CPU"), (MACHINES, ""),
+                                 (DEBUG, ""), (MPIRUN, ""), (DYNAMO, ""), (DEEPSPEED, ""),
+                                 (FSDP, "yes"), ("Enter for 0 (FULL_SHARD): ", "HYBRID_SHARD"),
+                                 ("hybrid sharding (within a machine, replicated across) is not "
+                                  "supported by libaccel", "0"),
+                                 (FSDP_OFFLOAD, "yes"), ("CPU offload is not supported", "no"),
+                                 ("Enter for 0 (TRANSFORMER_BASED_WRAP): ", ""),
+                                 (FSDP_NO_SPLIT, "yes"), ("name the classes to wrap", "no"),
+                                 (FSDP_CLASSES, ""), ("Please enter one or more class names", "Linear"),
+                                 ("Enter for 0 (BACKWARD_PRE): ", "NO_PREFETCH"),
+                                 ("Enter for 2 (SHARDED_STATE_DICT): ", "FULL_STATE_DICT"),
+                                 (FSDP_FORWARD_PREFETCH, "yes"), (FSDP_ORIG_PARAMS, ""),
+                                 (FSDP_RAM_EFFICIENT, "no"), (FSDP_SYNC, ""),
+                                 (FSDP_CHECKPOINTING, "yes"),
+                                 ("activation checkpointing is not supported by libaccel", "no"),
+                                 (CPU_PROCESSES, "2"), (MP_PROMPT, "")]:
+                t.answer(prompt, line)
+            code = t.finish()
+        finally:
+            t.close()
+        check(code == 0, f"exit {code}:\n{t.text()}")
+        check(MEGATRON not in t.text() and GPU_IDS not in t.text(), t.text())
+        section = ("{fsdp_activation_checkpointing: false, fsdp_auto_wrap_policy: "
+                   "TRANSFORMER_BASED_WRAP, fsdp_backward_prefetch: NO_PREFETCH, "
+                   "fsdp_cpu_ram_efficient_loading: false, fsdp_forward_prefetch: true, "
+                   "fsdp_offload_params: false, fsdp_sharding_strategy: FULL_SHARD, "
+                   "fsdp_state_dict_type: FULL_STATE_DICT, fsdp_sync_module_states: true, "
+                   "fsdp_transformer_layer_cls_to_wrap: Linear, fsdp_use_orig_params: true}")
+        expect_values(path, env, {"distributed_type": "FSDP", "num_processes": "2",
+                                  "use_cpu": "true", "fsdp_config": section})
+        r = run([ACCEL, "test", "--config_file", path], env)
+        check(r.returncode == 0 and "FSDP" in r.stdout + r.stderr, r.stdout + r.stderr)
+        self.files["fsdp"] = (path, env)
+
     def test_bad_answers_are_explained_and_asked_again(self):
         env = clean_env(self.home("bad"))
         path = os.path.join(self.home("bad"), "bad.yaml")
@@ -439,6 +489,7 @@ class Tests:
             t.answer(DYNAMO, "YES")
             t.answer("torch.compile (dynamo) does not exist in LibTorch's C++ API", "NO")
             t.answer(DEEPSPEED, "")
+            t.answer(FSDP, "")
             t.answer(CPU_PROCESSES, "3")
             t.answer("must divide by the number of machines (2)", "6")
             t.answer(MP_PROMPT, "fp8")

@@ -171,6 +171,15 @@ void Prompter::ask_only_no(const std::string& prompt, const std::string& why) {
 
 namespace {
 
+// The section's text as the configuration layer reads it back (std::map: keys sorted, as
+// Accelerate writes them).
+std::string flow_of(const std::map<std::string, std::string>& section) {
+  std::string flow = "{";
+  for (const auto& [key, value] : section)
+    flow += (flow.size() > 1 ? ", " : "") + key + ": " + value;
+  return flow + "}";
+}
+
 // DeepSpeed's questions in Accelerate's order and words, on every machine type (ZeRO stages 0-3
 // run on CPUs as well); what libaccel lacks is named in the menus and refused. Returns the
 // deepspeed_config section as config::normalize reads it back (flow YAML, keys sorted), or
@@ -218,12 +227,91 @@ std::optional<std::string> ask_deepspeed(Prompter& p, long long num_machines) {
     p.choose("Which Type of launcher do you want to use?", {{"standard", {}}}, 0, launchers);
     section["deepspeed_multinode_launcher"] = "standard";
   }
-  // The text the configuration layer reads back for this section (std::map: keys sorted, as
-  // Accelerate writes them).
-  std::string flow = "{";
-  for (const auto& [key, value] : section)
-    flow += (flow.size() > 1 ? ", " : "") + key + ": " + value;
-  return flow + "}";
+  return flow_of(section);
+}
+
+// FSDP's questions in Accelerate's order and words (its FSDP1 questionnaire), offered on multi-CPU
+// machines too; what libaccel lacks (hybrid sharding, offload, _no_split_modules, activation
+// checkpointing) is named and refused. Returns the fsdp_config section, or nothing when FSDP is
+// not chosen.
+std::optional<std::string> ask_fsdp(Prompter& p) {
+  if (!p.ask_yes_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ", false))
+    return std::nullopt;
+  std::map<std::string, std::string> section;
+  const std::vector<std::string> strategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
+  const std::string hybrid =
+      "hybrid sharding (within a machine, replicated across) is not "
+      "supported by libaccel";
+  section["fsdp_sharding_strategy"] =
+      strategies[p.choose("What should be your sharding strategy?",
+                          {{"FULL_SHARD", {}}, {"SHARD_GRAD_OP", {}}, {"NO_SHARD", {}}}, 0,
+                          {{"HYBRID_SHARD", {}, hybrid}, {"HYBRID_SHARD_ZERO2", {}, hybrid}})];
+  p.ask_only_no("Do you want to offload parameters and gradients to CPU? [yes/NO]: ",
+                "CPU offload is not supported by libaccel (on a CPU run the parameters are in "
+                "host memory already)");
+  section["fsdp_offload_params"] = "false";
+  const std::vector<std::string> policies = {"TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP",
+                                             "NO_WRAP"};
+  const size_t policy = p.choose("What should be your auto wrap policy?",
+                                 {{policies[0], {}}, {policies[1], {}}, {policies[2], {}}}, 0);
+  section["fsdp_auto_wrap_policy"] = policies[policy];
+  if (policy == 0) {
+    p.ask_only_no(
+        "Do you want to use the model's `_no_split_modules` to wrap. Only applicable for 🤗 "
+        "Transformers [yes/NO]: ",
+        "libaccel's models have no `_no_split_modules`: name the classes to wrap");
+    section["fsdp_transformer_layer_cls_to_wrap"] = p.ask(
+        "Specify the comma-separated list of transformer layer class names (case-sensitive) to "
+        "wrap ,e.g, :`BertLayer`, `GPTJBlock`, `T5Block`, `BertLayer,BertEmbeddings,"
+        "BertSelfOutput` ...? : ",
+        [](const std::string& answer, std::string* error) -> std::optional<std::string> {
+          const std::string names = trim(answer);
+          if (names.empty() || names.find_first_of("{}[]:#'\"") != std::string::npos) {
+            *error =
+                "Please enter one or more class names separated by commas (`Linear`, "
+                "`Block`, ...).";
+            return std::nullopt;
+          }
+          return names;
+        });
+  } else if (policy == 1) {
+    section["fsdp_min_num_params"] = std::to_string(p.ask_int(
+        "What should be your FSDP's minimum number of parameters for Default Auto Wrapping "
+        "Policy? [1e8]: ",
+        100000000, 0, int64_t{1} << 50));
+  }
+  const std::vector<std::string> prefetch = {"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"};
+  section["fsdp_backward_prefetch"] =
+      prefetch[p.choose("What should be your FSDP's backward prefetch policy?",
+                        {{prefetch[0], {}}, {prefetch[1], {}}, {prefetch[2], {}}}, 0)];
+  const std::vector<std::string> state = {"FULL_STATE_DICT", "LOCAL_STATE_DICT",
+                                          "SHARDED_STATE_DICT"};
+  section["fsdp_state_dict_type"] =
+      state[p.choose("What should be your FSDP's state dict type?",
+                     {{state[0], {}}, {state[1], {}}, {state[2], {}}}, 2)];
+  auto flag = [&](const char* key, const std::string& prompt, bool default_value) {
+    const bool on = p.ask_yes_no(prompt, default_value);
+    section[key] = on ? "true" : "false";
+    return on;
+  };
+  flag("fsdp_forward_prefetch",
+       "Do you want to enable FSDP's forward prefetch policy? [yes/NO]: ", false);
+  flag("fsdp_use_orig_params",
+       "Do you want to enable FSDP's `use_orig_params` feature? [YES/no]: ", true);
+  if (flag("fsdp_cpu_ram_efficient_loading",
+           "Do you want to enable CPU RAM efficient model loading? Only applicable for 🤗 "
+           "Transformers models. [YES/no]: ",
+           true))
+    section["fsdp_sync_module_states"] = "true";
+  else
+    flag("fsdp_sync_module_states",
+         "Do you want each individually wrapped FSDP unit to broadcast module parameters from "
+         "rank 0 at the start? [YES/no]: ",
+         true);
+  p.ask_only_no("Do you want to enable FSDP activation checkpointing? [yes/NO]: ",
+                "activation checkpointing is not supported by libaccel");
+  section["fsdp_activation_checkpointing"] = "false";
+  return flow_of(section);
 }
 
 }  // namespace
@@ -307,15 +395,15 @@ FileEntries run_questionnaire(Prompter& p) {
   p.ask_only_no("Do you wish to optimize your script with torch dynamo?[yes/NO]:",
                 why_not("dynamo_config"));
   const std::optional<std::string> deepspeed = ask_deepspeed(p, num_machines);
-  if (type == "MULTI_GPU" && !deepspeed) {
-    p.ask_only_no("Do you want to use FullyShardedDataParallel? [yes/NO]: ",
-                  "FSDP is not offered here yet; its stages 0-2 run with DeepSpeed's (answer yes "
-                  "to DeepSpeed), or write `distributed_type: FSDP` and `fsdp_config` by hand");
+  // Accelerate asks FSDP's questions on multi-GPU machines; libaccel shards on CPUs as well.
+  std::optional<std::string> fsdp;
+  if ((type == "MULTI_GPU" || type == "MULTI_CPU") && !deepspeed) fsdp = ask_fsdp(p);
+  if (type == "MULTI_GPU" && !deepspeed && !fsdp)
     p.ask_only_no("Do you want to use Megatron-LM ? [yes/NO]: ", why_not("megatron_lm_config"));
-  }
+  const bool sharded = deepspeed || fsdp;
 
   long long num_processes = 1;
-  if (type != "NO" || deepspeed) {
+  if (type != "NO" || sharded) {
     // Accelerate's num_processes is the total over all machines; `accel launch` starts an equal
     // share on each, so the total must divide.
     num_processes = p.ask_int(
@@ -326,7 +414,7 @@ FileEntries run_questionnaire(Prompter& p) {
             return "The total number of processes (" + std::to_string(n) +
                    ") must divide by the number of machines (" + std::to_string(num_machines) +
                    ").";
-          if (type == "MULTI_GPU" && !deepspeed && num_machines == 1 && n == 1)
+          if (type == "MULTI_GPU" && !sharded && num_machines == 1 && n == 1)
             return "multi-GPU with one GPU on one machine is not distributed: use more than 1, "
                    "or start again and choose `No distributed training`.";
           return "";
@@ -334,7 +422,7 @@ FileEntries run_questionnaire(Prompter& p) {
   }
 
   std::string gpu_ids;
-  if (!use_cpu && !deepspeed) {  // Accelerate asks neither question under DeepSpeed
+  if (!use_cpu && !sharded) {  // Accelerate asks neither question under DeepSpeed or FSDP
     gpu_ids = p.ask(
         "What GPU(s) (by id) should be used for training on this machine as a comma-separated "
         "list? [all]:",
@@ -374,8 +462,9 @@ FileEntries run_questionnaire(Prompter& p) {
   FileEntries e;
   e["compute_environment"] = "LOCAL_MACHINE";
   e["debug"] = debug ? "true" : "false";
-  e["distributed_type"] = deepspeed ? "DEEPSPEED" : type;
+  e["distributed_type"] = deepspeed ? "DEEPSPEED" : fsdp ? "FSDP" : type;
   if (deepspeed) e["deepspeed_config"] = *deepspeed;
+  if (fsdp) e["fsdp_config"] = *fsdp;
   e["downcast_bf16"] = "false";
   e["enable_cpu_affinity"] = "false";
   if (!gpu_ids.empty()) e["gpu_ids"] = gpu_ids;

@@ -119,6 +119,18 @@ static void free_training(Training* tr) {
   memset(tr, 0, sizeof *tr);
 }
 
+/* The self-test's model: two linear layers and a training step. */
+static int new_model(accel_model** out) {
+  TRY(accel_model_new(out));
+  TRY(accel_model_add_layer(*out, "fc1", "linear", "in_features=8 out_features=16"));
+  TRY(accel_model_add_layer(*out, "fc2", "linear", "in_features=16 out_features=2"));
+  TRY(accel_model_define(*out,
+                         "def training_step(self, x, y):\n"
+                         "    out = self.fc2.forward(torch.relu(self.fc1.forward(x)))\n"
+                         "    return torch.cross_entropy_loss(out, y)\n"));
+  return 0;
+}
+
 static int build_training(accel_accelerator* acc, Training* tr) {
   enum { kSamples = 256, kIn = 8 };
   static float x[kSamples * kIn];
@@ -147,13 +159,7 @@ static int build_training(accel_accelerator* acc, Training* tr) {
   TRY(accel_dataloader_new(acc, tr->data, &tr->loader));
   TRY(accel_dataloader_set(tr->loader, "batch_size", "16"));
   TRY(accel_set_seed(acc, 1234, false));
-  TRY(accel_model_new(&tr->model));
-  TRY(accel_model_add_layer(tr->model, "fc1", "linear", "in_features=8 out_features=16"));
-  TRY(accel_model_add_layer(tr->model, "fc2", "linear", "in_features=16 out_features=2"));
-  TRY(accel_model_define(tr->model,
-                         "def training_step(self, x, y):\n"
-                         "    out = self.fc2.forward(torch.relu(self.fc1.forward(x)))\n"
-                         "    return torch.cross_entropy_loss(out, y)\n"));
+  if (new_model(&tr->model)) return 1;
   TRY(accel_optimizer_new(tr->model, "sgd", &tr->opt));
   TRY(accel_optimizer_set(tr->opt, "lr", "0.5"));
   objects[0] = tr->model;
@@ -203,17 +209,26 @@ static int train_epoch(accel_accelerator* acc, Training* tr, double* mean_loss, 
   return 0;
 }
 
-/* Every parameter, concatenated, into `buf` (capacity in floats); the count in `*n`. */
-static int parameters(const accel_model* model, float* buf, size_t cap, size_t* n) {
+/* Every parameter of `model`, concatenated, into `buf` (capacity in floats); the count in `*n`.
+   `*absent`: a parameter is not on this rank (ZeRO stage 3), nothing read. */
+static int read_parameters(const accel_model* model, float* buf, size_t cap, size_t* n,
+                           int* absent) {
   size_t count = 0, i, size = 0, name_size = 0;
   *n = 0;
+  *absent = 0;
   TRY(accel_model_tensor_count(model, &count));
   for (i = 0; i < count; ++i) {
     char name[256];
     accel_tensor* t = NULL;
     int64_t elems = 0;
+    accel_status st;
     TRY(accel_model_tensor_name(model, i, name, sizeof name, &name_size));
-    TRY(accel_model_tensor(model, name, &t));
+    st = accel_model_tensor(model, name, &t);
+    if (st == ACCEL_ERR_STATE) {
+      *absent = 1;
+      return 0;
+    }
+    TRY(st);
     TRY(accel_tensor_element_count(t, &elems));
     if (*n + (size_t)elems > cap) return failed("model larger than expected");
     TRY(accel_tensor_to_data(t, buf + *n, (cap - *n) * sizeof(float), &size));
@@ -223,12 +238,43 @@ static int parameters(const accel_model* model, float* buf, size_t cap, size_t* 
   return 0;
 }
 
+/* The model's parameters on this rank. Under ZeRO stage 3 no rank holds them all between steps
+   (the ranks agree on that): then every rank writes them with save_model, which gathers them,
+   into `scratch`, and reads that file into a new model. `*sharded` says which. */
+static int parameters(accel_accelerator* acc, const accel_model* model, const char* scratch,
+                      float* buf, size_t cap, size_t* n, int* sharded) {
+  int absent = 0;
+  float flag;
+  size_t size = 0;
+  accel_tensor *t = NULL, *any = NULL;
+  accel_model* copy = NULL;
+  if (read_parameters(model, buf, cap, n, &absent)) return 1;
+  flag = (float)absent;
+  t = floats(&flag, 1);
+  if (!t) return failed("tensor: %s", accel_last_error_message());
+  TRY(accel_reduce(acc, t, ACCEL_REDUCE_MAX, &any));
+  TRY(accel_tensor_to_data(any, &flag, sizeof flag, &size));
+  accel_tensor_free(t);
+  accel_tensor_free(any);
+  *sharded = flag > 0;
+  if (!*sharded) return 0;
+  if (!scratch || !*scratch) return failed("ACCEL_TEST_DIR is not set");
+  TRY(accel_save_model(acc, model, scratch, NULL));
+  if (new_model(&copy)) return 1;
+  TRY(accel_load_checkpoint_in_model(copy, scratch));
+  if (read_parameters(copy, buf, cap, n, &absent)) return 1;
+  accel_model_free(copy);
+  return absent ? failed("a model loaded from save_model's file lacks a parameter") : 0;
+}
+
 static float g_params[4096], g_saved[4096];
+static char g_scratch[1024]; /* where stage 3's parameters are gathered: ACCEL_TEST_DIR.params */
 
 static int check_training(accel_accelerator* acc, Training* tr, char* detail, size_t cap) {
   double first = 0, last = 0;
   int epoch, steps = 0;
   size_t n = 0, i;
+  int sharded = 0;
   accel_tensor *t = NULL, *all = NULL;
   float* every;
   size_t size = 0;
@@ -242,7 +288,7 @@ static int check_training(accel_accelerator* acc, Training* tr, char* detail, si
   }
   if (!(last < first)) return failed("the loss did not fall: %.4f -> %.4f", first, last);
   /* Gradient synchronisation keeps the replicas identical: compare every rank's parameters. */
-  if (parameters(tr->model, g_params, 4096, &n)) return 1;
+  if (parameters(acc, tr->model, g_scratch, g_params, 4096, &n, &sharded)) return 1;
   t = floats(g_params, (int64_t)n);
   if (!t) return failed("tensor: %s", accel_last_error_message());
   TRY(accel_gather(acc, t, &all));
@@ -261,28 +307,29 @@ static int check_training(accel_accelerator* acc, Training* tr, char* detail, si
   free(every);
   accel_tensor_free(t);
   accel_tensor_free(all);
-  snprintf(detail, cap,
-           "3 epochs of %d steps per process, mean loss %.3f -> %.3f, parameters equal on every "
-           "rank",
-           steps, first, last);
+  snprintf(detail, cap, "3 epochs of %d steps per process, mean loss %.3f -> %.3f, %s", steps,
+           first, last,
+           sharded ? "parameters sharded (ZeRO stage 3), gathered whole by save_model"
+                   : "parameters equal on every rank");
   return 0;
 }
 
 static int check_checkpoint(accel_accelerator* acc, Training* tr, const char* dir, char* detail,
                             size_t cap) {
   size_t n = 0, m = 0, i;
+  int sharded = 0;
   double loss = 0;
   int steps = 0;
   if (!dir || !*dir) return failed("ACCEL_TEST_DIR is not set");
   if (!tr->model) return failed("training did not set up, nothing to save");
-  if (parameters(tr->model, g_saved, 4096, &n)) return 1;
+  if (parameters(acc, tr->model, g_scratch, g_saved, 4096, &n, &sharded)) return 1;
   TRY(accel_save_state(acc, dir));
   if (train_epoch(acc, tr, &loss, &steps)) return 1; /* moves the parameters away */
-  if (parameters(tr->model, g_params, 4096, &m)) return 1;
+  if (parameters(acc, tr->model, g_scratch, g_params, 4096, &m, &sharded)) return 1;
   if (m == n && memcmp(g_params, g_saved, n * sizeof(float)) == 0)
     return failed("a training epoch did not change the parameters");
   TRY(accel_load_state(acc, dir));
-  if (parameters(tr->model, g_params, 4096, &m)) return 1;
+  if (parameters(acc, tr->model, g_scratch, g_params, 4096, &m, &sharded)) return 1;
   if (m != n) return failed("load_state restored %zu values, %zu saved", m, n);
   for (i = 0; i < n; ++i)
     if (g_params[i] != g_saved[i])
@@ -303,7 +350,9 @@ int main(void) {
   char dist_text[32] = "?", mp[16] = "?";
   size_t len = 0;
   accel_status st = accel_init(NULL, &acc);
+  const char* test_dir = getenv("ACCEL_TEST_DIR");
   memset(&tr, 0, sizeof tr);
+  if (test_dir) snprintf(g_scratch, sizeof g_scratch, "%s.params", test_dir);
   if (st != ACCEL_OK) {
     const char* rank = getenv("RANK");
     fprintf(stderr, "accel test: rank %s: accel_init failed: %s: %s\n", rank ? rank : "0",
