@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "param_lines.hpp"
+
 namespace {
 
 struct Mlp : torch::nn::Module {
@@ -94,7 +96,6 @@ int run(int batch, bool adamw, int steps) {
         return 2;
       }
     if (acc.is_main_process()) {
-      std::string line = "param " + p.key();
       auto values = mine.to_vector<float>();
       if (hidden != 32) {
         const auto v = p.value().detach().to(torch::kDouble);
@@ -102,12 +103,7 @@ int run(int batch, bool adamw, int steps) {
                   static_cast<float>(v.abs().sum().item<double>()),
                   static_cast<float>(v.abs().max().item<double>())};
       }
-      char text[32];
-      for (float v : values) {
-        std::snprintf(text, sizeof text, " %.9g", static_cast<double>(v));
-        line += text;
-      }
-      std::printf("%s\n", line.c_str());
+      print_param_line(p.key(), values);
     }
   }
   acc.wait_for_everyone();

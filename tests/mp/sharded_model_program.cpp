@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "param_lines.hpp"
+
 namespace {
 
 accel::Model build() {
@@ -98,15 +100,8 @@ int run(int batch, int steps, const std::string& dir) {
   if (acc.is_main_process()) {
     accel::Model saved = build();
     saved.load_checkpoint(dir);
-    for (const auto& name : saved.tensor_names()) {
-      std::string line = "param " + name;
-      char text[32];
-      for (float v : saved.tensor(name).to_vector<float>()) {
-        std::snprintf(text, sizeof text, " %.9g", static_cast<double>(v));
-        line += text;
-      }
-      std::printf("%s\n", line.c_str());
-    }
+    for (const auto& name : saved.tensor_names())
+      print_param_line(name, saved.tensor(name).to_vector<float>());
   }
   acc.wait_for_everyone();
   return 0;
