@@ -49,6 +49,19 @@ bool exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
+// `dir` and the directories above it that are missing, as Accelerate's os.makedirs(exist_ok=True).
+void make_directories(const std::string& dir) {
+  for (size_t end = dir.find('/', 1);; end = dir.find('/', end + 1)) {
+    const std::string part = dir.substr(0, end);
+    if (!part.empty() && !is_directory(part) && mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
+      fail(Errc::io, "cannot create the directory '" + part + "'" +
+                         (part == dir ? "" : " (on the way to '" + dir + "')") + ": " +
+                         std::strerror(errno));
+    if (end == std::string::npos) break;
+  }
+  if (!is_directory(dir)) fail(Errc::io, "'" + dir + "' exists and is not a directory");
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(Errc::io, "cannot read '" + path + "'");
@@ -123,8 +136,7 @@ NamedTensors read_safetensors(const std::string& path) {
 
 std::vector<std::string> save_model(const model::Model& m, const std::string& dir,
                                     uint64_t max_shard_bytes) {
-  if (!is_directory(dir) && mkdir(dir.c_str(), 0755) != 0)
-    fail(Errc::io, "cannot create the directory '" + dir + "'");
+  make_directories(dir);
   const NamedTensors state = state_of(m);
   // Greedy in parameter order: a tensor that does not fit starts the next shard.
   std::vector<NamedTensors> shards(1);

@@ -56,7 +56,9 @@ std::string run(const std::string& cmd) {
 }  // namespace
 
 TEST(Checkpoint, OneFileRoundTripAndIndependentReader) {
-  const std::string dir = ::testing::TempDir() + "ckpt_one";
+  // Missing parent directories are made, as Accelerate's os.makedirs does.
+  run("rm -rf " + ::testing::TempDir() + "ckpt_parent");
+  const std::string dir = ::testing::TempDir() + "ckpt_parent/one/";
   accel_model* a = make_model(1);
   OK(accel_save_model(g_acc, a, dir.c_str(), nullptr));
   accel_model* b = make_model(2);
@@ -78,6 +80,13 @@ TEST(Checkpoint, OneFileRoundTripAndIndependentReader) {
   ASSERT_TRUE(sums.count("fc1.weight")) << out;
   EXPECT_NEAR(sums["fc1.weight"], ours, 1e-5);
   EXPECT_TRUE(sums.count("bn.num_batches_tracked")) << out;
+  // A file where a directory must go is a clear error.
+  const std::string file = ::testing::TempDir() + "ckpt_parent/a_file";
+  run("touch " + file);
+  EXPECT_EQ(accel_save_model(g_acc, a, file.c_str(), nullptr), ACCEL_ERR_IO);
+  EXPECT_NE(std::string(accel_last_error_message()).find("is not a directory"), std::string::npos)
+      << accel_last_error_message();
+  EXPECT_EQ(accel_save_model(g_acc, a, (file + "/x").c_str(), nullptr), ACCEL_ERR_IO);
   accel_model_free(a);
   accel_model_free(b);
 }
