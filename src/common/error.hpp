@@ -2,6 +2,7 @@
 // into an accel_status; the numeric values match accel.h (checked by static_asserts in src/capi).
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -37,6 +38,20 @@ class Error : public std::runtime_error {
 
 [[noreturn]] inline void fail(Errc code, const std::string& message) {
   throw Error(code, message);
+}
+
+// An accel::Error raised inside a TorchScript op (ZeRO stage 3's gathers) reaches the op's caller
+// as the interpreter's own RuntimeError; the op keeps it here, per thread, so that the caller can
+// report it with its code (take_op_error: the last one, once).
+inline std::unique_ptr<Error>& op_error_slot() {
+  thread_local std::unique_ptr<Error> slot;
+  return slot;
+}
+inline void remember_op_error(const Error& e) {
+  op_error_slot() = std::make_unique<Error>(e);
+}
+inline std::unique_ptr<Error> take_op_error() {
+  return std::move(op_error_slot());
 }
 
 }  // namespace accel

@@ -204,9 +204,10 @@ torch::jit::Module make_layer(const std::string& kind, const std::string& text) 
     add_parameter(m, "bias", at::zeros({n}));
     // Under autocast a bf16 input meets fp32 weights, which 1.13's CPU kernel refuses; 2.x's
     // autocast runs layer_norm in fp32, and so does this.
-    m.define("def forward(self, x):\n    if x.dtype != self.weight.dtype:\n"
-             "        x = x.to(self.weight.dtype)\n    return torch.layer_norm(x, [" +
-             std::to_string(n) + "], self.weight, self.bias, " + fmt(eps) + ")\n");
+    m.define(
+        "def forward(self, x):\n    if x.dtype != self.weight.dtype:\n"
+        "        x = x.to(self.weight.dtype)\n    return torch.layer_norm(x, [" +
+        std::to_string(n) + "], self.weight, self.bias, " + fmt(eps) + ")\n");
     return m;
   }
   if (kind == "embedding") {
@@ -360,9 +361,13 @@ std::vector<at::Tensor> Model::call(const std::string& method,
   if (!m) fail(Errc::invalid_argument, "the model has no method '" + method + "'");
   std::vector<c10::IValue> stack(inputs.begin(), inputs.end());
   c10::IValue result;
+  take_op_error();  // none of an earlier call's
   try {
     result = (*m)(std::move(stack));
   } catch (const std::exception& e) {
+    // libaccel's own op failed (a gather whose peer died): its error, with its code.
+    if (const auto ours = take_op_error())
+      fail(ours->code(), "the model's '" + method + "' failed: " + ours->what());
     // TorchScript reports both kinds of mismatch in prose; tell the program which it was.
     const std::string text = errors_of(e);
     const bool dtype = text.find("scalar type") != std::string::npos ||

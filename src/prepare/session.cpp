@@ -222,8 +222,9 @@ Session::WholeParameters::WholeParameters(Session& s) : s_(s) {
 }
 
 Session::WholeParameters::~WholeParameters() {
+  // Nothing is in flight after gather_all, so releasing only frees memory; quietly all the same.
   for (const auto& m : s_.model_order_)
-    if (auto* shard = s_.param_shard_of(*m)) shard->release_all();
+    if (auto* shard = s_.param_shard_of(*m)) shard->release_all_quietly();
 }
 
 void Session::prepare_optimizer(const std::shared_ptr<optim::Optimizer>& o,
@@ -300,16 +301,16 @@ std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method
   // Stage 3: the root's parameters for the call, each unit's around its own forward.
   zero::ParamShard* shard = param_shard_of(m);
   if (shard) shard->begin_forward();
-  const std::unique_ptr<zero::ParamShard, void (*)(zero::ParamShard*)> release(
-      shard, [](zero::ParamShard* s) {
-        if (s) s->end_forward();
-      });
-  if (acc_->mixed_precision() == runtime::MixedPrecision::kNo) return m.call(method, inputs);
   std::vector<at::Tensor> out;
-  {
-    const auto scope = enter_autocast(*acc_);
+  try {
+    const auto scope = enter_autocast(*acc_);  // null without mixed precision
     out = m.call(method, inputs);
+  } catch (...) {
+    if (shard) shard->end_forward_after_failure();
+    throw;
   }
+  if (shard) shard->end_forward();
+  if (acc_->mixed_precision() == runtime::MixedPrecision::kNo) return out;
   for (auto& t : out)
     if (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf) t = t.to(at::kFloat);
   return out;
@@ -352,23 +353,23 @@ void Session::backward(const at::Tensor& loss) {
       it->second->begin_backward(sync_gradients_);
   // Stage 3: the root's parameters for the whole backward, each unit's from when backward
   // reaches it until its gradients are in; released after, whatever happens.
-  const auto release = [this] {
-    for (const auto& [model, shard] : param_shards_) shard->end_backward();
+  const auto release_after_failure = [this] {
+    for (const auto& [model, shard] : param_shards_) shard->end_backward_after_failure();
   };
   try {
     for (const auto& m : model_order_)
       if (auto* shard = param_shard_of(*m)) shard->begin_backward();
     scaled.backward();
   } catch (const accel::Error&) {
-    release();
+    release_after_failure();
     throw;
   } catch (const std::exception& e) {
-    release();
+    release_after_failure();
     auto* ce = dynamic_cast<const c10::Error*>(&e);
     fail(Errc::torch,
          std::string("backward failed: ") + (ce ? ce->what_without_backtrace() : e.what()));
   }
-  release();
+  for (const auto& [model, shard] : param_shards_) shard->end_backward();
   for (const auto& m : model_order_)
     if (auto it = syncs_.find(m.get()); it != syncs_.end()) it->second->end_backward();
 }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "common/error.hpp"
 #include "ddp/buckets.hpp"
 #include "zero/owner_gather.hpp"
 
@@ -52,12 +53,26 @@ at::Tensor unit_exit(const c10::IValue& module, const at::Tensor& output) {
   return output;
 }
 
+// The ops' bodies: an accel::Error (a peer that died during a gather) is also kept for the model's
+// caller, which the interpreter would otherwise hand a RuntimeError without its code.
+template <class F>
+auto keeping_errors(F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    remember_op_error(e);
+    throw;
+  }
+}
+
 TORCH_LIBRARY(accel, m) {
   m.def(torch::schema("accel::unit_enter(Any module) -> ()", c10::AliasAnalysisKind::CONSERVATIVE),
-        [](c10::IValue module) { unit_enter(module); });
+        [](c10::IValue module) { keeping_errors([&] { unit_enter(module); }); });
   m.def(torch::schema("accel::unit_exit(Any module, Tensor output) -> Tensor",
                       c10::AliasAnalysisKind::CONSERVATIVE),
-        [](c10::IValue module, at::Tensor output) { return unit_exit(module, output); });
+        [](c10::IValue module, at::Tensor output) {
+          return keeping_errors([&] { return unit_exit(module, output); });
+        });
 }
 
 // Released in place: the tensor keeps its sizes and every reference to it; its storage holds
@@ -156,9 +171,18 @@ std::string ParamShard::prefetching() const {
 
 void ParamShard::gather(size_t u) {
   Unit& unit = units_[u];
+  if (unit.stranded)
+    fail(Errc::state,
+         "ZeRO stage 3: gathering a unit failed earlier (the process group is unusable since)");
   if (unit.in_flight) {
-    const auto coming = std::move(unit.in_flight);
-    coming->finish();
+    auto coming = std::move(unit.in_flight);
+    try {
+      coming->finish();
+    } catch (...) {
+      unit.stranded = true;
+      stranded_.push_back(std::move(coming));
+      throw;
+    }
     unit.whole = true;
     return;
   }
@@ -185,6 +209,7 @@ std::optional<size_t> ParamShard::neighbour(size_t u, int step) const {
 
 void ParamShard::release(size_t u) {
   Unit& unit = units_[u];
+  if (unit.stranded) return;
   if (unit.in_flight) gather(u);  // a collective under way is completed, then dropped
   if (!unit.whole) return;
   for (size_t k : unit.foreign) drop_storage(params_[k]);
@@ -211,6 +236,23 @@ void ParamShard::end_forward() {
   release_all();
 }
 
+void ParamShard::end_forward_after_failure() noexcept {
+  for (auto& unit : units_) unit.depth = 0;
+  recording_ = false;  // a partial order is not the model's
+  order_.clear();
+  position_.assign(units_.size(), SIZE_MAX);
+  release_all_quietly();
+}
+
+void ParamShard::release_all_quietly() noexcept {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    try {
+      release(u);
+    } catch (...) {  // a gather in flight failed: that unit is stranded, the others go on
+    }
+  }
+}
+
 void ParamShard::begin_backward() {
   backward_ = true;
   for (auto& unit : units_) unit.pending = unit.trainable;
@@ -221,6 +263,11 @@ void ParamShard::begin_backward() {
 void ParamShard::end_backward() {
   backward_ = false;
   release_all();
+}
+
+void ParamShard::end_backward_after_failure() noexcept {
+  backward_ = false;
+  release_all_quietly();
 }
 
 void ParamShard::gather_all() {

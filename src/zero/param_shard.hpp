@@ -57,12 +57,18 @@ class ParamShard {
   // after it, every unit released.
   void begin_forward();
   void end_forward();
+  // end_forward after the call failed: never throws (the call's own error is the one to report).
+  void end_forward_after_failure() noexcept;
   // Around backward: the root gathered; after it (or its failure), every unit released.
   void begin_backward();
   void end_backward();
+  void end_backward_after_failure() noexcept;
   // Every unit gathered until release_all (a collective: checkpoints, join).
   void gather_all();
   void release_all();
+  // Every unit released, each whatever happens to the others (a unit whose gather failed stays as
+  // it is); never throws.
+  void release_all_quietly() noexcept;
 
   // From the graph's hooks (accel::unit_enter/unit_exit and the exit's backward).
   void enter(size_t unit);
@@ -79,6 +85,9 @@ class ParamShard {
     bool whole = false;                      // gathered
     int depth = 0;                           // forward calls in progress
     std::unique_ptr<OwnerGather> in_flight;  // a prefetch not finished yet
+    // Its gather in flight failed with the group: its storage is never touched again (a transfer
+    // may still be writing into it), and gathering it is an error.
+    bool stranded = false;
   };
   void gather(size_t u);
   void release(size_t u);
@@ -95,9 +104,10 @@ class ParamShard {
   std::vector<int> owners_;
   UnitPlan plan_;
   std::vector<Unit> units_;
-  std::vector<size_t> unit_of_;  // of each parameter
-  std::vector<size_t> foreign_;  // the parameters released on this rank
-  std::vector<size_t> bytes_;    // each parameter's storage size when whole
+  std::vector<size_t> unit_of_;                         // of each parameter
+  std::vector<size_t> foreign_;                         // the parameters released on this rank
+  std::vector<size_t> bytes_;                           // each parameter's storage size when whole
+  std::vector<std::unique_ptr<OwnerGather>> stranded_;  // failed gathers, kept referenced
   uint64_t instrumented_revision_ = 0;
   bool backward_ = false;
   bool forward_prefetch_ = false, backward_prefetch_ = false;  // and the transport overlaps

@@ -466,15 +466,18 @@ TEST(MultiProcess, ZeroStageThreeEqualsStageZeroAfterFiftyAdamWStepsWhateverTheU
     }
   }
   // A rank leaving while the others gather a unit for the forward: named, over both transports.
-  std::vector<std::string> transports{""};
-  if (!kSanitized) transports.push_back(gloo);
-  for (const std::string& transport : transports) {
+  // Under DeepSpeed's units the root holds nothing: the failing gather is inside the TorchScript
+  // interpreter, and the error keeps its code through it.
+  std::vector<std::string> leaving{linear};
+  if (!kSanitized)
+    leaving.insert(leaving.end(), {gloo + linear, zero_stage(3), gloo + zero_stage(3)});
+  for (const std::string& how : leaving) {
     const auto r = run(
-        "SHARDED_LEAVE_AT=3 " + transport + linear +
+        "SHARDED_LEAVE_AT=2 " + how +
         launch_program(2, SHARDED_MODEL_PROGRAM, "32 10 " + ::testing::TempDir() + "zero3_leave"));
-    EXPECT_NE(r.code, 0) << r.output;
-    EXPECT_TRUE(contains(r.output, "ACCEL_ERR_PEER_FAILED")) << r.output;
-    EXPECT_TRUE(contains(r.output, "rank 1 (pid")) << r.output;
+    EXPECT_NE(r.code, 0) << how << r.output;
+    EXPECT_TRUE(contains(r.output, "ACCEL_ERR_PEER_FAILED")) << how << r.output;
+    EXPECT_TRUE(contains(r.output, "rank 1 (pid")) << how << r.output;
   }
 }
 
