@@ -194,7 +194,7 @@ void Session::shard_parameters(model::Model& m, const std::vector<at::Tensor>& p
     std::string text;
     for (const auto& note : shard->units().notes)
       text += "libaccel: WARNING: ZeRO stage 3: " + note + "\n";
-    if (m.host_tensors().empty() == false)
+    if (!m.host_tensors().empty())
       text +=
           "libaccel: ZeRO stage 3: the host's parameters stay whole on every rank (its own "
           "code reads them); their gradients and optimizer state are sharded\n";

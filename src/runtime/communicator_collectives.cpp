@@ -115,10 +115,8 @@ std::shared_ptr<PendingGather> Communicator::all_gather_bytes_start(
     int64_t offset = 0;
     while (bytes_of[root] == 0) offset += bytes_of[root++];
     at::Tensor part = out.narrow(0, offset, bytes_of[root]);
-    if (rank_ == root && !part.is_same(mine)) {
-      const at::Tensor from = mine.narrow(0, 0, bytes_of[root]);
-      if (from.data_ptr() != part.data_ptr()) part.copy_(from);
-    }
+    const at::Tensor from = mine.narrow(0, 0, bytes_of[root]);
+    if (rank_ == root && from.data_ptr() != part.data_ptr()) part.copy_(from);  // else in place
     pending->inputs = {part};
     c10d::BroadcastOptions options;
     options.rootRank = root;

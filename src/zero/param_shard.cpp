@@ -143,10 +143,7 @@ ParamShard::ParamShard(runtime::Communicator& comm, model::Model& model,
       if (!sharded[k]) continue;
       unit.sharded.push_back(params_[k]);
       unit.owners.push_back(owners_[k]);
-      if (owners_[k] != comm_.rank()) {
-        unit.foreign.push_back(k);
-        foreign_.push_back(k);
-      }
+      if (owners_[k] != comm_.rank()) unit.foreign.push_back(k);
     }
     unit.whole = true;
   }
@@ -217,7 +214,7 @@ void ParamShard::release(size_t u) {
 }
 
 void ParamShard::instrument_new_methods() {
-  if (model_.revision() == instrumented_revision_ || foreign_.empty()) return;
+  if (model_.revision() == instrumented_revision_) return;
   instrument(model_.module(), plan_);  // methods defined since prepare
   instrumented_revision_ = model_.revision();
 }

@@ -50,8 +50,6 @@ class ParamShard {
   // "forward and backward", "backward", ... : where the next unit is prefetched ("none" over a
   // transport that does not overlap compute).
   std::string prefetching() const;
-  // How many parameters this rank does not hold between steps.
-  size_t released_count() const { return foreign_.size(); }
 
   // Around one call of a method: the root gathered (and methods defined since instrumented);
   // after it, every unit released.
@@ -105,7 +103,6 @@ class ParamShard {
   UnitPlan plan_;
   std::vector<Unit> units_;
   std::vector<size_t> unit_of_;                         // of each parameter
-  std::vector<size_t> foreign_;                         // the parameters released on this rank
   std::vector<size_t> bytes_;                           // each parameter's storage size when whole
   std::vector<std::unique_ptr<OwnerGather>> stranded_;  // failed gathers, kept referenced
   uint64_t instrumented_revision_ = 0;
