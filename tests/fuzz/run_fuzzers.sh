@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (address and undefined-behaviour sanitizers) and runs each
-# for a bounded time. On demand, not part of ctest: tests/fuzz/run_fuzzers.sh [seconds per target]
-# (tools/sanitize.sh fuzz runs it too).
+# Builds the libFuzzer targets with clang (address and undefined-behaviour sanitizers) and runs them
+# side by side (one core each), each for a bounded time. On demand, not part of ctest:
+# tests/fuzz/run_fuzzers.sh [seconds per target] (tools/sanitize.sh fuzz runs it too).
 #
 # Needs clang and libFuzzer: installs Debian's clang-14 and libclang-rt-14-dev when absent (sudo
 # when not root, as tools/setup.sh). Exits non-zero when a fuzzer finds a crash, a sanitizer report
@@ -43,24 +43,42 @@ out=build/fuzz
 mkdir -p "$out/artifacts"
 # -fno-sanitize-recover: an undefined-behaviour report aborts, so libFuzzer keeps the input and fails.
 flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc)
+# The two targets build, then run, side by side: each fuzzer is one process on one core.
 "$CXX" "${flags[@]}" tests/fuzz/safetensors_header_fuzz.cpp src/checkpoint/safetensors.cpp \
-  -o "$out/safetensors_header_fuzz"
+  -o "$out/safetensors_header_fuzz" &
+build1=$!
 "$CXX" "${flags[@]}" tests/fuzz/manifest_fuzz.cpp src/checkpoint/manifest.cpp -lz \
-  -o "$out/manifest_fuzz"
+  -o "$out/manifest_fuzz" &
+build2=$!
+wait $build1
+wait $build2
 
-failed=()
-for target in safetensors_header_fuzz manifest_fuzz; do
-  corpus=$out/corpus_$target
+targets=(safetensors_header_fuzz manifest_fuzz)
+# Runs one target for $seconds; its exit code is the fuzzer's.
+fuzz() {  # target
+  local target=$1 corpus=$out/corpus_$1
   mkdir -p "$corpus"
-  log=$out/$target.log
-  echo "== $target, ${seconds}s (seeds: tests/fuzz/seeds/$target, log: $log)"
   rm -f "$out"/artifacts/"$target"-*
-  rc=0
   # The checked-in seeds are read, never written; new inputs go to the corpus under build/.
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$out/$target" -max_total_time="$seconds" -print_final_stats=1 \
     -artifact_prefix="$out/artifacts/$target-" "$corpus" "tests/fuzz/seeds/$target" \
-    > "$log" 2>&1 || rc=$?
+    > "$out/$target.log" 2>&1
+}
+pids=()
+for target in "${targets[@]}"; do
+  echo "== $target, ${seconds}s (seeds: tests/fuzz/seeds/$target, log: $out/$target.log)"
+  fuzz "$target" &
+  pids+=($!)
+done
+
+failed=()
+for i in "${!targets[@]}"; do
+  target=${targets[$i]}
+  log=$out/$target.log
+  rc=0
+  wait "${pids[$i]}" || rc=$?
+  echo "== $target:"
   grep -E "stat::number_of_executed_units|stat::new_units_added|ERROR|SUMMARY|runtime error|Test unit written|==[0-9]+== ERROR" "$log" || true
   if [ $rc -ne 0 ]; then
     echo "!! $target FAILED (exit code $rc); the report:"
