@@ -143,7 +143,7 @@ int run(const Options& o) {
   train.set("batch_size", std::to_string(o.batch)).set("shuffle", "true").set("seed", "42");
   train.set("num_workers", std::to_string(o.workers));
   accel::DataLoader test(acc, test_set);
-  test.set("batch_size", "500").set("num_workers", "1");
+  test.set("batch_size", "100").set("num_workers", "1");
   int64_t total_steps = train.batch_count() * o.epochs;
   if (o.max_steps > 0 && o.max_steps < total_steps) total_steps = o.max_steps;
 

@@ -153,7 +153,7 @@ func run(o options) error {
 		func() error { return train.Set("shuffle", true) },
 		func() error { return train.Set("seed", 42) },
 		func() error { return train.Set("num_workers", o.workers) },
-		func() error { return test.Set("batch_size", 500) },
+		func() error { return test.Set("batch_size", 100) },
 		func() error { return test.Set("num_workers", 1) })
 	if err != nil {
 		return err

@@ -94,7 +94,7 @@ function main(o)
     test_set = idx_dataset("$dir/t10k-images-idx3-ubyte.gz", "$dir/t10k-labels-idx1-ubyte.gz")
     train = DataLoader(acc, train_set; batch_size = batch, shuffle = true, seed = 42,
                        num_workers = o["workers"])
-    test = DataLoader(acc, test_set; batch_size = 500, num_workers = 1)
+    test = DataLoader(acc, test_set; batch_size = 100, num_workers = 1)
     total_steps = length(train) * o["epochs"]
     if 0 < o["max-steps"] < total_steps
         total_steps = o["max-steps"]

@@ -26,7 +26,7 @@ pub fn init_trackers(
 }
 
 /// The training and test loaders over the IDX files in `dir`: batches of `batch` shuffled with
-/// seed 42 for training, of 500 for the test, as the C example.
+/// seed 42 for training, of 100 for the test, as the C example.
 pub fn loaders(
     acc: &Accelerator,
     dir: &str,
@@ -44,7 +44,7 @@ pub fn loaders(
         .seed(42)
         .num_workers(workers);
     let train = DataLoader::with(acc, &train_set, train_options)?;
-    let test_options = DataLoaderOptions::new().batch_size(500).num_workers(1);
+    let test_options = DataLoaderOptions::new().batch_size(100).num_workers(1);
     let test = DataLoader::with(acc, &test_set, test_options)?;
     Ok((train, test))
 }
