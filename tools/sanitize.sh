@@ -204,7 +204,11 @@ canary() {
 #   bench.quick_smoke                     a smoke run of the benchmark harness (serial, ~33 s under
 #                                          ASan); it measures nothing, and its programs' library
 #                                          calls are the examples' and the tests'.
-ASAN_SKIP='^(MallocTuning\.FreedStepMemoryIsReused|MultiProcess\.RanksAlreadyStartedAreStoppedWhenALaterRankCannotStart|faults\.suite|cluster\..*|data\.accelerate_differential|example\.text_lm_.*|cli\.accelerate_roundtrip|bench\.quick_smoke)$'
+#   example.train_fashion_mnist_2proc_tensorboard  example.train_fashion_mnist_2proc_learns's
+#                                          program again (~26 s under ASan), with every tracker
+#                                          on; the trackers' writers run instrumented in
+#                                          Trackers.* and MultiProcess.Logger*.
+ASAN_SKIP='^(MallocTuning\.FreedStepMemoryIsReused|MultiProcess\.RanksAlreadyStartedAreStoppedWhenALaterRankCannotStart|faults\.suite|cluster\..*|data\.accelerate_differential|example\.text_lm_.*|example\.train_fashion_mnist_2proc_tensorboard|cli\.accelerate_roundtrip|bench\.quick_smoke)$'
 # Label `slow` (the two-epoch accuracy bars, tools/test.sh --all): not repeated under either
 # sanitizer. The same programs, code paths and threads run in the 300-step learning checks
 # (example.train_fashion_mnist_2proc_learns); a second epoch adds minutes of the same
