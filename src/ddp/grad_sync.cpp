@@ -22,7 +22,10 @@ GradSync::GradSync(runtime::Communicator& comm, std::vector<at::Tensor> params,
     Bucket b;
     static_cast<BucketLayout&>(b) = std::move(layout);
     b.used.assign(b.params.size(), 0.0F);
-    b.flat = at::zeros({b.numel()}, params_[b.params.front()].options().requires_grad(false));
+    // Over shared memory every rank maps every rank's bucket, and its all-reduce reads and writes
+    // them in place (Communicator::shared_zeros).
+    b.flat = comm_.shared_zeros(b.numel(), params_[b.params.front()].options());
+    b.mapped = comm_.maps_peers(b.flat);
     buckets_.push_back(std::move(b));
   }
   for (size_t k = 0; k < params_.size(); ++k) index_of_[params_[k].unsafeGetTensorImpl()] = k;
@@ -149,16 +152,24 @@ bool GradSync::zero_grad_in_place(const at::Tensor& param) {
   return true;
 }
 
-// The joined rank's own gradients stay as they are: it reduces zeros from a scratch buffer.
+// The joined rank's own gradients stay as they are: it reduces zeros from a scratch buffer. A
+// bucket the others read in place lends them zeros there and gets this rank's gradients back.
 void GradSync::shadow_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& b : buckets_) {
-    b.shadow = at::zeros_like(b.flat);
-    b.work = comm_.all_reduce_start(b.shadow, /*average=*/true);
+    if (b.mapped) {
+      b.shadow = b.flat.clone();
+      b.flat.zero_();
+      b.work = comm_.all_reduce_start(b.flat, /*average=*/true);
+    } else {
+      b.shadow = at::zeros_like(b.flat);
+      b.work = comm_.all_reduce_start(b.shadow, /*average=*/true);
+    }
   }
   for (auto& b : buckets_) {
     comm_.all_reduce_finish(b.work);
     b.work.reset();
+    if (b.mapped) b.flat.copy_(b.shadow);
     b.shadow.reset();
   }
 }

@@ -53,7 +53,10 @@ class GradSync : public GradientPath {
   struct Bucket : BucketLayout {
     at::Tensor flat;
     std::vector<float> used;  // this rank's flags, written into the bucket as it goes out
-    at::Tensor shadow;        // a joined rank's zeros, while it answers the others' backward
+    // A joined rank's zeros while it answers the others' backward (for a mapped bucket, its own
+    // gradients, kept aside while the bucket lends the others zeros).
+    at::Tensor shadow;
+    bool mapped = false;  // every rank maps it: its all-reduce works on the copies in place
     size_t pending = 0;
     std::shared_ptr<runtime::PendingReduce> work;
   };

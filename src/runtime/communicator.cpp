@@ -284,8 +284,8 @@ void Communicator::setup_shared_memory() {
       if (space == std::string::npos) fail(Errc::io, "rank 0 could not create the segment");
       if (!parse_uint(value.substr(space + 1), &token))
         fail(Errc::io, "rank 0 published a malformed segment token '" + value + "'");
-      shm = std::make_unique<ShmReduce>(
-          ShmReduce::attach(value.substr(0, space), rank_, size_, slot_bytes, token));
+      name = value.substr(0, space);
+      shm = std::make_unique<ShmReduce>(ShmReduce::attach(name, rank_, size_, slot_bytes, token));
     }
     shm->publish_pid();
   } catch (const std::exception& e) {
@@ -295,10 +295,11 @@ void Communicator::setup_shared_memory() {
   at::Tensor agreed = at::full({1}, shm ? 1 : 0, at::kInt);
   all_reduce(agreed, ReduceOp::kMin);  // over Gloo: no segment is in use yet
   // Every rank has attached (or given up): the name can go, the mappings stay.
-  if (!name.empty()) ShmReduce::unlink(name);
+  if (rank_ == 0 && !name.empty()) ShmReduce::unlink(name);
   if (agreed.item<int>() == 1) {
     shm->watch_peers();
     impl_->shm = std::move(shm);
+    impl_->shm_name = name;
     transport_ = "shared memory";
   } else {
     transport_ = "gloo (shared memory unavailable: " +

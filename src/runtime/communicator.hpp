@@ -86,6 +86,14 @@ class Communicator {
   // size(), in the reduction's own pass where the transport can.
   std::shared_ptr<PendingReduce> all_reduce_start(at::Tensor& tensor, bool average = false);
   void all_reduce_finish(const std::shared_ptr<PendingReduce>& pending);
+  // A zero-filled CPU tensor of `numel` elements that every rank on this machine maps, when
+  // all-reduces travel through shared memory: an all-reduce of the whole of it (all_reduce,
+  // all_reduce_start) reads and writes the other ranks' copies in place rather than copying
+  // through the segment. Every rank calls it with the same numel and dtype, in the same order.
+  // Otherwise (Gloo, a device, a /dev/shm too small: every rank agrees) an ordinary tensor.
+  at::Tensor shared_zeros(int64_t numel, const at::TensorOptions& options);
+  // Whether an all-reduce of `tensor` works on the ranks' mapped copies (see shared_zeros).
+  bool maps_peers(const at::Tensor& tensor) const;
   // A sum (or average) of which this rank needs only the elements in `mine` ([first, second),
   // sorted, disjoint): shared memory combines just those here (the rest of `tensor` keeps this
   // rank's input), other transports reduce it whole. Every rank takes part with its own ranges.
@@ -105,6 +113,10 @@ class Communicator {
   std::string host_name() const;
   bool reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op, bool average = false,
                                const std::vector<std::pair<size_t, size_t>>* only = nullptr);
+  // Every rank's copies of `tensor`'s buffer, by rank, when it is a whole shared_zeros buffer.
+  std::vector<unsigned char*> peer_copies(const at::Tensor& tensor) const;
+  // Whether every rank's `ok` is true (over shared memory).
+  bool all_agree(bool ok);
   template <class F>
   void guarded(const char* what, F&& body);
 

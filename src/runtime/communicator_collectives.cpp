@@ -66,11 +66,89 @@ bool Communicator::reduce_in_shared_memory(at::Tensor& tensor, ReduceOp op, bool
                        : op == ReduceOp::kSum ? ShmOp::kSum
                        : op == ReduceOp::kMax ? ShmOp::kMax
                                               : ShmOp::kMin;
+  const std::vector<unsigned char*> copies =
+      only ? std::vector<unsigned char*>{} : peer_copies(tensor);
   guarded("all_reduce", [&] {
-    impl_->shm->all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type, shm_op,
-                           collective_timeout_, only);
+    if (!copies.empty())
+      impl_->shm->all_reduce_mapped(copies, static_cast<size_t>(tensor.numel()), type, shm_op,
+                                    collective_timeout_);
+    else
+      impl_->shm->all_reduce(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type, shm_op,
+                             collective_timeout_, only);
   });
   return true;
+}
+
+std::vector<unsigned char*> Communicator::peer_copies(const at::Tensor& tensor) const {
+  if (impl_->mapped.empty() || !tensor.defined() || !tensor.device().is_cpu()) return {};
+  const auto it = impl_->mapped.find(tensor.data_ptr());
+  if (it == impl_->mapped.end()) return {};
+  const auto copies = it->second.lock();
+  const size_t bytes = static_cast<size_t>(tensor.numel()) * tensor.element_size();
+  if (!copies || !tensor.is_contiguous() || copies->copies[rank_].bytes() != bytes) return {};
+  std::vector<unsigned char*> out;
+  for (const SharedBuffer& b : copies->copies) out.push_back(b.data());
+  return out;
+}
+
+bool Communicator::maps_peers(const at::Tensor& tensor) const {
+  return !peer_copies(tensor).empty();
+}
+
+bool Communicator::all_agree(bool ok) {
+  int32_t value = ok ? 1 : 0;
+  guarded("all_reduce", [&] {
+    impl_->shm->all_reduce(&value, 1, ShmType::kI32, ShmOp::kMin, collective_timeout_);
+  });
+  return value == 1;
+}
+
+// Each rank makes its copy under a name every rank can tell (the segment's stem, the buffer's
+// number, the rank), all agree that every copy exists, each maps the others', and all agree again
+// before the names go. Any failure on any rank (a full /dev/shm, say) gives every rank an
+// ordinary tensor.
+at::Tensor Communicator::shared_zeros(int64_t numel, const at::TensorOptions& options) {
+  const auto dtype = options.dtype().toScalarType();
+  const bool reducible =
+      dtype == at::kFloat || dtype == at::kDouble || dtype == at::kInt || dtype == at::kLong;
+  if (!impl_->shm || options.device().type() != c10::kCPU || !reducible || numel <= 0)
+    return at::zeros({numel}, options);
+  const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
+  const std::string stem = impl_->shm_name + "-b" + std::to_string(impl_->shared_made++) + "-r";
+  auto mapped = std::make_shared<Impl::MappedCopies>();
+  mapped->copies.resize(static_cast<size_t>(size_));
+  const std::string mine = stem + std::to_string(rank_);
+  bool made = false;
+  try {
+    mapped->copies[rank_] = SharedBuffer::create(mine, bytes);
+    made = true;
+  } catch (const accel::Error&) {
+  }
+  bool ok = false;
+  try {
+    ok = all_agree(made);
+    for (int r = 0; ok && r < size_; ++r) {
+      if (r == rank_) continue;
+      try {
+        mapped->copies[r] = SharedBuffer::attach(stem + std::to_string(r), bytes);
+      } catch (const accel::Error&) {
+        ok = false;
+      }
+    }
+    ok = all_agree(ok);
+  } catch (...) {
+    if (made) SharedBuffer::unlink(mine);  // a peer failed: no name may outlive the job
+    throw;
+  }
+  if (made) SharedBuffer::unlink(mine);
+  if (!ok) return at::zeros({numel}, options);
+  void* data = mapped->copies[rank_].data();
+  for (auto it = impl_->mapped.begin(); it != impl_->mapped.end();)
+    it = it->second.expired() ? impl_->mapped.erase(it) : std::next(it);
+  impl_->mapped[data] = mapped;
+  // The storage keeps every mapping: a gradient the host still holds outlives the communicator.
+  return at::from_blob(
+      data, {numel}, [mapped](void*) {}, options.requires_grad(false));
 }
 
 std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "compat/process_group.hpp"
 #include "compat/tcp_store.hpp"
 #include "runtime/communicator.hpp"
+#include "runtime/shared_buffer.hpp"
 #include "runtime/shm_reduce.hpp"
 
 namespace accel::runtime {
@@ -75,6 +77,14 @@ struct Communicator::Impl {
     return *device_group;
   }
   std::unique_ptr<ShmReduce> shm;
+  std::string shm_name;      // the segment's (removed) name: the stem of the shared buffers'
+  uint64_t shared_made = 0;  // shared_zeros calls so far: the next buffers' number
+  // Every rank's copy of a shared_zeros buffer, by rank, kept alive by the tensor's storage.
+  struct MappedCopies {
+    std::vector<SharedBuffer> copies;
+  };
+  // By the address of this rank's copy; an entry whose tensor is gone has expired.
+  std::map<const void*, std::weak_ptr<MappedCopies>> mapped;
   std::vector<PeerInfo> peers;  // by rank; empty until exchanged
 };
 

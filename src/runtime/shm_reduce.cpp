@@ -155,6 +155,34 @@ size_t type_size(ShmType type) {
   return 0;
 }
 
+// `n` elements of every rank's `slots` combined in rank order into `out`.
+void combine_typed(void* out, unsigned char* const* slots, int world, size_t n, ShmType type,
+                   ShmOp op) {
+  switch (type) {
+    case ShmType::kF32:
+      combine_op(static_cast<float*>(out), slots, world, n, op);
+      break;
+    case ShmType::kF64:
+      combine_op(static_cast<double*>(out), slots, world, n, op);
+      break;
+    case ShmType::kI32:
+      combine_op(static_cast<int32_t*>(out), slots, world, n, op);
+      break;
+    case ShmType::kI64:
+      combine_op(static_cast<int64_t*>(out), slots, world, n, op);
+      break;
+  }
+}
+
+// Where rank `r`'s part of `count` elements starts: parts of about count / world, on 64-byte
+// boundaries so that no two ranks write one cache line.
+size_t part_start(size_t count, int r, int world, size_t elem) {
+  if (r >= world) return count;
+  const size_t line = std::max<size_t>(64 / elem, 1);
+  const size_t at = count * static_cast<size_t>(r) / static_cast<size_t>(world);
+  return std::min(count, (at + line - 1) / line * line);
+}
+
 }  // namespace
 
 size_t ShmReduce::default_slot_bytes(int world) {
@@ -360,21 +388,7 @@ void ShmReduce::all_reduce(void* data, size_t count, ShmType type, ShmOp op,
   // Combines elements [from, from + n) of this round (which starts at element `done`).
   auto combine_range = [&](size_t done, size_t from, size_t n) {
     for (int r = 0; r < world_; ++r) slots[r] = slot(r) + (from - done) * elem;
-    void* out = bytes + from * elem;
-    switch (type) {
-      case ShmType::kF32:
-        combine_op(static_cast<float*>(out), slots.data(), world_, n, op);
-        break;
-      case ShmType::kF64:
-        combine_op(static_cast<double*>(out), slots.data(), world_, n, op);
-        break;
-      case ShmType::kI32:
-        combine_op(static_cast<int32_t*>(out), slots.data(), world_, n, op);
-        break;
-      case ShmType::kI64:
-        combine_op(static_cast<int64_t*>(out), slots.data(), world_, n, op);
-        break;
-    }
+    combine_typed(bytes + from * elem, slots.data(), world_, n, type, op);
   };
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(per_round, count - done);
@@ -391,6 +405,33 @@ void ShmReduce::all_reduce(void* data, size_t count, ShmType type, ShmOp op,
     });
     done += n;
   }
+}
+
+void ShmReduce::all_reduce_mapped(const std::vector<unsigned char*>& copies, size_t count,
+                                  ShmType type, ShmOp op, std::chrono::milliseconds timeout) {
+  if (copies.size() != static_cast<size_t>(world_))
+    fail(Errc::internal, "shared-memory all-reduce: one copy per rank expected");
+  const size_t elem = type_size(type);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const size_t first = part_start(count, rank_, world_, elem);
+  const size_t last = part_start(count, rank_ + 1, world_, elem);
+  // The result goes through a chunk that stays in cache on its way to every copy: combining into
+  // this rank's own copy would overwrite an input a later pass of a 3+ rank sum still reads.
+  constexpr size_t kChunkBytes = 64 << 10;
+  thread_local std::vector<unsigned char> chunk(kChunkBytes);
+  std::vector<unsigned char*> at(world_);
+  exchange_round(nullptr, 0, deadline, timeout, "all-reduce", [&] {
+    for (size_t from = first; from < last;) {
+      const size_t n = std::min(kChunkBytes / elem, last - from);
+      for (int r = 0; r < world_; ++r) at[r] = copies[r] + from * elem;
+      combine_typed(chunk.data(), at.data(), world_, n, type, op);
+      for (int r = 0; r < world_; ++r) std::memcpy(at[r], chunk.data(), n * elem);
+      from += n;
+    }
+  });
+  // Every rank's part must be in this rank's copy before it is used, and no rank may still read
+  // it when this rank writes it again.
+  wait_all(false, round_, deadline, timeout, "all-reduce");
 }
 
 void ShmReduce::all_gather(const void* mine, const std::vector<size_t>& bytes_of, void* out,

@@ -56,6 +56,14 @@ class ShmReduce {
   // contributes all of `data`), each reading 1/N of what a full all-reduce reads.
   void all_reduce(void* data, size_t count, ShmType type, ShmOp op,
                   std::chrono::milliseconds timeout, const std::vector<Range>* only = nullptr);
+  // In place on `count` elements of which every rank holds a copy that this rank maps: copies[r]
+  // is rank r's (copies[rank] this rank's own, see SharedBuffer). Each rank combines about 1/N
+  // of the elements from every copy, in rank order, and writes the result into every copy: no
+  // data passes through the slots, and each rank reads and writes each element once where
+  // all_reduce copies it in, reads it N times and writes it twice. Returns once every rank has
+  // written its part. Calling rules and errors as all_reduce (it is one of the same sequence).
+  void all_reduce_mapped(const std::vector<unsigned char*>& copies, size_t count, ShmType type,
+                         ShmOp op, std::chrono::milliseconds timeout);
   // Every rank's bytes, concatenated in rank order into `out` (sum of `bytes_of` bytes; rank r
   // gives bytes_of[r], which may differ between ranks, from `mine`). Every rank passes the same
   // `bytes_of`. Each rank reads each byte once: an all-gather, not a sum of zero-padded buffers.

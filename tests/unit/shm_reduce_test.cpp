@@ -1,5 +1,6 @@
 // The shared-memory all-reduce with real processes (fork): results, rounds larger than a slot,
-// bitwise agreement, a peer that dies, a peer that never arrives, and segments that are not ours.
+// bitwise agreement (through the slots and on mapped copies), a peer that dies, a peer that never
+// arrives, and segments that are not ours.
 #include "runtime/shm_reduce.hpp"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "runtime/shared_buffer.hpp"
 
 using accel::runtime::ShmOp;
 using accel::runtime::ShmReduce;
@@ -158,6 +160,46 @@ TEST(ShmReduce, ReduceToOwnersCombinesOnlyEachRanksRanges) {
     return true;
   });
   for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST(ShmReduce, AllReduceOfMappedCopiesEqualsTheSlotsBitForBit) {
+  // Each rank's copy in a SharedBuffer the others map; counts that split unevenly into parts and
+  // chunks (one element; 17; 100003 floats, several 64 KiB chunks per part), three ops and types.
+  using accel::runtime::SharedBuffer;
+  for (int world : {2, 3}) {
+    const auto codes = run_ranks(world, [&](ShmReduce& shm, int rank) {
+      const std::string stem =
+          "/accel-test-" + std::to_string(rank == 0 ? getpid() : getppid()) + "-mapped-r";
+      const size_t most = 100003 * sizeof(double);
+      std::vector<SharedBuffer> copies(world);
+      copies[rank] = SharedBuffer::create(stem + std::to_string(rank), most);
+      int32_t ready = 1;
+      shm.all_reduce(&ready, 1, ShmType::kI32, ShmOp::kMin, 10s);
+      for (int r = 0; r < world; ++r)
+        if (r != rank) copies[r] = SharedBuffer::attach(stem + std::to_string(r), most);
+      shm.all_reduce(&ready, 1, ShmType::kI32, ShmOp::kMin, 10s);
+      SharedBuffer::unlink(stem + std::to_string(rank));
+      std::vector<unsigned char*> at;
+      for (const SharedBuffer& b : copies) at.push_back(b.data());
+      auto same = [&](auto sample, ShmType type, ShmOp op, size_t n) {
+        using T = decltype(sample);
+        std::vector<T> want(n);
+        auto* mine = reinterpret_cast<T*>(copies[rank].data());
+        for (size_t i = 0; i < n; ++i)
+          want[i] = mine[i] = static_cast<T>(value_of(rank, i) * (i % 2 ? -7 : 3));
+        shm.all_reduce(want.data(), n, type, op, 10s);
+        shm.all_reduce_mapped(at, n, type, op, 10s);
+        return std::memcmp(want.data(), mine, n * sizeof(T)) == 0;
+      };
+      for (size_t n : {size_t{1}, size_t{17}, size_t{100003}})
+        if (!same(0.0F, ShmType::kF32, ShmOp::kAvg, n) ||
+            !same(0.0, ShmType::kF64, ShmOp::kSum, n) ||
+            !same(int64_t{0}, ShmType::kI64, ShmOp::kMax, n))
+          return false;
+      return true;
+    });
+    for (int c : codes) EXPECT_EQ(c, 0) << "world " << world;
+  }
 }
 
 TEST(ShmReduce, APeerThatDiesDuringAnAllGatherIsNamed) {
