@@ -1,11 +1,8 @@
 #include "runtime/shm_reduce.hpp"
 
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -45,10 +42,6 @@ size_t control_bytes(int world) {
 
 size_t segment_bytes(int world, size_t slot_bytes) {
   return kPage + control_bytes(world) + static_cast<size_t>(world) * slot_bytes;
-}
-
-std::string sys_error(const std::string& what, int err) {
-  return what + ": " + std::strerror(err);
 }
 
 void cpu_relax() {
@@ -190,11 +183,9 @@ size_t ShmReduce::default_slot_bytes(int world) {
   return round_up(std::clamp(share, size_t{1} << 20, size_t{8} << 20), kPage);
 }
 
-void ShmReduce::map(int fd, int rank, int world, size_t slot_bytes) {
-  bytes_ = segment_bytes(world, slot_bytes);
-  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) fail(Errc::io, sys_error("mmap of the shared-memory segment", errno));
-  base_ = static_cast<unsigned char*>(p);
+void ShmReduce::map(SharedBuffer segment, int rank, int world, size_t slot_bytes) {
+  segment_ = std::move(segment);
+  base_ = segment_.data();
   rank_ = rank;
   world_ = world;
   slot_bytes_ = slot_bytes;
@@ -203,28 +194,8 @@ void ShmReduce::map(int fd, int rank, int world, size_t slot_bytes) {
 ShmReduce ShmReduce::create(const std::string& name, int world, size_t slot_bytes, uint64_t token) {
   if (world < 2 || slot_bytes % kPage != 0 || slot_bytes == 0)
     fail(Errc::invalid_argument, "shared-memory all-reduce needs 2+ ranks and page-sized slots");
-  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) fail(Errc::io, sys_error("shm_open(" + name + ")", errno));
   ShmReduce shm;
-  const size_t bytes = segment_bytes(world, slot_bytes);
-  int err = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
-  // Reserve the pages now: on a full tmpfs, touching a page of a merely truncated file is SIGBUS.
-  if (err == 0) err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-  if (err != 0) {
-    close(fd);
-    shm_unlink(name.c_str());
-    fail(Errc::io,
-         sys_error("reserving " + std::to_string(bytes >> 20) + " MiB in /dev/shm for " + name,
-                   err));
-  }
-  try {
-    shm.map(fd, 0, world, slot_bytes);
-  } catch (...) {
-    close(fd);
-    shm_unlink(name.c_str());
-    throw;
-  }
-  close(fd);
+  shm.map(SharedBuffer::create(name, segment_bytes(world, slot_bytes)), 0, world, slot_bytes);
   auto* header = reinterpret_cast<Header*>(shm.base_);
   header->token = token;
   header->slot_bytes = slot_bytes;
@@ -235,21 +206,8 @@ ShmReduce ShmReduce::create(const std::string& name, int world, size_t slot_byte
 
 ShmReduce ShmReduce::attach(const std::string& name, int rank, int world, size_t slot_bytes,
                             uint64_t token) {
-  const int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) fail(Errc::io, sys_error("shm_open(" + name + ")", errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != segment_bytes(world, slot_bytes)) {
-    close(fd);
-    fail(Errc::io, "shared-memory segment " + name + " has an unexpected size");
-  }
   ShmReduce shm;
-  try {
-    shm.map(fd, rank, world, slot_bytes);
-  } catch (...) {
-    close(fd);
-    throw;
-  }
-  close(fd);
+  shm.map(SharedBuffer::attach(name, segment_bytes(world, slot_bytes)), rank, world, slot_bytes);
   const auto* header = reinterpret_cast<const Header*>(shm.base_);
   if (__atomic_load_n(&header->magic, __ATOMIC_ACQUIRE) != kMagic || header->token != token ||
       header->world != static_cast<uint32_t>(world) || header->slot_bytes != slot_bytes)
@@ -265,7 +223,7 @@ void ShmReduce::publish_pid() {
 }
 
 void ShmReduce::unlink(const std::string& name) {
-  shm_unlink(name.c_str());
+  SharedBuffer::unlink(name);
 }
 
 void ShmReduce::watch_peers() {
@@ -284,8 +242,8 @@ ShmReduce::ShmReduce(ShmReduce&& other) noexcept {
 }
 
 ShmReduce& ShmReduce::operator=(ShmReduce&& other) noexcept {
+  std::swap(segment_, other.segment_);
   std::swap(base_, other.base_);
-  std::swap(bytes_, other.bytes_);
   std::swap(slot_bytes_, other.slot_bytes_);
   std::swap(rank_, other.rank_);
   std::swap(world_, other.world_);
@@ -295,7 +253,6 @@ ShmReduce& ShmReduce::operator=(ShmReduce&& other) noexcept {
 }
 
 ShmReduce::~ShmReduce() {
-  if (base_) munmap(base_, bytes_);
   for (int fd : pidfds_)
     if (fd >= 0) close(fd);
 }

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/shared_buffer.hpp"
+
 namespace accel::runtime {
 
 enum class ShmType { kF32, kF64, kI32, kI64 };
@@ -73,7 +75,7 @@ class ShmReduce {
 
  private:
   ShmReduce() = default;
-  void map(int fd, int rank, int world, size_t slot_bytes);
+  void map(SharedBuffer segment, int rank, int world, size_t slot_bytes);
   uint32_t* arrive_word(int r) const;
   uint32_t* done_word(int r) const;
   unsigned char* slot(int r) const;
@@ -85,8 +87,8 @@ class ShmReduce {
                       std::chrono::steady_clock::time_point deadline,
                       std::chrono::milliseconds timeout, const char* what, Use&& use);
 
-  unsigned char* base_ = nullptr;
-  size_t bytes_ = 0;
+  SharedBuffer segment_;
+  unsigned char* base_ = nullptr;  // segment_.data()
   size_t slot_bytes_ = 0;
   int rank_ = 0;
   int world_ = 0;
