@@ -166,8 +166,8 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
       line += ", all-reduce over " + comm_->all_reduce_transport() + ", store " +
               place_.master_addr + ":" + std::to_string(place_.master_port) + " (" +
               place_.endpoint_source + (place_.store_hosted ? ", hosted by the launcher" : "") +
-              (place_.store_fd >= 0 ? ", served on the socket accel launch bound" : "") +
-              "), attempt " + std::to_string(place_.attempt);
+              (place_.store_fd >= 0 ? ", served on the socket accel launch bound" : "") + "; " +
+              comm_->store_summary() + "), attempt " + std::to_string(place_.attempt);
     line += "\n";
     fputs(line.c_str(), stderr);
   }

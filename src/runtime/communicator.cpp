@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -24,6 +25,10 @@
 #include "cuda/plugin.hpp"
 #include "runtime/communicator_impl.hpp"
 #include "runtime/shm_reduce.hpp"
+#include "security/job_token.hpp"
+#include "store/client.hpp"
+#include "store/endpoint.hpp"
+#include "store/server.hpp"
 
 namespace accel::runtime {
 
@@ -40,7 +45,7 @@ std::string join_ranks(const std::vector<int>& ranks) {
 }
 
 bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+  return addr == "localhost" || store::is_loopback_address(addr);
 }
 
 std::atomic<int> g_generation{0};
@@ -99,6 +104,14 @@ bool wait_for_listener(const std::string& addr, int port,
 // "0.5", never "0,5": an ostream would use the host program's global C++ locale.
 std::string seconds_text(std::chrono::milliseconds ms) {
   return format_real(static_cast<double>(ms.count()) / 1000.0);
+}
+
+std::string nothing_listened(const ProcessPlace& place, const CommOptions& options,
+                             const std::string& endpoint, const std::string& who_hosts) {
+  return "rank " + std::to_string(place.rank) + " could not reach the rendezvous store at " +
+         endpoint + ", hosted by " + who_hosts + ": nothing listened there for " +
+         seconds_text(options.rendezvous) + " s (rendezvous_timeout). Check that " + who_hosts +
+         " started, and MASTER_ADDR and MASTER_PORT";
 }
 
 // The state letter and start time of a process from /proc/<pid>/stat; false when it is gone.
@@ -194,41 +207,22 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
   const std::string who_hosts =
       place.store_hosted ? "the launcher (" + place.engine + ")" : "rank 0";
 
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(place.master_port);
-  opts.isServer = host_store;
-  opts.waitWorkers = false;
-  opts.timeout = comm_options.rendezvous;
-  if (host_store && place.store_fd >= 0) compat::adopt_bound_socket(opts, place.store_fd);
   // One deadline for the whole rendezvous: reaching the store and the census share it.
   const auto deadline = std::chrono::steady_clock::now() + comm_options.rendezvous;
-  if (!host_store && !wait_for_listener(place.master_addr, place.master_port, deadline))
-    fail(Errc::rendezvous,
-         "rank " + std::to_string(place.rank) + " could not reach the rendezvous store at " +
-             endpoint + ", hosted by " + who_hosts + ": nothing listened there for " +
-             seconds_text(comm_options.rendezvous) + " s (rendezvous_timeout). Check that " +
-             who_hosts + " started, and MASTER_ADDR and MASTER_PORT");
-  try {
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(place.master_addr, opts);
-  } catch (const std::exception& e) {
-    const std::string msg = what_of(e);
-    if (host_store)
-      fail(Errc::rendezvous, "rank 0 could not open the rendezvous store on port " +
-                                 std::to_string(place.master_port) + ": " + msg +
-                                 (contains(msg, "in use") ? " (choose another MASTER_PORT, or let "
-                                                            "accel launch pick a free one)"
-                                                          : ""));
-    fail(Errc::rendezvous, "rank " + std::to_string(place.rank) +
-                               " could not reach the rendezvous store at " + endpoint +
-                               ", hosted by " + who_hosts + ", within " +
-                               seconds_text(comm_options.rendezvous) + " s: " + msg +
-                               compat::store_mismatch_hint(msg, place.store_hosted));
-  }
+  if (place.store_hosted)
+    join_launcher_store(place, comm_options, deadline, endpoint, who_hosts);
+  else
+    open_token_store(place, comm_options, deadline, host_store, endpoint);
   // Every rendezvous key lives under the job's id, so a stray process of another job that reaches
   // this store by mistake finds nothing of ours, and under a per-process generation, so that a
   // second accelerator in the same job does not see the first one's census. A launcher's store
   // outlives a failed attempt: the attempt number keeps a restarted one from its keys.
-  const std::string prefix = "accel/" + place.run_id + "/a" + std::to_string(place.attempt) + "/g" +
+  // With a job token, the keys also live under a name derived from it: a store libaccel does not
+  // guard (torchrun's agent store) hides them from a process without the token.
+  const std::string secret =
+      security::token_key_prefix(security::JobToken{place.job_token, place.job_token_source});
+  const std::string prefix = "accel/" + (secret.empty() ? "" : secret + "/") + place.run_id + "/a" +
+                             std::to_string(place.attempt) + "/g" +
                              std::to_string(g_generation.fetch_add(1));
   impl_->job_store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
 
@@ -239,8 +233,11 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
     // (or in a network namespace) may name an address the peers cannot reach; the address this
     // host uses towards the store is one they can.
     compat::GlooEndpoint gloo_at;
+    // When every rank is on this machine, Gloo listens on the loopback address only.
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
       gloo_at.interface = ifname;
+    else if (place.all_local())
+      gloo_at.address = impl_->store_at.connect.empty() ? "127.0.0.1" : impl_->store_at.connect;
     else
       gloo_at.address = local_address_towards(place.master_addr, place.master_port);
     auto pg_store = c10::make_intrusive<c10d::PrefixStore>("gloo", impl_->job_store);
@@ -252,6 +249,75 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
   exchange_identities(place);
   find_local_ranks(place);
   if (comm_options.shared_memory && local_world_size_ == size_) setup_shared_memory();
+}
+
+// torchrun's agent (TORCHELASTIC_USE_AGENT_STORE) hosts a c10d TCPStore: every rank is its
+// client, as a PyTorch worker would be. It has no job token; the token-derived key prefix hides
+// this job's keys from a process that lacks the token.
+void Communicator::join_launcher_store(const ProcessPlace& place, const CommOptions& options,
+                                       std::chrono::steady_clock::time_point deadline,
+                                       const std::string& endpoint, const std::string& who_hosts) {
+  if (!wait_for_listener(place.master_addr, place.master_port, deadline))
+    fail(Errc::rendezvous, nothing_listened(place, options, endpoint, who_hosts));
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(place.master_port);
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  opts.timeout = options.rendezvous;
+  try {
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(place.master_addr, opts);
+  } catch (const std::exception& e) {
+    const std::string msg = what_of(e);
+    fail(Errc::rendezvous, "rank " + std::to_string(place.rank) +
+                               " could not reach the rendezvous store at " + endpoint +
+                               ", hosted by " + who_hosts + ", within " +
+                               seconds_text(options.rendezvous) + " s: " + msg +
+                               compat::store_mismatch_hint(msg, true));
+  }
+}
+
+// libaccel's own store: rank 0 serves it (on the socket accel launch bound, or on the address
+// store_endpoint picks), and every rank, rank 0 too, proves the job token to it.
+void Communicator::open_token_store(const ProcessPlace& place, const CommOptions& options,
+                                    std::chrono::steady_clock::time_point deadline, bool host_store,
+                                    const std::string& endpoint) {
+  impl_->token_source = place.job_token_source;
+  impl_->store_at =
+      store::store_endpoint(place.master_addr, place.all_local(), place.listen_address);
+  std::string connect = impl_->store_at.connect;
+  if (host_store) {
+    store::ServerOptions server_options;
+    server_options.token = place.job_token;
+    server_options.name = "rank 0's rendezvous store";
+    try {
+      impl_->server = place.store_fd >= 0
+                          ? store::StoreServer::on_socket(place.store_fd, std::move(server_options))
+                          : store::StoreServer::bind(impl_->store_at.listen, place.master_port,
+                                                     std::move(server_options));
+    } catch (const std::exception& e) {
+      const std::string msg = what_of(e);
+      fail(Errc::rendezvous, "rank 0 could not open the rendezvous store on port " +
+                                 std::to_string(place.master_port) + ": " + msg +
+                                 (contains(msg, "in use") ? " (choose another MASTER_PORT, or let "
+                                                            "accel launch pick a free one)"
+                                                          : ""));
+    }
+    impl_->store_at.listen = impl_->server->address();
+    connect = store::local_connect_address(impl_->store_at.listen);
+    if (!impl_->store_at.note.empty())
+      std::fprintf(stderr, "libaccel: rank 0: %s\n", impl_->store_at.note.c_str());
+  }
+  try {
+    impl_->store = c10::make_intrusive<store::TokenStore>(
+        connect, place.master_port, place.job_token, options.rendezvous, deadline);
+  } catch (const std::exception& e) {
+    const std::string msg = what_of(e);
+    if (contains(msg, "nothing listened"))
+      fail(Errc::rendezvous, nothing_listened(place, options, endpoint, "rank 0"));
+    fail(Errc::rendezvous, "rank " + std::to_string(place.rank) +
+                               " could not join the rendezvous store at " + endpoint +
+                               ", hosted by rank 0: " + msg);
+  }
 }
 
 // Rank 0 creates the segment and publishes its name; every rank attaches, then all agree (a Gloo
@@ -451,6 +517,18 @@ std::string Communicator::diagnose_peers_once(const std::string& message) const 
     return "the connection to " + list(remote) + " broke: that rank or its host failed";
   if (!alive.empty() && size_ == 2) return list(alive) + " is alive but did not take part";
   return "";
+}
+
+std::string Communicator::store_summary() const {
+  const auto& at = impl_->store_at;
+  if (impl_->server)
+    return "listening on " + at.listen + ":" + std::to_string(impl_->server->port()) +
+           (impl_->token_source.empty() ? ", no job token"
+                                        : ", job token from " + impl_->token_source);
+  if (at.connect.empty()) return "hosted by the launcher";
+  return "reached at " + at.connect +
+         (impl_->token_source.empty() ? ", no job token"
+                                      : ", job token from " + impl_->token_source);
 }
 
 Communicator::~Communicator() = default;

@@ -1,5 +1,6 @@
-// The process group of a job: rendezvous through c10d's TCPStore, a census of the ranks, and Gloo
-// collectives with timeouts and failure classification. Callers see accel::Error only.
+// The process group of a job: rendezvous through libaccel's token-guarded store (or torchrun's), a
+// census of the ranks, and Gloo collectives with timeouts and failure classification. Callers see
+// accel::Error only.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -92,6 +93,9 @@ class Communicator {
   // through the segment. Every rank calls it with the same numel and dtype, in the same order.
   // Otherwise (Gloo, a device, a /dev/shm too small: every rank agrees) an ordinary tensor.
   at::Tensor shared_zeros(int64_t numel, const at::TensorOptions& options);
+  // Where the rendezvous store listens (rank 0) or is reached, and whose job token guards it,
+  // for the debug line.
+  std::string store_summary() const;
   // Whether an all-reduce of `tensor` works on the ranks' mapped copies (see shared_zeros).
   bool maps_peers(const at::Tensor& tensor) const;
   // A sum (or average) of which this rank needs only the elements in `mine` ([first, second),
@@ -105,6 +109,12 @@ class Communicator {
   void census(const ProcessPlace& place, const CommOptions& options,
               std::chrono::steady_clock::time_point deadline, bool host_store,
               const std::string& endpoint);
+  void join_launcher_store(const ProcessPlace& place, const CommOptions& options,
+                           std::chrono::steady_clock::time_point deadline,
+                           const std::string& endpoint, const std::string& who_hosts);
+  void open_token_store(const ProcessPlace& place, const CommOptions& options,
+                        std::chrono::steady_clock::time_point deadline, bool host_store,
+                        const std::string& endpoint);
   void setup_shared_memory();
   void exchange_identities(const ProcessPlace& place);
   void find_local_ranks(const ProcessPlace& place);

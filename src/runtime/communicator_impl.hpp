@@ -18,6 +18,8 @@
 #include "runtime/communicator.hpp"
 #include "runtime/shared_buffer.hpp"
 #include "runtime/shm_reduce.hpp"
+#include "store/endpoint.hpp"
+#include "store/server.hpp"
 
 namespace accel::runtime {
 
@@ -60,7 +62,10 @@ struct PeerInfo {
 };
 
 struct Communicator::Impl {
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::unique_ptr<store::StoreServer> server;  // rank 0's; outlives every client of it here
+  store::StoreEndpoint store_at;
+  std::string token_source;
+  c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Store> job_store;
   c10::intrusive_ptr<compat::Group> group;
   c10::intrusive_ptr<compat::Group> device_group;  // NCCL, after attach_device

@@ -10,6 +10,7 @@
 #include "cluster/hostlist.hpp"
 #include "common/error.hpp"
 #include "common/parse.hpp"
+#include "security/job_token.hpp"
 
 namespace accel::runtime {
 
@@ -300,6 +301,11 @@ ProcessPlace read_process_place(const config::EnvMap& env) {
     p.local_known = true;
     p.local_rank = 0;
     p.local_world_size = 1;
+  } else {
+    const security::JobToken token = security::read_job_token(env);
+    p.job_token = token.secret;
+    p.job_token_source = token.source;
+    if (auto it = env.find("ACCEL_LISTEN_ADDRESS"); it != env.end()) p.listen_address = it->second;
   }
   return p;
 }

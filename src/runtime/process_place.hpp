@@ -25,10 +25,15 @@ struct ProcessPlace {
   bool store_hosted = false;  // the launcher hosts the store: every rank, rank 0 too, is a client
   std::string run_id;         // prefixes rendezvous keys so that two jobs on one store never meet
   int attempt = 0;            // the restart count: a restarted attempt never meets the old keys
+  std::string job_token;      // the secret ranks prove to the store (empty: none given)
+  std::string job_token_source;  // where it came from, for messages
+  std::string listen_address;    // ACCEL_LISTEN_ADDRESS: where rank 0's store listens, if set
   std::string engine = "the environment";  // who started this process, for messages
   std::string endpoint_source;             // where the store's address came from, for messages
 
   bool distributed() const { return world_size > 1; }
+  // The engine says every rank runs on this machine.
+  bool all_local() const { return local_known && local_world_size == world_size; }
 };
 
 // Reads the place from `env`. Without any engine's variables the process is a world of one.

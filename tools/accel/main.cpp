@@ -30,6 +30,7 @@
 #include "launch/plan.hpp"
 #include "launch/supervisor.hpp"
 #include "runtime/process_place.hpp"
+#include "security/job_token.hpp"
 
 namespace {
 
@@ -76,16 +77,39 @@ void note(const LaunchRuntime& rt, const std::string& text) {
   if (!rt.quiet) std::fprintf(stderr, "accel launch: %s\n", text.c_str());
 }
 
+// The secret the ranks prove to the store (ACCEL_JOB_TOKEN): the user's or engine's when set; a
+// new one for a job on this machine. Machines of a multi-machine job cannot agree on a new one,
+// so without the user's token that job's store accepts any libaccel client: said here.
+void give_job_token(accel::launch::LaunchPlan& plan, const accel::config::EnvMap& env,
+                    const LaunchRuntime& rt) {
+  if (plan.world_size < 2 || env.count("ACCEL_JOB_TOKEN") || env.count("ACCEL_JOB_TOKEN_FILE"))
+    return;
+  if (plan.num_machines == 1) {
+    plan.common_env["ACCEL_JOB_TOKEN"] = accel::security::new_job_token();
+    return;
+  }
+  if (plan.machine_rank == 0)
+    note(rt,
+         "no ACCEL_JOB_TOKEN or ACCEL_JOB_TOKEN_FILE: the job's rendezvous store accepts any "
+         "libaccel rank that reaches " +
+             plan.master_addr + ":" + std::to_string(plan.master_port) +
+             "; set the same secret in ACCEL_JOB_TOKEN on every machine to refuse the rest");
+}
+
 int run_launch(const accel::launch::LaunchOptions& options, const LaunchRuntime& rt) {
   const auto env = accel::config::process_environment();
-  const auto plan = accel::launch::make_plan(options, env, accel::runtime::available_cpus());
+  auto plan = accel::launch::make_plan(options, env, accel::runtime::available_cpus());
   accel::launch::block_supervised_signals();
+  give_job_token(plan, env, rt);
   // Rank 0 opens the store on MASTER_PORT; the launcher only picks a free port and holds it for
   // the job, so it starts in milliseconds instead of loading LibTorch to host the store itself.
+  // A job on this machine listens on the loopback address only.
   std::unique_ptr<accel::launch::HeldPort> held;
   int port = plan.master_port;
   if (plan.pick_port) {
-    held = std::make_unique<accel::launch::HeldPort>();
+    auto listen = env.find("ACCEL_LISTEN_ADDRESS");
+    held = std::make_unique<accel::launch::HeldPort>(listen != env.end() ? listen->second
+                                                                         : "127.0.0.1");
     port = held->port();
   }
   const std::string run_id =
@@ -113,14 +137,12 @@ int run_launch(const accel::launch::LaunchOptions& options, const LaunchRuntime&
       rp.env = accel::launch::rank_environment(plan, local, port, run_id, env, attempt);
       if (!plan.log_dir.empty())
         rp.log_path = plan.log_dir + "/rank_" + std::to_string(rp.rank) + ".log";
-#if ACCEL_TORCH2
-      // LibTorch 2.x's store serves on a socket handed to it: rank 0 takes over the one held
-      // here, so the port is never free between the launcher's pick and rank 0's bind.
+      // Rank 0's store serves on the socket held here, so the port is never free between the
+      // launcher's pick and rank 0's listen.
       if (held && rp.rank == 0) {
         rp.inherit_fd = held->fd();
         rp.env.push_back("ACCEL_STORE_FD=" + std::to_string(held->fd()));
       }
-#endif
       if (options.debug)
         note(rt, "attempt " + std::to_string(attempt) + ", rank " + std::to_string(rp.rank) + ": " +
                      rank_summary(rp.env) + " " + join_command(options.command));

@@ -1,0 +1,48 @@
+// libaccel's rendezvous store server: a key-value store on one thread that serves only clients
+// proving the job token (store/wire.hpp). Every other connection (nothing sent within the
+// handshake deadline, bytes that are not the handshake, a wrong proof, an oversized request) is
+// closed and named in the log; the store and its clients go on. Pure POSIX: no LibTorch.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace accel::store {
+
+struct ServerOptions {
+  std::string token;  // empty: no token was given, the handshake proves only the protocol
+  std::chrono::milliseconds handshake_timeout{800};
+  std::string name = "the rendezvous store";    // for log lines
+  std::function<void(const std::string&)> log;  // one line per refusal; default: stderr
+};
+
+class StoreServer {
+ public:
+  // Serves on `fd`, a bound TCP socket (accel launch's held port); takes it over.
+  static std::unique_ptr<StoreServer> on_socket(int fd, ServerOptions options);
+  // Binds address:port (port 0: a free one) and serves there. Throws accel::Error(rendezvous)
+  // when the port is in use or the address is not one of this machine's.
+  static std::unique_ptr<StoreServer> bind(const std::string& address, int port,
+                                           ServerOptions options);
+  ~StoreServer();  // stops serving and closes every connection
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  int port() const;
+  const std::string& address() const;  // the numeric address it listens on
+  uint64_t refused() const;            // connections refused so far
+
+  struct Impl;
+
+ private:
+  explicit StoreServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The numeric address and port of a socket's local end ("127.0.0.1", "::1").
+std::string socket_address(int fd, int* port);
+
+}  // namespace accel::store
