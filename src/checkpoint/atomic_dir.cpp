@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "common/error.hpp"
@@ -74,11 +76,26 @@ void remove_tree(const std::string& path) {
   }
 }
 
+namespace {
+
+// The process's umask, read without changing it (umask(2) would, for every thread at once).
+mode_t current_umask() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Umask:", 0) == 0)
+      return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  return 022;
+}
+
+}  // namespace
+
 AtomicDir::AtomicDir(std::string final_path, std::string suffix) : final_(std::move(final_path)) {
   while (final_.size() > 1 && final_.back() == '/') final_.pop_back();
   partial_ = final_ + (suffix.empty() ? ".partial-" + std::to_string(getpid()) : suffix);
   remove_tree(partial_);  // left over by an earlier crash of this very process id
-  if (mkdir(partial_.c_str(), 0755) != 0)
+  // Owner-only while it is being written; commit() gives it the umask's permissions.
+  if (mkdir(partial_.c_str(), 0700) != 0)
     fail(Errc::io, "cannot create '" + partial_ + "': " + std::strerror(errno));
 }
 
@@ -87,6 +104,7 @@ AtomicDir::~AtomicDir() {
 }
 
 void AtomicDir::commit() {
+  chmod(partial_.c_str(), 0777 & ~current_umask());
   fsync_tree(partial_);
   struct stat st;
   if (stat(final_.c_str(), &st) == 0) {

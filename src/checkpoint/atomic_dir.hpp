@@ -1,6 +1,8 @@
 // A directory that appears complete or not at all: written under a temporary name beside its final
 // place, fsynced, and renamed into place by commit(). A crash at any point before the rename leaves
-// the previous checkpoint of that name untouched. POSIX only, no LibTorch.
+// the previous checkpoint of that name untouched. The partial directory is owner-only (0700); the
+// committed one has 0777 less the process's umask, as any directory the user makes. POSIX only, no
+// LibTorch.
 #pragma once
 
 #include <string>

@@ -47,3 +47,21 @@ TEST(AtomicDir, CommitPutsItInPlaceAndAbandonLeavesNothing) {
   EXPECT_EQ(slurp(final_path + "/a.txt"), "second") << "replaced whole";
   EXPECT_THROW(AtomicDir("/nonexistent-parent/ckpt"), accel::Error);
 }
+
+// Owner-only while written, whatever the umask; the umask's permissions once in place.
+TEST(AtomicDir, PartialIsOwnerOnlyAndTheCommittedOneFollowsTheUmask) {
+  const std::string final_path = ::testing::TempDir() + "atomic_ckpt_mode";
+  accel::checkpoint::remove_tree(final_path);
+  const mode_t old = umask(027);
+  {
+    AtomicDir d(final_path);
+    struct stat st;
+    ASSERT_EQ(stat(d.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+    d.commit();
+    ASSERT_EQ(stat(final_path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0750u);
+  }
+  umask(old);
+  accel::checkpoint::remove_tree(final_path);
+}
