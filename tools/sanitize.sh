@@ -51,6 +51,8 @@ mode=${1:-all}
 #   Stream.*, Ragged.*, TextData.*  a stream's reading thread (prefetch, failures, resume), ragged
 #                 callbacks on workers, dispatch across ranks, a trigger raised from another thread
 #                 while the main one waits in a collective, join_uneven_inputs
+#   StoreServer*, security.*  the rendezvous store's thread: clients, waiters, strangers refused
+#                 while the job's ranks use it (rank 0 serves it in every multi-process test too)
 #   example.*     but example.cpp_*: a user's programs: every collective on two ranks; training
 #                 with a prefetching worker thread on one rank (40 steps) and on two ranks with
 #                 gradient synchronisation (60 steps: a sanitizer build's short course, see
@@ -63,12 +65,12 @@ mode=${1:-all}
 # Not the rest: single-threaded logic (Config, Shard, Schedule, ...), the C header and symbol
 # checks, the install tests (the consumers are not instrumented) and bench.quick_smoke (a
 # benchmark harness, its programs are those of the examples).
-TSAN_TESTS='^(Data\.|Stream\.|Ragged\.|TextData\.|ShmReduce\.|MultiProcess\.|Train\.|Lifetimes\.|Threads\.|CApi\.(FreeFromAnotherThread|ErrorMessageIsPerThread|ThreadSettingsReachLibTorchAndOpenBlas)$|example\.(collectives|train_fashion_mnist_(1proc|2proc_learns)|cuda_choice|store_socket))'
+TSAN_TESTS='^(Data\.|Stream\.|StoreServer(Test)?\.|security\.|Ragged\.|TextData\.|ShmReduce\.|MultiProcess\.|Train\.|Lifetimes\.|Threads\.|CApi\.(FreeFromAnotherThread|ErrorMessageIsPerThread|ThreadSettingsReachLibTorchAndOpenBlas)$|example\.(collectives|train_fashion_mnist_(1proc|2proc_learns)|cuda_choice|store_socket))'
 # TSAN_TARGETS: what those tests run (mp_test brings the programs it starts; accel_cli brings
 # accel-selftest), built alone: the rest of the project (the pure layer's own tests, the C++
 # example, the benchmarks, ...) would cost build time no TSan test uses. A test whose program
 # were missing fails; it is never skipped.
-TSAN_TARGETS='accel accel_cli mp_test data_test threads_test train_test unit_tests capi_test collectives train_fashion_mnist'
+TSAN_TARGETS='accel accel_cli mp_test data_test threads_test train_test unit_tests capi_test collectives train_fashion_mnist guarded_program'
 
 declare -A results=()
 say() { printf '\n== %s\n' "$*"; }

@@ -407,43 +407,95 @@ class Suite:
 
     # -- two machines ----------------------------------------------------------------------------
 
+    def launch_two_machines(self, net, program, env_of, timeout=240):
+        """accel launch on each namespace (machine i's environment from env_of(i)); returns the
+        processes' return codes, outputs, and the (address, port) each machine's job processes
+        listened on while it ran."""
+        from stranger_suite import job_pids, listening
+        port = free_port()
+        procs = []
+        for i in (0, 1):
+            argv = [self.cli, "launch", "--num_machines", "2", "--machine_rank", str(i),
+                    "--main_process_ip", net.addr[0], "--main_process_port", str(port),
+                    "-n", "2"] + program
+            procs.append(net.popen(i, argv, env=env_of(i), text=True, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT))
+        outs = [[], []]
+        readers = [threading.Thread(target=lambda i=i: outs[i].extend(procs[i].stdout))
+                   for i in (0, 1)]
+        for r in readers:
+            r.start()
+        seen = [set(), set()]
+        deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            for i, p in enumerate(procs):
+                if p.poll() is None:
+                    seen[i] |= listening(job_pids(p.pid))
+            time.sleep(0.05)
+        if any(p.poll() is None for p in procs):
+            for q in procs:
+                q.kill()
+            raise Failure("two machines: %s hung" % " ".join(program))
+        for r in readers:
+            r.join()
+        return [p.returncode for p in procs], ["".join(o) for o in outs], seen
+
     def scenario_netns(self):
         import netns_fixture
+        sys.path.insert(0, os.path.join(self.source, "tests", "security"))
         reason = netns_fixture.why_unavailable()
         if reason:
             return "network namespaces cannot be made here: " + reason
+        token = "netns-%d" % random.getrandbits(48)
         with netns_fixture.NetnsPair() as net:
-            for what, program in (("collectives", [self.collectives]),
-                                  ("training", [self.mp, "equiv", "32"])):
-                port = free_port()
-                procs = []
-                for i in (0, 1):
-                    argv = [self.cli, "launch", "--num_machines", "2", "--machine_rank", str(i),
-                            "--main_process_ip", net.addr[0], "--main_process_port", str(port),
-                            "-n", "2"] + program
-                    env = clean_env({"ACCELERATE_DEBUG_MODE": "true",
-                                     "ACCEL_RENDEZVOUS_TIMEOUT": "60"})
-                    procs.append(net.popen(i, argv, env=env, text=True, stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT))
-                outs = []
-                for p in procs:
-                    try:
-                        outs.append(p.communicate(timeout=240)[0])
-                    except subprocess.TimeoutExpired:
-                        for q in procs:
-                            q.kill()
-                        raise Failure("two machines: %s hung" % what)
+            for what, program, with_token in (("collectives", [self.collectives], False),
+                                              ("training", [self.mp, "equiv", "32"], True)):
+                extra = {"ACCELERATE_DEBUG_MODE": "true", "ACCEL_RENDEZVOUS_TIMEOUT": "60"}
+                if with_token:
+                    extra["ACCEL_JOB_TOKEN"] = token
+                codes, outs, seen = self.launch_two_machines(net, program,
+                                                             lambda i: clean_env(extra))
                 both = "\n".join(outs)
-                for i, (p, out) in enumerate(zip(procs, outs)):
-                    check(p.returncode == 0, "machine %d: %s failed" % (i, what), both)
+                for i, code in enumerate(codes):
+                    check(code == 0, "machine %d: %s failed" % (i, what), both)
                 lines = self.debug_lines(both)
                 check(len(lines) == 2 and all("all-reduce over gloo" in l and "local rank 0 of 1"
                                               in l for l in lines),
                       "two machines: shared memory must be off, one rank per machine", both)
+                # Nothing listens on every interface: machine 0's store and each machine's Gloo
+                # on the address that faces the peer.
+                for i in (0, 1):
+                    wide = [(a, p) for a, p in seen[i] if a in ("0.0.0.0", "::")]
+                    check(not wide and all(a == net.addr[i] for a, _ in seen[i]),
+                          "machine %d listened on %s (expected %s only)" % (
+                              i, sorted(seen[i]), net.addr[i]), both)
+                    print("  %s: machine %d listened on %s" % (
+                        what, i, ", ".join("%s:%d" % x for x in sorted(seen[i]))))
+                if with_token:
+                    check("job token from ACCEL_JOB_TOKEN" in both,
+                          "two machines: the token was not used", both)
+                else:
+                    check("no ACCEL_JOB_TOKEN" in outs[0],
+                          "two machines without a token: no warning on machine 0", both)
                 if what == "collectives":
                     self.check_collectives(outs[0], "two namespaces over a veth pair")
                 else:
                     self.check_equivalence(both, "two namespaces over a veth pair")
+            # Machines given different tokens: machine 1's ranks are refused by the store, say
+            # why, and machine 0's census names the machine that never joined.
+            codes, outs, _ = self.launch_two_machines(
+                net, [self.collectives], lambda i: clean_env(
+                    {"ACCEL_JOB_TOKEN": token + str(i), "ACCEL_RENDEZVOUS_TIMEOUT": "10"}))
+            both = "\n".join(outs)
+            check(codes[0] != 0 and codes[1] != 0, "different tokens: the job ran?", both)
+            check("refused this rank's proof of the job token" in outs[1],
+                  "different tokens: machine 1 did not say why it was refused", both)
+            check("refused a connection from %s" % net.addr[1] in outs[0] and
+                  "proof of the job token is wrong" in outs[0],
+                  "different tokens: machine 0's store did not log the refusals", both)
+            check("no rank of machine 1" in outs[0],
+                  "different tokens: machine 0 did not name the machine that never joined", both)
+            print("  different tokens: refused and named on both machines")
 
     # -- bad input -------------------------------------------------------------------------------
 

@@ -62,39 +62,46 @@ def job_pids(root):
     return out
 
 
-def listening(pids):
-    """{(address, port)} of the TCP sockets in LISTEN state that these processes hold."""
-    inodes = set()
-    for pid in pids:
-        try:
-            for fd in os.listdir("/proc/%d/fd" % pid):
-                try:
-                    link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
-                except OSError:
-                    continue
-                m = re.match(r"socket:\[(\d+)\]", link)
-                if m:
-                    inodes.add(m.group(1))
-        except OSError:
-            pass
-    found = set()
-    for table, family in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 6)):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            if f[3] != "0A" or f[9] not in inodes:
+def _socket_inodes(pid):
+    out = set()
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                m = re.match(r"socket:\[(\d+)\]", os.readlink("/proc/%d/fd/%s" % (pid, fd)))
+            except OSError:
                 continue
-            addr_hex, port_hex = f[1].split(":")
-            raw = bytes.fromhex(addr_hex)
-            if family == 4:
-                addr = socket.inet_ntop(socket.AF_INET, raw[::-1])
-            else:
-                words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
-                addr = socket.inet_ntop(socket.AF_INET6, words)
-            found.add((addr, int(port_hex, 16)))
+            if m:
+                out.add(m.group(1))
+    except OSError:
+        pass
+    return out
+
+
+def listening(pids):
+    """{(address, port)} of the TCP sockets in LISTEN state that these processes hold, each read
+    from its own process's network namespace (/proc/PID/net/tcp)."""
+    found = set()
+    for pid in pids:
+        inodes = _socket_inodes(pid)
+        if not inodes:
+            continue
+        for table, family in (("tcp", 4), ("tcp6", 6)):
+            try:
+                lines = open("/proc/%d/net/%s" % (pid, table)).read().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                f = line.split()
+                if f[3] != "0A" or f[9] not in inodes:
+                    continue
+                addr_hex, port_hex = f[1].split(":")
+                raw = bytes.fromhex(addr_hex)
+                if family == 4:
+                    addr = socket.inet_ntop(socket.AF_INET, raw[::-1])
+                else:
+                    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+                    addr = socket.inet_ntop(socket.AF_INET6, words)
+                found.add((addr, int(port_hex, 16)))
     return found
 
 
