@@ -519,8 +519,13 @@ enum accel_precision_values {
  * of processes, is ACCEL_ERR_CONFIG naming the variable and the engine. When the engine does not
  * say which ranks share a machine, the ranks find out from the host name and boot id they
  * exchange at start-up. Without any of these (or with a world of one) the process is alone and
- * opens no socket. Otherwise it meets the other ranks through c10d's TCPStore and forms a Gloo
- * process group. One deadline, `rendezvous_timeout`, covers reaching the store and a census of
+ * opens no socket. Otherwise rank 0 serves libaccel's rendezvous store (on the socket `accel
+ * launch` bound, else on 127.0.0.1 when every rank is on this machine, else on the address
+ * MASTER_ADDR names; every interface only with ACCEL_LISTEN_ADDRESS=0.0.0.0), which answers only
+ * ranks that prove the job token (ACCEL_JOB_TOKEN or the file ACCEL_JOB_TOKEN_FILE names; `accel
+ * launch` makes one per one-machine job) and logs any other connection on stderr as refused;
+ * ranks given different tokens fail with ACCEL_ERR_RENDEZVOUS saying so. The ranks then form a
+ * Gloo process group (on 127.0.0.1 when all are on this machine). One deadline, `rendezvous_timeout`, covers reaching the store and a census of
  * every rank: a rank whose store never listens fails with ACCEL_ERR_RENDEZVOUS saying how long it
  * waited; if some ranks never arrive, every rank that did fails naming the missing ranks.
  *

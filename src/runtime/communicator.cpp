@@ -296,11 +296,16 @@ void Communicator::open_token_store(const ProcessPlace& place, const CommOptions
                                                      std::move(server_options));
     } catch (const std::exception& e) {
       const std::string msg = what_of(e);
+      const std::string hint =
+          contains(msg, "in use")
+              ? " (choose another MASTER_PORT, or let accel launch pick a free one)"
+          : contains(msg, "not an address of this machine")
+              ? " (MASTER_ADDR names machine 0 as its peers reach it; behind NAT or a service "
+                "address, set ACCEL_LISTEN_ADDRESS to this machine's own address, or to 0.0.0.0 "
+                "for every interface)"
+              : "";
       fail(Errc::rendezvous, "rank 0 could not open the rendezvous store on port " +
-                                 std::to_string(place.master_port) + ": " + msg +
-                                 (contains(msg, "in use") ? " (choose another MASTER_PORT, or let "
-                                                            "accel launch pick a free one)"
-                                                          : ""));
+                                 std::to_string(place.master_port) + ": " + msg + hint);
     }
     impl_->store_at.listen = impl_->server->address();
     connect = store::local_connect_address(impl_->store_at.listen);

@@ -535,6 +535,18 @@ class Suite:
                           clean_env({"ACCEL_RENDEZVOUS_TIMEOUT": str(timeout)}),
                           ["missing ranks 2, 3", "machine 1 (ranks 2-3)"], timeout + 6,
                           "a machine that never joins")
+        # Machine 0's MASTER_ADDR is not an address of this machine (NAT, a service address):
+        # rank 0 will not listen on every interface unasked, and says how to ask.
+        self.expect_error([self.collectives], clean_env({
+            "RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "192.0.2.1",
+            "MASTER_PORT": str(free_port())}),
+            ["not an address of this machine", "ACCEL_LISTEN_ADDRESS"], 10,
+            "a MASTER_ADDR that is not this machine's")
+        # Two spellings of the token at once.
+        self.expect_error([self.collectives], clean_env({
+            "RANK": "0", "WORLD_SIZE": "2", "ACCEL_JOB_TOKEN": "a",
+            "ACCEL_JOB_TOKEN_FILE": "/nonexistent"}),
+            ["both ACCEL_JOB_TOKEN and ACCEL_JOB_TOKEN_FILE"], 10, "two token variables")
 
 
 def shutil_which(name):
