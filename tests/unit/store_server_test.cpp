@@ -211,6 +211,8 @@ class StoreServerTest : public testing::Test {
     };
     server_ = StoreServer::bind("127.0.0.1", 0, std::move(o));
   }
+  // The server first: its thread logs into the members below until it stops.
+  void TearDown() override { server_.reset(); }
   std::vector<std::string> log() {
     std::lock_guard<std::mutex> lock(mu_);
     return log_;
