@@ -403,7 +403,19 @@ struct StoreServer::Impl {
     return static_cast<int>(std::max<long long>(0, ms));
   }
 
-  void run() {
+  // A failure here (no memory, no entropy) stops the store, never the process: its clients then
+  // see the connection close, as if rank 0 had exited, and say so.
+  void run() noexcept {
+    try {
+      serve();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "libaccel: %s stopped: %s\n", options.name.c_str(), e.what());
+    }
+    shutdown(listen_fd, SHUT_RDWR);  // no new connection waits on a store that serves no more
+    for (auto& c : conns) shutdown(c.fd, SHUT_RDWR);
+  }
+
+  void serve() {
     std::vector<pollfd> fds;
     std::vector<Conn*> order;
     for (;;) {
