@@ -408,10 +408,13 @@ struct StoreServer::Impl {
   void run() noexcept {
     try {
       serve();
+      return;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "libaccel: %s stopped: %s\n", options.name.c_str(), e.what());
     }
-    shutdown(listen_fd, SHUT_RDWR);  // no new connection waits on a store that serves no more
+    // No new connection waits on a store that serves no more. (Not on a normal stop: the socket
+    // may be accel launch's, which hands it to the next attempt's rank 0.)
+    shutdown(listen_fd, SHUT_RDWR);
     for (auto& c : conns) shutdown(c.fd, SHUT_RDWR);
   }
 
