@@ -1,4 +1,5 @@
-// What differs in c10d's TCPStore between the lines.
+// What differs in c10d's TCPStore (torchrun's agent store, which libaccel joins as a client)
+// between the lines.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -8,19 +9,6 @@
 #include "compat/torch_version.hpp"
 
 namespace accel::compat {
-
-// The server takes over a socket the launcher bound already (2.x: masterListenFd), so the port is
-// never bound twice; 1.13 cannot, and binds the port beside the launcher's (SO_REUSEADDR).
-inline bool adopt_bound_socket(c10d::TCPStoreOptions& options, int fd) {
-#if ACCEL_TORCH2
-  options.masterListenFd = fd;
-  return true;
-#else
-  (void)options;
-  (void)fd;
-  return false;
-#endif
-}
 
 // A 2.x client validates the server before its first request, which a torch 1.x server (the
 // store of Debian's torchrun) does not answer: it drops the connection. Said in the error, as the

@@ -4,6 +4,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <map>
@@ -43,6 +44,13 @@ inline Errc classify(const std::exception& e, const std::string& message) {
     return Errc::peer_failed;
   return Errc::torch;
 }
+
+// "0.5", never "0,5": an ostream would use the host program's global C++ locale.
+std::string seconds_text(std::chrono::milliseconds ms);
+// The local address of a route to addr:port (a UDP "connect" sends nothing).
+std::string local_address_towards(const std::string& addr, int port);
+// The state letter and start time of a process from /proc/<pid>/stat; false when it is gone.
+bool process_status(long long pid, char* state, uint64_t* start_time);
 
 inline std::string what_of(const std::exception& e) {
   if (auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();

@@ -127,7 +127,10 @@ void TokenStore::connect_and_prove(Clock::time_point deadline) {
     const int got = read_all(fd, hello, sizeof hello, answer_by, false);
     if (got != 1 || std::memcmp(hello, kServerHello, 8) != 0) {
       close(fd);
-      if (got == 0 && Clock::now() < deadline) continue;  // closed at once: a server going down
+      if (got == 0 && Clock::now() < deadline) {  // closed at once: a server going down
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
       fail(Errc::rendezvous,
            "what listens at " + endpoint() + " is not libaccel's rendezvous store (" +
                (got == 1 ? "it answered something else" : "it did not greet within 10 s") +

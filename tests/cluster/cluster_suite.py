@@ -134,7 +134,7 @@ class Suite:
         print("  %s: training 2 x 32 == 1 x 64 (worst relative difference %.2g)" % (where, worst))
 
     def debug_lines(self, output):
-        return [l for l in output.splitlines() if "libaccel: rank " in l]
+        return [l for l in output.splitlines() if re.search(r"libaccel: rank \d+ of \d+", l)]
 
     # -- torchrun --------------------------------------------------------------------------------
 
@@ -475,7 +475,8 @@ class Suite:
                     check("job token from ACCEL_JOB_TOKEN" in both,
                           "two machines: the token was not used", both)
                 else:
-                    check("no ACCEL_JOB_TOKEN" in outs[0],
+                    check("accel launch: no ACCEL_JOB_TOKEN" in outs[0] and
+                          "libaccel: rank 0: no ACCEL_JOB_TOKEN" in outs[0],
                           "two machines without a token: no warning on machine 0", both)
                 if what == "collectives":
                     self.check_collectives(outs[0], "two namespaces over a veth pair")
