@@ -41,17 +41,17 @@ std::string local_connect_address(const std::string& listen) {
 StoreEndpoint store_endpoint(const std::string& master_addr, bool all_local,
                              const std::string& listen_override) {
   StoreEndpoint e;
-  const std::string master = resolve_numeric(master_addr);
   if (!listen_override.empty()) {
     e.listen = listen_override;
     e.connect = all_local ? local_connect_address(listen_override) : master_addr;
     return e;
   }
-  if (all_local) {
-    e.listen = e.connect = master == "::1" ? "::1" : "127.0.0.1";
+  if (all_local) {  // no name lookup at start-up: loopback whatever MASTER_ADDR says
+    e.listen = e.connect = master_addr == "::1" ? "::1" : "127.0.0.1";
     return e;
   }
   e.connect = master_addr;
+  const std::string master = resolve_numeric(master_addr);
   in6_addr scratch;
   const bool named = master_addr != "localhost" &&
                      inet_pton(AF_INET, master_addr.c_str(), &scratch) != 1 &&

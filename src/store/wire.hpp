@@ -42,20 +42,29 @@ enum class Op : uint8_t {
 
 enum class Status : uint8_t { kOk = 0, kTimeout = 1, kBadRequest = 2 };
 
+// HMAC of the token over a label and two nonces: each side proves the token over the other's
+// nonce, its own label first, so that neither proof can be replayed as the other.
+inline security::Digest proof(const std::string& token, const char* label, const uint8_t* first,
+                              const uint8_t* second) {
+  return security::hmac_sha256(
+      token, label + std::string(reinterpret_cast<const char*>(first), kNonceBytes) +
+                 std::string(reinterpret_cast<const char*>(second), kNonceBytes));
+}
+
 inline security::Digest client_proof(const std::string& token, const uint8_t* server_nonce,
                                      const uint8_t* client_nonce) {
-  return security::hmac_sha256(
-      token, "accel store client " +
-                 std::string(reinterpret_cast<const char*>(server_nonce), kNonceBytes) +
-                 std::string(reinterpret_cast<const char*>(client_nonce), kNonceBytes));
+  return proof(token, "accel store client ", server_nonce, client_nonce);
 }
 
 inline security::Digest server_proof(const std::string& token, const uint8_t* server_nonce,
                                      const uint8_t* client_nonce) {
-  return security::hmac_sha256(
-      token, "accel store server " +
-                 std::string(reinterpret_cast<const char*>(client_nonce), kNonceBytes) +
-                 std::string(reinterpret_cast<const char*>(server_nonce), kNonceBytes));
+  return proof(token, "accel store server ", client_nonce, server_nonce);
+}
+
+inline uint32_t read_u32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
 }
 
 // Appends fields to a message body.
@@ -123,8 +132,7 @@ class Reader {
  private:
   uint32_t u32() {
     if (!need(4)) return 0;
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p_[i])) << (8 * i);
+    const uint32_t v = read_u32(p_);
     p_ += 4;
     return v;
   }
@@ -136,11 +144,5 @@ class Reader {
   const char* end_;
   bool ok_ = true;
 };
-
-inline uint32_t read_u32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
 
 }  // namespace accel::store
