@@ -1,14 +1,16 @@
 #include "data/dataset.hpp"
 
 #include <ATen/ATen.h>
-#include <zlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
 #include "common/error.hpp"
 #include "data/collate.hpp"
+#include "data/decoded_cache.hpp"
+#include "data/idx_file.hpp"
 
 namespace accel::data {
 
@@ -200,18 +202,6 @@ class CallbackDataset final : public Dataset {
   ReleaseFn release_;
 };
 
-// Reads exactly `n` bytes or reports how many there were.
-size_t read_fully(gzFile f, void* out, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - done, 1u << 30));
-    const int got = gzread(f, static_cast<char*>(out) + done, chunk);
-    if (got <= 0) break;
-    done += static_cast<size_t>(got);
-  }
-  return done;
-}
-
 }  // namespace
 
 std::shared_ptr<Dataset> tensor_dataset(std::vector<at::Tensor> fields) {
@@ -270,78 +260,73 @@ int64_t Dataset::sample_length(int64_t) const {
        "the dataset has no ragged field, so its samples have no length to group by");
 }
 
-at::Tensor read_idx(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");  // reads plain files as they are, too
-  if (!f) fail(Errc::io, "cannot open IDX file '" + path + "'");
-  struct Closer {
-    gzFile f;
-    ~Closer() { gzclose(f); }
-  } closer{f};
-  gzbuffer(f, 1 << 17);
-  unsigned char magic[4];
-  if (read_fully(f, magic, 4) != 4)
-    fail(Errc::io, "IDX file '" + path + "' is too short to hold a header");
-  // IDX type codes; the element width follows from the type.
-  std::optional<at::ScalarType> type;
-  switch (magic[2]) {
+namespace {
+
+std::optional<at::ScalarType> idx_scalar_type(uint8_t code) {
+  switch (code) {
     case 0x08:
-      type = at::kByte;
-      break;
+      return at::kByte;
     case 0x09:
-      type = at::kChar;
-      break;
+      return at::kChar;
     case 0x0B:
-      type = at::kShort;
-      break;
+      return at::kShort;
     case 0x0C:
-      type = at::kInt;
-      break;
+      return at::kInt;
     case 0x0D:
-      type = at::kFloat;
-      break;
+      return at::kFloat;
     case 0x0E:
-      type = at::kDouble;
-      break;
+      return at::kDouble;
   }
-  const size_t width = type ? c10::elementSize(*type) : 0;
-  if (magic[0] != 0 || magic[1] != 0 || width == 0 || magic[3] == 0)
-    fail(Errc::io, "'" + path + "' is not an IDX file: its magic number is " +
-                       std::to_string(magic[0]) + " " + std::to_string(magic[1]) + " " +
-                       std::to_string(magic[2]) + " " + std::to_string(magic[3]) +
-                       " (expected 0 0 <type 8,9,11,12,13,14> <dimensions>)");
-  std::vector<int64_t> shape(magic[3]);
-  size_t count = 1;
-  for (auto& d : shape) {
-    unsigned char b[4];
-    if (read_fully(f, b, 4) != 4)
-      fail(Errc::io, "IDX file '" + path + "' is truncated in its header");
-    d = (int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | b[3];
-    if (d > 0 && count > (size_t{1} << 40) / static_cast<size_t>(d))
-      fail(Errc::io, "IDX file '" + path + "' declares an implausibly large shape");
-    count *= static_cast<size_t>(d);
+  return std::nullopt;
+}
+
+at::TensorOptions idx_options(const IdxLayout& layout) {
+  return at::TensorOptions().dtype(*idx_scalar_type(layout.type_code));
+}
+
+// A compressed file (or one whose values need turning to this machine's order) is decoded once per
+// machine into the cache and mapped read-only by every process that reads it; without a usable
+// cache, into this process's memory as before.
+at::Tensor load_idx(const std::string& path, const IdxLayout& layout, const std::string& cache) {
+  if ((layout.compressed || layout.width > 1) && layout.data_bytes > 0) {
+    std::string why;
+    auto mapped = map_decoded(
+        cache, path, layout.data_bytes, [&](unsigned char* out) { decode_idx(path, layout, out); },
+        &why);
+    if (mapped) {
+      auto keep = mapped->mapping;
+      return at::from_blob(
+          const_cast<unsigned char*>(mapped->data), layout.shape,
+          [keep](void*) mutable { keep.reset(); }, idx_options(layout));
+    }
   }
-  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*type));
-  const size_t bytes = count * width;
-  const size_t got = read_fully(f, t.data_ptr(), bytes);
-  if (got != bytes)
-    fail(Errc::io, "IDX file '" + path + "' is truncated: its header promises " +
-                       std::to_string(bytes) + " bytes of data, it holds " + std::to_string(got));
-  if (width > 1) {  // IDX stores big-endian values
-    auto* p = static_cast<unsigned char*>(t.data_ptr());
-    for (size_t i = 0; i < count; ++i) std::reverse(p + i * width, p + (i + 1) * width);
-  }
+  at::Tensor t = at::empty(layout.shape, idx_options(layout));
+  decode_idx(path, layout, static_cast<unsigned char*>(t.data_ptr()));
+  return t;
+}
+
+}  // namespace
+
+at::Tensor read_idx(const std::string& path) {
+  const auto layout = read_idx_layout(path);
+  at::Tensor t = at::empty(layout.shape, idx_options(layout));
+  decode_idx(path, layout, static_cast<unsigned char*>(t.data_ptr()));
   return t;
 }
 
 std::shared_ptr<Dataset> idx_dataset(const std::vector<std::string>& paths) {
   if (paths.empty()) fail(Errc::invalid_argument, "no IDX files given");
-  std::vector<at::Tensor> fields;
-  for (const auto& p : paths) fields.push_back(read_idx(p));
-  for (size_t i = 1; i < fields.size(); ++i)
-    if (fields[i].size(0) != fields[0].size(0))
+  // Every header first: files that disagree fail before anything is decoded.
+  std::vector<IdxLayout> layouts;
+  for (const auto& p : paths) layouts.push_back(read_idx_layout(p));
+  for (size_t i = 1; i < layouts.size(); ++i)
+    if (layouts[i].shape[0] != layouts[0].shape[0])
       fail(Errc::shape, "IDX files disagree on the number of samples: '" + paths[0] + "' has " +
-                            std::to_string(fields[0].size(0)) + ", '" + paths[i] + "' has " +
-                            std::to_string(fields[i].size(0)));
+                            std::to_string(layouts[0].shape[0]) + ", '" + paths[i] + "' has " +
+                            std::to_string(layouts[i].shape[0]));
+  const std::string cache = decoded_cache_dir([](const char* name) { return std::getenv(name); });
+  std::vector<at::Tensor> fields;
+  for (size_t i = 0; i < paths.size(); ++i) fields.push_back(load_idx(paths[i], layouts[i], cache));
   return tensor_dataset(std::move(fields));
 }
 

@@ -1,5 +1,6 @@
 // Datasets and the dataloader through the C interface, in a world of one: IDX files (real
 // Fashion-MNIST), callbacks (failing ones too), epochs, prefetching, resume, bad input.
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -93,6 +94,51 @@ TEST(Data, FashionMnistFromIdxGz) {
   for (int64_t c : per_class) EXPECT_EQ(c, 1000) << "Fashion-MNIST's test set is balanced";
   accel_dataloader_free(dl);
   accel_dataset_free(d);
+}
+
+namespace {
+
+// Every sample of t10k's images and labels, as bytes, read through a dataloader.
+std::string t10k_bytes() {
+  const std::string images = kFashion + "t10k-images-idx3-ubyte.gz";
+  const std::string labels = kFashion + "t10k-labels-idx1-ubyte.gz";
+  const char* paths[] = {images.c_str(), labels.c_str()};
+  accel_dataset* d = nullptr;
+  EXPECT_EQ(accel_dataset_from_idx(paths, 2, &d), ACCEL_OK) << accel_last_error_message();
+  accel_dataloader* dl = loader(d, {{"batch_size", "10000"}});
+  accel_tensor* f[2];
+  size_t fields = 0;
+  EXPECT_EQ(accel_dataloader_next(dl, f, 2, &fields), ACCEL_OK);
+  std::string out(10000 * 785, '\0');
+  size_t size = 0;
+  EXPECT_EQ(accel_tensor_to_data(f[0], out.data(), 10000 * 784, &size), ACCEL_OK);
+  EXPECT_EQ(accel_tensor_to_data(f[1], out.data() + 10000 * 784, 10000, &size), ACCEL_OK);
+  accel_tensor_free(f[0]);
+  accel_tensor_free(f[1]);
+  accel_dataloader_free(dl);
+  accel_dataset_free(d);
+  return out;
+}
+
+}  // namespace
+
+TEST(Data, IdxFilesAreDecodedOnceIntoTheCacheAndMappedAfter) {
+  std::string cache = ::testing::TempDir() + "idx_cacheXXXXXX";
+  ASSERT_TRUE(mkdtemp(cache.data()));
+  setenv("ACCEL_DATASETS_CACHE", "off", 1);
+  const std::string decoded_here = t10k_bytes();
+  setenv("ACCEL_DATASETS_CACHE", cache.c_str(), 1);
+  const std::string first = t10k_bytes(), second = t10k_bytes();
+  unsetenv("ACCEL_DATASETS_CACHE");
+  EXPECT_TRUE(first == decoded_here && second == decoded_here)
+      << "the same samples with and without the cache";
+  int copies = 0;
+  if (DIR* dir = opendir(cache.c_str())) {
+    while (const dirent* e = readdir(dir))
+      copies += std::string(e->d_name).find(".decoded") != std::string::npos;
+    closedir(dir);
+  }
+  EXPECT_EQ(copies, 2) << "one decoded copy per file, made once";
 }
 
 TEST(Data, BadIdxFilesNameTheFile) {

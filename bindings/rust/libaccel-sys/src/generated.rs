@@ -785,8 +785,13 @@ extern "C" {
     /// A dataset from IDX files (the MNIST family: Debian's dataset-fashion-mnist installs them under
     /// /usr/share/datasets/fashion-mnist/), plain or gzip-compressed, one field per file, each in the
     /// file's own dtype and shape (Fashion-MNIST: images uint8 \[N, 28, 28\], labels uint8 \[N\]). A missing
-    /// file is ACCEL_ERR_IO; a wrong magic number or a truncated file is ACCEL_ERR_IO naming the file;
-    /// files with different sample counts are ACCEL_ERR_SHAPE naming both.
+    /// file is ACCEL_ERR_IO; a wrong magic number, a truncated file or corrupt compressed data is
+    /// ACCEL_ERR_IO naming the file; files with different sample counts are ACCEL_ERR_SHAPE naming both.
+    /// A compressed file is decoded once per machine into a cache directory (ACCEL_DATASETS_CACHE, else
+    /// $XDG_CACHE_HOME/libaccel/datasets, else ~/.cache/libaccel/datasets; "off" for none) and mapped
+    /// read-only: every process that reads it shares one copy, and later runs skip the decoding. A copy
+    /// is named after the file's path, size, mtime and inode (a changed file is decoded again, and its
+    /// older copy removed); without a usable cache directory the file is decoded into private memory.
     pub fn accel_dataset_from_idx(
         paths: *const *const c_char,
         count: usize,
