@@ -91,6 +91,11 @@ def summarise_training(records, started):
         # At the end (not the peak): the process's own memory vs. shared library pages.
         "rss_anon_mb": max(r.get("rss_anon_kb", -1) for r in by_rank) / 1024.0,
         "rss_file_mb": max(r.get("rss_file_kb", -1) for r in by_rank) / 1024.0,
+        # Proportional set size at the end: shared pages divided among the processes sharing them.
+        "pss_mb": max(r.get("pss_kb", -1) for r in by_rank) / 1024.0,
+        "pss_anon_mb": max(r.get("pss_anon_kb", -1) for r in by_rank) / 1024.0,
+        "pss_file_mb": max(r.get("pss_file_kb", -1) for r in by_rank) / 1024.0,
+        "pss_shmem_mb": max(r.get("pss_shmem_kb", -1) for r in by_rank) / 1024.0,
         "blas": by_rank[0]["blas"],
     }
 
@@ -127,7 +132,8 @@ def training(args, results):
         entry = {"model": model, "setup": setup, "impl": impl,
                  "rounds": [s for s in summaries if s is not None]}
         for key in ("samples_per_s", "launch_to_first_step_s", "launch_to_main_s",
-                    "launch_to_ready_s", "peak_rss_mb", "rss_anon_mb", "rss_file_mb"):
+                    "launch_to_ready_s", "peak_rss_mb", "rss_anon_mb", "rss_file_mb", "pss_mb",
+                    "pss_anon_mb", "pss_file_mb", "pss_shmem_mb"):
             entry[key] = median_of(summaries, key)
         entry["blas"] = next((s["blas"] for s in summaries if s), None)
         results["training"].append(entry)
@@ -199,6 +205,11 @@ def derive(results):
                                                          ours["launch_to_first_step_s"])
             derived["%s_rss_ratio" % model] = ratio(ours["peak_rss_mb"], ref["peak_rss_mb"])
             derived["%s_rss_anon_ratio" % model] = ratio(ours["rss_anon_mb"], ref["rss_anon_mb"])
+            derived["%s_pss_ratio" % model] = ratio(ours["pss_mb"], ref["pss_mb"])
+            derived["%s_ready_after_main_s" % model] = (ours["launch_to_ready_s"] -
+                                                        ours["launch_to_main_s"])
+            derived["%s_first_step_after_main_s" % model] = (ours["launch_to_first_step_s"] -
+                                                             ours["launch_to_main_s"])
     results["derived"] = derived
 
 
@@ -257,11 +268,22 @@ def print_table(results):
                       model, ours["launch_to_first_step_s"], ours["launch_to_main_s"],
                       ours["launch_to_ready_s"], ref["launch_to_first_step_s"],
                       d["%s_launch_speedup" % model]))
+            print("  after the last rank reached main: libaccel ready to train %.3f s, first step "
+                  "done %.3f s" % (d["%s_ready_after_main_s" % model],
+                                   d["%s_first_step_after_main_s" % model]))
             print("peak RSS per rank, 2 processes, %s: %.0f MB vs %.0f MB, %.2fx PyTorch's; at the "
-                  "end, anonymous %.0f vs %.0f MB (%.2fx), shared-library pages %.0f vs %.0f MB" % (
+                  "end, anonymous %.0f vs %.0f MB (%.2fx), file pages (libraries, mapped data) "
+                  "%.0f vs %.0f MB" % (
                       model, ours["peak_rss_mb"], ref["peak_rss_mb"], d["%s_rss_ratio" % model],
                       ours["rss_anon_mb"], ref["rss_anon_mb"], d["%s_rss_anon_ratio" % model],
                       ours["rss_file_mb"], ref["rss_file_mb"]))
+            print("  proportional (PSS, shared pages divided among their sharers) at the end: "
+                  "%s vs %s MB, %sx (anonymous %s vs %s, file %s vs %s, shmem %s vs %s)" % (
+                      fmt(ours.get("pss_mb"), ".0f"), fmt(ref.get("pss_mb"), ".0f"),
+                      fmt(d.get("%s_pss_ratio" % model), ".2f"),
+                      fmt(ours.get("pss_anon_mb"), ".0f"), fmt(ref.get("pss_anon_mb"), ".0f"),
+                      fmt(ours.get("pss_file_mb"), ".0f"), fmt(ref.get("pss_file_mb"), ".0f"),
+                      fmt(ours.get("pss_shmem_mb"), ".0f"), fmt(ref.get("pss_shmem_mb"), ".0f")))
     if results["grad_sync"]:
         print()
         print("Gradient synchronisation, 2 processes x 1 thread, forward+backward micro-step, "

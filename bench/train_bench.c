@@ -66,18 +66,24 @@ static void mapped_blas(char* out, size_t size) {
 }
 
 /* The resident set at the end, split as /proc/self/status does: anonymous memory (this process's
- * own), file pages (mostly the shared libraries' code, shared with other processes) and shmem. */
-static void resident_split(long* anon_kb, long* file_kb, long* shmem_kb) {
+ * own), file pages (the shared libraries' code, and the datasets' decoded copies, shared with other
+ * processes) and shmem; then proportionally (/proc/self/smaps_rollup): a page N processes share
+ * counts 1/N in each. Order: rss anon, file, shmem, pss, pss anon, file, shmem (KiB, -1 unknown). */
+static void resident_split(long kb[7]) {
+  static const char* const keys[7] = {"RssAnon:", "RssFile:",  "RssShmem:", "Pss:",
+                                      "Pss_Anon:", "Pss_File:", "Pss_Shmem:"};
+  const char* const files[2] = {"/proc/self/status", "/proc/self/smaps_rollup"};
   char line[256];
-  FILE* status = fopen("/proc/self/status", "r");
-  *anon_kb = *file_kb = *shmem_kb = -1;
-  if (!status) return;
-  while (fgets(line, sizeof line, status)) {
-    sscanf(line, "RssAnon: %ld", anon_kb);
-    sscanf(line, "RssFile: %ld", file_kb);
-    sscanf(line, "RssShmem: %ld", shmem_kb);
+  int f, k;
+  for (k = 0; k < 7; ++k) kb[k] = -1;
+  for (f = 0; f < 2; ++f) {
+    FILE* in = fopen(files[f], "r");
+    if (!in) continue;
+    while (fgets(line, sizeof line, in))
+      for (k = f == 0 ? 0 : 3; k < (f == 0 ? 3 : 7); ++k)
+        if (!strncmp(line, keys[k], strlen(keys[k]))) kb[k] = atol(line + strlen(keys[k]));
+    fclose(in);
   }
-  fclose(status);
 }
 
 static accel_model* build_model(const char* name) {
@@ -135,7 +141,7 @@ int main(int argc, char** argv) {
   accel_dataset* train_set = NULL;
   accel_dataloader* train = NULL;
   double init_wall, data_wall, first_step_wall = 0, start = 0, elapsed, logging = 0;
-  long anon_kb, file_kb, shmem_kb;
+  long kb[7];
   struct rusage usage;
 
   for (i = 1; i < argc; ++i) {
@@ -226,17 +232,19 @@ int main(int argc, char** argv) {
 
   getrusage(RUSAGE_SELF, &usage);
   mapped_blas(blas, sizeof blas);
-  resident_split(&anon_kb, &file_kb, &shmem_kb);
+  resident_split(kb);
+  CHECK(accel_wait_for_everyone(acc)); /* every rank read its share while all were alive */
   printf(
       "BENCH {\"impl\":\"libaccel\",\"model\":\"%s\",\"rank\":%d,\"world\":%d,\"threads\":%d,"
       "\"steps\":%d,\"batch\":%d,\"log_every_step\":%d,\"logging_s\":%.6f,\"timed_s\":%.6f,"
       "\"samples_per_s\":%.3f,\"main_wall\":%.6f,"
       "\"init_wall\":%.6f,"
       "\"ready_wall\":%.6f,\"first_step_wall\":%.6f,\"peak_rss_kb\":%ld,\"rss_anon_kb\":%ld,"
-      "\"rss_file_kb\":%ld,\"rss_shmem_kb\":%ld,\"blas\":\"%s\"}\n",
+      "\"rss_file_kb\":%ld,\"rss_shmem_kb\":%ld,\"pss_kb\":%ld,\"pss_anon_kb\":%ld,"
+      "\"pss_file_kb\":%ld,\"pss_shmem_kb\":%ld,\"blas\":\"%s\"}\n",
       model_name, rank, world, threads, steps, batch, log_every_step, logging, elapsed,
       (double)steps * batch * world / elapsed, main_wall, init_wall, data_wall, first_step_wall,
-      usage.ru_maxrss, anon_kb, file_kb, shmem_kb, blas);
+      usage.ru_maxrss, kb[0], kb[1], kb[2], kb[3], kb[4], kb[5], kb[6], blas);
   fflush(stdout);
 
   accel_optimizer_free(opt);

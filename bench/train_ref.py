@@ -88,6 +88,13 @@ def resident_split():
             for key in ("RssAnon", "RssFile", "RssShmem"):
                 if line.startswith(key + ":"):
                     split[key] = int(line.split()[1])
+    # Proportional: a page shared by N processes counts 1/N in each (the other ranks, the launcher,
+    # any process mapping the same libraries or files).
+    with open("/proc/self/smaps_rollup") as rollup:
+        for line in rollup:
+            for key in ("Pss", "Pss_Anon", "Pss_File", "Pss_Shmem"):
+                if line.startswith(key + ":"):
+                    split[key] = int(line.split()[1])
     return split
 
 
@@ -161,6 +168,8 @@ def main():
     report["rss_anon_kb"] = split.get("RssAnon", -1)
     report["rss_file_kb"] = split.get("RssFile", -1)
     report["rss_shmem_kb"] = split.get("RssShmem", -1)
+    for key in ("Pss", "Pss_Anon", "Pss_File", "Pss_Shmem"):
+        report[key.lower() + "_kb"] = split.get(key, -1)
     # One write call: under PYTHONUNBUFFERED print() writes the newline separately, and the two
     # ranks' lines could interleave on the shared pipe.
     sys.stdout.write("BENCH " + json.dumps(report) + "\n")
