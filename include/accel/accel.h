@@ -922,8 +922,9 @@ ACCEL_API accel_status accel_dataset_from_text_lines(const char* path, accel_dat
  * file is ACCEL_ERR_IO; a wrong magic number, a truncated file or corrupt compressed data is
  * ACCEL_ERR_IO naming the file; files with different sample counts are ACCEL_ERR_SHAPE naming both.
  * A compressed file is decoded once per machine into a cache directory (ACCEL_DATASETS_CACHE, else
- * $XDG_CACHE_HOME/libaccel/datasets, else ~/.cache/libaccel/datasets; "off" for none) and mapped
- * read-only: every process that reads it shares one copy, and later runs skip the decoding. A copy
+ * $XDG_CACHE_HOME/libaccel/datasets, else ~/.cache/libaccel/datasets; "off" for none) and read
+ * from there by rows: every process shares that one copy (in the page cache, outside each
+ * process's resident set), and later runs skip the decoding. A copy
  * is named after the file's path, size, mtime and inode (a changed file is decoded again, and its
  * older copy removed); without a usable cache directory the file is decoded into private memory.
  */

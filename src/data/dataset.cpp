@@ -280,37 +280,88 @@ std::optional<at::ScalarType> idx_scalar_type(uint8_t code) {
   return std::nullopt;
 }
 
-at::TensorOptions idx_options(const IdxLayout& layout) {
-  return at::TensorOptions().dtype(*idx_scalar_type(layout.type_code));
-}
+// A field of an IDX dataset: in this process's memory, or rows read from the machine's decoded
+// copy (decoded_cache.hpp), which no rank then holds in its resident set.
+struct IdxField {
+  at::Tensor tensor;  // defined when in memory
+  DecodedCopy copy;
+  std::vector<int64_t> shape;
+  at::ScalarType dtype = at::kByte;
+  size_t row_bytes = 0;
+};
+
+class IdxDataset final : public Dataset {
+ public:
+  explicit IdxDataset(std::vector<IdxField> fields) : fields_(std::move(fields)) {}
+  int64_t size() const override { return fields_.front().shape[0]; }
+  size_t num_fields() const override { return fields_.size(); }
+  std::vector<at::Tensor> get_batch(const std::vector<int64_t>& indices,
+                                    const std::vector<FieldPadding>&,
+                                    const std::atomic<bool>*) const override {
+    std::vector<at::Tensor> out;
+    for (const auto& f : fields_) {
+      if (f.tensor.defined()) {
+        out.push_back(f.tensor.index_select(0, index_tensor(indices)));
+        continue;
+      }
+      std::vector<int64_t> shape = f.shape;
+      shape[0] = static_cast<int64_t>(indices.size());
+      at::Tensor batch = at::empty(shape, at::TensorOptions().dtype(f.dtype));
+      auto* row = static_cast<unsigned char*>(batch.data_ptr());
+      for (const int64_t i : indices) {
+        if (i < 0 || i >= size()) fail(Errc::internal, "sample index out of range");
+        read_copy(f.copy, static_cast<size_t>(i) * f.row_bytes, f.row_bytes, row);
+        row += f.row_bytes;
+      }
+      out.push_back(std::move(batch));
+    }
+    return out;
+  }
+
+ private:
+  std::vector<IdxField> fields_;
+};
+
+// Below this a decoded field is simply kept in memory (labels): one read, no per-row calls.
+constexpr size_t kRowsFromCopyAbove = size_t{1} << 20;
 
 // A compressed file (or one whose values need turning to this machine's order) is decoded once per
-// machine into the cache and mapped read-only by every process that reads it; without a usable
-// cache, into this process's memory as before.
-at::Tensor load_idx(const std::string& path, const IdxLayout& layout, const std::string& cache) {
+// machine into the cache; without a usable cache, into this process's memory.
+IdxField load_idx(const std::string& path, const IdxLayout& layout, const std::string& cache) {
+  IdxField f;
+  f.shape = layout.shape;
+  f.dtype = *idx_scalar_type(layout.type_code);
+  f.row_bytes = layout.shape[0] > 0 ? layout.data_bytes / static_cast<size_t>(layout.shape[0]) : 0;
   if ((layout.compressed || layout.width > 1) && layout.data_bytes > 0) {
     std::string why;
-    auto mapped = map_decoded(
-        cache, path, layout.data_bytes, [&](unsigned char* out) { decode_idx(path, layout, out); },
-        &why);
-    if (mapped) {
-      auto keep = mapped->mapping;
-      return at::from_blob(
-          const_cast<unsigned char*>(mapped->data), layout.shape,
-          [keep](void*) mutable { keep.reset(); }, idx_options(layout));
+    auto copy = open_decoded(
+        cache, path, layout.data_bytes,
+        [&](const ByteSink& sink) { decode_idx(path, layout, sink); }, &why);
+    if (copy && layout.data_bytes > kRowsFromCopyAbove) {
+      f.copy = *copy;
+      return f;
+    }
+    if (copy) {
+      f.tensor = at::empty(layout.shape, at::TensorOptions().dtype(f.dtype));
+      read_copy(*copy, 0, layout.data_bytes, f.tensor.data_ptr());
+      return f;
     }
   }
-  at::Tensor t = at::empty(layout.shape, idx_options(layout));
-  decode_idx(path, layout, static_cast<unsigned char*>(t.data_ptr()));
-  return t;
+  f.tensor = read_idx(path);
+  return f;
 }
 
 }  // namespace
 
 at::Tensor read_idx(const std::string& path) {
   const auto layout = read_idx_layout(path);
-  at::Tensor t = at::empty(layout.shape, idx_options(layout));
-  decode_idx(path, layout, static_cast<unsigned char*>(t.data_ptr()));
+  at::Tensor t =
+      at::empty(layout.shape, at::TensorOptions().dtype(*idx_scalar_type(layout.type_code)));
+  auto* out = static_cast<unsigned char*>(t.data_ptr());
+  decode_idx(path, layout, [&out](const unsigned char* data, size_t size) {
+    std::memcpy(out, data, size);
+    out += size;
+  });
   return t;
 }
 
@@ -325,9 +376,9 @@ std::shared_ptr<Dataset> idx_dataset(const std::vector<std::string>& paths) {
                             std::to_string(layouts[0].shape[0]) + ", '" + paths[i] + "' has " +
                             std::to_string(layouts[i].shape[0]));
   const std::string cache = decoded_cache_dir([](const char* name) { return std::getenv(name); });
-  std::vector<at::Tensor> fields;
+  std::vector<IdxField> fields;
   for (size_t i = 0; i < paths.size(); ++i) fields.push_back(load_idx(paths[i], layouts[i], cache));
-  return tensor_dataset(std::move(fields));
+  return std::make_shared<IdxDataset>(std::move(fields));
 }
 
 }  // namespace accel::data

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/error.hpp"
 #include "security/sha256.hpp"
 
 namespace accel::data {
@@ -90,27 +90,25 @@ int open_cache_dir(const std::string& dir, std::string* why) {
   return fd;
 }
 
-MappedBytes map_read_only(int fd, size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return {};
-  MappedBytes m;
-  m.data = static_cast<const unsigned char*>(p);
-  m.bytes = bytes;
-  m.mapping = std::shared_ptr<const void>(
-      p, [bytes](const void* q) { munmap(const_cast<void*>(q), bytes); });
-  return m;
+DecodedCopy keep_open(Fd* fd, size_t bytes) {
+  DecodedCopy c;
+  c.fd = std::shared_ptr<const int>(new int(fd->fd), [](const int* p) {
+    close(*p);
+    delete p;
+  });
+  fd->fd = -1;
+  c.bytes = bytes;
+  return c;
 }
 
 // The complete copy `name`, when there is one: a regular file of this user's of exactly `bytes`.
-std::optional<MappedBytes> open_copy(int dir, const std::string& name, size_t bytes) {
+std::optional<DecodedCopy> open_copy(int dir, const std::string& name, size_t bytes) {
   Fd fd(openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st {};
   if (fd.fd < 0 || fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
       static_cast<size_t>(st.st_size) != bytes)
     return std::nullopt;
-  auto m = map_read_only(fd.fd, bytes);
-  if (!m.data) return std::nullopt;
-  return m;
+  return keep_open(&fd, bytes);
 }
 
 // Holds the source's lock (flock: released by the kernel when its holder dies), polling so that a
@@ -168,8 +166,8 @@ bool give_name(int dir, int fd, const std::string& partial, const std::string& f
 }
 
 // Decodes into a new file and names it. A failure of `decode` leaves nothing and is rethrown.
-std::optional<MappedBytes> make_copy(int dir, const CopyName& name, size_t bytes,
-                                     const std::function<void(unsigned char*)>& decode,
+std::optional<DecodedCopy> make_copy(int dir, const CopyName& name, size_t bytes,
+                                     const std::function<void(const ByteSink&)>& decode,
                                      std::string* why) {
   std::string partial;
   Fd fd(new_copy(dir, name, &partial));
@@ -180,39 +178,47 @@ std::optional<MappedBytes> make_copy(int dir, const CopyName& name, size_t bytes
     *why = errno_text("cannot make a file in the cache");
     return std::nullopt;
   }
-  // Reserved first: a full disk is a reason here, not a SIGBUS while decoding.
+  // Reserved first: a full disk is a reason to decode privately, found before decoding.
   if (const int err = posix_fallocate(fd.fd, 0, static_cast<off_t>(bytes)); err != 0) {
     errno = err;
     *why = errno_text("cannot reserve " + std::to_string(bytes >> 20) + " MiB in the cache");
     drop_partial();
     return std::nullopt;
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
-  if (p == MAP_FAILED) {
-    *why = errno_text("cannot map a new copy");
+  // Written, not mapped: the decoding process keeps none of the copy in its resident set. A write
+  // that fails is the cache's failure (the caller decodes privately); what `decode` throws is the
+  // source's and goes to the caller.
+  struct WriteFailed {
+    std::string why;
+  };
+  size_t written = 0;
+  try {
+    decode([&](const unsigned char* data, size_t size) {
+      if (written + size > bytes) throw WriteFailed{"the decoder gave more bytes than expected"};
+      for (size_t done = 0; done < size;) {
+        const ssize_t n = pwrite(fd.fd, data + done, size - done, static_cast<off_t>(written));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw WriteFailed{errno_text("cannot write the copy")};
+        done += static_cast<size_t>(n);
+        written += static_cast<size_t>(n);
+      }
+    });
+    if (written != bytes) throw WriteFailed{"the decoder gave fewer bytes than expected"};
+  } catch (const WriteFailed& e) {
+    *why = e.why;
     drop_partial();
     return std::nullopt;
-  }
-  try {
-    decode(static_cast<unsigned char*>(p));
   } catch (...) {
-    munmap(p, bytes);
     drop_partial();
     throw;
   }
-  munmap(p, bytes);
   // On disk before it has a name, so that a crash of the machine cannot leave a named copy with
   // holes in it.
   if (fdatasync(fd.fd) != 0 || !give_name(dir, fd.fd, partial, name.file)) {
     *why = errno_text("cannot keep the copy");  // the data is still good for this process
     drop_partial();
   }
-  auto m = map_read_only(fd.fd, bytes);
-  if (!m.data) {
-    *why = errno_text("cannot map the copy");
-    return std::nullopt;
-  }
-  return m;
+  return keep_open(&fd, bytes);
 }
 
 }  // namespace
@@ -227,10 +233,24 @@ std::string decoded_cache_dir(const std::function<const char*(const char*)>& get
   return {};
 }
 
-std::optional<MappedBytes> map_decoded(const std::string& dir, const std::string& source,
-                                       size_t bytes,
-                                       const std::function<void(unsigned char*)>& decode,
-                                       std::string* why, std::chrono::milliseconds wait) {
+void read_copy(const DecodedCopy& copy, size_t offset, size_t size, void* out) {
+  auto* p = static_cast<char*>(out);
+  while (size > 0) {
+    const ssize_t got = pread(*copy.fd, p, size, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      fail(Errc::io, got < 0 ? errno_text("reading a decoded copy")
+                             : "a decoded copy ended early (cut while in use?)");
+    p += got;
+    offset += static_cast<size_t>(got);
+    size -= static_cast<size_t>(got);
+  }
+}
+
+std::optional<DecodedCopy> open_decoded(const std::string& dir, const std::string& source,
+                                        size_t bytes,
+                                        const std::function<void(const ByteSink&)>& decode,
+                                        std::string* why, std::chrono::milliseconds wait) {
   CopyName name;
   if (dir.empty()) {
     *why = "no cache directory (ACCEL_DATASETS_CACHE=off, or no HOME)";
@@ -239,10 +259,10 @@ std::optional<MappedBytes> map_decoded(const std::string& dir, const std::string
   if (bytes == 0 || !copy_name(source, bytes, &name, why)) return std::nullopt;
   const Fd cache(open_cache_dir(dir, why));
   if (cache.fd < 0) return std::nullopt;
-  if (auto m = open_copy(cache.fd, name.file, bytes)) return m;
+  if (auto c = open_copy(cache.fd, name.file, bytes)) return c;
   Fd lock;
   if (!lock_source(cache.fd, name.lock, wait, &lock, why)) return std::nullopt;
-  if (auto m = open_copy(cache.fd, name.file, bytes)) return m;  // made while this one waited
+  if (auto c = open_copy(cache.fd, name.file, bytes)) return c;  // made while this one waited
   unlinkat(cache.fd, name.file.c_str(), 0);  // a file under the name that is not a good copy
   auto made = make_copy(cache.fd, name, bytes, decode, why);
   if (made) remove_others(cache.fd, name);

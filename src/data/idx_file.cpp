@@ -97,20 +97,26 @@ IdxLayout read_idx_layout(const std::string& path) {
   return read_header(file.f, path);
 }
 
-void decode_idx(const std::string& path, const IdxLayout& layout, unsigned char* out) {
+void decode_idx(const std::string& path, const IdxLayout& layout, const ByteSink& sink) {
   GzFile file(path);
   read_header(file.f, path);  // the same bytes read_idx_layout saw, skipped
-  const size_t got = read_fully(file.f, out, layout.data_bytes);
-  if (got != layout.data_bytes)
-    short_read(
-        file.f, path,
-        "IDX file '" + path + "' is truncated: its header promises " +
-            std::to_string(layout.data_bytes) + " bytes of data, it holds " + std::to_string(got),
-        " after " + std::to_string(got) + " of " + std::to_string(layout.data_bytes) + " bytes");
-  if (layout.width > 1) {  // IDX stores big-endian values
-    const size_t count = layout.data_bytes / layout.width;
-    for (size_t i = 0; i < count; ++i)
-      std::reverse(out + i * layout.width, out + (i + 1) * layout.width);
+  const size_t chunk = (size_t{1} << 20) / layout.width * layout.width;
+  std::vector<unsigned char> buffer(std::min(chunk, layout.data_bytes));
+  for (size_t done = 0; done < layout.data_bytes;) {
+    const size_t want = std::min(chunk, layout.data_bytes - done);
+    const size_t got = read_fully(file.f, buffer.data(), want);
+    if (got != want)
+      short_read(file.f, path,
+                 "IDX file '" + path + "' is truncated: its header promises " +
+                     std::to_string(layout.data_bytes) + " bytes of data, it holds " +
+                     std::to_string(done + got),
+                 " after " + std::to_string(done + got) + " of " +
+                     std::to_string(layout.data_bytes) + " bytes");
+    if (layout.width > 1)  // IDX stores big-endian values
+      for (size_t i = 0; i < want; i += layout.width)
+        std::reverse(buffer.data() + i, buffer.data() + i + layout.width);
+    sink(buffer.data(), want);
+    done += want;
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,12 @@ struct IdxLayout {
 // missing or unreadable, not an IDX file, a truncated header, an implausible shape.
 IdxLayout read_idx_layout(const std::string& path);
 
-// Decodes `path`'s data into `out` (layout.data_bytes), values turned from the file's big-endian
-// order into this machine's. Throws accel::Error(io) naming the file when it holds fewer bytes than
-// its header promises or cannot be read.
-void decode_idx(const std::string& path, const IdxLayout& layout, unsigned char* out);
+// Receives decoded data in order, in chunks of whole values.
+using ByteSink = std::function<void(const unsigned char* data, size_t size)>;
+
+// Decodes `path`'s data (layout.data_bytes of it) into `sink`, values turned from the file's
+// big-endian order into this machine's. Throws accel::Error(io) naming the file when it holds fewer
+// bytes than its header promises, its compressed data is corrupt, or it cannot be read.
+void decode_idx(const std::string& path, const IdxLayout& layout, const ByteSink& sink);
 
 }  // namespace accel::data

@@ -17,7 +17,8 @@
 #include "data/decoded_cache.hpp"
 #include "data/idx_file.hpp"
 
-using accel::data::map_decoded;
+using accel::data::DecodedCopy;
+using accel::data::open_decoded;
 
 namespace {
 
@@ -52,16 +53,25 @@ void write_file(const std::string& path, const std::string& text) {
 struct Filler {
   std::string text;
   int calls = 0;
-  void operator()(unsigned char* out, size_t bytes) {
+  void operator()(const accel::data::ByteSink& sink, size_t bytes) {
     ++calls;
-    for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(text[i % text.size()]);
+    std::string out(bytes, '\0');
+    for (size_t i = 0; i < bytes; ++i) out[i] = text[i % text.size()];
+    sink(reinterpret_cast<const unsigned char*>(out.data()), 1);  // in two pieces
+    sink(reinterpret_cast<const unsigned char*>(out.data()) + 1, bytes - 1);
   }
 };
 
-std::optional<accel::data::MappedBytes> map(const std::string& cache, const std::string& source,
-                                            size_t bytes, Filler& f, std::string* why) {
-  return map_decoded(
-      cache, source, bytes, [&](unsigned char* out) { f(out, bytes); }, why);
+std::optional<DecodedCopy> map(const std::string& cache, const std::string& source, size_t bytes,
+                               Filler& f, std::string* why) {
+  return open_decoded(
+      cache, source, bytes, [&](const accel::data::ByteSink& sink) { f(sink, bytes); }, why);
+}
+
+std::string read_all(const DecodedCopy& c) {
+  std::string out(c.bytes, '\0');
+  accel::data::read_copy(c, 0, c.bytes, out.data());
+  return out;
 }
 
 }  // namespace
@@ -76,8 +86,8 @@ TEST(DecodedCache, DecodesOnceAndMapsTheCopyAfter) {
   auto second = map(cache, source, 5000, f, &why);
   ASSERT_TRUE(second) << why;
   EXPECT_EQ(f.calls, 1);
-  EXPECT_EQ(std::memcmp(first->data, second->data, 5000), 0);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(second->data), 7), "decoded");
+  EXPECT_EQ(read_all(*first), read_all(*second));
+  EXPECT_EQ(read_all(*second).substr(0, 7), "decoded");
   ASSERT_EQ(copies(cache).size(), 1u);
   struct stat st {};
   ASSERT_EQ(stat((cache + "/" + copies(cache)[0]).c_str(), &st), 0);
@@ -97,9 +107,9 @@ TEST(DecodedCache, AChangedSourceIsDecodedAgainAndTheOldCopyGoes) {
   auto new_copy = map(cache, source, 4096, two, &why);
   ASSERT_TRUE(new_copy) << why;
   EXPECT_EQ(two.calls, 1);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(new_copy->data), 3), "two");
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(old_copy->data), 3), "one")
-      << "a removed copy stays readable to whoever mapped it";
+  EXPECT_EQ(read_all(*new_copy).substr(0, 3), "two");
+  EXPECT_EQ(read_all(*old_copy).substr(0, 3), "one")
+      << "a removed copy stays readable to whoever opened it";
   EXPECT_EQ(copies(cache).size(), 1u) << "the older version is removed";
 }
 
@@ -107,9 +117,14 @@ TEST(DecodedCache, AFailedDecodeLeavesNothing) {
   const std::string dir = fresh_dir(), cache = dir + "/c", source = dir + "/data.gz";
   write_file(source, "x");
   std::string why;
-  EXPECT_THROW(map_decoded(
+  EXPECT_THROW(open_decoded(
                    cache, source, 4096,
-                   [](unsigned char*) { accel::fail(accel::Errc::io, "corrupt source"); }, &why),
+                   [](const accel::data::ByteSink& sink) {
+                     const unsigned char half[2048] = {};
+                     sink(half, sizeof half);
+                     accel::fail(accel::Errc::io, "corrupt source");
+                   },
+                   &why),
                accel::Error);
   EXPECT_TRUE(copies(cache).empty());
   Filler f{"good"};
@@ -129,7 +144,7 @@ TEST(DecodedCache, AFileUnderTheNameThatIsNotAGoodCopyIsReplaced) {
   auto m = map(cache, source, 8192, f, &why);
   ASSERT_TRUE(m) << why;
   EXPECT_EQ(f.calls, 2);
-  EXPECT_EQ(m->data[8191], 'b');  // 8191 % 3 == 1
+  EXPECT_EQ(read_all(*m)[8191], 'b');  // 8191 % 3 == 1
 }
 
 TEST(DecodedCache, ADirectoryOthersMayWriteToIsNotUsed) {
@@ -164,15 +179,16 @@ TEST(DecodedCache, ProcessesOpeningTheSameFileAtOnceDecodeItOnce) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       std::string why;
-      auto m = map_decoded(
+      auto m = open_decoded(
           cache, source, 1 << 20,
-          [&](unsigned char* out) {
+          [&](const accel::data::ByteSink& sink) {
             std::ofstream(counter, std::ios::app) << "d";
             std::this_thread::sleep_for(std::chrono::milliseconds(200));
-            std::memset(out, 7, 1 << 20);
+            const std::string sevens(1 << 20, '\7');
+            sink(reinterpret_cast<const unsigned char*>(sevens.data()), sevens.size());
           },
           &why);
-      _exit(m && m->data[(1 << 20) - 1] == 7 ? 0 : 1);
+      _exit(m && read_all(*m) == std::string(1 << 20, '\7') ? 0 : 1);
     }
     children.push_back(pid);
   }
@@ -228,8 +244,12 @@ TEST(IdxFile, PlainAndCompressedDecodeAlike) {
     EXPECT_EQ(layout.compressed, std::string(name).find(".gz") != std::string::npos) << name;
     EXPECT_EQ(layout.shape, std::vector<int64_t>{300});
     EXPECT_EQ(layout.data_bytes, 1200u);
-    std::vector<int32_t> values(300);
-    accel::data::decode_idx(dir + name, layout, reinterpret_cast<unsigned char*>(values.data()));
+    std::vector<int32_t> values;
+    accel::data::decode_idx(dir + name, layout, [&](const unsigned char* data, size_t size) {
+      const auto* v = reinterpret_cast<const int32_t*>(data);
+      values.insert(values.end(), v, v + size / 4);
+    });
+    ASSERT_EQ(values.size(), 300u);
     EXPECT_EQ(values[0], 0);
     EXPECT_EQ(values[299], 299) << "turned into this machine's byte order";
   }
@@ -248,8 +268,7 @@ TEST(IdxFile, CorruptCompressedDataIsNamedAsSuch) {
   write_file(path, bytes);
   try {
     const auto layout = accel::data::read_idx_layout(path);
-    std::vector<unsigned char> out(layout.data_bytes);
-    accel::data::decode_idx(path, layout, out.data());
+    accel::data::decode_idx(path, layout, [](const unsigned char*, size_t) {});
     FAIL() << "decoded corrupt data";
   } catch (const accel::Error& e) {
     EXPECT_EQ(e.code(), accel::Errc::io);
