@@ -20,7 +20,9 @@ else()
   file(GLOB wheel_includes LIST_DIRECTORIES true "${ACCEL_TORCH_ROOT}/../nvidia/*/include")
   set(hints ${wheel_includes} "$ENV{CUDAToolkit_ROOT}/include" /usr/local/cuda/include)
   set(ACCEL_CUDA_INCLUDE_DIRS "")
-  foreach(header cuda_runtime_api.h nccl.h cublas_v2.h cusparse.h cusolverDn.h)
+  # crt/host_config.h: cuda_runtime.h includes it, and a wheel's nvidia/cu13/include may lack it
+  # (it comes with the nvcc package); a toolkit beside the wheel then supplies it.
+  foreach(header cuda_runtime_api.h crt/host_config.h nccl.h cublas_v2.h cusparse.h cusolverDn.h)
     string(MAKE_C_IDENTIFIER "ACCEL_HEADER_${header}" var)
     find_path(${var} ${header} HINTS ${hints} NO_DEFAULT_PATH)
     if(${var})

@@ -133,5 +133,10 @@ find_path(ACCEL_GLOO_INCLUDE_DIR gloo/rendezvous/store.h)
 if(NOT ACCEL_GLOO_INCLUDE_DIR)
   message(FATAL_ERROR "gloo's headers (gloo/rendezvous/store.h) were not found: install libgloo-dev")
 endif()
+# Named only when elsewhere than the compiler's own path (-isystem /usr/include would break
+# libstdc++'s #include_next).
+if(NOT ACCEL_GLOO_INCLUDE_DIR STREQUAL "/usr/include")
+  target_include_directories(accel_torch SYSTEM INTERFACE "${ACCEL_GLOO_INCLUDE_DIR}")
+endif()
 
 message(STATUS "LibTorch ${ACCEL_TORCH_VERSION}: ${torch_cpu_so} (CUDA in it: ${ACCEL_TORCH_CUDA}; system BLAS: ${ACCEL_TORCH_SYSTEM_BLAS})")
