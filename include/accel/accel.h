@@ -249,10 +249,13 @@ typedef void (*accel_release_fn)(void* user_data);
  *   rendezvous_timeout           seconds > 0: how long init waits for every rank (default 120)
  *   collective_timeout           seconds > 0: how long one collective may take (default 300)
  *   num_threads                  intra-op threads per rank; 0 = cores / local ranks (default 0)
- *   malloc_tuning                keep freed tensor memory in the process for the next step (glibc
- *                                mmap threshold 32 MiB, trim threshold 64 MiB) instead of returning
- *                                it to the kernel; skipped when MALLOC_MMAP_THRESHOLD_,
- *                                MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES set them (default true)
+ *   malloc_tuning                keep freed tensor memory in the process for the next step instead
+ *                                of returning it to the kernel: CPU tensors of 1 MiB and more from
+ *                                blocks kept by size while recent optimizer steps use them (LibTorch's
+ *                                CPU allocator replaced; not in AddressSanitizer builds), smaller
+ *                                ones from glibc with mmap threshold 32 MiB, trim threshold 64 MiB
+ *                                (unless MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or
+ *                                GLIBC_TUNABLES set them) (default true)
  *   shared_memory_allreduce      when all ranks share one machine, all-reduce fp32/fp64/int32/
  *                                int64 CPU tensors (gradients included) through shared memory
  *                                instead of Gloo's TCP loopback; falls back to Gloo by itself when

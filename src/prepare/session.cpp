@@ -12,6 +12,7 @@
 #include "ddp/grad_sync.hpp"
 #include "ops/collectives.hpp"
 #include "optim/step_rules.hpp"
+#include "runtime/tensor_allocator.hpp"
 #include "zero/grad_shard.hpp"
 #include "zero/param_shard.hpp"
 #include "zero/partition.hpp"
@@ -395,6 +396,7 @@ void Session::optimizer_step(optim::Optimizer& o) {
   // Stages 1-2 take every parameter from its owner; stage 3 leaves them with their owners.
   if (auto it = shards_.find(&o); it != shards_.end() && stepped && acc_->sharding().stage < 3)
     it->second->gather_parameters();
+  runtime::tensor_memory_step_ended();
 }
 
 void Session::optimizer_zero_grad(optim::Optimizer& o) {

@@ -16,6 +16,7 @@
 #include "runtime/malloc_tuning.hpp"
 #include "runtime/parent_watch.hpp"
 #include "runtime/seed.hpp"
+#include "runtime/tensor_allocator.hpp"
 
 namespace accel::runtime {
 
@@ -122,7 +123,10 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
     set_threads(default_thread_count(
         static_cast<int>(settings_.integer("num_threads")), env, available_cpus(),
         place_.local_known ? place_.local_world_size : place_.world_size));
-    if (settings_.flag("malloc_tuning")) tune_malloc(env);
+    if (settings_.flag("malloc_tuning")) {
+      tune_malloc(env);
+      install_tensor_allocator();
+    }
     if (place_.distributed()) {
       die_with_launching_engine(env);
       ignore_sigpipe_by_default();
