@@ -122,7 +122,7 @@ std::string t10k_bytes() {
 
 }  // namespace
 
-TEST(Data, IdxFilesAreDecodedOnceIntoTheCacheAndMappedAfter) {
+TEST(Data, IdxFilesAreDecodedOnceIntoTheCacheAndReadFromThereAfter) {
   std::string cache = ::testing::TempDir() + "idx_cacheXXXXXX";
   ASSERT_TRUE(mkdtemp(cache.data()));
   setenv("ACCEL_DATASETS_CACHE", "off", 1);
