@@ -16,6 +16,7 @@
 
 #include "checkpoint/safetensors.hpp"
 #include "common/error.hpp"
+#include "common/files.hpp"
 #include "ops/main_process.hpp"
 
 namespace accel::checkpoint {
@@ -47,19 +48,6 @@ bool is_directory(const std::string& path) {
 bool exists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
-}
-
-// `dir` and the directories above it that are missing, as Accelerate's os.makedirs(exist_ok=True).
-void make_directories(const std::string& dir) {
-  for (size_t end = dir.find('/', 1);; end = dir.find('/', end + 1)) {
-    const std::string part = dir.substr(0, end);
-    if (!part.empty() && !is_directory(part) && mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
-      fail(Errc::io, "cannot create the directory '" + part + "'" +
-                         (part == dir ? "" : " (on the way to '" + dir + "')") + ": " +
-                         std::strerror(errno));
-    if (end == std::string::npos) break;
-  }
-  if (!is_directory(dir)) fail(Errc::io, "'" + dir + "' exists and is not a directory");
 }
 
 std::string read_file(const std::string& path) {
@@ -136,7 +124,7 @@ NamedTensors read_safetensors(const std::string& path) {
 
 std::vector<std::string> save_model(const model::Model& m, const std::string& dir,
                                     uint64_t max_shard_bytes) {
-  make_directories(dir);
+  make_directories(dir, 0755);  // as Accelerate's os.makedirs(exist_ok=True)
   const NamedTensors state = state_of(m);
   // Greedy in parameter order: a tensor that does not fit starts the next shard.
   std::vector<NamedTensors> shards(1);

@@ -2,6 +2,7 @@
 // into an accel_status; the numeric values match accel.h (checked by static_asserts in src/capi).
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -38,6 +39,11 @@ class Error : public std::runtime_error {
 
 [[noreturn]] inline void fail(Errc code, const std::string& message) {
   throw Error(code, message);
+}
+
+// "what: <the system's words for err>", for messages about failed system calls.
+inline std::string sys_error(const std::string& what, int err) {
+  return what + ": " + std::strerror(err);
 }
 
 // An accel::Error raised inside a TorchScript op (ZeRO stage 3's gathers) reaches the op's caller

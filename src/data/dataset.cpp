@@ -280,6 +280,18 @@ std::optional<at::ScalarType> idx_scalar_type(uint8_t code) {
   return std::nullopt;
 }
 
+// `path`'s data, decoded into this process's memory.
+at::Tensor decode_to_tensor(const std::string& path, const IdxLayout& layout) {
+  at::Tensor t =
+      at::empty(layout.shape, at::TensorOptions().dtype(*idx_scalar_type(layout.type_code)));
+  auto* out = static_cast<unsigned char*>(t.data_ptr());
+  decode_idx(path, layout, [&out](const unsigned char* data, size_t size) {
+    std::memcpy(out, data, size);
+    out += size;
+  });
+  return t;
+}
+
 // A field of an IDX dataset: in this process's memory, or rows read from the machine's decoded
 // copy (decoded_cache.hpp), which no rank then holds in its resident set.
 struct IdxField {
@@ -347,22 +359,14 @@ IdxField load_idx(const std::string& path, const IdxLayout& layout, const std::s
       return f;
     }
   }
-  f.tensor = read_idx(path);
+  f.tensor = decode_to_tensor(path, layout);
   return f;
 }
 
 }  // namespace
 
 at::Tensor read_idx(const std::string& path) {
-  const auto layout = read_idx_layout(path);
-  at::Tensor t =
-      at::empty(layout.shape, at::TensorOptions().dtype(*idx_scalar_type(layout.type_code)));
-  auto* out = static_cast<unsigned char*>(t.data_ptr());
-  decode_idx(path, layout, [&out](const unsigned char* data, size_t size) {
-    std::memcpy(out, data, size);
-    out += size;
-  });
-  return t;
+  return decode_to_tensor(path, read_idx_layout(path));
 }
 
 std::shared_ptr<Dataset> idx_dataset(const std::vector<std::string>& paths) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/files.hpp"
 #include "security/sha256.hpp"
 
 namespace accel::data {
@@ -23,7 +24,7 @@ namespace {
 constexpr char kFormat[] = "libaccel decoded copy 1";
 
 std::string errno_text(const std::string& what) {
-  return what + ": " + std::strerror(errno);
+  return sys_error(what, errno);
 }
 
 struct Fd {
@@ -67,13 +68,11 @@ bool copy_name(const std::string& source, size_t bytes, CopyName* out, std::stri
 // Makes `dir` and its missing parents (0700) and opens it; it must be this user's and writable by
 // no one else, since what is read from it goes into training.
 int open_cache_dir(const std::string& dir, std::string* why) {
-  for (size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
-    const std::string part = dir.substr(0, slash);
-    if (!part.empty() && mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
-      *why = errno_text("cannot make " + part);
-      return -1;
-    }
-    if (slash == std::string::npos) break;
+  try {
+    make_directories(dir, 0700);
+  } catch (const Error& e) {
+    *why = e.what();
+    return -1;
   }
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct stat st {};

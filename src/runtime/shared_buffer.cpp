@@ -13,13 +13,7 @@
 
 namespace accel::runtime {
 
-namespace {
-
-std::string sys_error(const std::string& what, int err) {
-  return what + ": " + std::strerror(err);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 SharedBuffer SharedBuffer::map(int fd, const std::string& name, size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

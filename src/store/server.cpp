@@ -34,10 +34,6 @@ constexpr size_t kMaxConnections = 4096;
 // Refusals logged one by one; after that every 100th, so a scan cannot flood the log.
 constexpr uint64_t kLoggedRefusals = 20;
 
-std::string sys_error(const std::string& what, int err) {
-  return what + ": " + std::strerror(err);
-}
-
 std::string peer_text(const sockaddr_storage& a) {
   char host[INET6_ADDRSTRLEN] = "?";
   int port = 0;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/error.hpp"
+#include "common/files.hpp"
 
 namespace accel::tracking {
 
@@ -47,18 +48,7 @@ void OutputFile::close() {
 
 void make_directories(const std::string& dir) {
   if (dir.empty()) return;
-  for (size_t pos = 1;; ++pos) {
-    pos = dir.find('/', pos);
-    const std::string part = dir.substr(0, pos);
-    struct stat st {};
-    if (::stat(part.c_str(), &st) == 0) {
-      if (!S_ISDIR(st.st_mode))
-        fail(Errc::io, "cannot create " + dir + ": " + part + " is not a directory");
-    } else if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-      fail(Errc::io, "cannot create " + part + ": " + std::strerror(errno));
-    }
-    if (pos == std::string::npos) break;
-  }
+  accel::make_directories(dir, 0755);
   // An existing directory may still refuse files (read-only, another owner): say so now, before
   // the run trains, rather than at the first log.
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
