@@ -31,6 +31,22 @@ ROOT=$PWD
 MODE=${1:-run}
 BUNDLE=${GPUCHECK_BUNDLE:-$ROOT/.cache/gpucheck}
 
+# A header-only Debian package carried for the device: its headers and a CMake config that gives
+# its imported target.  header_only_package BUNDLE NAME TARGET HEADER_DIR DEBIAN_PACKAGE
+header_only_package() {
+  local d=$1 name=$2 target=$3 headers=$4 package=$5
+  mkdir -p "$d/$name/include"
+  cp -rL "$headers" "$d/$name/include/"
+  cat >"$d/$name/${name}Config.cmake" <<EOF
+# Debian 12's $package headers (carried by tools/gpu_check.sh).
+if(NOT TARGET $target)
+  add_library($target INTERFACE IMPORTED)
+  set_target_properties($target PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "\${CMAKE_CURRENT_LIST_DIR}/include")
+endif()
+EOF
+}
+
 # ------------------------------------------------------------------------------------------------
 # --bundle: what the device lacks, from this (Debian 12) machine. Runs here, never there.
 # ------------------------------------------------------------------------------------------------
@@ -54,24 +70,9 @@ endif()
 set(YAML_CPP_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/include")
 set(YAML_CPP_LIBRARIES yaml-cpp)
 EOF
-  cp -rL /usr/include/nlohmann "$d/nlohmann_json/include/"
-  cat >"$d/nlohmann_json/nlohmann_jsonConfig.cmake" <<'EOF'
-# Debian 12's nlohmann-json3-dev headers (carried by tools/gpu_check.sh).
-if(NOT TARGET nlohmann_json::nlohmann_json)
-  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
-  set_target_properties(nlohmann_json::nlohmann_json PROPERTIES
-    INTERFACE_INCLUDE_DIRECTORIES "${CMAKE_CURRENT_LIST_DIR}/include")
-endif()
-EOF
-  cp -rL /usr/include/CLI "$d/CLI11/include/"
-  cat >"$d/CLI11/CLI11Config.cmake" <<'EOF'
-# Debian 12's libcli11-dev headers (carried by tools/gpu_check.sh).
-if(NOT TARGET CLI11::CLI11)
-  add_library(CLI11::CLI11 INTERFACE IMPORTED)
-  set_target_properties(CLI11::CLI11 PROPERTIES
-    INTERFACE_INCLUDE_DIRECTORIES "${CMAKE_CURRENT_LIST_DIR}/include")
-endif()
-EOF
+  header_only_package "$d" nlohmann_json nlohmann_json::nlohmann_json /usr/include/nlohmann \
+    nlohmann-json3-dev
+  header_only_package "$d" CLI11 CLI11::CLI11 /usr/include/CLI libcli11-dev
   cp -rL /usr/include/gloo "$d/gloo/include/"
   cp -L /usr/include/zlib.h /usr/include/zconf.h "$d/zlib/include/"
   cp -L /usr/lib/x86_64-linux-gnu/libz.so.1 "$d/zlib/lib/libz.so.1"
@@ -864,4 +865,5 @@ if [ -n "${TORCH_BG:-}" ]; then
     [ -f "$f" ] && { printf '\n########## %s (torch baseline)\n' "${f##*/}"; tail -n 60 "$f"; } >>"$CHECKS"
   done
 fi
+
 exit 0
