@@ -220,12 +220,14 @@ SLOW='^slow$'
 # refuses unless verify_asan_link_order=0): run in a step of their own with that option.
 ASAN_PRELOADING='^MultiProcess\.ForkFailureFailsTheLaunchAndLeavesNoRankBehind$'
 
-# -O1 -g1 for both sanitizer builds (see the header and README.md in tests/sanitizers/). The
-# bindings' tests are left to the plain suite: their programs (cargo's) are not instrumented and
-# would need the sanitizer runtime preloaded, and they test the binding, not libaccel's threads.
+# -O1 -g1 for both sanitizer builds (see the header and README.md in tests/sanitizers/; the tests'
+# own C++ is -O0 in every build, tests/CMakeLists.txt). The bindings' tests are left to the plain
+# suite: their programs (cargo's) are not instrumented and would need the sanitizer runtime
+# preloaded, and they test the binding, not libaccel's threads. Nor are the benchmark programs
+# built: no sanitizer test runs them (bench.quick_smoke is skipped under ASan, not in TSAN_TESTS).
 sanitizer_build() {  # dir, sanitizer
   configure_and_build "$1" -DACCEL_SANITIZE="$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DACCEL_BUILD_BINDING_TESTS=OFF \
+    -DACCEL_BUILD_BINDING_TESTS=OFF -DACCEL_BUILD_BENCH=OFF \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=${SANITIZE_OPT:--O1} -g1 -DNDEBUG" \
     "-DCMAKE_C_FLAGS_RELWITHDEBINFO=${SANITIZE_OPT:--O1} -g1 -DNDEBUG"
 }
