@@ -3,8 +3,10 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 
 #include "common/error.hpp"
@@ -358,6 +360,16 @@ IdxField load_idx(const std::string& path, const IdxLayout& layout, const std::s
       read_copy(*copy, 0, layout.data_bytes, f.tensor.data_ptr());
       return f;
     }
+    // Said once per process: every rank then holds a decoded copy of its own, which its memory
+    // figures show, and the user should know why (a cache switched off says nothing).
+    static std::once_flag said;
+    if (!cache.empty())
+      std::call_once(said, [&] {
+        std::fprintf(stderr,
+                     "libaccel: %s is decoded into this process's memory: the dataset cache cannot "
+                     "serve it (%s)\n",
+                     path.c_str(), why.c_str());
+      });
   }
   f.tensor = decode_to_tensor(path, layout);
   return f;

@@ -2,6 +2,7 @@
 // Fashion-MNIST), callbacks (failing ones too), epochs, prefetching, resume, bad input.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -139,6 +140,23 @@ TEST(Data, IdxFilesAreDecodedOnceIntoTheCacheAndReadFromThereAfter) {
     closedir(dir);
   }
   EXPECT_EQ(copies, 2) << "one decoded copy per file, made once";
+}
+
+TEST(Data, ADatasetCacheThatCannotServeIsNamedAndTheDataStillLoads) {
+  std::string cache = ::testing::TempDir() + "idx_open_cacheXXXXXX";
+  ASSERT_TRUE(mkdtemp(cache.data()));
+  ASSERT_EQ(chmod(cache.c_str(), 0777), 0);  // others may write there: not used
+  setenv("ACCEL_DATASETS_CACHE", "off", 1);
+  const std::string decoded_here = t10k_bytes();
+  setenv("ACCEL_DATASETS_CACHE", cache.c_str(), 1);
+  ::testing::internal::CaptureStderr();
+  const std::string loaded = t10k_bytes();
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  unsetenv("ACCEL_DATASETS_CACHE");
+  EXPECT_TRUE(loaded == decoded_here) << "the same samples, decoded in this process";
+  EXPECT_NE(said.find("decoded into this process's memory"), std::string::npos) << said;
+  EXPECT_NE(said.find("others may write to it"), std::string::npos) << said;
+  EXPECT_EQ(said.find("libaccel:"), said.rfind("libaccel:")) << "said once: " << said;
 }
 
 TEST(Data, BadIdxFilesNameTheFile) {
