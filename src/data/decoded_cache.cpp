@@ -23,10 +23,6 @@ namespace {
 // Bumped when the layout of a copy changes, so that old copies are never read as new ones.
 constexpr char kFormat[] = "libaccel decoded copy 1";
 
-std::string errno_text(const std::string& what) {
-  return sys_error(what, errno);
-}
-
 struct Fd {
   explicit Fd(int fd = -1) : fd(fd) {}
   ~Fd() {
@@ -51,7 +47,7 @@ bool copy_name(const std::string& source, size_t bytes, CopyName* out, std::stri
   struct stat st {};
   char real[PATH_MAX];
   if (stat(source.c_str(), &st) != 0 || !realpath(source.c_str(), real)) {
-    *why = errno_text("cannot identify " + source);
+    *why = sys_error("cannot identify " + source, errno);
     return false;
   }
   out->path_part = hex16(real);
@@ -77,7 +73,7 @@ int open_cache_dir(const std::string& dir, std::string* why) {
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct stat st {};
   if (fd < 0 || fstat(fd, &st) != 0) {
-    *why = errno_text("cannot open " + dir);
+    *why = sys_error("cannot open " + dir, errno);
     if (fd >= 0) close(fd);
     return -1;
   }
@@ -116,13 +112,13 @@ bool lock_source(int dir, const std::string& lock, std::chrono::milliseconds wai
                  std::string* why) {
   held->fd = openat(dir, lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (held->fd < 0) {
-    *why = errno_text("cannot open the lock " + lock);
+    *why = sys_error("cannot open the lock " + lock, errno);
     return false;
   }
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (flock(held->fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) {
-      *why = errno_text("cannot lock " + lock);
+      *why = sys_error("cannot lock " + lock, errno);
       return false;
     }
     if (std::chrono::steady_clock::now() > deadline) {
@@ -174,13 +170,13 @@ std::optional<DecodedCopy> make_copy(int dir, const CopyName& name, size_t bytes
     if (!partial.empty()) unlinkat(dir, partial.c_str(), 0);
   };
   if (fd.fd < 0) {
-    *why = errno_text("cannot make a file in the cache");
+    *why = sys_error("cannot make a file in the cache", errno);
     return std::nullopt;
   }
   // Reserved first: a full disk is a reason to decode privately, found before decoding.
   if (const int err = posix_fallocate(fd.fd, 0, static_cast<off_t>(bytes)); err != 0) {
     errno = err;
-    *why = errno_text("cannot reserve " + std::to_string(bytes >> 20) + " MiB in the cache");
+    *why = sys_error("cannot reserve " + std::to_string(bytes >> 20) + " MiB in the cache", errno);
     drop_partial();
     return std::nullopt;
   }
@@ -197,7 +193,7 @@ std::optional<DecodedCopy> make_copy(int dir, const CopyName& name, size_t bytes
       for (size_t done = 0; done < size;) {
         const ssize_t n = pwrite(fd.fd, data + done, size - done, static_cast<off_t>(written));
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) throw WriteFailed{errno_text("cannot write the copy")};
+        if (n <= 0) throw WriteFailed{sys_error("cannot write the copy", errno)};
         done += static_cast<size_t>(n);
         written += static_cast<size_t>(n);
       }
@@ -214,7 +210,7 @@ std::optional<DecodedCopy> make_copy(int dir, const CopyName& name, size_t bytes
   // On disk before it has a name, so that a crash of the machine cannot leave a named copy with
   // holes in it.
   if (fdatasync(fd.fd) != 0 || !give_name(dir, fd.fd, partial, name.file)) {
-    *why = errno_text("cannot keep the copy");  // the data is still good for this process
+    *why = sys_error("cannot keep the copy", errno);  // the data is still good for this process
     drop_partial();
   }
   return keep_open(&fd, bytes);
@@ -238,7 +234,7 @@ void read_copy(const DecodedCopy& copy, size_t offset, size_t size, void* out) {
     const ssize_t got = pread(*copy.fd, p, size, static_cast<off_t>(offset));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0)
-      fail(Errc::io, got < 0 ? errno_text("reading a decoded copy")
+      fail(Errc::io, got < 0 ? sys_error("reading a decoded copy", errno)
                              : "a decoded copy ended early (cut while in use?)");
     p += got;
     offset += static_cast<size_t>(got);
