@@ -73,6 +73,13 @@ struct accel_accelerator {
 
 // `family` is set when the handle is made and never changes (the family itself may be joined to
 // an accelerator's); `session` and `prepared` change under the family lock only.
+namespace accel::capi {
+// A message of the library's own (a tracker's repair, ...) through the accelerator's logger, from
+// the process that calls it: the level filters it, the program's sink or standard error gets it.
+// A sink that fails is said on standard error instead; never throws.
+void log_from_library(accel_accelerator* accelerator, int32_t level, const std::string& message);
+}  // namespace accel::capi
+
 struct accel_model {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kModel);
   std::shared_ptr<accel::model::Model> model;

@@ -72,6 +72,20 @@ void emit_in_order(accel_accelerator* accelerator, accel::runtime::Accelerator& 
 
 }  // namespace
 
+void accel::capi::log_from_library(accel_accelerator* accelerator, int32_t level,
+                                   const std::string& message) {
+  if (level < accelerator->log_level.load()) return;
+  const auto& place = accelerator->session->accelerator().place();
+  try {
+    emit(accelerator, level, place.rank, place.world_size, 0, message.c_str());
+  } catch (const std::exception& e) {
+    std::string line =
+        accel::logging::stderr_line(level, place.rank, place.world_size, false, message);
+    line.pop_back();  // its newline: the sink's failure goes on the same line
+    std::fprintf(stderr, "%s (the log sink failed: %s)\n", line.c_str(), e.what());
+  }
+}
+
 extern "C" {
 
 ACCEL_API accel_status accel_set_log_sink(accel_accelerator* accelerator, accel_log_sink_fn sink,

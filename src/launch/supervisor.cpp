@@ -121,6 +121,17 @@ std::vector<char*> c_strings(std::vector<std::string>& items) {
   return out;
 }
 
+// A rank log that an earlier attempt's killed rank left mid-line (--max_restarts appends to it)
+// gets its newline first, so that the next attempt's first line starts a line of its own; the
+// cut line stays where it was: it is that rank's last output.
+void end_partial_line(int fd) {
+  struct stat st {};
+  char last = '\n';
+  if (fstat(fd, &st) == 0 && st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) == 1 &&
+      last != '\n')
+    (void)!write(fd, "\n", 1);
+}
+
 }  // namespace
 
 sigset_t block_supervised_signals() {
@@ -191,10 +202,11 @@ SuperviseResult supervise(const std::vector<RankProcess>& ranks, const Superviso
       std::vector<char*> envp = c_strings(env_store);  // built before fork: the child only execs
       const std::string which = "could not start rank " + std::to_string(ranks[i].rank) + ": ";
       if (!ranks[i].log_path.empty()) {
-        log_fd = open(ranks[i].log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        log_fd = open(ranks[i].log_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (log_fd < 0)
           fail(Errc::io, which + "cannot open its log file '" + ranks[i].log_path +
                              "': " + std::strerror(errno));
+        end_partial_line(log_fd);
       }
       if (options.prefix_output &&
           (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0))

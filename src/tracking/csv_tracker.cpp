@@ -13,12 +13,13 @@ std::string value_field(const Value& v) {
 
 class CsvTracker : public Tracker {
  public:
-  explicit CsvTracker(std::string dir) : dir_(std::move(dir)) {}
+  CsvTracker(std::string dir, Warn warn) : dir_(std::move(dir)), warn_(std::move(warn)) {}
   const std::string& name() const override { return name_; }
 
   void start(const std::string&, const Values& config) override {
     make_directories(dir_);
     metrics_.open(dir_ + "/metrics.csv", OutputFile::Mode::kAppend);
+    if (warn_ && !metrics_.torn_kept_in().empty()) warn_(metrics_.torn_notice());
     if (metrics_.size_at_open() == 0) metrics_.append("wall_time,step,tag,value\n");
     std::string rows = "key,value\n";
     for (const Value& v : config) rows += csv_field(v.key) + "," + value_field(v) + "\n";
@@ -40,13 +41,14 @@ class CsvTracker : public Tracker {
  private:
   std::string name_ = "csv";
   std::string dir_;
+  Warn warn_;
   OutputFile metrics_;
 };
 
 }  // namespace
 
-std::unique_ptr<Tracker> make_csv_tracker(const std::string& dir) {
-  return std::make_unique<CsvTracker>(dir);
+std::unique_ptr<Tracker> make_csv_tracker(const std::string& dir, Warn warn) {
+  return std::make_unique<CsvTracker>(dir, std::move(warn));
 }
 
 }  // namespace accel::tracking

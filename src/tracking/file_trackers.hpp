@@ -7,7 +7,9 @@
 //                "values": {"loss": 0.31, ...}} (step null without one); hparams.json
 //   csv          metrics.csv, one row a value: wall_time,step,tag,value; hparams.csv (key,value)
 // jsonl and csv append to the files of an earlier run in the same directory (a resumed run goes
-// on in the same file); TensorBoard starts a new event file, as it always does.
+// on in the same file), after moving aside a last record a killed run left without its newline
+// (OutputFile::Mode::kAppend), said through `warn`; TensorBoard starts a new event file, as it
+// always does (its readers skip a torn record at a file's end).
 #pragma once
 
 #include <memory>
@@ -18,7 +20,7 @@
 namespace accel::tracking {
 
 std::unique_ptr<Tracker> make_tensorboard_tracker(const std::string& dir);
-std::unique_ptr<Tracker> make_jsonl_tracker(const std::string& dir);
-std::unique_ptr<Tracker> make_csv_tracker(const std::string& dir);
+std::unique_ptr<Tracker> make_jsonl_tracker(const std::string& dir, Warn warn);
+std::unique_ptr<Tracker> make_csv_tracker(const std::string& dir, Warn warn);
 
 }  // namespace accel::tracking

@@ -18,12 +18,13 @@ std::string json_object(const Values& values) {
 
 class JsonlTracker : public Tracker {
  public:
-  explicit JsonlTracker(std::string dir) : dir_(std::move(dir)) {}
+  JsonlTracker(std::string dir, Warn warn) : dir_(std::move(dir)), warn_(std::move(warn)) {}
   const std::string& name() const override { return name_; }
 
   void start(const std::string&, const Values& config) override {
     make_directories(dir_);
     metrics_.open(dir_ + "/metrics.jsonl", OutputFile::Mode::kAppend);
+    if (warn_ && !metrics_.torn_kept_in().empty()) warn_(metrics_.torn_notice());
     OutputFile file;
     file.open(dir_ + "/hparams.json", OutputFile::Mode::kReplace);
     file.append(json_object(config) + "\n");
@@ -40,13 +41,14 @@ class JsonlTracker : public Tracker {
  private:
   std::string name_ = "jsonl";
   std::string dir_;
+  Warn warn_;
   OutputFile metrics_;
 };
 
 }  // namespace
 
-std::unique_ptr<Tracker> make_jsonl_tracker(const std::string& dir) {
-  return std::make_unique<JsonlTracker>(dir);
+std::unique_ptr<Tracker> make_jsonl_tracker(const std::string& dir, Warn warn) {
+  return std::make_unique<JsonlTracker>(dir, std::move(warn));
 }
 
 }  // namespace accel::tracking

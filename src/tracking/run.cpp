@@ -78,7 +78,7 @@ void Run::start(const std::string& log_with, const std::string& logging_dir,
                            " writes files: set logging_dir or project_dir (as Accelerate, which "
                            "requires a logging_dir for them)");
   if (writes_) {
-    files_ = make_file_trackers(log_with, logging_dir + "/" + project);
+    files_ = make_file_trackers(log_with, logging_dir + "/" + project, warn_);
     std::vector<Tracker*> order;
     for (auto& t : files_) order.push_back(t.get());
     for (auto& t : custom_) order.push_back(t.get());

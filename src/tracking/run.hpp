@@ -14,7 +14,8 @@ namespace accel::tracking {
 
 class Run {
  public:
-  explicit Run(bool writes) : writes_(writes) {}
+  // `warn`: where the file trackers' warnings go (may be empty).
+  explicit Run(bool writes, Warn warn = {}) : writes_(writes), warn_(std::move(warn)) {}
   // Ends a started run; failures are dropped (nobody is left to hear them).
   ~Run();
   Run(const Run&) = delete;
@@ -42,6 +43,7 @@ class Run {
   // callback calling back in), which would otherwise change the list being walked.
   class Busy;
   bool writes_;
+  Warn warn_;
   bool busy_ = false;
   bool started_ = false;
   std::vector<std::unique_ptr<Tracker>> custom_;

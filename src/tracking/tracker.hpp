@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,11 +43,15 @@ class Tracker {
 // Seconds since the epoch, with fractions (Event.wall_time, the files' wall_time).
 double wall_clock_now();
 
+// Where a tracker's warnings go (the accelerator's logger): a file it found torn and repaired.
+using Warn = std::function<void(const std::string& message)>;
+
 // The file trackers of a run, by Accelerate's `log_with` names ("tensorboard", "jsonl", "csv",
-// "all" = the three; a comma-separated list), writing under `dir` (logging_dir/project_name).
-// Throws accel::Error(config) naming an unknown tracker, with the known ones.
+// "all" = the three; a comma-separated list), writing under `dir` (logging_dir/project_name),
+// warning through `warn` (may be empty: no warnings). Throws accel::Error(config) naming an
+// unknown tracker, with the known ones.
 std::vector<std::unique_ptr<Tracker>> make_file_trackers(const std::string& log_with,
-                                                         const std::string& dir);
+                                                         const std::string& dir, Warn warn);
 
 // The names `log_with` lists (each checked as above; "all" expanded), in order, without repeats.
 std::vector<std::string> parse_log_with(const std::string& log_with);

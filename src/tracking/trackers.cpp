@@ -50,12 +50,12 @@ std::vector<std::string> parse_log_with(const std::string& log_with) {
 }
 
 std::vector<std::unique_ptr<Tracker>> make_file_trackers(const std::string& log_with,
-                                                         const std::string& dir) {
+                                                         const std::string& dir, Warn warn) {
   std::vector<std::unique_ptr<Tracker>> trackers;
   for (const std::string& name : parse_log_with(log_with)) {
     if (name == "tensorboard") trackers.push_back(make_tensorboard_tracker(dir));
-    if (name == "jsonl") trackers.push_back(make_jsonl_tracker(dir));
-    if (name == "csv") trackers.push_back(make_csv_tracker(dir));
+    if (name == "jsonl") trackers.push_back(make_jsonl_tracker(dir, warn));
+    if (name == "csv") trackers.push_back(make_csv_tracker(dir, warn));
   }
   return trackers;
 }

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    auto trackers = make_file_trackers("all", argv[1]);
+    auto trackers = make_file_trackers("all", argv[1], {});
     const Values config = {
         {"lr", false, 0.001, ""}, {"model", true, 0, "cnn"}, {"batch_size", false, 64, ""}};
     for (auto& t : trackers) t->start("project", config);

@@ -11,6 +11,7 @@
 
 #include "checkpoint/atomic_dir.hpp"
 #include "common/error.hpp"
+#include "common/files.hpp"
 #include "tracking/crc32c.hpp"
 #include "tracking/event_file.hpp"
 #include "tracking/formats.hpp"
@@ -141,7 +142,7 @@ TEST(LogWith, NamesAllAndUnknownTrackers) {
 
 TEST(FileTrackers, EachLeavesItsFilesAndAppendsEveryLogAtOnce) {
   const std::string dir = fresh_dir("trackers_run") + "/project";
-  auto trackers = make_file_trackers("all", dir);
+  auto trackers = make_file_trackers("all", dir, {});
   ASSERT_EQ(trackers.size(), 3u);
   const Values config = {number("lr", 0.001), text("optimizer", "adamw, betas \"0.9\"")};
   for (auto& t : trackers) t->start("project", config);
@@ -174,7 +175,7 @@ TEST(FileTrackers, EachLeavesItsFilesAndAppendsEveryLogAtOnce) {
             "101.5,2,grad,-inf\n101.5,2,note,\"a,b\"\n102.5,,loss,0.125\n");
   // A second run in the same directory goes on in the same JSONL and CSV files (no second header)
   // and starts a new event file.
-  for (auto& t : make_file_trackers("all", dir)) {
+  for (auto& t : make_file_trackers("all", dir, {})) {
     t->start("project", {});
     t->log({number("loss", 0.5)}, 3, 103.5);
     t->finish();
@@ -186,10 +187,77 @@ TEST(FileTrackers, EachLeavesItsFilesAndAppendsEveryLogAtOnce) {
   EXPECT_NE(slurp(dir + "/metrics.jsonl").find("{\"step\": 3,"), std::string::npos);
 }
 
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A run killed mid-append leaves a last record without its newline; the next run moves it aside,
+// says so, and appends after the last whole record (nothing whole lost, nothing torn inside).
+TEST(FileTrackers, ATornLastRecordIsMovedAsideBeforeTheNextRunAppends) {
+  const std::string dir = fresh_dir("trackers_torn") + "/project";
+  accel::make_directories(dir, 0755);
+  const std::string whole_jsonl = "{\"step\": 1, \"wall_time\": 1.5, \"values\": {\"loss\": 1}}\n";
+  const std::string torn_jsonl = "{\"step\": 2, \"wall_time\": 2.5, \"values\": {\"lo";
+  write_file(dir + "/metrics.jsonl", whole_jsonl + torn_jsonl);
+  const std::string whole_csv = "wall_time,step,tag,value\n1.5,1,loss,1\n";
+  write_file(dir + "/metrics.csv", whole_csv + "2.5,2,lo");
+  write_file(dir + "/metrics.csv.torn-1", "an earlier tear");  // kept: the next free name
+  std::vector<std::string> warnings;
+  for (auto& t :
+       make_file_trackers("jsonl,csv", dir, [&](const std::string& m) { warnings.push_back(m); })) {
+    t->start("project", {});
+    t->log({number("loss", 0.5)}, 3, 3.5);
+    t->finish();
+  }
+  EXPECT_EQ(slurp(dir + "/metrics.jsonl"),
+            whole_jsonl + "{\"step\": 3, \"wall_time\": 3.5, \"values\": {\"loss\": 0.5}}\n");
+  EXPECT_EQ(slurp(dir + "/metrics.jsonl.torn-1"), torn_jsonl);
+  EXPECT_EQ(slurp(dir + "/metrics.csv"), whole_csv + "3.5,3,loss,0.5\n");
+  EXPECT_EQ(slurp(dir + "/metrics.csv.torn-1"), "an earlier tear");
+  EXPECT_EQ(slurp(dir + "/metrics.csv.torn-2"), "2.5,2,lo");
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find(dir + "/metrics.jsonl ended in a record cut short (" +
+                             std::to_string(torn_jsonl.size()) + " bytes"),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find("moved to " + dir + "/metrics.jsonl.torn-1"), std::string::npos);
+  EXPECT_NE(warnings[1].find("moved to " + dir + "/metrics.csv.torn-2"), std::string::npos);
+  // A whole file is left as it is and nothing is said.
+  warnings.clear();
+  for (auto& t :
+       make_file_trackers("jsonl,csv", dir, [&](const std::string& m) { warnings.push_back(m); })) {
+    t->start("project", {});
+    t->finish();
+  }
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_FALSE(std::ifstream(dir + "/metrics.jsonl.torn-2").good());
+}
+
+// A CSV file whose header itself was cut gets the whole header again; a record longer than the
+// repair's read buffer is moved aside whole.
+TEST(FileTrackers, ATornHeaderAndALongTornRecordAreRepairedToo) {
+  const std::string dir = fresh_dir("trackers_torn_long") + "/project";
+  accel::make_directories(dir, 0755);
+  write_file(dir + "/metrics.csv", "wall_ti");
+  const std::string long_torn =
+      "{\"step\": 1, \"values\": {\"text\": \"" + std::string(200000, 'x');
+  write_file(dir + "/metrics.jsonl", long_torn);
+  for (auto& t : make_file_trackers("jsonl,csv", dir, {})) {
+    t->start("project", {});
+    t->log({number("loss", 2)}, 4, 4.5);
+    t->finish();
+  }
+  EXPECT_EQ(slurp(dir + "/metrics.csv"), "wall_time,step,tag,value\n4.5,4,loss,2\n");
+  EXPECT_EQ(slurp(dir + "/metrics.csv.torn-1"), "wall_ti");
+  EXPECT_EQ(slurp(dir + "/metrics.jsonl"),
+            "{\"step\": 4, \"wall_time\": 4.5, \"values\": {\"loss\": 2}}\n");
+  EXPECT_EQ(slurp(dir + "/metrics.jsonl.torn-1"), long_torn);
+}
+
 // PyYAML reads "1e-05" as a string: hparams.yml writes exponents with a point, as PyYAML does.
 TEST(FileTrackers, HparamsYamlKeepsNumbersWithExponentsFloats) {
   const std::string dir = fresh_dir("trackers_yaml") + "/project";
-  auto trackers = make_file_trackers("tensorboard", dir);
+  auto trackers = make_file_trackers("tensorboard", dir, {});
   trackers.at(0)->start("project", {number("wd", 1e-05), number("big", 1e20), number("count", 3),
                                     number("eps", 2.5e-08)});
   trackers.at(0)->finish();
@@ -198,7 +266,7 @@ TEST(FileTrackers, HparamsYamlKeepsNumbersWithExponentsFloats) {
 
 TEST(FileTrackers, AnUnwritableDirectoryIsAnIoErrorAtStart) {
   for (const char* log_with : {"tensorboard", "jsonl", "csv"}) {
-    auto trackers = make_file_trackers(log_with, "/dev/null/runs/project");
+    auto trackers = make_file_trackers(log_with, "/dev/null/runs/project", {});
     ASSERT_EQ(trackers.size(), 1u);
     try {
       trackers[0]->start("project", {});
