@@ -17,8 +17,17 @@ Faults (the docstring of each Suite.fault_<letter> method says what it checks):
   f  corrupted checkpoints (truncated, flipped, removed, a directory, unreadable, edited JSON,
      another model, another optimizer): all-or-nothing loads with messages naming the file;
      checkpoints of another number of processes (2 -> 1, 1 -> 2) load
+  g  (faults_trackers.py) SIGKILL of the main process at every write of each tracker
+     (TensorBoard, JSONL, CSV, a custom one), then a resume in the same directory
+  h  (faults_stream.py) a stream dataloader killed mid-epoch, resumed on another number of
+     processes: nothing lost, nothing repeated
+  i  (faults_zero.py) ZeRO stages 1-3: save_state killed at each file of a sharded checkpoint;
+     a shard damaged, missing or from another run: the load refuses, names it, changes nothing
+  j  (faults_store.py) the rendezvous store: a client killed mid-request, 64 clients at once, a
+     client that stalls mid-message: no other rank delayed past its deadline, every failure named
 
-Python 3 standard library only. Prints one line per fault group (injected | observed | lost) and
+faultlib.py holds what the groups share. Python 3 standard library only. Prints one line per
+fault group (injected | observed | lost | leftovers | hangs; lost: any other problem) and
 every violation grouped by kind with examples. Exits 0 when every injection was observed as
 expected, 1 when any expectation was violated or a fault could not be run, 2 on a usage error.
 With --quick about 200 injections in about 30 s, without about 375 in about 2 minutes (2 cores):
@@ -26,7 +35,6 @@ every fault kind either way, fewer repeats and sizes with --quick.
 """
 
 import argparse
-import ctypes
 import json
 import os
 import random
@@ -37,477 +45,18 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zlib
 
-
-class SetupError(Exception):
-    """A fault's preparation failed: the fault is reported as not run."""
-
-
-class ReplDied(Exception):
-    """The repl process exited or stopped answering."""
-
-
-ACCEL_OK = 0
-ACCEL_ERR_IO = 5
-CKPT_RE = re.compile(r"^checkpoint_(\d+)$")
-
-# ------------------------------------------------------------------------------------------------
-# Bookkeeping
-# ------------------------------------------------------------------------------------------------
-
-
-class Tally:
-    """Per group: injections, injections observed as expected, and the violations."""
-
-    def __init__(self):
-        self.groups = []  # display order
-        self.injected = {}
-        self.observed = {}
-        self.violations = []  # (group, case, kind, detail)
-        self.notes = []
-
-    def group(self, name):
-        if name not in self.injected:
-            self.groups.append(name)
-            self.injected[name] = 0
-            self.observed[name] = 0
-
-    def record(self, name, case, problems):
-        """One injection of group `name`; `problems` is a list of (kind, detail)."""
-        self.group(name)
-        self.injected[name] += 1
-        if not problems:
-            self.observed[name] += 1
-        for kind, detail in problems:
-            self.violations.append((name, case, kind, detail))
-
-    def note(self, text):
-        self.notes.append(text)
-        log("note: " + text)
-
-
-T0 = time.monotonic()
-VERBOSE = False
-
-
-def log(text):
-    print("[%7.2fs] %s" % (time.monotonic() - T0, text), flush=True)
-
-
-def vlog(text):
-    if VERBOSE:
-        log(text)
-
-
-# ------------------------------------------------------------------------------------------------
-# Processes: /proc, tracking, cleanup
-# ------------------------------------------------------------------------------------------------
-
-
-def proc_stat(pid):
-    """(state, ppid, pgid, starttime) of `pid`, or None when there is no such process."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            data = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    rest = data[data.rindex(")") + 2:].split()
-    return rest[0], int(rest[1]), int(rest[2]), int(rest[19])
-
-
-def all_processes():
-    out = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = proc_stat(int(name))
-            if st:
-                out[int(name)] = st
-    return out
-
-
-class Tracker:
-    """Every process a job owns: the pids its ranks print, the launcher's children, and every
-    process in a rank's process group. A process counts as gone once it has exited (a zombie, or
-    its pid reused by a process with another start time)."""
-
-    def __init__(self):
-        self.procs = {}  # pid -> (starttime, why)
-        self.rank_pids = set()
-        self.parents = set()
-
-    def add(self, pid, why):
-        st = proc_stat(pid)
-        if st and pid not in self.procs:
-            self.procs[pid] = (st[3], why)
-
-    def scan(self):
-        for pid, (state, ppid, pgid, start) in all_processes().items():
-            if pid in self.procs:
-                continue
-            if ppid in self.parents:
-                self.procs[pid] = (start, "child of pid %d" % ppid)
-            elif pgid in self.rank_pids:
-                self.procs[pid] = (start, "in the process group of rank pid %d" % pgid)
-
-    def alive(self):
-        """[(pid, why, state)] of tracked processes that still run (zombies do not)."""
-        reap(self.procs)
-        out = []
-        for pid, (start, why) in self.procs.items():
-            st = proc_stat(pid)
-            if st and st[3] == start and st[0] not in "ZX":
-                out.append((pid, why, st[0]))
-        return out
-
-    def wait_gone(self, seconds):
-        """Scans once more, then waits up to `seconds` for every tracked process to be gone;
-        returns those still alive."""
-        self.scan()
-        deadline = time.monotonic() + seconds
-        while True:
-            left = self.alive()
-            if not left or time.monotonic() >= deadline:
-                return left
-            time.sleep(0.02)
-
-    def kill_all(self):
-        for pid, (start, _why) in list(self.procs.items()):
-            st = proc_stat(pid)
-            if st and st[3] == start and st[0] not in "ZX":
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        time.sleep(0.05)
-        reap(self.procs)
-
-
-ALL_TRACKERS = []
-
-
-def reap(pids):
-    """Reaps the zombies among `pids` that are our children (we are a subreaper: orphaned ranks
-    of a killed launcher become our children)."""
-    for pid in list(pids):
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except OSError:
-            pass
-
-
-def become_subreaper():
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_CHILD_SUBREAPER = 36
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except Exception:  # noqa: BLE001 - not Linux, or no libc: orphans go to init
-        return False
-
-
-class Proc:
-    """A child process whose stdout and stderr lines are read as they come, with the time each
-    arrived; `on_line(t, line)` runs on the reader thread for every stdout line."""
-
-    def __init__(self, argv, env, on_line=None, stdin=False, preexec=None):
-        self.argv = argv
-        self.out = []
-        self.err = []
-        self.cond = threading.Condition()
-        self.open_streams = 2
-        self.on_line = on_line
-        self.p = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=preexec,
-        )
-        self.pid = self.p.pid
-        self.started = time.monotonic()
-        for stream, store, cb in ((self.p.stdout, self.out, on_line), (self.p.stderr, self.err, None)):
-            threading.Thread(target=self._read, args=(stream, store, cb), daemon=True).start()
-
-    def _read(self, stream, store, cb):
-        fd = stream.fileno()
-        buf = b""
-        while True:
-            try:
-                data = os.read(fd, 65536)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            t = time.monotonic()
-            buf += data
-            while b"\n" in buf:
-                raw, buf = buf.split(b"\n", 1)
-                line = raw.decode("utf-8", "replace")
-                with self.cond:
-                    store.append((t, line))
-                    self.cond.notify_all()
-                if cb:
-                    try:
-                        cb(t, line)
-                    except Exception as e:  # noqa: BLE001 - a driver bug must not hang the run
-                        log("internal error in a line callback: %r" % e)
-        if buf:
-            with self.cond:
-                store.append((time.monotonic(), buf.decode("utf-8", "replace")))
-        with self.cond:
-            self.open_streams -= 1
-            self.cond.notify_all()
-
-    def wait_line(self, pred, timeout, start=0):
-        """The first stdout (t, line) from index `start` with pred(line), or None."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            i = start
-            while True:
-                while i < len(self.out):
-                    if pred(self.out[i][1]):
-                        return self.out[i]
-                    i += 1
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.open_streams == 0):
-                    return None
-                self.cond.wait(min(left, 0.1))
-
-    def wait(self, timeout):
-        try:
-            return self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def drain(self, timeout):
-        """Waits up to `timeout` for both pipes to reach EOF (every writer gone)."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while self.open_streams > 0 and time.monotonic() < deadline:
-                self.cond.wait(0.05)
-            return self.open_streams == 0
-
-    def out_lines(self):
-        with self.cond:
-            return [l for _t, l in self.out]
-
-    def err_lines(self):
-        with self.cond:
-            return [l for _t, l in self.err]
-
-    def kill(self):
-        try:
-            self.p.kill()
-        except OSError:
-            pass
-        self.wait(5)
-
-
-# ------------------------------------------------------------------------------------------------
-# Environment and files
-# ------------------------------------------------------------------------------------------------
-
-
-def base_env(extra=None):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not (k.startswith("ACCEL") or k.startswith("ACCELERATE") or k.startswith("MALLOC_"))
-        and k
-        not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS", "HF_HOME",
-                "XDG_CACHE_HOME", "LD_PRELOAD")
-    }
-    env["HF_HOME"] = "/nonexistent-hf-home"
-    env["ACCEL_RENDEZVOUS_TIMEOUT"] = "10"
-    env["ACCEL_COLLECTIVE_TIMEOUT"] = "5"
-    if extra:
-        env.update(extra)
-    return env
-
-
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def list_files(d):
-    """{relative path: bytes} of every regular file below d."""
-    out = {}
-    for root, _dirs, files in os.walk(d):
-        for name in files:
-            p = os.path.join(root, name)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, d)] = f.read()
-    return out
-
-
-def diff_dirs(a, b):
-    """'' when the two trees hold the same files with the same bytes; else what differs."""
-    fa, fb = list_files(a), list_files(b)
-    problems = []
-    for name in sorted(set(fa) | set(fb)):
-        if name not in fa:
-            problems.append("%s only in the second" % name)
-        elif name not in fb:
-            problems.append("%s only in the first" % name)
-        elif fa[name] != fb[name]:
-            problems.append("%s differs" % name)
-    return ", ".join(problems)
-
-
-def verify_checkpoint(d):
-    """'' when `d` is complete per its manifest (every file's size and CRC-32), else why not."""
-    try:
-        with open(os.path.join(d, "manifest.json"), "rb") as f:
-            m = json.loads(f.read())
-        for e in m["files"]:
-            with open(os.path.join(d, e["path"]), "rb") as f:
-                data = f.read()
-            if len(data) != e["size"] or (zlib.crc32(data) & 0xFFFFFFFF) != e["crc32"]:
-                return "%s does not match the manifest" % e["path"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return "%s: %s" % (type(e).__name__, e)
-    return ""
-
-
-def checkpoints_in(project):
-    """{n: path} of the directories named checkpoint_<n> under project/checkpoints."""
-    d = os.path.join(project, "checkpoints")
-    out = {}
-    if os.path.isdir(d):
-        for name in os.listdir(d):
-            m = CKPT_RE.match(name)
-            if m:
-                out[int(m.group(1))] = os.path.join(d, name)
-    return out
-
-
-def steps_of(ckpt_dir):
-    with open(os.path.join(ckpt_dir, "custom_0.bin"), "rb") as f:
-        return int(f.read().decode())
-
-
-# ------------------------------------------------------------------------------------------------
-# Launched training jobs
-# ------------------------------------------------------------------------------------------------
-
-RANK_LINE = re.compile(r"^pid=(\d+) rank=(\d+) ready$")
-
-
-class Job:
-    """`accel launch -n 2 fault_program train ...` with its ranks tracked.
-
-    `trigger`: (line, delay_s, action) - when rank 1 prints `line`, `action(job)` runs after
-    `delay_s` on the reader thread (busy-waiting the last 2 ms, so the delay is precise)."""
-
-    def __init__(self, suite, project, steps, extra_env=None, trigger=None, launcher=True,
-                 rounds=None, kind="mixed", model=None):
-        self.suite = suite
-        self.tracker = Tracker()
-        ALL_TRACKERS.append(self.tracker)
-        self.rank_pid = {}
-        self.trigger = trigger
-        self.fired = None  # monotonic time of the action
-        self.fired_event = threading.Event()
-        self.ready = threading.Event()
-        args = ["train", str(steps), str(suite.save_every), project,
-                str(suite.rounds if rounds is None else rounds), kind] + ([model] if model else [])
-        env = base_env(extra_env)
-        self.procs = []
-        if launcher:
-            argv = [suite.cli, "launch", "-n", "2", "--grace_period", str(suite.grace),
-                    suite.program] + args
-            self.launcher = Proc(argv, env, on_line=self._line)
-            self.tracker.parents.add(self.launcher.pid)
-            self.tracker.add(self.launcher.pid, "the launcher")
-            self.procs.append(self.launcher)
-        else:
-            self.launcher = None
-            port = str(free_port())
-            for r in (0, 1):
-                e = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r),
-                         WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2")
-                p = Proc([suite.program] + args, e, on_line=self._line)
-                self.procs.append(p)
-                self.tracker.add(p.pid, "rank %d (started directly)" % r)
-
-    def _line(self, t, line):
-        m = RANK_LINE.match(line)
-        if m:
-            pid, rank = int(m.group(1)), int(m.group(2))
-            self.rank_pid[rank] = pid
-            self.tracker.rank_pids.add(pid)
-            self.tracker.add(pid, "rank %d" % rank)
-            if len(self.rank_pid) == 2:
-                self.ready.set()
-            return
-        trig = self.trigger
-        if trig and self.fired is None and line == trig[0]:
-            target = t + trig[1]
-            while True:
-                left = target - time.monotonic()
-                if left <= 0:
-                    break
-                if left > 0.002:
-                    time.sleep(left - 0.002)
-            self.fired = time.monotonic()
-            trig[2](self)
-            self.fired_event.set()
-
-    def lines(self, rank=None):
-        out = []
-        for p in self.procs:
-            out.extend(p.out_lines())
-        if rank is None:
-            return out
-        prefix = "r%d " % rank
-        return [l[len(prefix):] for l in out if l.startswith(prefix)]
-
-    def err_lines(self):
-        out = []
-        for p in self.procs:
-            out.extend(p.err_lines())
-        return out
-
-    def kill_rank(self, rank, sig=signal.SIGKILL):
-        pid = self.rank_pid.get(rank)
-        if pid:
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-            self.tracker.scan()  # after the signal, so that it does not delay it
-
-    def finish(self):
-        """Kills whatever is left of the job (only processes it started)."""
-        self.tracker.kill_all()
-        for p in self.procs:
-            if p.wait(0) is None:
-                p.kill()
-            p.drain(2)
-
-
-def classify(r1_lines):
-    """Where rank 1 was when it died, from the last line it printed."""
-    if not r1_lines:
-        return "startup"
-    last = r1_lines[-1]
-    if last.startswith("saving "):
-        return "save"
-    if last == "loading":
-        return "load"
-    if last.startswith("collective "):
-        return "collective"
-    # "step n", "loaded ...", "saved n", "collectives done n": inside the training loop
-    return "train"
+import faults_store
+import faults_stream
+import faults_trackers
+import faults_zero
+import faultlib
+from faultlib import (ACCEL_ERR_IO, ACCEL_OK, ALL_TRACKERS, CKPT_RE, Job, Proc, ReplDied,
+                      SetupError, Tally, base_env, become_subreaper, checkpoints_in, classify,
+                      diff_dirs, list_files, log, proc_stat, report, steps_of, verify_checkpoint,
+                      vlog)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1537,43 +1086,7 @@ class Repl:
 # ------------------------------------------------------------------------------------------------
 
 
-def report(tally, seconds, seed):
-    print()
-    print("fault-injection suite: seed %d, %.0f s" % (seed, seconds))
-    width = max([len(g) for g in tally.groups] + [5])
-    print("%-*s  %8s  %8s  %5s" % (width, "fault", "injected", "observed", "lost"))
-    print("-" * (width + 27))
-    total_i = total_o = 0
-    for g in tally.groups:
-        i, o = tally.injected[g], tally.observed[g]
-        total_i += i
-        total_o += o
-        print("%-*s  %8d  %8d  %5d" % (width, g, i, o, i - o))
-    print("-" * (width + 27))
-    print("%-*s  %8d  %8d  %5d" % (width, "total", total_i, total_o, total_i - total_o))
-    if tally.notes:
-        print("\nnotes:")
-        for n in tally.notes:
-            print("  " + n)
-    if not tally.violations:
-        print("\nno violations")
-        return
-    print("\nviolations (%d), by group and kind, with examples:" % len(tally.violations))
-    kinds = {}
-    for group, case, kind, detail in tally.violations:
-        kinds.setdefault((group, kind), []).append((case, detail))
-    for (group, kind), items in kinds.items():
-        print("\n  [%s] %s: %d" % (group, kind, len(items)))
-        for case, detail in items[:3]:
-            print("      case:   %s" % case)
-            if detail:
-                print("      detail: %s" % detail[:600])
-        if len(items) > 3:
-            print("      ... and %d more" % (len(items) - 3))
-
-
 def main():
-    global VERBOSE
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cli", required=True, help="the accel command line (build/bin/accel)")
     ap.add_argument("--program", required=True, help="fault_program")
@@ -1582,13 +1095,14 @@ def main():
                     help="fewer injections (about 30 s instead of 2 minutes); the default when "
                     "ACCEL_FAULTS_QUICK=1 (tools/test_torch2.sh sets it)")
     ap.add_argument("--seed", type=int, help="random seed (printed; default: a random one)")
-    ap.add_argument("--only", default="abcdef", help="which faults, e.g. 'a,f' (default all)")
+    ap.add_argument("--only", default="abcdefghij",
+                    help="which faults, e.g. 'a,f,g' (default all)")
     ap.add_argument("--tmp", help="where the scratch directories go (default: $TMPDIR or /tmp, and "
                     "/dev/shm for the corruption cases, which save three times per case)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per injection")
     args = ap.parse_args()
-    VERBOSE = args.verbose
+    faultlib.VERBOSE = args.verbose
     for path in (args.cli, args.program):
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             print("fault_suite: %s is not an executable file" % path, file=sys.stderr)
@@ -1610,7 +1124,11 @@ def main():
                 log(str(e))
                 only -= set("abd")
         for letter, fn in (("a", suite.fault_a), ("b", suite.fault_b), ("c", suite.fault_c),
-                           ("d", suite.fault_d), ("e", suite.fault_e), ("f", suite.fault_f)):
+                           ("d", suite.fault_d), ("e", suite.fault_e), ("f", suite.fault_f),
+                           ("g", lambda: faults_trackers.run(suite)),
+                           ("h", lambda: faults_stream.run(suite)),
+                           ("i", lambda: faults_zero.run(suite)),
+                           ("j", lambda: faults_store.run(suite))):
             if letter in only:
                 t = time.monotonic()
                 try:
