@@ -25,6 +25,12 @@
  *         r<r> done
  *       A failing call prints "r<r> error <STATUS_NAME> <status> <call>: <message>" on stderr and
  *       exits with 4 (ACCEL_ERR_PEER_FAILED or ACCEL_ERR_TIMEOUT) or 1 (anything else).
+ *       With FAULT_LOG_TEXT=<bytes> in the environment it also logs (faults_trackers.py): the
+ *       trackers ACCEL_LOG_WITH names, under PROJECT_DIR/faults, and a custom tracker "custom"
+ *       that appends "step <n> loss <loss> text <bytes>" lines with one write(2) each to
+ *       PROJECT_DIR/custom-<pid>.log; after each step (and its save, if any) accel_log gets
+ *       loss = 1/(n+1) and a text of that many bytes (tracker_text), then the rank prints
+ *         r<r> logged <n>                          once accel_log returned for step n
  *
  *   repl
  *       One process (a world of one). Reads commands from stdin, one per line, and answers one
@@ -44,6 +50,7 @@
 #define _XOPEN_SOURCE 700
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -81,13 +88,13 @@ static void report(const char* what, accel_status st) {
   fflush(stderr);
 }
 
-#define CHECK(call)                                                                       \
-  do {                                                                                    \
-    accel_status st_ = (call);                                                            \
-    if (st_ != ACCEL_OK) {                                                                \
-      report(#call, st_);                                                                 \
-      exit(st_ == ACCEL_ERR_PEER_FAILED || st_ == ACCEL_ERR_TIMEOUT ? 4 : 1);             \
-    }                                                                                     \
+#define CHECK(call)                                                           \
+  do {                                                                        \
+    accel_status st_ = (call);                                                \
+    if (st_ != ACCEL_OK) {                                                    \
+      report(#call, st_);                                                     \
+      exit(st_ == ACCEL_ERR_PEER_FAILED || st_ == ACCEL_ERR_TIMEOUT ? 4 : 1); \
+    }                                                                         \
   } while (0)
 
 /* ------------------------------------------------------------------------------------------------
@@ -156,19 +163,17 @@ static accel_status build_objects(Job* job, const char* model_kind, const char* 
   if (!m) return ACCEL_ERR_INVALID_ARGUMENT;
   xs[0] = ys[0] = m->samples;
   xs[1] = m->features;
-  for (i = 0; i < m->samples * m->features; ++i)
-    x[i] = (float)((i * 37 + 11) % 29) / 29.0f - 0.5f;
+  for (i = 0; i < m->samples * m->features; ++i) x[i] = (float)((i * 37 + 11) % 29) / 29.0f - 0.5f;
   for (i = 0; i < m->samples; ++i) y[i] = (i * 7) % kClasses;
-#define TRY(call)                   \
-  do {                              \
-    st = (call);                    \
-    if (st != ACCEL_OK) return st;  \
+#define TRY(call)                  \
+  do {                             \
+    st = (call);                   \
+    if (st != ACCEL_OK) return st; \
   } while (0)
   TRY(accel_set_seed(job->acc, 5, false));
-  TRY(accel_tensor_from_data(x, sizeof(float) * (size_t)(m->samples * m->features),
-                             ACCEL_DTYPE_F32, xs, 2, &tx));
-  TRY(accel_tensor_from_data(y, sizeof(int64_t) * (size_t)m->samples, ACCEL_DTYPE_I64, ys, 1,
-                             &ty));
+  TRY(accel_tensor_from_data(x, sizeof(float) * (size_t)(m->samples * m->features), ACCEL_DTYPE_F32,
+                             xs, 2, &tx));
+  TRY(accel_tensor_from_data(y, sizeof(int64_t) * (size_t)m->samples, ACCEL_DTYPE_I64, ys, 1, &ty));
   fields[0] = tx;
   fields[1] = ty;
   st = accel_dataset_from_tensors(fields, 2, &job->ds);
@@ -184,10 +189,11 @@ static accel_status build_objects(Job* job, const char* model_kind, const char* 
   TRY(accel_model_add_layer(job->model, "fc1", "linear", spec));
   snprintf(spec, sizeof spec, "in_features=%d out_features=%d", m->hidden, kClasses);
   TRY(accel_model_add_layer(job->model, "fc2", "linear", spec));
-  TRY(accel_model_define(job->model,
-                         "def training_step(self, x, y):\n"
-                         "    h = torch.dropout(torch.relu(self.fc1.forward(x)), 0.1, self.training)\n"
-                         "    return torch.cross_entropy_loss(self.fc2.forward(h), y)\n"));
+  TRY(accel_model_define(
+      job->model,
+      "def training_step(self, x, y):\n"
+      "    h = torch.dropout(torch.relu(self.fc1.forward(x)), 0.1, self.training)\n"
+      "    return torch.cross_entropy_loss(self.fc2.forward(h), y)\n"));
   TRY(accel_optimizer_new(job->model, opt_kind, &job->opt));
   TRY(accel_optimizer_set(job->opt, "lr", "0.01"));
   TRY(accel_scheduler_new(job->opt, "linear", &job->sched));
@@ -220,13 +226,13 @@ static accel_status train_step(Job* job, const char** failed) {
   accel_tensor* loss = NULL;
   size_t n = 0;
   accel_status st;
-#define TRY(call)            \
-  do {                       \
-    st = (call);             \
-    if (st != ACCEL_OK) {    \
-      *failed = #call;       \
-      goto out;              \
-    }                        \
+#define TRY(call)         \
+  do {                    \
+    st = (call);          \
+    if (st != ACCEL_OK) { \
+      *failed = #call;    \
+      goto out;           \
+    }                     \
   } while (0)
   TRY(accel_dataloader_next(job->dl, f, 2, &n));
   if (n == 0) TRY(accel_dataloader_next(job->dl, f, 2, &n));
@@ -300,6 +306,91 @@ static int has_checkpoint(const char* project) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Trackers (FAULT_LOG_TEXT)
+ * ---------------------------------------------------------------------------------------------- */
+
+/* The text logged at step n: "<n>:" then letters, `bytes` in all (faults_trackers.py builds the
+ * same). */
+static void tracker_text(long long n, size_t bytes, char* out) {
+  size_t i;
+  int head = snprintf(out, bytes + 1, "%lld:", n);
+  for (i = head < 0 ? 0 : (size_t)head; i < bytes; ++i)
+    out[i] = (char)('a' + (n + (long long)i) % 26);
+  out[bytes] = 0;
+}
+
+static int g_custom_fd = -1;
+
+static int32_t custom_start(const char* project, const accel_values* config, void* user) {
+  char path[4096];
+  (void)project;
+  (void)config;
+  snprintf(path, sizeof path, "%s/custom-%ld.log", (const char*)user, (long)getpid());
+  g_custom_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  return g_custom_fd >= 0 ? 0 : 1;
+}
+
+static int32_t custom_log(const accel_values* values, int64_t step, void* user) {
+  double loss = 0;
+  const char* text = "";
+  size_t count = 0, i;
+  char line[128];
+  int n;
+  (void)user;
+  if (accel_values_count(values, &count) != ACCEL_OK) return 1;
+  for (i = 0; i < count; ++i) {
+    const char *key = NULL, *t = NULL;
+    int32_t is_text = 0;
+    double number = 0;
+    if (accel_values_get(values, i, &key, &is_text, &number, &t) != ACCEL_OK) return 1;
+    if (strcmp(key, "loss") == 0) loss = number;
+    if (strcmp(key, "text") == 0) text = t;
+  }
+  n = snprintf(line, sizeof line, "step %lld loss %.17g text %zu\n", (long long)step, loss,
+               strlen(text));
+  return write(g_custom_fd, line, (size_t)n) == n ? 0 : 1;
+}
+
+static int32_t custom_finish(void* user) {
+  (void)user;
+  if (g_custom_fd >= 0) close(g_custom_fd);
+  g_custom_fd = -1;
+  return 0;
+}
+
+/* Starts the trackers when FAULT_LOG_TEXT asks; returns the text's size (0: no logging). */
+static size_t start_trackers(Job* job, const char* project, const char* model_kind) {
+  const char* bytes_text = getenv("FAULT_LOG_TEXT");
+  accel_values* config = NULL;
+  if (!bytes_text || atol(bytes_text) <= 0) return 0;
+  CHECK(accel_add_tracker(job->acc, "custom", custom_start, custom_log, custom_finish,
+                          (void*)project, NULL));
+  CHECK(accel_values_new(&config));
+  CHECK(accel_values_set_number(config, "lr", 0.01));
+  CHECK(accel_values_set_text(config, "model", model_kind));
+  CHECK(accel_init_trackers(job->acc, "faults", config));
+  accel_values_free(config);
+  return (size_t)atol(bytes_text);
+}
+
+static void log_step(Job* job, size_t text_bytes) {
+  static char* text = NULL;
+  accel_values* v = NULL;
+  if (!text) text = malloc(text_bytes + 1);
+  if (!text) {
+    fprintf(stderr, "r%d error: no memory for a text of %zu bytes\n", g_rank, text_bytes);
+    exit(1);
+  }
+  tracker_text((long long)job->steps, text_bytes, text);
+  CHECK(accel_values_new(&v));
+  CHECK(accel_values_set_number(v, "loss", 1.0 / (double)(job->steps + 1)));
+  CHECK(accel_values_set_text(v, "text", text));
+  CHECK(accel_log(job->acc, v, job->steps));
+  accel_values_free(v);
+  say("logged %lld", (long long)job->steps);
+}
+
+/* ------------------------------------------------------------------------------------------------
  * train
  * ---------------------------------------------------------------------------------------------- */
 
@@ -319,6 +410,7 @@ static int run_train(int argc, char** argv) {
   float gat[4];
   int64_t red_shape[1] = {64}, gat_shape[1] = {4};
   accel_tensor *tr = NULL, *tg = NULL;
+  size_t text_bytes;
   int i;
   if (!project || steps < 0 || save_every <= 0 || rounds < 0 ||
       (strcmp(kind, "mixed") != 0 && strcmp(kind, "reduce") != 0 && strcmp(kind, "gather") != 0)) {
@@ -347,6 +439,7 @@ static int run_train(int argc, char** argv) {
     CHECK(accel_load_state(job.acc, NULL));
     say("loaded step=%lld", (long long)job.steps);
   }
+  text_bytes = start_trackers(&job, project, model_kind);
   for (i = 0; i < 64; ++i) red[i] = (float)(i + g_rank);
   for (i = 0; i < 4; ++i) gat[i] = (float)(g_rank * 10 + i);
   CHECK(accel_tensor_from_data(red, sizeof red, ACCEL_DTYPE_F32, red_shape, 1, &tr));
@@ -380,7 +473,9 @@ static int run_train(int argc, char** argv) {
       CHECK(accel_save_state(job.acc, NULL));
       say("saved %lld", (long long)job.steps);
     }
+    if (text_bytes) log_step(&job, text_bytes);
   }
+  if (text_bytes) CHECK(accel_end_training(job.acc));
   CHECK(checksum(job.model, &sum));
   say("checksum %016llx", (unsigned long long)sum);
   CHECK(accel_wait_for_everyone(job.acc));
@@ -466,8 +561,8 @@ static int run_repl(void) {
         answer("ok");
     } else if (strcmp(cmd, "save") == 0 || strcmp(cmd, "load") == 0) {
       const char* dir = n >= 2 && strcmp(a, "-") != 0 ? a : NULL;
-      accel_status st = cmd[0] == 's' ? accel_save_state(job.acc, dir)
-                                      : accel_load_state(job.acc, dir);
+      accel_status st =
+          cmd[0] == 's' ? accel_save_state(job.acc, dir) : accel_load_state(job.acc, dir);
       if (st != ACCEL_OK)
         answer_err(st);
       else

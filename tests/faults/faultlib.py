@@ -405,7 +405,7 @@ class Job:
     `delay_s` on the reader thread (busy-waiting the last 2 ms, so the delay is precise)."""
 
     def __init__(self, suite, project, steps, extra_env=None, trigger=None, launcher=True,
-                 rounds=None, kind="mixed", model=None):
+                 rounds=None, kind="mixed", model=None, save_every=None, launch_flags=()):
         self.suite = suite
         self.tracker = Tracker()
         ALL_TRACKERS.append(self.tracker)
@@ -414,13 +414,13 @@ class Job:
         self.fired = None  # monotonic time of the action
         self.fired_event = threading.Event()
         self.ready = threading.Event()
-        args = ["train", str(steps), str(suite.save_every), project,
+        args = ["train", str(steps), str(save_every or suite.save_every), project,
                 str(suite.rounds if rounds is None else rounds), kind] + ([model] if model else [])
         env = base_env(extra_env)
         self.procs = []
         if launcher:
-            argv = [suite.cli, "launch", "-n", "2", "--grace_period", str(suite.grace),
-                    suite.program] + args
+            argv = [suite.cli, "launch", "-n", "2", "--grace_period", str(suite.grace)] + list(
+                launch_flags) + [suite.program] + args
             self.launcher = Proc(argv, env, on_line=self._line)
             self.tracker.parents.add(self.launcher.pid)
             self.tracker.add(self.launcher.pid, "the launcher")
