@@ -92,7 +92,19 @@ struct Conn {
   std::vector<std::string> wait_keys;
   bool wait_has_deadline = false;
   Clock::time_point wait_deadline;
+  // Since when `in` has held the unfinished start of a request (not while waiting: a request
+  // sent behind a waiting one is not stalled); unset while it holds none.
+  bool partial = false;
+  Clock::time_point partial_since;
 };
+
+// "3 bytes of a request's length" or "10 of 25 bytes of a request": what an unfinished request
+// in `in` amounts to.
+std::string unfinished_request(const std::string& in) {
+  if (in.size() < 4) return std::to_string(in.size()) + " bytes of a request's length";
+  return std::to_string(in.size() - 4) + " of " + std::to_string(read_u32(in.data())) +
+         " bytes of a request";
+}
 
 }  // namespace
 
@@ -133,6 +145,18 @@ struct StoreServer::Impl {
   void refuse(Conn& c, const std::string& reason) {
     log_refusal(c, reason);
     c.closing = true;
+  }
+
+  // A client that proved the token and left a request unfinished: named, never counted among the
+  // refused strangers.
+  void name_unfinished(const Conn& c, const std::string& what) {
+    const std::string line = options.name + ": the connection from " + c.peer +
+                             " (it proved the job token) " + what + " with " +
+                             unfinished_request(c.in) + " unread";
+    if (options.log)
+      options.log(line);
+    else
+      std::fprintf(stderr, "libaccel: %s\n", line.c_str());
   }
 
   void send(Conn& c, const std::string& bytes) {
@@ -203,6 +227,8 @@ struct StoreServer::Impl {
         refuse(c, c.in.empty() ? "it closed without a word"
                                : "it sent " + std::to_string(c.in.size()) +
                                      " bytes of a handshake and closed");
+      else if (!c.in.empty() && !c.waiting)
+        name_unfinished(c, "closed in the middle of a request");
       c.closing = true;
       return;
     }
@@ -241,10 +267,17 @@ struct StoreServer::Impl {
                       std::to_string(kMaxMessage) + ")");
         return;
       }
-      if (c.in.size() < 4 + static_cast<size_t>(len)) return;
+      if (c.in.size() < 4 + static_cast<size_t>(len)) break;
       Reader r(c.in.data() + 4, len);
       handle(c, r);
       c.in.erase(0, 4 + static_cast<size_t>(len));
+      c.partial = false;
+    }
+    if (c.in.empty() || c.waiting) {
+      c.partial = false;
+    } else if (!c.partial) {
+      c.partial = true;
+      c.partial_since = Clock::now();
     }
   }
 
@@ -384,6 +417,14 @@ struct StoreServer::Impl {
           continue;
         }
         next = std::min(next, c.handshake_deadline);
+      } else if (c.partial) {
+        if (now >= c.partial_since + options.request_timeout) {
+          name_unfinished(c, "stalled for " + std::to_string(options.request_timeout.count()) +
+                                 " ms in the middle of a request; closed");
+          c.closing = true;
+          continue;
+        }
+        next = std::min(next, c.partial_since + options.request_timeout);
       } else if (c.waiting && c.wait_has_deadline) {
         if (now >= c.wait_deadline) {
           c.waiting = false;
@@ -436,7 +477,12 @@ struct StoreServer::Impl {
       const int n = poll(fds.data(), fds.size(), timeout);
       if (n < 0 && errno != EINTR) return;
       if (n <= 0) continue;
-      if (fds[0].revents) return;
+      if (fds[0].revents) {
+        for (const auto& c : conns)
+          if (c.partial && !c.closing)
+            name_unfinished(c, "was still sending a request when the store stopped");
+        return;
+      }
       if (fds[1].revents & POLLIN) accept_all();
       for (size_t i = 0; i < order.size(); ++i) {
         Conn& c = *order[i];

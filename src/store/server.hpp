@@ -1,7 +1,9 @@
 // libaccel's rendezvous store server: a key-value store on one thread that serves only clients
 // proving the job token (store/wire.hpp). Every other connection (nothing sent within the
 // handshake deadline, bytes that are not the handshake, a wrong proof, an oversized request) is
-// closed and named in the log; the store and its clients go on. Pure POSIX: no LibTorch.
+// closed and named in the log; the store and its clients go on. A client that proved the token and
+// then left a request unfinished (it closed, stalled past request_timeout, or was still sending
+// when the store stopped) is named too. Pure POSIX: no LibTorch.
 #pragma once
 
 #include <chrono>
@@ -15,6 +17,9 @@ namespace accel::store {
 struct ServerOptions {
   std::string token;  // empty: no token was given, the handshake proves only the protocol
   std::chrono::milliseconds handshake_timeout{800};
+  // A request whose first bytes came must be whole within this; a client stalled mid-request is
+  // then closed and named (it never delays the others: the store serves them meanwhile).
+  std::chrono::milliseconds request_timeout{10000};
   std::string name = "the rendezvous store";    // for log lines
   std::function<void(const std::string&)> log;  // one line per refusal; default: stderr
 };

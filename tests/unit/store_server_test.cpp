@@ -359,6 +359,69 @@ TEST_F(StoreServerTest, AnOversizedRequestAfterTheHandshakeClosesThatConnectionO
   EXPECT_EQ(other.call(Writer().u8(uint8_t(Op::kNumKeys))).size(), 9u);
 }
 
+// A client that proved the token and left a request unfinished is named: when it closes, when it
+// stalls past request_timeout (closed then), and when the store stops under it; others are served
+// meanwhile, and none of it counts as a refused stranger.
+TEST(StoreServer, AClientWithTheTokenLeavingARequestUnfinishedIsNamed) {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  ServerOptions o;
+  o.token = "the job's secret";
+  o.request_timeout = std::chrono::milliseconds(300);
+  o.log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  };
+  auto server = StoreServer::bind("127.0.0.1", 0, std::move(o));
+  auto line_for = [&](int port) {
+    const std::string needle = "127.0.0.1:" + std::to_string(port) + " ";
+    for (int i = 0; i < 200; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& l : lines)
+          if (l.find(needle) != std::string::npos) return l;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return std::string();
+  };
+  const std::string request = Writer().u8(uint8_t(Op::kSet)).str("key").vec(bytes("v")).framed();
+  int closed_port = 0;
+  {
+    RawClient closed(server->port());
+    ASSERT_TRUE(closed.prove("the job's secret"));
+    closed.send_bytes(request.substr(0, 7));
+    closed_port = closed.local_port();
+  }
+  EXPECT_NE(line_for(closed_port)
+                .find("closed in the middle of a request with 3 of " +
+                      std::to_string(request.size() - 4) + " bytes of a request"),
+            std::string::npos)
+      << line_for(closed_port);
+  RawClient stalled(server->port()), served(server->port());
+  ASSERT_TRUE(stalled.prove("the job's secret"));
+  ASSERT_TRUE(served.prove("the job's secret"));
+  stalled.send_bytes(request.substr(0, 2));
+  EXPECT_EQ(served.call(Writer().u8(uint8_t(Op::kNumKeys))).size(), 9u);
+  const double s = stalled.seconds_until_closed();
+  EXPECT_GT(s, 0.2);
+  EXPECT_LT(s, 1.5);
+  EXPECT_NE(line_for(stalled.local_port())
+                .find("stalled for 300 ms in the middle of a request; closed with 2 bytes of a "
+                      "request's length unread"),
+            std::string::npos)
+      << line_for(stalled.local_port());
+  RawClient sending(server->port());
+  ASSERT_TRUE(sending.prove("the job's secret"));
+  sending.send_bytes(request.substr(0, 5));
+  EXPECT_EQ(served.call(Writer().u8(uint8_t(Op::kNumKeys))).size(), 9u);  // the 5 bytes are in
+  EXPECT_EQ(server->refused(), 0u);
+  server.reset();
+  EXPECT_NE(
+      line_for(sending.local_port()).find("was still sending a request when the store stopped"),
+      std::string::npos);
+}
+
 TEST(StoreServer, BindErrorsSayWhy) {
   try {
     StoreServer::bind("192.0.2.1", 0, {});  // TEST-NET-1: not this machine's
