@@ -24,6 +24,7 @@
 #include "checkpoint/manifest.hpp"
 #include "checkpoint/model_io.hpp"
 #include "common/error.hpp"
+#include "common/files.hpp"
 #include "common/parse.hpp"
 #include "ops/collectives.hpp"
 #include "ops/main_process.hpp"
@@ -488,12 +489,8 @@ void save_state_automatic(prepare::Session& session) {
   prepare::Session::CheckpointScope scope(session);
   const std::string dir = checkpoints_dir(session);
   auto& acc = session.accelerator();
-  ops::run_on_main(acc, [&] {
-    const std::string project = dir.substr(0, dir.rfind('/'));
-    mkdir(project.c_str(), 0755);
-    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-      fail(Errc::io, "cannot create '" + dir + "'");
-  });
+  // project_dir and its missing parents too, as Accelerate's os.makedirs; a failure says why.
+  ops::run_on_main(acc, [&] { make_directories(dir, 0755); });
   if (session.iteration < 0) {
     const auto present = existing(dir);
     session.iteration = present.empty() ? 0 : present.back() + 1;

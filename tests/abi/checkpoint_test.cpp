@@ -290,8 +290,9 @@ void release_counter(void* user) {
 }  // namespace
 
 TEST(Checkpoint, AutomaticNamingTotalLimitAndCustomObjects) {
-  const std::string project = ::testing::TempDir() + "project";
-  std::system(("rm -rf " + project).c_str());
+  // project_dir's missing parents are made too (Accelerate's os.makedirs).
+  const std::string project = ::testing::TempDir() + "project/runs/first";
+  std::system(("rm -rf " + ::testing::TempDir() + "project").c_str());
   init_with({{"project_dir", project.c_str()},
              {"automatic_checkpoint_naming", "true"},
              {"total_limit", "2"}});

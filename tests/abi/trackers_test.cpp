@@ -136,6 +136,45 @@ TEST(Trackers, LoggingDirDefaultsToProjectDir) {
   EXPECT_EQ(lines[0].rfind("{\"step\": 7,", 0), 0u) << lines[0];
 }
 
+struct Said {
+  int32_t level = 0;
+  std::string message;
+};
+int32_t remember_said(accel_log_level level, int32_t, accel_log_flags, const char* message,
+                      void* user) {
+  auto* said = static_cast<std::vector<Said>*>(user);
+  said->push_back({level, message});
+  return 0;
+}
+
+// A killed run's torn last line is moved aside before the resumed run appends, and the program's
+// log sink hears of it as a warning.
+TEST(Trackers, ATornLineLeftByAKilledRunIsMovedAsideAndSaidThroughTheLogger) {
+  const std::string dir = fresh_dir("trackers_torn");
+  init_with({{"log_with", "jsonl,csv"}, {"project_dir", dir.c_str()}});
+  std::vector<Said> said;
+  OK(accel_set_log_sink(g_acc, remember_said, &said, nullptr));
+  mkdir(dir.c_str(), 0755);
+  mkdir((dir + "/run").c_str(), 0755);
+  std::ofstream(dir + "/run/metrics.jsonl")
+      << "{\"step\": 1, \"wall_time\": 1, \"values\": {}}\n{\"st";
+  OK(accel_init_trackers(g_acc, "run", nullptr));
+  accel_values* v = values_of({{"loss", 2}});
+  OK(accel_log(g_acc, v, 2));
+  accel_values_free(v);
+  OK(accel_end_training(g_acc));
+  const auto lines = lines_of(dir + "/run/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1].rfind("{\"step\": 2,", 0), 0u) << lines[1];
+  EXPECT_EQ(lines_of(dir + "/run/metrics.jsonl.torn-1"), std::vector<std::string>{"{\"st"});
+  ASSERT_EQ(said.size(), 1u);  // the csv file was new: nothing to say of it
+  EXPECT_EQ(said[0].level, ACCEL_LOG_WARNING);
+  EXPECT_NE(said[0].message.find("moved to " + dir + "/run/metrics.jsonl.torn-1"),
+            std::string::npos)
+      << said[0].message;
+  OK(accel_set_log_sink(g_acc, nullptr, nullptr, nullptr));
+}
+
 TEST(Trackers, BadInputIsAClearErrorAndLosesNothing) {
   // An unknown tracker name, wherever it is set.
   accel_config* c = nullptr;
