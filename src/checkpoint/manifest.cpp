@@ -17,6 +17,7 @@ std::string to_json(const Manifest& m) {
   j["library_version"] = m.library_version;
   j["num_processes"] = m.num_processes;
   j["step"] = m.step;
+  if (!m.save_id.empty()) j["save_id"] = m.save_id;
   j["files"] = nlohmann::ordered_json::array();
   for (const auto& f : m.files)
     j["files"].push_back({{"path", f.path}, {"size", f.size}, {"crc32", f.crc32}});
@@ -52,6 +53,11 @@ Manifest parse_manifest(const std::string& text, const std::string& name) {
   if (!j.contains("step") || !j["step"].is_number_integer() || j["step"].get<int64_t>() < 0)
     return bad("step is missing or negative");
   m.step = j["step"].get<int64_t>();
+  if (j.contains("save_id")) {
+    if (!j["save_id"].is_string() || j["save_id"].get<std::string>().empty())
+      return bad("save_id is not a non-empty string");
+    m.save_id = j["save_id"].get<std::string>();
+  }
   if (!j.contains("files") || !j["files"].is_array()) return bad("files is missing");
   for (const auto& f : j["files"]) {
     if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||

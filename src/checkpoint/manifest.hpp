@@ -20,6 +20,10 @@ struct Manifest {
   std::string library_version;
   int num_processes = 1;
   int64_t step = 0;
+  // A fingerprint of the save's per-rank files, written into each of them too (their safetensors
+  // metadata), so that a load knows each part as this save's; empty in checkpoints of 0.2.4 and
+  // before.
+  std::string save_id;
   std::vector<ManifestFile> files;
 };
 

@@ -122,6 +122,29 @@ NamedTensors read_safetensors(const std::string& path) {
   return out;
 }
 
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(Errc::io, sys_error("cannot read '" + path + "'", errno));
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  std::string prefix(static_cast<size_t>(std::min<uint64_t>(file_size, 8)), '\0');
+  in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));
+  if (prefix.size() == 8) {
+    uint64_t length = 0;
+    for (int i = 7; i >= 0; --i) length = length << 8 | static_cast<uint8_t>(prefix[i]);
+    // A length past the file or over 100 MB is parse_header's to refuse: read nothing more then.
+    if (length <= file_size - 8 && length <= (uint64_t{100} << 20)) {
+      prefix.resize(static_cast<size_t>(8 + length));
+      in.read(prefix.data() + 8, static_cast<std::streamsize>(length));
+    }
+  }
+  if (!in) fail(Errc::io, "cannot read '" + path + "': it ended early");
+  return parse_header(reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size(), file_size,
+                      path)
+      .metadata;
+}
+
 std::vector<std::string> save_model(const model::Model& m, const std::string& dir,
                                     uint64_t max_shard_bytes) {
   make_directories(dir, 0755);  // as Accelerate's os.makedirs(exist_ok=True)

@@ -24,6 +24,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 
 // Reads every tensor of a safetensors file, checked as parse_header() checks.
 NamedTensors read_safetensors(const std::string& path);
+// The __metadata__ of a safetensors file (its header alone is read). Throws as read_safetensors.
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
 
 // Accelerate's save_model: `dir`/model.safetensors, or above `max_shard_bytes` the shards
 // model-0000i-of-0000N.safetensors filled greedily in parameter order plus

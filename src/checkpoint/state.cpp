@@ -101,6 +101,75 @@ NamedTensors merge_shards(std::vector<NamedTensors> parts, const std::vector<std
   return all;
 }
 
+// Folds `tensors` (names and bytes) into a running CRC-32.
+uLong crc_of(uLong crc, const NamedTensors& tensors) {
+  for (const auto& [name, t] : tensors) {
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(name.data()), static_cast<uInt>(name.size()));
+    const at::Tensor c = t.contiguous();
+    const auto* p = static_cast<const Bytef*>(c.data_ptr());
+    for (size_t done = 0, n = c.nbytes(); done < n;) {
+      const size_t chunk = std::min<size_t>(n - done, size_t{1} << 30);
+      crc = crc32(crc, p + done, static_cast<uInt>(chunk));
+      done += chunk;
+    }
+  }
+  return crc;
+}
+
+// A save's id, the same on every rank: a fingerprint of every rank's per-rank files (their
+// CRC-32s, gathered) and the step. Saving the same state again gives the same id, so a re-save is
+// byte for byte the same; a part of any other state carries another id.
+std::string agreed_save_id(runtime::Accelerator& acc, int64_t step, const NamedTensors& rng,
+                           const std::vector<NamedTensors>& shards) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  crc = crc_of(crc, rng);
+  for (const auto& s : shards) crc = crc_of(crc, s);
+  char mine[32];
+  std::snprintf(mine, sizeof mine, "%08lx;", static_cast<unsigned long>(crc));
+  std::string all = std::to_string(step) + ";";
+  if (auto* comm = acc.communicator()) {
+    for (const auto& part : ops::gather_object(comm, mine)) all += part;
+  } else {
+    all += mine;
+  }
+  const auto* bytes = reinterpret_cast<const Bytef*>(all.data());
+  const auto size = static_cast<uInt>(all.size());
+  char id[17];
+  std::snprintf(id, sizeof id, "%08lx%08lx",
+                static_cast<unsigned long>(crc32(crc32(0L, Z_NULL, 0), bytes, size)),
+                static_cast<unsigned long>(adler32(adler32(0L, Z_NULL, 0), bytes, size)));
+  return id;
+}
+
+// What ties a per-rank file (random states, an optimizer's part) to its save.
+std::map<std::string, std::string> part_metadata(const std::string& save_id, int rank,
+                                                 int num_processes) {
+  return {{"libaccel_save_id", save_id},
+          {"libaccel_rank", std::to_string(rank)},
+          {"libaccel_num_processes", std::to_string(num_processes)}};
+}
+
+// Refuses a per-rank file that is not rank `rank`'s part of the save `m` describes: one copied in
+// from another save (even with the manifest rewritten to match), or a manifest whose
+// num_processes was changed. Checkpoints without a save id (0.2.4 and before) are taken as they
+// are.
+void check_part(const std::string& path, const Manifest& m, int rank) {
+  if (m.save_id.empty()) return;
+  const auto meta = read_safetensors_metadata(path);
+  auto get = [&](const char* key) {
+    const auto it = meta.find(key);
+    return it == meta.end() ? std::string("(none)") : it->second;
+  };
+  if (get("libaccel_save_id") != m.save_id || get("libaccel_rank") != std::to_string(rank) ||
+      get("libaccel_num_processes") != std::to_string(m.num_processes))
+    fail(Errc::state, "checkpoint file '" + path + "' is not part of this checkpoint's save: it " +
+                          "says save " + get("libaccel_save_id") + ", rank " +
+                          get("libaccel_rank") + " of " + get("libaccel_num_processes") +
+                          "; manifest.json says save " + m.save_id + ", rank " +
+                          std::to_string(rank) + " of " + std::to_string(m.num_processes) +
+                          " (a file copied in from another save, or an edited manifest)");
+}
+
 }  // namespace
 
 namespace {
@@ -117,15 +186,19 @@ void save_state_unguarded(prepare::Session& session, const std::string& dir) {
   // directory the main process made, in parallel.
   const auto& optimizers = session.optimizers();
   const int rank = acc.place().rank;
+  const NamedTensors rng = {{"cpu", state_of(at::detail::getDefaultCPUGenerator())},
+                            {"library", state_of(runtime::library_generator())}};
+  std::vector<NamedTensors> shards(optimizers.size());
+  for (size_t i = 0; i < optimizers.size(); ++i)
+    if (optimizers[i]->sharded()) shards[i] = optimizers[i]->state_tensors();
+  const std::string save_id = agreed_save_id(acc, session.total_steps(), rng, shards);
+  const auto part = part_metadata(save_id, rank, acc.place().world_size);
   std::string error;
   try {
-    NamedTensors rng = {{"cpu", state_of(at::detail::getDefaultCPUGenerator())},
-                        {"library", state_of(runtime::library_generator())}};
-    write_safetensors(work + "/" + rng_file(rank), rng, {});
+    write_safetensors(work + "/" + rng_file(rank), rng, part);
     for (size_t i = 0; i < optimizers.size(); ++i)
       if (optimizers[i]->sharded())
-        write_safetensors(work + "/" + optimizer_shard_file(i, rank),
-                          optimizers[i]->state_tensors(), {});
+        write_safetensors(work + "/" + optimizer_shard_file(i, rank), shards[i], part);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -141,6 +214,7 @@ void save_state_unguarded(prepare::Session& session, const std::string& dir) {
     m.library_version = ACCEL_LIBRARY_VERSION;
     m.num_processes = acc.place().world_size;
     m.step = session.total_steps();
+    m.save_id = save_id;
     std::vector<std::string> files;
     for (int r = 0; r < acc.place().world_size; ++r) files.push_back(rng_file(r));
     const auto& models = session.models();
@@ -296,11 +370,14 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
     // number of processes, sharded or not.
     const std::string full = "optimizer_" + std::to_string(i) + ".safetensors";
     std::vector<std::string> parts;
-    if (listed.count(full) || m.num_processes < 1)
+    if (listed.count(full) || m.num_processes < 1) {
       parts.push_back(path_of(full));
-    else
-      for (int r = 0; r < m.num_processes; ++r)
+    } else {
+      for (int r = 0; r < m.num_processes; ++r) {
         parts.push_back(path_of(optimizer_shard_file(i, r)));
+        check_part(parts.back(), m, r);
+      }
+    }
     const std::string& tensors = parts.front();
     const auto options = in_file(json, [&] {
       const auto j = read_json(json);
@@ -368,6 +445,7 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
   const int rank = acc.place().rank;
   const bool own = rank < m.num_processes;
   const std::string rng_path = path_of(rng_file(own ? rank : 0));
+  check_part(rng_path, m, own ? rank : 0);
   in_file(rng_path, [&] {
     const auto states = read_safetensors(rng_path);
     std::set<std::string> names;

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -33,17 +34,17 @@ CKPT_RE = re.compile(r"^checkpoint_(\d+)$")
 
 
 # The report's columns besides "lost": a problem whose kind says a process outlived its job, or
-# that something did not end in time.
-LEFTOVER_WORDS = ("left", "alive", "still runs", "outlived")
-HANG_WORDS = ("did not return", "did not exit", "hung", "took longer", "hang", "past its deadline")
+# that something did not end in time (whole words: "changed" is no hang).
+LEFTOVER_RE = re.compile(r"\b(left|alive|still runs|outlived)\b")
+HANG_RE = re.compile(r"\b(did not return|did not exit|hung|took longer|hangs?|past its deadline)\b")
 
 
 def problem_column(kind):
     """'leftovers', 'hangs' or 'lost': where a problem of `kind` is counted."""
     k = kind.lower()
-    if any(w in k for w in LEFTOVER_WORDS):
+    if LEFTOVER_RE.search(k):
         return "leftovers"
-    if any(w in k for w in HANG_WORDS):
+    if HANG_RE.search(k):
         return "hangs"
     return "lost"
 
@@ -372,6 +373,23 @@ def verify_checkpoint(d):
     except (OSError, ValueError, KeyError, TypeError) as e:
         return "%s: %s" % (type(e).__name__, e)
     return ""
+
+
+def without_save_ids(name, data):
+    """A checkpoint file's bytes as compared across saves of the same state: a safetensors file's
+    header without the libaccel_* metadata that ties a per-rank file to its save (its save's id,
+    rank and number of processes), parsed, and its data."""
+    if not name.endswith(".safetensors") or len(data) < 8:
+        return data
+    (length,) = struct.unpack_from("<Q", data, 0)
+    try:
+        header = json.loads(data[8:8 + length])
+    except ValueError:
+        return data
+    meta = {k: v for k, v in header.get("__metadata__", {}).items()
+            if not k.startswith("libaccel_")}
+    header["__metadata__"] = meta
+    return json.dumps(header, sort_keys=True).encode() + data[8 + length:]
 
 
 def checkpoints_in(project):

@@ -8,18 +8,19 @@ scheduler_0.json, training_state.json, custom_0.bin, config.yaml and manifest.js
 directory into place. Each stage is chosen as a program would: stage 1 by the program's setters
 (distributed_type DEEPSPEED, deepspeed_config {zero_stage: 1}), stage 2 by Accelerate's launcher
 variables (ACCELERATE_USE_DEEPSPEED, ACCELERATE_DEEPSPEED_ZERO_STAGE=2), stage 3 by FSDP2's
-(ACCELERATE_USE_FSDP, FSDP_VERSION=2, FSDP_RESHARD_AFTER_FORWARD=true, SHARDED_STATE_DICT). A
-reference run of each stage (train 2, save checkpoint_0 = B, train 2, save checkpoint_1 = G) gives
-the parameters an uninterrupted run ends with; it must show the stage in effect (per-rank
-optimizer files; at stage 3 parameters another rank owns refused between steps, at 1 and 2 none).
+(ACCELERATE_USE_FSDP, FSDP_VERSION=2, FSDP_RESHARD_AFTER_FORWARD=true, SHARDED_STATE_DICT).
 
-Kills (every file of each stage; --quick: one stage, a per-rank file, a main-process file and a
-FIFO hold): a chain of runs in one project seeded with B; each run resumes, trains 2 steps,
-prints the parameters' checksum and saves, and is SIGKILLed inside that save at a chosen file:
+Kills (every file of each stage; --quick: one drawn stage, a per-rank file, a main-process file
+and a FIFO hold): a chain of runs of the stage in one project, each SIGKILLed inside a save at a
+chosen file. The first trains 4 steps uninterrupted from scratch, saving checkpoint_0 (B) at step
+2 and printing the checksum of the parameters at steps 2 and 4 (the reference: both ranks agree,
+B is complete and sharded, and the stage is in effect: at stage 3 the parameters another rank
+owns are refused between steps, at 1 and 2 none are), and is killed in its save at step 4; each
+next run resumes, trains 2 steps, prints the checksum and is killed in its save. The kills:
   - inside the first write(2) to optimizer_0.rank_<r>, model_0, optimizer_0.json,
-    scheduler_0.json, training_state.json or custom_0.bin, with a drawn share of that write's
-    bytes on disk (kill_at_write.so, group g's preload, in the rank that writes it); a kill at
-    optimizer_0.rank_<r> with nothing written is the kill right after random_states_<r>
+    scheduler_0.json, training_state.json or custom_0.bin of that save, with a drawn share of the
+    write's bytes on disk (kill_at_write.so, group g's preload, in the rank that writes the file);
+    a kill at optimizer_0.rank_<r> with nothing written is the kill right after random_states_<r>
     (libstdc++ writes it, config.yaml and manifest.json with writev(2), which the preload does
     not see);
   - at config.yaml, at manifest.json and at the rename (after manifest.json, while the directory
@@ -28,19 +29,20 @@ prints the parameters' checksum and saves, and is SIGKILLed inside that save at 
     /proc as a FIFO open) and is killed there.
 After each kill: the launcher returns non-zero within 30 s naming the killed rank, no process of
 the job is alive 2 s later, every directory under a final checkpoint name is complete per its
-manifest; the next run of the chain resumes from the newest complete checkpoint (the step it
-holds) and its checksum after the 2 steps is the reference's. The last run saves to the end:
-its checkpoint equals the reference's G file for file (all but config.yaml and manifest.json,
-which name the project).
+manifest and none but checkpoint_0 exists; the next run resumes from the newest complete
+checkpoint (the step it holds) and its checksum after 2 steps is the uninterrupted run's at step
+4. The last run of the chain saves to the end (checkpoint_1, complete).
 
-Damage (the last run of each chain goes on, live state B = the reference's checkpoint_0): copies
-of G with one per-rank file truncated, a byte flipped, removed (from the disk, or from the disk
-and the manifest), replaced by the same-named shard of another stage's earlier save (as is), of
-another run (seed 2; manifest rewritten to match), or of a 3-process save (manifest rewritten), or
-left out by a manifest saying num_processes 1 (--quick: three of them). Each load must fail on both
-ranks with ACCEL_ERR_IO, _STATE, _SHAPE or _DTYPE and a message naming the damaged file, and change
-nothing: the checksum and a save after it equal those before it. Then G itself must load, with
-G's checksum, and a save of it must equal G file for file.
+Damage (the last run goes on, its live state that of checkpoint_1): copies of B with one per-rank
+file truncated, a byte flipped, removed (from the disk, or from the disk and the manifest),
+replaced by the same-named shard of another run (3 processes, ZeRO-2, seed 2) as is, or with the
+manifest rewritten to match: its optimizer_0.rank_0 (the same parameters, other values) or its
+optimizer_0.rank_1 (other parameters), or a manifest saying num_processes 1 (rank 1's shard left
+out) (--quick: three of them). Each load must fail on both ranks with ACCEL_ERR_IO, _STATE, _SHAPE
+or _DTYPE and a message naming the damaged file, and change nothing: the checksum and a save after
+it equal those before it (checkpoint_1 is loaded again after a load that succeeded). Then B itself
+must load: step 2, B's checksum, and a save of it equal to B file for file (but config.yaml and
+manifest.json, which name the project).
 """
 
 import json
@@ -66,7 +68,8 @@ STAGES = {
     1: ("1", {}),
     2: ("env", {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}),
     3: ("env", {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2",
-                "FSDP_RESHARD_AFTER_FORWARD": "true", "FSDP_STATE_DICT_TYPE": "SHARDED_STATE_DICT"}),
+                "FSDP_RESHARD_AFTER_FORWARD": "true",
+                "FSDP_STATE_DICT_TYPE": "SHARDED_STATE_DICT"}),
 }
 
 # Kill points in the order a save reaches them: (label, how, rank, file name prefix, keep).
@@ -86,7 +89,8 @@ KILL_POINTS = [
     ("the rename", "hold", 0, "rename", None),
 ]
 
-CLEAR_STATUSES = {5: "ACCEL_ERR_IO", 6: "ACCEL_ERR_SHAPE", 7: "ACCEL_ERR_DTYPE", 11: "ACCEL_ERR_STATE"}
+CLEAR_STATUSES = {5: "ACCEL_ERR_IO", 6: "ACCEL_ERR_SHAPE", 7: "ACCEL_ERR_DTYPE",
+                  11: "ACCEL_ERR_STATE"}
 # Files that name the project (config.yaml) or list their checksums (manifest.json).
 PROJECT_FILES = ("config.yaml", "manifest.json")
 SHARDS = ("optimizer_0.rank_0.safetensors", "optimizer_0.rank_1.safetensors")
@@ -177,7 +181,7 @@ def files_differ(a, b, exclude=PROJECT_FILES):
 def listing(d):
     """'name(size)' of each entry of d; FIFOs marked."""
     if not os.path.isdir(d):
-        return "-"
+        return "no %s" % os.path.basename(d)
     out = []
     for name in sorted(os.listdir(d)):
         p = os.path.join(d, name)
@@ -256,88 +260,90 @@ class ZeroFaults:
         self.preload = os.path.join(os.path.dirname(suite.program), "kill_at_write.so")
         if not (os.path.isfile(self.program) and os.access(self.program, os.X_OK)):
             raise SetupError("group i needs %s (target zero_fault_program)" % self.program)
-        self.refs = {}
+        self.foreign = None
 
     def tally(self, group, case, problems):
         vlog("i: %s | %s%s" % (group, case, "" if not problems else " PROBLEMS %s" % problems))
         self.suite.tally.record(group, case, problems)
 
-    def run_job(self, stage, seed, project, cmds, n=2, timeout=60):
-        job = RankJob(self, stage, seed, project, cmds, n=n)
-        rc = job.launcher.wait(timeout)
-        job.launcher.drain(5)
-        job.finish()
-        return job, rc
-
     # --------------------------------------------------------------------------------------------
 
-    def reference(self, stage):
-        """An uninterrupted run of `stage`: checkpoint_0 (B, step 2), checkpoint_1 (G, step 4)
-        and the checksum at step 4."""
-        project = os.path.join(self.suite.newdir("i-ref%d" % stage, fast=True), "p")
-        cmds = ["train:2", "save:-", "train:2", "sum", "save:-"]
-        job, rc = self.run_job(stage, 1, project, cmds)
-        problems = []
-        sums = set()
-        for r in (0, 1):
-            a = job.answers(r)
-            bad = [(cmds[i], a.get(i)) for i in range(len(cmds)) if a.get(i, (None,))[0] != 0]
-            if bad:
-                problems.append(("the reference run failed", "rank %d: %s" % (r, bad[:2])))
-            if 3 in a and a[3][0] == 0:
-                sums.add(a[3][1])
-        if rc != 0:
-            problems.append(("the reference run failed", "code %s: %s" % (rc, job.err_tail())))
-        if len(sums) != 1:
-            problems.append(("the ranks of the reference run disagree", str(sums)))
+    def foreign_run(self):
+        """Another run's checkpoint: 3 processes, ZeRO-2, seed 2, saved at step 4."""
+        project = os.path.join(self.suite.newdir("i-foreign", fast=True), "p")
+        job = RankJob(self, 2, 2, project, ["train:4", "save:-"], n=3)
+        rc = job.launcher.wait(60)
+        job.launcher.drain(5)
+        job.finish()
         ck = checkpoints_in(project)
+        if rc != 0 or 0 not in ck or verify_checkpoint(ck[0]):
+            raise SetupError("group i: the 3-process run of seed 2 failed (code %s): %s" % (
+                rc, job.err_tail()))
+        self.foreign = ck[0]
+
+    def chain(self, stage, points, kinds):
+        """The runs of `stage` in one project: the first trains 4 steps uninterrupted, saving
+        checkpoint_0 (B) at step 2, and is killed in its save at step 4; each next one resumes and
+        is killed in its save; the last resumes, saves to the end and loads damaged copies of B."""
+        project = os.path.join(self.suite.newdir("i-zero%d" % stage, fast=True), "p")
+        ref = None
+        previous = None
+        for k, point in enumerate(points):
+            case = self.kill_once(stage, project, point, k, ref, previous)
+            if ref is None:
+                ref = self.reference(stage, project)
+                if ref is None:
+                    return
+            previous = case
+        self.final_run(stage, project, ref, previous, kinds)
+
+    def reference(self, stage, project):
+        """What the first run of the chain says: the checksums at steps 2 and 4 of an
+        uninterrupted run, checkpoint_0 complete and sharded, the stage in effect."""
+        job = self.first_job
+        cmds = job.cmds
+        problems = []
+        sums = {1: set(), 4: set()}
         released = 0
         for r in (0, 1):
+            a = job.answers(r)
+            bad = [(cmds[i], a.get(i)) for i in range(5) if a.get(i, (None,))[0] != 0]
+            if bad:
+                problems.append(("the uninterrupted part of the first run failed",
+                                 "rank %d: %s; %s" % (r, bad[:2], job.err_tail(2))))
+            for i in sums:
+                if a.get(i, (None,))[0] == 0:
+                    sums[i].add(a[i][1])
             for l in job.lines(r):
                 m = re.match(r"^released (\d+) of (\d+)$", l)
                 if m:
                     released += int(m.group(1))
+        if not problems and (len(sums[1]) != 1 or len(sums[4]) != 1):
+            problems.append(("the ranks disagree on the parameters", str(sums)))
+        B = checkpoints_in(project).get(0)
         if not problems:
-            for n in (0, 1):
-                why = verify_checkpoint(ck.get(n, os.path.join(project, "missing")))
-                if why:
-                    problems.append(("a reference checkpoint is incomplete", why))
-            with open(os.path.join(ck[1], "manifest.json")) as f:
-                listed = [e["path"] for e in json.load(f)["files"]]
-            if not set(SHARDS) <= set(listed):
-                problems.append(("the optimizer state is not sharded (stage not in effect)",
-                                 "files: %s" % listed))
+            why = verify_checkpoint(B) if B else "no checkpoint_0"
+            if why:
+                problems.append(("checkpoint_0 is incomplete", why))
+            else:
+                with open(os.path.join(B, "manifest.json")) as f:
+                    listed = [e["path"] for e in json.load(f)["files"]]
+                if not set(SHARDS) <= set(listed):
+                    problems.append(("the optimizer state is not sharded (stage not in effect)",
+                                     "files: %s" % listed))
             if (stage == 3) != (released > 0):
                 problems.append(("the stage is not in effect",
                                  "%d parameters refused between steps (stage 3: some; 1, 2: none)"
                                  % released))
-        case = "ZeRO-%d (%s): checksum %s, %d parameter(s) released between steps" % (
-            stage, STAGES[stage][0] if stage == 1 else " ".join(
-                "%s=%s" % kv for kv in sorted(STAGES[stage][1].items())), sums, released)
-        self.tally(G_REF, case, problems)
+        how = "setter deepspeed_config {zero_stage: 1}" if stage == 1 else " ".join(
+            "%s=%s" % kv for kv in sorted(STAGES[stage][1].items()))
+        self.tally(G_REF, "ZeRO-%d (%s): checksums %s at step 2, %s at step 4; %d parameter(s) "
+                   "released between steps" % (stage, how, sums[1], sums[4], released), problems)
         if problems:
             return None
-        return {"B": ck[0], "G": ck[1], "sum": sums.pop()}
+        return {"B": B, "sum2": sums[1].pop(), "sum4": sums[4].pop()}
 
-    # --------------------------------------------------------------------------------------------
-
-    def kill_chain(self, stage, points, damage):
-        """The chain of killed runs of `stage` in one project, then the run that finishes and goes
-        on with the `damage` cases."""
-        ref = self.refs[stage]
-        project = os.path.join(self.suite.newdir("i-kill%d" % stage, fast=True), "p")
-        os.makedirs(os.path.join(project, "checkpoints"))
-        shutil.copytree(ref["B"], os.path.join(project, "checkpoints", "checkpoint_0"))
-        previous = "ZeRO-%d: the first run (checkpoint_0 copied in)" % stage
-        for k, point in enumerate(points):
-            previous = self.kill_once(stage, project, point, k, previous)
-        self.final_run(stage, project, previous, damage)
-
-    def expected_resume(self, project):
-        ck = checkpoints_in(project)
-        return steps_of(ck[max(ck)]) if ck else None
-
-    def check_resume(self, job, expect, ref_sum, case):
+    def check_resume(self, job, expect, ref, case):
         """The resume and the checksum of a chain run (commands 0 and 2)."""
         problems = []
         for r in (0, 1):
@@ -348,24 +354,30 @@ class ZeroFaults:
                 problems.append(("did not resume from the newest complete checkpoint",
                                  "rank %d answered %s, want ok %s; %s" % (r, got, want,
                                                                           job.err_tail(2))))
-            elif expect == 2 and a.get(2) != (0, ref_sum):
+            elif expect == 2 and a.get(2) != (0, ref["sum4"]):
                 problems.append(("parameters differ from the uninterrupted run",
-                                 "rank %d: %s, want %s" % (r, a.get(2), ref_sum)))
+                                 "rank %d: %s, want %s" % (r, a.get(2), ref["sum4"])))
         self.tally(G_RESUME, case, problems)
 
-    def kill_once(self, stage, project, point, k, previous):
+    def kill_once(self, stage, project, point, k, ref, previous):
+        """One run of the chain, killed at `point` of its last save. The first run (ref None)
+        trains from scratch and saves twice, the others resume and save once."""
         label, how, rank, match, keep = point
         if keep is None:
             keep = round(self.rng.uniform(0.05, 0.95), 3)
-        expect = self.expected_resume(project)
+        ck = checkpoints_in(project)
+        expect = steps_of(ck[max(ck)]) if ck else None
         report = os.path.join(os.path.dirname(project), "kill-report-%d" % k)
-        cmds = ["resume", "train:2", "sum", "save:-"]
+        if ref is None:
+            cmds, nth = ["train:2", "sum", "save:-", "train:2", "sum", "save:-"], 2
+        else:
+            cmds, nth = ["resume", "train:2", "sum", "save:-"], 1
         if how == "write":
             extra = {"LD_PRELOAD": self.preload, "KILL_AT_WRITE_MATCH": match,
-                     "KILL_AT_WRITE_N": "1", "KILL_AT_WRITE_KEEP": str(keep),
+                     "KILL_AT_WRITE_N": str(nth), "KILL_AT_WRITE_KEEP": str(keep),
                      "KILL_AT_WRITE_RANK": str(rank), "KILL_AT_WRITE_REPORT": report}
         else:
-            extra = {"ZERO_FAULT_HOLD": match}
+            extra = {"ZERO_FAULT_HOLD": match, "ZERO_FAULT_HOLD_SAVE": str(nth)}
         job = RankJob(self, stage, 1, project, cmds, extra_env=extra)
         landed = None
         problems = []
@@ -420,24 +432,31 @@ class ZeroFaults:
                 problems.append(("launcher stderr does not name rank %d" % rank,
                                  " | ".join(l for l in job.launcher.err_lines()
                                             if l.startswith("accel launch:")) or "(nothing)"))
-        for n, d in sorted(checkpoints_in(project).items()):
+        final = checkpoints_in(project)
+        for n, d in sorted(final.items()):
             why = verify_checkpoint(d)
             if why:
-                problems.append(("an incomplete checkpoint under a final name", "%s: %s" % (d, why)))
+                problems.append(("an incomplete checkpoint under a final name",
+                                 "%s: %s" % (d, why)))
+        # The killed save is always checkpoint_1's (the first run's second save, or the save
+        # after a resume from checkpoint_0); the first run's first save makes checkpoint_0.
+        if landed and sorted(final) != [0]:
+            problems.append(("a save killed before its rename made a checkpoint",
+                             "before %s, after %s" % (sorted(ck), sorted(final))))
         partial = os.path.join(project, "checkpoints", "checkpoint_1.partial")
+        if how == "hold" and landed and match == "rename" and verify_checkpoint(partial):
+            problems.append(("killed at the rename but the manifest is not complete",
+                             verify_checkpoint(partial)))
         case = "ZeRO-%d at %s: %s; code %s; left %s" % (
-            stage, label, landed or "no kill", rc, listing(partial) if os.path.isdir(partial)
-            else sorted(os.listdir(os.path.join(project, "checkpoints"))))
-        if how == "hold" and landed and os.path.isdir(partial):
-            # Where it stopped: the entries before the hold complete, the hold a FIFO.
-            if match == "rename" and verify_checkpoint(partial):
-                problems.append(("killed at the rename but the manifest is not complete",
-                                 verify_checkpoint(partial)))
+            stage, label, landed or "no kill", rc, listing(partial))
         job.finish()
-        self.check_resume(job, expect, self.refs[stage]["sum"], "%s; then resumed" % previous)
+        if ref is None:
+            self.first_job = job
+        else:
+            self.check_resume(job, expect, ref, "%s; then resumed" % previous)
         self.tally(G_KILL, case, problems)
         if landed is None:
-            # No kill: the save may have completed; start the chain over from checkpoint_0.
+            # No kill: the save may have completed; go on from checkpoint_0.
             for n, d in checkpoints_in(project).items():
                 if n != 0:
                     shutil.rmtree(d, ignore_errors=True)
@@ -447,14 +466,12 @@ class ZeroFaults:
 
     # --------------------------------------------------------------------------------------------
 
-    def damage_cases(self, stage, kinds, work):
-        """Copies of G, each with one kind of damage: [(label, dir, names, forged)]."""
-        ref = self.refs[stage]
-        G = ref["G"]
+    def damage_cases(self, B, kinds, work):
+        """Copies of B, each with one kind of damage: [(label, dir, names, forged)]."""
         out = []
         for kind in kinds:
             d = os.path.join(work, "d%02d-%s" % (len(out), kind))
-            shutil.copytree(G, d)
+            shutil.copytree(B, d)
             if kind == "truncate":
                 f = self.rng.choice(SHARDS + RNG_FILES)
                 size = os.path.getsize(os.path.join(d, f))
@@ -482,22 +499,21 @@ class ZeroFaults:
                 edit_manifest(d, lambda m, f=f: m.__setitem__(
                     "files", [e for e in m["files"] if e["path"] != f]))
                 out.append(("%s removed and dropped from the manifest" % f, d, (f,), False))
-            elif kind == "other-stage":
-                other = self.rng.choice([s for s in self.refs if s != stage] or [stage])
+            elif kind == "copied-in":
                 f = self.rng.choice(SHARDS)
-                shutil.copyfile(os.path.join(self.refs[other]["B"], f), os.path.join(d, f))
-                out.append(("%s replaced by ZeRO-%d's of the save at step 2" % (f, other),
-                            d, (f,), False))
+                shutil.copyfile(os.path.join(self.foreign, f), os.path.join(d, f))
+                out.append(("%s replaced by another run's (seed 2, 3 processes, ZeRO-2), as is"
+                            % f, d, (f,), False))
             elif kind == "other-run":
-                f = self.rng.choice(SHARDS)
-                rewrite_entry(d, f, read(os.path.join(self.other_run, f)))
-                out.append(("%s replaced by another run's (seed 2), manifest rewritten" % f,
-                            d, (f,), True))
+                f = SHARDS[0]
+                rewrite_entry(d, f, read(os.path.join(self.foreign, f)))
+                out.append(("%s replaced by another run's (seed 2, 3 processes, ZeRO-2, step 4; "
+                            "the same parameters), manifest rewritten" % f, d, (f,), True))
             elif kind == "other-world":
-                f = self.rng.choice(SHARDS)
-                rewrite_entry(d, f, read(os.path.join(self.other_world, f)))
-                out.append(("%s replaced by a 3-process save's, manifest rewritten" % f,
-                            d, (f,), True))
+                f = SHARDS[1]
+                rewrite_entry(d, f, read(os.path.join(self.foreign, f)))
+                out.append(("%s replaced by a 3-process save's (other parameters), manifest "
+                            "rewritten" % f, d, (f,), True))
             elif kind == "fewer-processes":
                 edit_manifest(d, lambda m: m.__setitem__("num_processes", 1))
                 out.append(("manifest.json says num_processes 1 (optimizer_0.rank_1 left out)",
@@ -506,72 +522,65 @@ class ZeroFaults:
                 raise SetupError("unknown damage kind %s" % kind)
         return out
 
-    def final_run(self, stage, project, previous, kinds):
-        """Resumes and saves to the end; then the damaged loads (live state B), then G."""
-        ref = self.refs[stage]
+    def final_run(self, stage, project, ref, previous, kinds):
+        """Resumes and saves to the end (checkpoint_1, live state G); then loads each damaged copy
+        of B (restoring G after any that loads); then B itself."""
+        B = ref["B"]
         work = self.suite.newdir("i-damage%d" % stage, fast=True)
-        cases = self.damage_cases(stage, kinds, work)
-        cmds = ["resume", "train:2", "sum", "save:-"]
+        cases = self.damage_cases(B, kinds, work)
+        G = os.path.join(project, "checkpoints", "checkpoint_1")
         before = os.path.join(work, "before")
-        cmds += ["load:" + ref["B"], "sum", "save:" + before]
+        cmds = ["resume", "train:2", "sum", "save:-", "save:" + before]
         at = []
         for i, (_label, d, _names, _forged) in enumerate(cases):
             at.append(len(cmds))
             cmds += ["load:" + d, "sum", "save:" + os.path.join(work, "after%02d" % i),
-                     "load:" + ref["B"]]
-        g_at = len(cmds)
-        g2 = os.path.join(work, "G-resaved")
-        cmds += ["load:" + ref["G"], "sum", "save:" + g2]
-        expect = self.expected_resume(project)
-        job, rc = self.run_job(stage, 1, project, cmds, timeout=120)
+                     "load:" + G]
+        b_at = len(cmds)
+        b2 = os.path.join(work, "B-resaved")
+        cmds += ["load:" + B, "sum", "save:" + b2]
+        ck = checkpoints_in(project)
+        expect = steps_of(ck[max(ck)]) if ck else None
+        job = RankJob(self, stage, 1, project, cmds)
+        rc = job.launcher.wait(120)
+        job.launcher.drain(5)
         ans = {r: job.answers(r) for r in (0, 1)}
-        # The finished resume.
-        self.check_resume(job, expect, ref["sum"], "%s; then resumed" % previous)
+        self.check_resume(job, expect, ref, "%s; then resumed" % previous)
         problems = []
-        if any(ans[r].get(3, (None,))[0] != 0 for r in (0, 1)):
-            problems.append(("the resumed run's save failed", "%s %s" % (
-                ans[0].get(3), ans[1].get(3))))
+        if any(ans[r].get(i, (None,))[0] != 0 for r in (0, 1) for i in (3, 4)):
+            problems.append(("the resumed run's saves failed", "%s %s; %s" % (
+                ans[0].get(3), ans[1].get(3), job.err_tail(2))))
         else:
-            ck = checkpoints_in(project)
-            why = verify_checkpoint(ck[1]) if 1 in ck else "no checkpoint_1"
+            why = verify_checkpoint(G)
             if why:
                 problems.append(("the resumed run's checkpoint is incomplete", why))
-            else:
-                d = files_differ(ck[1], ref["G"])
-                if d:
-                    problems.append(("the resumed run's checkpoint differs from the "
-                                     "uninterrupted run's", d))
-        self.tally(G_RESUME, "ZeRO-%d: the last run saves to the end; its checkpoint_1 against "
-                   "the uninterrupted run's" % stage, problems)
-        # The damaged loads.
-        setup_ok = all(ans[r].get(i, (None,))[0] == 0 for r in (0, 1) for i in (4, 5, 6))
-        sum_b = ans[0].get(5, (None, None))[1]
+        self.tally(G_RESUME, "ZeRO-%d: the last run saves checkpoint_1 to the end" % stage,
+                   problems)
+        setup_ok = not problems
         for (label, d, names, forged), i in zip(cases, at):
             group = G_FORGED if forged else G_DAMAGE
             case = "ZeRO-%d: %s" % (stage, label)
             problems = []
             if not setup_ok:
-                problems.append(("the live state could not be set up", "%s %s; %s" % (
-                    ans[0].get(4), ans[0].get(6), job.err_tail(2))))
-                self.tally(group, case, problems)
+                self.tally(group, case, [("the live state could not be set up", "")])
                 continue
             loads = [ans[r].get(i) for r in (0, 1)]
             sums = [ans[r].get(i + 1) for r in (0, 1)]
             saves = [ans[r].get(i + 2) for r in (0, 1)]
             if None in loads or None in sums or None in saves:
-                problems.append(("the ranks died or hung at the damaged load",
-                                 "code %s; answers %s; %s" % (rc, loads, job.err_tail(3))))
-                self.tally(group, case, problems)
+                self.tally(group, case, [("the ranks died or hung at the damaged load",
+                                          "code %s; answers %s; %s" % (
+                                              rc, loads, job.err_tail(3)))])
                 continue
-            after = os.path.join(work, "after%02d" % (at.index(i)))
+            after = os.path.join(work, "after%02d" % at.index(i))
             if all(l[0] == 0 for l in loads):
                 if saves[0][0] != 0:
                     state = "the live state could not be saved"
-                elif not files_differ(after, ref["G"]):
-                    state = "the live state is G's"
+                elif not files_differ(after, B):
+                    state = "the live state is B's"
                 else:
-                    state = "against G: %s" % files_differ(after, ref["G"])
-                    lost = sorted(state_names(ref["G"]) - state_names(after))
+                    state = "against B: %s" % files_differ(after, B)
+                    lost = sorted(state_names(B) - state_names(after))
                     if lost:
                         state += "; optimizer state dropped: %s" % " ".join(lost)
                 problems.append(("a damaged or foreign shard was accepted by load_state",
@@ -582,104 +591,80 @@ class ZeroFaults:
                     st, msg = loads[r]
                     if st == 0:
                         problems.append(("one rank loaded, the other refused", "rank %d" % r))
-                    elif st not in CLEAR_STATUSES:
+                        continue
+                    if st not in CLEAR_STATUSES:
                         problems.append(("the refusal's status is not IO, STATE, SHAPE or DTYPE",
                                          "rank %d: %s %s" % (r, st, msg)))
-                    if st != 0 and not any(n in msg for n in names):
+                    if not any(n in msg for n in names):
                         problems.append(("the message does not name the damaged file (%s)" %
                                          " or ".join(names), "rank %d: %s" % (r, msg)))
-                outcome = "refused %s: %s" % (CLEAR_STATUSES.get(loads[0][0], loads[0][0]),
-                                              loads[0][1][:200])
-            for r in (0, 1):
-                if loads[r][0] != 0 and sums[r] != (0, sum_b):
-                    problems.append(("the parameters changed in the failed load",
-                                     "rank %d: %s, before %s" % (r, sums[r], sum_b)))
-            if saves[0][0] != 0:
-                problems.append(("save after the load failed", str(saves[0])))
-            elif loads[0][0] != 0:
-                dd = files_differ(before, after, exclude=())
-                if dd:
-                    problems.append(("a failed load changed the live state", dd))
+                    if sums[r] != (0, ref["sum4"]):
+                        problems.append(("the parameters differ after the failed load",
+                                         "rank %d: %s, before %s" % (r, sums[r], ref["sum4"])))
+                if saves[0][0] != 0:
+                    problems.append(("save after the failed load failed", str(saves[0])))
+                else:
+                    dd = files_differ(before, after, exclude=())
+                    if dd:
+                        problems.append(("a failed load altered the live state", dd))
+                outcome = "refused %s" % loads[0][1][:240]
             self.tally(group, "%s -> %s" % (case, outcome), problems)
         # The intact checkpoint still loads.
         problems = []
-        got = [ans[r].get(g_at) for r in (0, 1)]
-        if got != [(0, "step=4")] * 2:
+        got = [ans[r].get(b_at) for r in (0, 1)]
+        if got != [(0, "step=2")] * 2:
             problems.append(("the intact checkpoint did not load after the refusals",
                              "%s; %s" % (got, job.err_tail(2))))
-        elif [ans[r].get(g_at + 1) for r in (0, 1)] != [(0, ref["sum"])] * 2:
+        elif [ans[r].get(b_at + 1) for r in (0, 1)] != [(0, ref["sum2"])] * 2:
             problems.append(("after loading the intact checkpoint the parameters are not its",
-                             str([ans[r].get(g_at + 1) for r in (0, 1)])))
-        elif ans[0].get(g_at + 2, (None,))[0] != 0:
+                             "%s, want %s" % ([ans[r].get(b_at + 1) for r in (0, 1)],
+                                              ref["sum2"])))
+        elif ans[0].get(b_at + 2, (None,))[0] != 0:
             problems.append(("save after loading the intact checkpoint failed",
-                             str(ans[0].get(g_at + 2))))
+                             str(ans[0].get(b_at + 2))))
         else:
-            dd = files_differ(ref["G"], g2)
+            dd = files_differ(B, b2)
             if dd:
-                problems.append(("the intact checkpoint loaded, saved again, differs", dd))
+                problems.append(("the intact checkpoint loaded and saved again differs", dd))
         if rc != 0:
-            problems.append(("the damage run did not end well", "code %s: %s" % (
+            problems.append(("the last run did not end well", "code %s: %s" % (
                 rc, job.err_tail(3))))
         left = job.tracker.wait_gone(2.0)
         if left:
-            problems.append(("processes left after the damage run", str(left)))
-        self.tally(G_INTACT, "ZeRO-%d: after %d refused loads, G loads, its checksum and a save "
-                   "equal G" % (stage, len(cases)), problems)
+            problems.append(("processes left after the last run", str(left)))
+        job.finish()
+        self.tally(G_INTACT, "ZeRO-%d: after %d damaged loads, B loads: step 2, its checksum, a "
+                   "save equal to B" % (stage, len(cases)), problems)
         self.suite.discard(work)
 
     # --------------------------------------------------------------------------------------------
 
-    def foreign(self, with_world):
-        """Another run's checkpoint at step 4 (seed 2, ZeRO-1), and a 3-process save's."""
-        project = os.path.join(self.suite.newdir("i-seed2", fast=True), "p")
-        job, rc = self.run_job(1, 2, project, ["train:2", "save:-", "train:2", "save:-"])
-        ck = checkpoints_in(project)
-        if rc != 0 or 1 not in ck or verify_checkpoint(ck[1]):
-            raise SetupError("group i: the run of seed 2 failed (code %s): %s" % (
-                rc, job.err_tail()))
-        self.other_run = ck[1]
-        self.other_world = None
-        if with_world:
-            project = os.path.join(self.suite.newdir("i-world3", fast=True), "p")
-            job, rc = self.run_job(2, 1, project, ["train:4", "save:-"], n=3)
-            ck = checkpoints_in(project)
-            if rc != 0 or 0 not in ck or verify_checkpoint(ck[0]):
-                raise SetupError("group i: the 3-process run failed (code %s): %s" % (
-                    rc, job.err_tail()))
-            self.other_world = ck[0]
-
     def run(self):
         quick = self.suite.quick
+        for g in (G_REF, G_KILL, G_RESUME, G_DAMAGE, G_FORGED, G_INTACT):
+            self.suite.tally.group(g)  # the table's order
         stages = [self.rng.choice([1, 2, 3])] if quick else [1, 2, 3]
-        for s in stages:
-            ref = self.reference(s)
-            if ref:
-                self.refs[s] = ref
-        if not self.refs:
-            raise SetupError("group i: no reference run succeeded")
-        self.foreign(with_world=not quick)
+        self.foreign_run()
         have_preload = os.path.isfile(self.preload)
         if not have_preload:
             self.suite.tally.violations.append((
                 G_KILL, "-", "could not run: %s is missing (target kill_at_write)" % self.preload,
-                "the kills inside writes were skipped; the FIFO holds ran"))
+                "the kills inside writes were skipped; only the FIFO holds ran"))
         for s in stages:
-            if s not in self.refs:
-                continue
             if quick:
                 points = [self.rng.choice(KILL_POINTS[:4]), self.rng.choice(KILL_POINTS[4:9]),
                           self.rng.choice(KILL_POINTS[9:])]
                 kinds = [self.rng.choice(["truncate", "flip"]),
-                         self.rng.choice(["remove", "remove-listed", "other-stage"]),
-                         self.rng.choice(["other-run", "fewer-processes"])]
+                         self.rng.choice(["remove", "remove-listed", "copied-in"]),
+                         self.rng.choice(["other-run", "other-world", "fewer-processes"])]
             else:
                 points = list(KILL_POINTS)
-                kinds = ["truncate", "flip", "remove", "remove-listed", "other-stage",
-                         "other-run", "other-world", "fewer-processes"]
+                kinds = ["truncate", "flip", "remove", "remove-listed", "copied-in", "other-run",
+                         "other-world", "fewer-processes"]
             if not have_preload:
                 points = [p for p in points if p[1] != "write"]
             t = time.monotonic()
-            self.kill_chain(s, points, kinds)
+            self.chain(s, points, kinds)
             log("i: ZeRO-%d: %d kills, %d damaged loads in %.1f s" % (
                 s, len(points), len(kinds), time.monotonic() - t))
 

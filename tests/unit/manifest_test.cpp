@@ -29,12 +29,14 @@ TEST(Manifest, RoundTripAndVerification) {
   m.library_version = "0.1.0";
   m.num_processes = 2;
   m.step = 40;
+  m.save_id = "00c0ffee0badf00d";
   m.files = {describe_file(dir, "a.bin"), describe_file(dir, "sub/b.bin")};
   EXPECT_EQ(m.files[0].size, 5u);
   EXPECT_EQ(m.files[0].crc32, 0x3610a686u) << "CRC-32 of 'hello'";
   const Manifest back = parse_manifest(to_json(m), "m.json");
   EXPECT_EQ(back.num_processes, 2);
   EXPECT_EQ(back.step, 40);
+  EXPECT_EQ(back.save_id, "00c0ffee0badf00d");
   ASSERT_EQ(back.files.size(), 2u);
   EXPECT_EQ(back.files[1].path, "sub/b.bin");
   EXPECT_NO_THROW(verify(dir, back));
@@ -74,5 +76,9 @@ TEST(Manifest, BadManifestsAreClearErrors) {
              "leaves the checkpoint directory");
   expect_bad(head + R"("num_processes":1,"step":1,"files":[{"path":"/etc/x","size":1,"crc32":1}]})",
              "leaves the checkpoint directory");
-  EXPECT_NO_THROW(parse_manifest(head + R"("num_processes":1,"step":1,"files":[]})", "m.json"));
+  expect_bad(head + R"("num_processes":1,"step":1,"save_id":7,"files":[]})", "save_id");
+  expect_bad(head + R"("num_processes":1,"step":1,"save_id":"","files":[]})", "save_id");
+  // A manifest of 0.2.4 and before has no save_id: its per-rank files are taken as they are.
+  EXPECT_EQ(parse_manifest(head + R"("num_processes":1,"step":1,"files":[]})", "m.json").save_id,
+            "");
 }
