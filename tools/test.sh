@@ -2,7 +2,7 @@
 # Builds what changed and runs the test suite (unit, C ABI, multi-process, faults, cluster engines,
 # install, the bindings). Usage: tools/test.sh [--all] [ctest arguments...]
 #
-# Tiers (labels; README.md "Tests"): the default runs every test but those labelled `slow` (the
+# Tiers (labels; docs/testing.md): the default runs every test but those labelled `slow` (the
 # two-epoch accuracy bars of the four Fashion-MNIST examples, ~95 s each on both cores; shorter
 # learning checks of the same programs stay in the default). --all runs those too.
 # ACCEL_TEST_EXCLUDE (a ctest label regex) replaces the default exclusion: tools/test_torch2.sh

@@ -287,7 +287,7 @@ typedef void (*accel_release_fn)(void* user_data);
  * allowed values. Accelerate keys libaccel knows but does not support (tpu_*, dynamo_config, ...)
  * are accepted when empty or neutral (as Accelerate writes them) and otherwise rejected with
  * ACCEL_ERR_UNSUPPORTED, never silently dropped. distributed_type FSDP or DEEPSPEED with
- * fsdp_config / deepspeed_config choose a ZeRO stage, 0 to 3 (README "Configuration"); accel_init
+ * fsdp_config / deepspeed_config choose a ZeRO stage, 0 to 3 (docs/configuration.md); accel_init
  * checks every key inside them and refuses what this build lacks (hybrid sharding, offload) with
  * ACCEL_ERR_UNSUPPORTED naming the key. An ACCEL_* variable that
  * is one or two letters away from one listed above is taken for a typo and reported. Environment

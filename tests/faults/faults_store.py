@@ -58,7 +58,7 @@ G_JOB = "j. store-fault job ends as computed"
 
 SERVER_HELLO = b"ACCELST1"
 CLIENT_HELLO = b"ACCELCL1"
-HANDSHAKE_S = 0.8  # the store's documented handshake deadline (README "Security")
+HANDSHAKE_S = 0.8  # the store's documented handshake deadline (docs/security.md)
 DELAY_MARGIN = 0.5  # a rank's store work may take this much longer than unfaulted: < HANDSHAKE_S
 CLOSE_MARGIN = 0.5  # a refused stranger is closed within this of becoming refusable
 NAME_S = 1.0  # and named in rank 0's log within this

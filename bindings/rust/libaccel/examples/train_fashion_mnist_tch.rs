@@ -2,7 +2,7 @@
 //! on Fashion-MNIST with libaccel: the model stays tch's, libaccel makes it data-parallel (rank
 //! 0's weights, gradient synchronisation, AdamW stepping the VarStore's tensors in place).
 //!
-//!   cargo build --features tch --examples     (LIBTORCH: the 2.11.0 wheel, see README.md)
+//!   cargo build --features tch --examples     (LIBTORCH: the 2.11.0 wheel, see docs/rust.md)
 //!   accel launch -n 2 target/debug/examples/train_fashion_mnist_tch
 //!   options: --epochs N (2) --batch-size B (64, per process) --lr X (1e-3) --max-steps S (0)
 //!            --data DIR (/usr/share/datasets/fashion-mnist) --workers W (1)
