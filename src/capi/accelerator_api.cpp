@@ -41,13 +41,12 @@ ACCEL_API accel_status accel_init(const accel_config* config, accel_accelerator*
     auto handle = std::make_unique<accel_accelerator>();
     handle->session = std::make_shared<accel::prepare::Session>(
         std::make_unique<accel::runtime::Accelerator>(cfg, accel::config::process_environment()));
-    accel_accelerator* logger = handle.get();  // owns the run: outlives it
+    auto& runtime = handle->session->accelerator();
     handle->run = std::make_unique<accel::tracking::Run>(
-        handle->session->accelerator().is_main_process(), [logger](const std::string& message) {
-          accel::capi::log_from_library(logger, accel::logging::kWarning, message);
+        runtime.is_main_process(),
+        [&logger = runtime.logger()](const std::string& message) {  // the runtime outlives the run
+          logger.say(accel::logging::kWarning, message);
         });
-    handle->log_level = accel::logging::level_from_name(
-        handle->session->accelerator().settings().text("log_level"));
     *out = handle.release();
   });
 }

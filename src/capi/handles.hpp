@@ -40,19 +40,6 @@ struct accel_tensor_list {
   std::vector<at::Tensor> items;
 };
 
-namespace accel::capi {
-// A program's log sink (accel_set_log_sink); released when replaced or when the accelerator is
-// freed.
-struct LogSink {
-  accel_log_sink_fn fn;
-  void* user_data;
-  accel_release_fn release;
-  ~LogSink() {
-    if (release) release(user_data);
-  }
-};
-}  // namespace accel::capi
-
 struct accel_accelerator {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kAccelerator);
   // Owns the runtime. Prepared objects hold it weakly: a call of theirs that is running keeps it
@@ -64,22 +51,14 @@ struct accel_accelerator {
   // The trackers (under the family lock). Declared after `session`: destroyed first, so a run
   // still started at accel_accelerator_free is ended while the runtime exists.
   std::unique_ptr<accel::tracking::Run> run;
-  // The logger (accel_log_message): its level, read without a lock, and its sink, called and
-  // replaced under `log_mutex` (not the family lock: logging never waits for a training call).
-  std::atomic<int32_t> log_level{20};
-  std::mutex log_mutex;
-  std::unique_ptr<accel::capi::LogSink> log_sink;
+  // The logger is the runtime's (session->accelerator().logger()): its level, and the program's
+  // sink (accel_set_log_sink), which is released here, when the handle goes, as accel.h promises,
+  // even while a call of a prepared object still holds the runtime.
+  ~accel_accelerator();
 };
 
 // `family` is set when the handle is made and never changes (the family itself may be joined to
 // an accelerator's); `session` and `prepared` change under the family lock only.
-namespace accel::capi {
-// A message of the library's own (a tracker's repair, ...) through the accelerator's logger, from
-// the process that calls it: the level filters it, the program's sink or standard error gets it.
-// A sink that fails is said on standard error instead; never throws.
-void log_from_library(accel_accelerator* accelerator, int32_t level, const std::string& message);
-}  // namespace accel::capi
-
 struct accel_model {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kModel);
   std::shared_ptr<accel::model::Model> model;

@@ -1,25 +1,38 @@
-// The rank-aware logger (accel_log_message) and where its messages go (accel_set_log_sink).
-#include <cstdio>
-
+// The rank-aware logger (accel_log_message) and where its messages go (accel_set_log_sink): glue
+// over the runtime's logging::Logger, which the library's own messages go through too.
 #include "capi/handles.hpp"
-#include "logging/levels.hpp"
+#include "logging/logger.hpp"
 
 using accel::Errc;
 using accel::fail;
 using accel::capi::checked;
 using accel::capi::FamilyLock;
 using accel::capi::guarded;
-using accel::capi::LogSink;
 using accel::capi::require;
+using accel::logging::Logger;
+
+static_assert(ACCEL_LOG_ALL_PROCESSES == accel::logging::kAllProcesses,
+              "the core marks every-process messages with accel.h's flag");
 
 namespace {
 
-// The accelerator whose sink this thread is running, if any: a sink that logs or replaces the
-// sink from inside would deadlock on log_mutex.
-thread_local const accel_accelerator* t_in_sink = nullptr;
+// A program's log sink: called with the message, released when the last copy goes (replaced, or
+// the accelerator freed).
+struct ProgramSink {
+  accel_log_sink_fn fn;
+  void* user_data;
+  accel_release_fn release;
+  ~ProgramSink() {
+    if (release) release(user_data);
+  }
+};
 
-void refuse_reentry(const accel_accelerator* accelerator, const char* what) {
-  if (t_in_sink == accelerator)
+Logger& logger_of(const accel_accelerator* accelerator) {
+  return checked(accelerator, "accelerator")->session->accelerator().logger();
+}
+
+void refuse_reentry(const Logger& logger, const char* what) {
+  if (logger.in_sink())
     fail(Errc::state, std::string(what) + " called from inside the accelerator's log sink");
 }
 
@@ -29,29 +42,10 @@ void check_level(int32_t level) {
                                      std::to_string(accel::logging::kMaxLevel));
 }
 
-// Writes one message to the sink, or to standard error in one call (lines of ranks sharing the
-// stream do not interleave mid-line).
-void emit(accel_accelerator* accelerator, int32_t level, int32_t rank, int32_t world_size,
-          uint32_t flags, const char* message) {
-  std::lock_guard<std::mutex> lock(accelerator->log_mutex);
-  const LogSink* sink = accelerator->log_sink.get();
-  if (!sink) {
-    const std::string line = accel::logging::stderr_line(
-        level, rank, world_size, (flags & ACCEL_LOG_ALL_PROCESSES) != 0, message);
-    std::fputs(line.c_str(), stderr);
-    std::fflush(stderr);
-    return;
-  }
-  t_in_sink = accelerator;
-  const int32_t rc = sink->fn(level, rank, flags, message, sink->user_data);
-  t_in_sink = nullptr;
-  if (rc != 0) fail(Errc::callback, "the log sink returned " + std::to_string(rc));
-}
-
 // Every rank in turn, a barrier after each (Accelerate's in_order); a failure of this rank's sink
 // is reported after the last barrier, so that the others are not left waiting.
-void emit_in_order(accel_accelerator* accelerator, accel::runtime::Accelerator& runtime,
-                   int32_t level, uint32_t flags, const char* message) {
+void write_in_order(accel_accelerator* accelerator, accel::runtime::Accelerator& runtime,
+                    int32_t level, uint32_t flags, const char* message) {
   const auto& place = runtime.place();
   FamilyLock lock(accelerator->family);
   std::string failure;
@@ -59,7 +53,7 @@ void emit_in_order(accel_accelerator* accelerator, accel::runtime::Accelerator& 
   for (int32_t turn = 0; turn < place.world_size; ++turn) {
     if (turn == place.rank) {
       try {
-        emit(accelerator, level, place.rank, place.world_size, flags, message);
+        runtime.logger().write(level, flags, message);
       } catch (const accel::Error& e) {
         failure = e.what();
         code = e.code();
@@ -72,18 +66,9 @@ void emit_in_order(accel_accelerator* accelerator, accel::runtime::Accelerator& 
 
 }  // namespace
 
-void accel::capi::log_from_library(accel_accelerator* accelerator, int32_t level,
-                                   const std::string& message) {
-  if (level < accelerator->log_level.load()) return;
-  const auto& place = accelerator->session->accelerator().place();
-  try {
-    emit(accelerator, level, place.rank, place.world_size, 0, message.c_str());
-  } catch (const std::exception& e) {
-    std::string line =
-        accel::logging::stderr_line(level, place.rank, place.world_size, false, message);
-    line.pop_back();  // its newline: the sink's failure goes on the same line
-    std::fprintf(stderr, "%s (the log sink failed: %s)\n", line.c_str(), e.what());
-  }
+accel_accelerator::~accel_accelerator() {
+  // The program's sink is released now, and never called after this (accel.h).
+  if (session) Logger::Sink old = session->accelerator().logger().replace_sink({});
 }
 
 extern "C" {
@@ -91,32 +76,37 @@ extern "C" {
 ACCEL_API accel_status accel_set_log_sink(accel_accelerator* accelerator, accel_log_sink_fn sink,
                                           void* user_data, accel_release_fn release) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
-    refuse_reentry(accelerator, "accel_set_log_sink");
-    std::unique_ptr<LogSink> replaced;
-    if (sink) replaced.reset(new LogSink{sink, user_data, release});
-    {
-      std::lock_guard<std::mutex> lock(accelerator->log_mutex);
-      accelerator->log_sink.swap(replaced);
+    Logger& logger = logger_of(accelerator);
+    refuse_reentry(logger, "accel_set_log_sink");
+    Logger::Sink wrapped;
+    if (sink) {
+      // Made in place: a copy would release the program's data when the temporary goes.
+      std::shared_ptr<ProgramSink> owned(new ProgramSink{sink, user_data, release});
+      wrapped = [owned](int32_t level, int32_t rank, uint32_t flags, const std::string& message) {
+        const int32_t rc = owned->fn(level, rank, flags, message.c_str(), owned->user_data);
+        if (rc != 0) fail(Errc::callback, "the log sink returned " + std::to_string(rc));
+      };
     }
-    // The old sink's release runs here, outside the lock: it may call into the library.
+    // The old sink's release runs as `old` goes, outside the logger's lock: it may call into the
+    // library.
+    Logger::Sink old = logger.replace_sink(std::move(wrapped));
   });
 }
 
 ACCEL_API accel_status accel_get_log_level(const accel_accelerator* accelerator,
                                            accel_log_level* out) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    const Logger& logger = logger_of(accelerator);
     require(out, "out");
-    *out = accelerator->log_level.load();
+    *out = logger.level();
   });
 }
 
 ACCEL_API accel_status accel_set_log_level(accel_accelerator* accelerator, accel_log_level level) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    Logger& logger = logger_of(accelerator);
     check_level(level);
-    accelerator->log_level = level;
+    logger.set_level(level);
   });
 }
 
@@ -128,16 +118,16 @@ ACCEL_API accel_status accel_log_message(accel_accelerator* accelerator, accel_l
     check_level(level);
     if (flags & ~uint32_t{ACCEL_LOG_ALL_PROCESSES | ACCEL_LOG_IN_ORDER})
       fail(Errc::invalid_argument, "unknown log flags " + std::to_string(flags));
-    refuse_reentry(accelerator, "accel_log_message");
-    if (level < accelerator->log_level.load()) return;
     auto& runtime = session->accelerator();
+    refuse_reentry(runtime.logger(), "accel_log_message");
+    if (!runtime.logger().enabled(level)) return;
     const auto& place = runtime.place();
     if (!(flags & ACCEL_LOG_ALL_PROCESSES)) {
-      if (place.rank == 0) emit(accelerator, level, place.rank, place.world_size, flags, message);
+      if (place.rank == 0) runtime.logger().write(level, flags, message);
     } else if ((flags & ACCEL_LOG_IN_ORDER) && place.world_size > 1) {
-      emit_in_order(accelerator, runtime, level, flags, message);
+      write_in_order(accelerator, runtime, level, flags, message);
     } else {
-      emit(accelerator, level, place.rank, place.world_size, flags, message);
+      runtime.logger().write(level, flags, message);
     }
   });
 }

@@ -13,6 +13,7 @@
 #include "data/collate.hpp"
 #include "data/decoded_cache.hpp"
 #include "data/idx_file.hpp"
+#include "logging/logger.hpp"
 
 namespace accel::data {
 
@@ -365,10 +366,11 @@ IdxField load_idx(const std::string& path, const IdxLayout& layout, const std::s
     static std::once_flag said;
     if (!cache.empty())
       std::call_once(said, [&] {
-        std::fprintf(stderr,
-                     "libaccel: %s is decoded into this process's memory: the dataset cache cannot "
-                     "serve it (%s)\n",
-                     path.c_str(), why.c_str());
+        logging::process_logger().say(logging::kWarning,
+                                      path +
+                                          " is decoded into this process's memory: the dataset "
+                                          "cache cannot serve it (" +
+                                          why + ")");
       });
   }
   f.tensor = decode_to_tensor(path, layout);

@@ -192,22 +192,21 @@ void Session::shard_parameters(model::Model& m, const std::vector<at::Tensor>& p
   auto shard = std::make_unique<zero::ParamShard>(comm, m, params, owners, acc_->sharding());
   // What the policy chose and could not follow, said once (rank 0); the units under --debug.
   if (comm.rank() == 0) {
-    std::string text;
+    auto& logger = acc_->logger();
     for (const auto& note : shard->units().notes)
-      text += "libaccel: WARNING: ZeRO stage 3: " + note + "\n";
+      logger.say(logging::kWarning, "ZeRO stage 3: " + note);
     if (!m.host_tensors().empty())
-      text +=
-          "libaccel: ZeRO stage 3: the host's parameters stay whole on every rank (its own "
-          "code reads them); their gradients and optimizer state are sharded\n";
+      logger.say(logging::kInfo,
+                 "ZeRO stage 3: the host's parameters stay whole on every rank (its own code "
+                 "reads them); their gradients and optimizer state are sharded");
     if (acc_->settings().flag("debug")) {
       const auto& units = shard->units().units;
-      text += "libaccel: ZeRO stage 3: " + std::to_string(units.size()) + " unit(s): root (" +
-              std::to_string(units[0].params.size()) + " parameters)";
+      std::string text = "ZeRO stage 3: " + std::to_string(units.size()) + " unit(s): root (" +
+                         std::to_string(units[0].params.size()) + " parameters)";
       for (size_t u = 1; u < units.size(); ++u)
         text += ", " + units[u].name + " (" + std::to_string(units[u].params.size()) + ")";
-      text += "; prefetching the next unit: " + shard->prefetching() + "\n";
+      logger.say(logging::kInfo, text + "; prefetching the next unit: " + shard->prefetching());
     }
-    std::fputs(text.c_str(), stderr);
   }
   param_shards_[&m] = std::move(shard);
 }

@@ -86,6 +86,8 @@ static void ignore_sigpipe_by_default() {
 Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
     : settings_(with_launcher_file(cfg, env).resolve(env)) {
   place_ = read_process_place(env);
+  logger_.set_level(logging::level_from_name(settings_.text("log_level")));
+  logger_.set_place(place_.rank, place_.world_size);
 
   const int gpus = usable_gpus(settings_.flag("use_cpu"), &cuda_note_);
   const bool use_cpu = gpus == 0;
@@ -134,6 +136,7 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
       options.rendezvous = millis(settings_.seconds("rendezvous_timeout"));
       options.collective = millis(settings_.seconds("collective_timeout"));
       options.shared_memory = settings_.flag("shared_memory_allreduce");
+      options.logger = &logger_;
       comm_ = std::make_unique<Communicator>(place_, options);
       local_from = place_.local_known ? "from " + place_.engine : "found by the census";
       if (!place_.local_known) {
@@ -160,7 +163,7 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
   // Debug mode (`accel launch --debug`, ACCELERATE_DEBUG_MODE): say where this rank stands and
   // how it talks to the others, one line per rank.
   if (settings_.flag("debug")) {
-    std::string line = "libaccel: rank " + std::to_string(place_.rank) + " of " +
+    std::string line = "rank " + std::to_string(place_.rank) + " of " +
                        std::to_string(place_.world_size) + " (" + place_.engine + "), local rank " +
                        std::to_string(place_.local_rank) + " of " +
                        std::to_string(place_.local_world_size) + " (" + local_from + "), " +
@@ -172,8 +175,7 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
               place_.endpoint_source + (place_.store_hosted ? ", hosted by the launcher" : "") +
               (place_.store_fd >= 0 ? ", served on the socket accel launch bound" : "") + "; " +
               comm_->store_summary() + "), attempt " + std::to_string(place_.attempt);
-    line += "\n";
-    fputs(line.c_str(), stderr);
+    logger_.say(logging::kInfo, line, logging::kAllProcesses);
   }
 }
 

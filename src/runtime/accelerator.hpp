@@ -7,6 +7,7 @@
 
 #include "config/config.hpp"
 #include "config/sharding.hpp"
+#include "logging/logger.hpp"
 #include "runtime/communicator.hpp"
 #include "runtime/gradient_state.hpp"
 #include "runtime/process_place.hpp"
@@ -44,6 +45,9 @@ class Accelerator {
 
   // Null in a world of one.
   Communicator* communicator() { return comm_.get(); }
+  // Where this accelerator's messages go, the library's own and the program's (accel.h,
+  // "Logging"); its level starts at log_level.
+  logging::Logger& logger() { return logger_; }
   // Shared with this process's data loaders (they may outlive the accelerator).
   const std::shared_ptr<GradientState>& gradient_state() const { return gradient_state_; }
 
@@ -60,6 +64,7 @@ class Accelerator {
   MixedPrecision mixed_precision_ = MixedPrecision::kNo;
   config::ShardingPlan sharding_;
   int num_threads_ = 1;
+  logging::Logger logger_;  // before comm_: the store's thread logs until comm_ is gone
   std::unique_ptr<Communicator> comm_;
   std::shared_ptr<GradientState> gradient_state_ = std::make_shared<GradientState>();
 };

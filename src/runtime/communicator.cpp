@@ -193,9 +193,13 @@ void Communicator::open_token_store(const ProcessPlace& place, const CommOptions
       store::store_endpoint(place.master_addr, place.all_local(), place.listen_address);
   std::string connect = impl_->store_at.connect;
   if (host_store) {
+    logging::Logger& logger = options.logger ? *options.logger : logging::process_logger();
     store::ServerOptions server_options;
     server_options.token = place.job_token;
     server_options.name = "rank 0's rendezvous store";
+    server_options.log = [&logger](const std::string& line) {
+      logger.say(logging::kWarning, line);
+    };
     try {
       impl_->server = place.store_fd >= 0
                           ? store::StoreServer::on_socket(place.store_fd, std::move(server_options))
@@ -217,13 +221,13 @@ void Communicator::open_token_store(const ProcessPlace& place, const CommOptions
     impl_->store_at.listen = impl_->server->address();
     connect = store::local_connect_address(impl_->store_at.listen);
     if (!impl_->store_at.note.empty())
-      std::fprintf(stderr, "libaccel: rank 0: %s\n", impl_->store_at.note.c_str());
+      logger.say(logging::kWarning, "rank 0: " + impl_->store_at.note);
     if (place.job_token.empty() && !store::is_loopback_address(impl_->store_at.listen))
-      std::fprintf(stderr,
-                   "libaccel: rank 0: no ACCEL_JOB_TOKEN: the rendezvous store on %s:%d accepts "
-                   "any libaccel rank that reaches it; give every rank the same ACCEL_JOB_TOKEN "
-                   "to refuse the rest\n",
-                   impl_->store_at.listen.c_str(), impl_->server->port());
+      logger.say(logging::kWarning,
+                 "rank 0: no ACCEL_JOB_TOKEN: the rendezvous store on " + impl_->store_at.listen +
+                     ":" + std::to_string(impl_->server->port()) +
+                     " accepts any libaccel rank that reaches it; give every rank the same "
+                     "ACCEL_JOB_TOKEN to refuse the rest");
   }
   try {
     impl_->store = c10::make_intrusive<store::TokenStore>(

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "logging/logger.hpp"
 #include "runtime/process_place.hpp"
 
 namespace accel::runtime {
@@ -22,6 +23,8 @@ struct CommOptions {
   // When every rank is on this machine, all-reduces of fp32/fp64/int32/int64 CPU tensors go
   // through a shared-memory segment instead of Gloo's TCP loopback (see shm_reduce.hpp).
   bool shared_memory = true;
+  // Where the rendezvous store's and this communicator's notes go (null: the process's logger).
+  logging::Logger* logger = nullptr;
 };
 
 // An all-reduce in flight (see Communicator::all_reduce_start).

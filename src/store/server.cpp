@@ -21,6 +21,7 @@
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
+#include "logging/logger.hpp"
 #include "store/wire.hpp"
 
 namespace accel::store {
@@ -136,10 +137,15 @@ struct StoreServer::Impl {
     if (n > kLoggedRefusals && n % 100 != 0) return;
     std::string line = options.name + " refused a connection from " + c.peer + ": " + reason;
     if (n > kLoggedRefusals) line += " (" + std::to_string(n) + " refused so far; not all logged)";
+    note(line);
+  }
+
+  // One line of the store's log: the owner's, or the process's logger.
+  void note(const std::string& line) {
     if (options.log)
       options.log(line);
     else
-      std::fprintf(stderr, "libaccel: %s\n", line.c_str());
+      logging::process_logger().say(logging::kWarning, line);
   }
 
   void refuse(Conn& c, const std::string& reason) {
@@ -153,10 +159,7 @@ struct StoreServer::Impl {
     const std::string line = options.name + ": the connection from " + c.peer +
                              " (it proved the job token) " + what + " with " +
                              unfinished_request(c.in) + " unread";
-    if (options.log)
-      options.log(line);
-    else
-      std::fprintf(stderr, "libaccel: %s\n", line.c_str());
+    note(line);
   }
 
   void send(Conn& c, const std::string& bytes) {
@@ -447,7 +450,7 @@ struct StoreServer::Impl {
       serve();
       return;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "libaccel: %s stopped: %s\n", options.name.c_str(), e.what());
+      note(options.name + " stopped: " + e.what());
     }
     // No new connection waits on a store that serves no more. (Not on a normal stop: the socket
     // may be accel launch's, which hands it to the next attempt's rank 0.)

@@ -20,8 +20,9 @@ struct ServerOptions {
   // A request whose first bytes came must be whole within this; a client stalled mid-request is
   // then closed and named (it never delays the others: the store serves them meanwhile).
   std::chrono::milliseconds request_timeout{10000};
-  std::string name = "the rendezvous store";    // for log lines
-  std::function<void(const std::string&)> log;  // one line per refusal; default: stderr
+  std::string name = "the rendezvous store";  // for log lines
+  // One line per refusal or failure; default: the process's logger (logging/logger.hpp).
+  std::function<void(const std::string&)> log;
 };
 
 class StoreServer {

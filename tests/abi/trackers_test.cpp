@@ -172,6 +172,13 @@ TEST(Trackers, ATornLineLeftByAKilledRunIsMovedAsideAndSaidThroughTheLogger) {
   EXPECT_NE(said[0].message.find("moved to " + dir + "/run/metrics.jsonl.torn-1"),
             std::string::npos)
       << said[0].message;
+  // The accelerator's level filters the library's own warnings as it does the program's.
+  std::ofstream(dir + "/run/metrics.jsonl", std::ios::app) << "{\"st";
+  OK(accel_set_log_level(g_acc, ACCEL_LOG_ERROR));
+  OK(accel_init_trackers(g_acc, "run", nullptr));
+  OK(accel_end_training(g_acc));
+  EXPECT_EQ(said.size(), 1u) << "a warning below the level reached the sink";
+  EXPECT_EQ(lines_of(dir + "/run/metrics.jsonl.torn-2"), std::vector<std::string>{"{\"st"});
   OK(accel_set_log_sink(g_acc, nullptr, nullptr, nullptr));
 }
 

@@ -134,7 +134,7 @@ class Suite:
         print("  %s: training 2 x 32 == 1 x 64 (worst relative difference %.2g)" % (where, worst))
 
     def debug_lines(self, output):
-        return [l for l in output.splitlines() if re.search(r"libaccel: rank \d+ of \d+", l)]
+        return [l for l in output.splitlines() if re.search(r"INFO( \[rank \d+/\d+\])?: rank \d+ of \d+ \(", l)]
 
     # -- torchrun --------------------------------------------------------------------------------
 
@@ -476,7 +476,7 @@ class Suite:
                           "two machines: the token was not used", both)
                 else:
                     check("accel launch: no ACCEL_JOB_TOKEN" in outs[0] and
-                          "libaccel: rank 0: no ACCEL_JOB_TOKEN" in outs[0],
+                          "WARNING: rank 0: no ACCEL_JOB_TOKEN" in outs[0],
                           "two machines without a token: no warning on machine 0", both)
                 if what == "collectives":
                     self.check_collectives(outs[0], "two namespaces over a veth pair")

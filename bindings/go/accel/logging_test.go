@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -131,6 +132,32 @@ func TestMessagesGoToSlogWithTheirLevelAndRank(t *testing.T) {
 	}
 	ok(t, acc.Info("to the default logger"))
 	wantLines(t, &fromDefault, `level=INFO source=logging_test.go msg="to the default logger" rank=0`)
+	wantLines(t, &buf)
+}
+
+// A warning the library raises itself (a tracker's file found torn and repaired) reaches the
+// program's slog logger as its own messages do, at WARN, and the accelerator's level filters it.
+func TestAWarningOfTheLibraryReachesTheProgramsLogger(t *testing.T) {
+	begin(t)
+	dir := t.TempDir()
+	ok(t, os.MkdirAll(filepath.Join(dir, "run"), 0o755))
+	torn := filepath.Join(dir, "run", "metrics.jsonl")
+	ok(t, os.WriteFile(torn, []byte(`{"st`), 0o644))
+	acc := trackingAccelerator(t, "jsonl", dir)
+	var buf bytes.Buffer
+	ok(t, acc.SetLogger(textLogger(&buf, slog.LevelDebug)))
+	ok(t, acc.InitTrackers("run", nil))
+	ok(t, acc.EndTraining())
+	said := buf.String()
+	if !strings.HasPrefix(said, "level=WARN ") || !strings.Contains(said, "metrics.jsonl.torn-1") ||
+		strings.Count(said, "\n") != 1 {
+		t.Fatalf("logged: %q", said)
+	}
+	buf.Reset()
+	ok(t, os.WriteFile(torn, []byte(`{"st`), 0o644))
+	ok(t, acc.SetLogLevel(slog.LevelError))
+	ok(t, acc.InitTrackers("run", nil))
+	ok(t, acc.EndTraining())
 	wantLines(t, &buf)
 }
 

@@ -1036,6 +1036,20 @@ end
     end
     @test sleepy.steps == [1, 2]
     @test length(readlines(joinpath(dir, "run6", "metrics.jsonl"))) == 2
+    # A warning the library raises itself (a torn line a killed run left, moved aside) reaches
+    # the program's logger as its own messages do, at Warn.
+    mkpath(joinpath(dir, "run7"))
+    write(joinpath(dir, "run7", "metrics.jsonl"), "{\"st")
+    Accelerator(log_with = "jsonl", logging_dir = dir) do acc
+        mine = Test.TestLogger()
+        set_log_sink!(acc, mine)
+        init_trackers(acc, "run7") do
+            nothing
+        end
+        @test [(r.level, occursin("metrics.jsonl.torn-1", r.message)) for r in mine.logs] ==
+              [(Logging.Warn, true)]
+    end
+    @test read(joinpath(dir, "run7", "metrics.jsonl.torn-1"), String) == "{\"st"
 end
 
 @testset "logging" begin

@@ -2273,6 +2273,31 @@ fn the_level_comes_from_accelerate_log_level() {
     assert_eq!(seen, ["kept"]);
 }
 
+/// A warning the library raises itself (a tracker's file found torn and repaired) reaches the
+/// `log` facade as the program's own messages do: target libaccel, at Warn.
+#[test]
+fn a_warning_of_the_library_reaches_the_log_facade() {
+    let _one = one_accelerator();
+    let dir = temp_dir("torn-warning");
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    std::fs::write(dir.join("run/metrics.jsonl"), "{\"st").unwrap();
+    let acc = Accelerator::with_config(&tracking_config("jsonl", &dir)).unwrap();
+    captured();
+    acc.init_trackers("run", None).unwrap();
+    acc.end_training().unwrap();
+    let seen: Vec<_> = captured()
+        .into_iter()
+        .filter(|s| s.message.contains("metrics.jsonl.torn-1"))
+        .collect();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].level, log::Level::Warn);
+    assert_eq!(seen[0].target, "libaccel");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("run/metrics.jsonl.torn-1")).unwrap(),
+        "{\"st"
+    );
+}
+
 #[test]
 fn a_sink_of_the_program_gets_each_record_and_its_failures_are_errors() {
     let _one = one_accelerator();
