@@ -1639,11 +1639,14 @@ enum accel_log_flags_values {
 /**
  * Receives a message that passed the level: its level (any number, usually an accel_log_level),
  * the process index of the rank writing it, the flags it was logged with and the message (UTF-8,
- * borrowed for the call). Runs on the thread that called accel_log_message, one call at a time per
- * accelerator. It may call the accelerator's queries and nothing else of its training family (in
- * rank order it runs under the family's lock: a training call would wait forever); a call of
- * accel_log_message or accel_set_log_sink from inside it is ACCEL_ERR_STATE. A nonzero return
- * makes accel_log_message return ACCEL_ERR_CALLBACK.
+ * borrowed for the call). Runs on the thread that called accel_log_message, or, for the library's
+ * own warnings (a tracker's file repaired, ZeRO stage 3's notes), on the thread of the call that
+ * raised them (accel_init_trackers, accel_prepare); never on a thread of the library's; one call
+ * at a time per accelerator. It may call the accelerator's queries and nothing else of its
+ * training family (in rank order, and during accel_prepare, it runs under the family's lock: a
+ * training call would wait forever); a call of accel_log_message or accel_set_log_sink from inside
+ * it is ACCEL_ERR_STATE. A nonzero return makes accel_log_message return ACCEL_ERR_CALLBACK; on a
+ * message of the library's own, the line goes to standard error with the failure instead.
  */
 typedef int32_t (*accel_log_sink_fn)(accel_log_level level, int32_t rank, accel_log_flags flags,
                                      const char* message, void* user_data);

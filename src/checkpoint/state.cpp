@@ -105,7 +105,7 @@ NamedTensors merge_shards(std::vector<NamedTensors> parts, const std::vector<std
 uLong crc_of(uLong crc, const NamedTensors& tensors) {
   for (const auto& [name, t] : tensors) {
     crc = crc32(crc, reinterpret_cast<const Bytef*>(name.data()), static_cast<uInt>(name.size()));
-    const at::Tensor c = t.contiguous();
+    const at::Tensor c = t.to(at::kCPU).contiguous();  // a ZeRO shard on a GPU: its bytes here
     const auto* p = static_cast<const Bytef*>(c.data_ptr());
     for (size_t done = 0, n = c.nbytes(); done < n;) {
       const size_t chunk = std::min<size_t>(n - done, size_t{1} << 30);
@@ -116,22 +116,21 @@ uLong crc_of(uLong crc, const NamedTensors& tensors) {
   return crc;
 }
 
-// A save's id, the same on every rank: a fingerprint of every rank's per-rank files (their
-// CRC-32s, gathered) and the step. Saving the same state again gives the same id, so a re-save is
-// byte for byte the same; a part of any other state carries another id.
-std::string agreed_save_id(runtime::Accelerator& acc, int64_t step, const NamedTensors& rng,
-                           const std::vector<NamedTensors>& shards) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  crc = crc_of(crc, rng);
+// This rank's part of the save's id: the CRC-32 of its per-rank files' contents ("<hex>;").
+std::string part_crc(const NamedTensors& rng, const std::vector<NamedTensors>& shards) {
+  uLong crc = crc_of(crc32(0L, Z_NULL, 0), rng);
   for (const auto& s : shards) crc = crc_of(crc, s);
-  char mine[32];
-  std::snprintf(mine, sizeof mine, "%08lx;", static_cast<unsigned long>(crc));
+  char text[32];
+  std::snprintf(text, sizeof text, "%08lx;", static_cast<unsigned long>(crc));
+  return text;
+}
+
+// A save's id, the same on every rank: a fingerprint of every rank's part (gathered) and the step.
+// Saving the same state again gives the same id, so a re-save is byte for byte the same; a part of
+// any other state carries another id.
+std::string save_id_of(int64_t step, const std::vector<std::string>& parts) {
   std::string all = std::to_string(step) + ";";
-  if (auto* comm = acc.communicator()) {
-    for (const auto& part : ops::gather_object(comm, mine)) all += part;
-  } else {
-    all += mine;
-  }
+  for (const auto& part : parts) all += part;
   const auto* bytes = reinterpret_cast<const Bytef*>(all.data());
   const auto size = static_cast<uInt>(all.size());
   char id[17];
@@ -186,12 +185,26 @@ void save_state_unguarded(prepare::Session& session, const std::string& dir) {
   // directory the main process made, in parallel.
   const auto& optimizers = session.optimizers();
   const int rank = acc.place().rank;
-  const NamedTensors rng = {{"cpu", state_of(at::detail::getDefaultCPUGenerator())},
-                            {"library", state_of(runtime::library_generator())}};
+  // Every rank reaches the gather, a failing one with its error ("!..."), so that all agree on
+  // the id or on the failure; none is left waiting.
+  NamedTensors rng;
   std::vector<NamedTensors> shards(optimizers.size());
-  for (size_t i = 0; i < optimizers.size(); ++i)
-    if (optimizers[i]->sharded()) shards[i] = optimizers[i]->state_tensors();
-  const std::string save_id = agreed_save_id(acc, session.total_steps(), rng, shards);
+  std::string mine;
+  try {
+    rng = {{"cpu", state_of(at::detail::getDefaultCPUGenerator())},
+           {"library", state_of(runtime::library_generator())}};
+    for (size_t i = 0; i < optimizers.size(); ++i)
+      if (optimizers[i]->sharded()) shards[i] = optimizers[i]->state_tensors();
+    mine = part_crc(rng, shards);
+  } catch (const std::exception& e) {
+    mine = std::string("!") + e.what();
+  }
+  const auto parts = comm ? ops::gather_object(comm, mine) : std::vector<std::string>{mine};
+  for (const auto& p : parts)
+    if (!p.empty() && p[0] == '!')
+      fail(Errc::io,
+           "save_state: reading the random and sharded optimizer states failed: " + p.substr(1));
+  const std::string save_id = save_id_of(session.total_steps(), parts);
   const auto part = part_metadata(save_id, rank, acc.place().world_size);
   std::string error;
   try {

@@ -203,6 +203,8 @@ SuperviseResult supervise(const std::vector<RankProcess>& ranks, const Superviso
       const std::string which = "could not start rank " + std::to_string(ranks[i].rank) + ": ";
       if (!ranks[i].log_path.empty()) {
         log_fd = open(ranks[i].log_path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (log_fd < 0 && errno == EACCES)  // writable, not readable: appended as it is
+          log_fd = open(ranks[i].log_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
         if (log_fd < 0)
           fail(Errc::io, which + "cannot open its log file '" + ranks[i].log_path +
                              "': " + std::strerror(errno));

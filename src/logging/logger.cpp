@@ -62,14 +62,13 @@ void Logger::write(int32_t level, uint32_t flags, const std::string& message) {
     to_stderr(stderr_line(level, rank_, world_size_, (flags & kAllProcesses) != 0, message));
     return;
   }
-  t_in_sink = this;
-  try {
-    sink_(level, rank_, flags, message);
-  } catch (...) {
-    t_in_sink = nullptr;
-    throw;
-  }
-  t_in_sink = nullptr;
+  // Restored as it was, not cleared: a sink may log through another accelerator's logger.
+  struct InSink {
+    const Logger* before;
+    explicit InSink(const Logger* now) : before(t_in_sink) { t_in_sink = now; }
+    ~InSink() { t_in_sink = before; }
+  } in_sink(this);
+  sink_(level, rank_, flags, message);
 }
 
 void Logger::say(int32_t level, const std::string& message, uint32_t flags) noexcept {
@@ -77,10 +76,10 @@ void Logger::say(int32_t level, const std::string& message, uint32_t flags) noex
   try {
     write(level, flags, message);
   } catch (const std::exception& e) {
-    std::string line =
-        stderr_line(level, rank_, world_size_, (flags & kAllProcesses) != 0, message);
-    line.pop_back();  // its newline: the reason goes on the same line
     try {
+      std::string line =
+          stderr_line(level, rank_, world_size_, (flags & kAllProcesses) != 0, message);
+      line.pop_back();  // its newline: the reason goes on the same line
       to_stderr(line + " (not given to the log sink: " + e.what() + ")\n");
     } catch (...) {
     }

@@ -194,12 +194,11 @@ void Communicator::open_token_store(const ProcessPlace& place, const CommOptions
   std::string connect = impl_->store_at.connect;
   if (host_store) {
     logging::Logger& logger = options.logger ? *options.logger : logging::process_logger();
+    // The store's lines come from its own thread: they go to the process's logger (standard
+    // error), never into the program's sink, which runs on the program's threads only (accel.h).
     store::ServerOptions server_options;
     server_options.token = place.job_token;
     server_options.name = "rank 0's rendezvous store";
-    server_options.log = [&logger](const std::string& line) {
-      logger.say(logging::kWarning, line);
-    };
     try {
       impl_->server = place.store_fd >= 0
                           ? store::StoreServer::on_socket(place.store_fd, std::move(server_options))

@@ -99,6 +99,17 @@ struct Conn {
   Clock::time_point partial_since;
 };
 
+// Whether `in` ends in a request cut short (whole requests before it aside).
+bool holds_cut_request(const std::string& in) {
+  size_t at = 0;
+  while (in.size() - at >= 4) {
+    const uint64_t len = read_u32(in.data() + at);
+    if (in.size() - at - 4 < len) return true;
+    at += 4 + static_cast<size_t>(len);
+  }
+  return at != in.size();
+}
+
 // "3 bytes of a request's length" or "10 of 25 bytes of a request": what an unfinished request
 // in `in` amounts to.
 std::string unfinished_request(const std::string& in) {
@@ -217,6 +228,7 @@ struct StoreServer::Impl {
       const ssize_t n = recv(c.fd, buf, want, 0);
       if (n > 0) {
         c.in.append(buf, static_cast<size_t>(n));
+        if (c.partial) c.partial_since = Clock::now();  // still arriving: not stalled
         if (!c.ready) {
           handshake(c);
           if (c.closing || !c.ready) return;
@@ -230,8 +242,13 @@ struct StoreServer::Impl {
         refuse(c, c.in.empty() ? "it closed without a word"
                                : "it sent " + std::to_string(c.in.size()) +
                                      " bytes of a handshake and closed");
-      else if (!c.in.empty() && !c.waiting)
-        name_unfinished(c, "closed in the middle of a request");
+      if (c.ready) {
+        // Whole requests sent before the close are served (a set still takes effect); only a cut
+        // one is named.
+        serve_requests(c);
+        if (!c.waiting && holds_cut_request(c.in))
+          name_unfinished(c, "closed in the middle of a request");
+      }
       c.closing = true;
       return;
     }

@@ -154,6 +154,10 @@ TEST(Trackers, ATornLineLeftByAKilledRunIsMovedAsideAndSaidThroughTheLogger) {
   init_with({{"log_with", "jsonl,csv"}, {"project_dir", dir.c_str()}});
   std::vector<Said> said;
   OK(accel_set_log_sink(g_acc, remember_said, &said, nullptr));
+  // Off again however the test ends: the sink points at this frame's vector.
+  struct SinkOff {
+    ~SinkOff() { accel_set_log_sink(g_acc, nullptr, nullptr, nullptr); }
+  } sink_off;
   mkdir(dir.c_str(), 0755);
   mkdir((dir + "/run").c_str(), 0755);
   std::ofstream(dir + "/run/metrics.jsonl")

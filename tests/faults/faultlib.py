@@ -151,9 +151,9 @@ class Tracker:
 
     def alive(self):
         """[(pid, why, state)] of tracked processes that still run (zombies do not)."""
-        reap(self.procs)
+        reap(list(self.procs))
         out = []
-        for pid, (start, why) in self.procs.items():
+        for pid, (start, why) in list(self.procs.items()):  # reader threads may add meanwhile
             st = proc_stat(pid)
             if st and st[3] == start and st[0] not in "ZX":
                 out.append((pid, why, st[0]))

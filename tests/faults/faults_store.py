@@ -487,7 +487,7 @@ class Stalled(Injection):
         else:
             if c.closed_at is None:
                 self.problems.append((
-                    "a stalled connection was left open after rank 0 closed its store",
+                    "a stalled connection stayed open after rank 0 closed its store",
                     "%s: still open %.1f s after rank 0 was let go" % (where, NAME_S)))
             if self.named is None:
                 self.problems.append((

@@ -328,7 +328,7 @@ def one(suite, program, cfg):
             rc, " | ".join(killed.proc.err_lines()[-4:]))))
     elif rc is not None:
         if rc != 137:
-            problems.append(("the killed run's launcher did not return 137 (the killed rank's "
+            problems.append(("the killed run's launcher's exit code is not 137 (the killed rank's "
                              "code)", "code %s" % rc))
         named = [l for l in killed.proc.err_lines()
                  if l.startswith("accel launch:") and names_rank(l, victim)]

@@ -201,6 +201,8 @@ def read_jsonl(path, size):
         try:
             rec = json.loads(line)
             step, values = rec["step"], rec["values"]
+            if not isinstance(step, int) or not isinstance(values, dict):
+                raise TypeError("step %r, values %r" % (step, type(values).__name__))
         except (ValueError, KeyError, TypeError) as e:
             problems.append(("a line of metrics.jsonl does not parse",
                              "line %d (%s): %r" % (n + 1, e, line[:120])))
@@ -225,8 +227,13 @@ def read_csv(path, size):
             problems.append(("a row of metrics.csv does not have the header's fields",
                              "row %d: %d fields: %r" % (n + 2, len(row), str(row)[:120])))
             continue
-        step, tag, value = int(row[1]), row[2], row[3]
-        ok = float(value) == 1.0 / (step + 1) if tag == "loss" else value == expected_text(step, size)
+        try:
+            step, tag, value = int(row[1]), row[2], row[3]
+            ok = float(value) == 1.0 / (step + 1) if tag == "loss" else (
+                value == expected_text(step, size))
+        except ValueError as e:
+            problems.append(("a row of metrics.csv does not parse", "row %d: %s" % (n + 2, e)))
+            continue
         seen.add(step, tag, ok, value[:40])
     return seen, problems
 
@@ -265,9 +272,12 @@ def read_custom(project, size):
             if len(parts) != 6 or parts[0] != "step":
                 problems.append(("a line of the custom tracker's file is damaged", repr(line[:80])))
                 continue
-            step = int(parts[1])
-            seen.add(step, "loss", float(parts[3]) == 1.0 / (step + 1), parts[3])
-            seen.add(step, "text", int(parts[5]) == size, parts[5])
+            try:
+                step = int(parts[1])
+                seen.add(step, "loss", float(parts[3]) == 1.0 / (step + 1), parts[3])
+                seen.add(step, "text", int(parts[5]) == size, parts[5])
+            except ValueError:
+                problems.append(("a line of the custom tracker's file is damaged", repr(line[:80])))
     return seen, problems
 
 
@@ -399,7 +409,7 @@ def one_case(suite, tracker, k, restart):
         before = killed_attempts_files(job, run_dir)
     else:
         if rc != 137:
-            problems.append(("the killed run's launcher did not exit 137", "code %s" % rc))
+            problems.append(("the killed run's launcher's exit code is not 137", "code %s" % rc))
         before = set(os.listdir(run_dir)) if os.path.isdir(run_dir) else set()
         snapshot = {n: open(os.path.join(run_dir, n), "rb").read()
                     for n in ("metrics.jsonl", "metrics.csv") if n in before}
@@ -490,6 +500,9 @@ def run(suite):
             if not suite.quick:
                 suite.tally.violations.append((group, tracker, "a run never ended unkilled",
                                                "more than %d writes" % MAX_WRITES))
+        if hits == 0:  # the preload no longer reaches the tracker's writes: nothing was injected
+            suite.tally.violations.append((group, tracker, "no write of the tracker was hit",
+                                           "kill_at_write.so saw none of %s" % MATCHES[tracker]))
         log("g: %s: %d writes hit" % (tracker, hits))
     torn = 0
     for n in range(1 if suite.quick else 4):

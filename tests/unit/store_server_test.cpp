@@ -405,7 +405,7 @@ TEST(StoreServer, AClientWithTheTokenLeavingARequestUnfinishedIsNamed) {
   EXPECT_EQ(served.call(Writer().u8(uint8_t(Op::kNumKeys))).size(), 9u);
   const double s = stalled.seconds_until_closed();
   EXPECT_GT(s, 0.2);
-  EXPECT_LT(s, 1.5);
+  EXPECT_LT(s, 3.0);  // 300 ms, with room for a loaded machine
   EXPECT_NE(line_for(stalled.local_port())
                 .find("stalled for 300 ms in the middle of a request; closed with 2 bytes of a "
                       "request's length unread"),
