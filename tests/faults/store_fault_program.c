@@ -32,21 +32,9 @@
 #include <time.h>
 
 #include "accel/accel.h"
+#include "fault_lines.h"
 
 #define kElems 8
-
-static int g_rank = 0;
-
-static void say(const char* fmt, ...) {
-  va_list ap;
-  char line[512];
-  int n = snprintf(line, sizeof line, "r%d ", g_rank);
-  va_start(ap, fmt);
-  vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-  va_end(ap);
-  printf("%s\n", line);
-  fflush(stdout);
-}
 
 static double now(void) {
   struct timespec ts;

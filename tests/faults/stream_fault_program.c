@@ -45,42 +45,9 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
+#include "fault_lines.h"
 
 enum { kMaxRows = 4096 };
-
-static int g_rank = 0;
-
-/* One flushed line, "r<rank> " first. */
-static void say(const char* fmt, ...) {
-  va_list ap;
-  char line[1024];
-  int n = snprintf(line, sizeof line, "r%d ", g_rank);
-  va_start(ap, fmt);
-  vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-  va_end(ap);
-  printf("%s\n", line);
-  fflush(stdout);
-}
-
-/* One line on stderr for a failed call: the status and the library's message on one line. */
-static void report(const char* what, accel_status st) {
-  char msg[4096];
-  size_t i;
-  snprintf(msg, sizeof msg, "%s", accel_last_error_message());
-  for (i = 0; msg[i]; ++i)
-    if (msg[i] == '\n' || msg[i] == '\r') msg[i] = ' ';
-  fprintf(stderr, "r%d error %s %d %s: %s\n", g_rank, accel_status_name(st), (int)st, what, msg);
-  fflush(stderr);
-}
-
-#define CHECK(call)                                                           \
-  do {                                                                        \
-    accel_status st_ = (call);                                                \
-    if (st_ != ACCEL_OK) {                                                    \
-      report(#call, st_);                                                     \
-      exit(st_ == ACCEL_ERR_PEER_FAILED || st_ == ACCEL_ERR_TIMEOUT ? 4 : 1); \
-    }                                                                         \
-  } while (0)
 
 /* The stream of the callback source: N samples, each its id. */
 static int32_t stream_sample(int64_t epoch, int64_t position, accel_sample* sample, void* user) {

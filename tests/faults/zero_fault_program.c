@@ -51,41 +51,7 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
-
-static int g_rank = 0;
-
-/* One flushed line, "r<rank> " first. */
-static void say(const char* fmt, ...) {
-  va_list ap;
-  char line[8192];
-  int n = snprintf(line, sizeof line, "r%d ", g_rank);
-  va_start(ap, fmt);
-  vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-  va_end(ap);
-  printf("%s\n", line);
-  fflush(stdout);
-}
-
-/* The library's last message on one line. */
-static void last_message(char* msg, size_t size) {
-  size_t i;
-  snprintf(msg, size, "%s", accel_last_error_message());
-  for (i = 0; msg[i]; ++i)
-    if (msg[i] == '\n' || msg[i] == '\r') msg[i] = ' ';
-}
-
-#define CHECK(call)                                                                                \
-  do {                                                                                             \
-    accel_status st_ = (call);                                                                     \
-    if (st_ != ACCEL_OK) {                                                                         \
-      char msg_[4096];                                                                             \
-      last_message(msg_, sizeof msg_);                                                             \
-      fprintf(stderr, "r%d error %s %d %s: %s\n", g_rank, accel_status_name(st_), (int)st_, #call, \
-              msg_);                                                                               \
-      fflush(stderr);                                                                              \
-      exit(st_ == ACCEL_ERR_PEER_FAILED || st_ == ACCEL_ERR_TIMEOUT ? 4 : 1);                      \
-    }                                                                                              \
-  } while (0)
+#include "fault_lines.h"
 
 enum { kClasses = 3, kSamples = 96, kFeatures = 8, kHidden = 16 };
 
