@@ -48,7 +48,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import zlib
 
 import faults_store
 import faults_stream
@@ -58,7 +57,7 @@ import faultlib
 from faultlib import (ACCEL_ERR_IO, ACCEL_OK, ALL_TRACKERS, CKPT_RE, Job, Proc, ReplDied,
                       SetupError, Tally, base_env, become_subreaper, checkpoints_in, classify,
                       diff_dirs, list_files, log, proc_stat, report, steps_of, verify_checkpoint,
-                      vlog, without_save_ids)
+                      vlog, without_save_ids, write_manifest_entry)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -964,24 +963,6 @@ def dir_fn(fname):
 
 def unreadable_fn(fname):
     return lambda d: os.chmod(os.path.join(d, fname), 0)
-
-
-def write_manifest_entry(d, fname, data):
-    """Writes `data` to d/fname and updates its size and CRC-32 in d/manifest.json."""
-    p = os.path.join(d, fname)
-    with open(p, "r+b") as f:
-        f.truncate(0)
-        f.write(data)
-    mp = os.path.join(d, "manifest.json")
-    with open(mp) as f:
-        m = json.load(f)
-    for e in m["files"]:
-        if e["path"] == fname:
-            e["size"] = len(data)
-            e["crc32"] = zlib.crc32(data) & 0xFFFFFFFF
-    with open(mp, "r+") as f:
-        f.truncate(0)
-        f.write(json.dumps(m, indent=2) + "\n")
 
 
 def drop(doc, path):

@@ -392,6 +392,24 @@ def without_save_ids(name, data):
     return json.dumps(header, sort_keys=True).encode() + data[8 + length:]
 
 
+def write_manifest_entry(d, fname, data):
+    """Writes `data` to d/fname and updates its size and CRC-32 in d/manifest.json."""
+    p = os.path.join(d, fname)
+    with open(p, "r+b") as f:
+        f.truncate(0)
+        f.write(data)
+    mp = os.path.join(d, "manifest.json")
+    with open(mp) as f:
+        m = json.load(f)
+    for e in m["files"]:
+        if e["path"] == fname:
+            e["size"] = len(data)
+            e["crc32"] = zlib.crc32(data) & 0xFFFFFFFF
+    with open(mp, "r+") as f:
+        f.truncate(0)
+        f.write(json.dumps(m, indent=2) + "\n")
+
+
 def checkpoints_in(project):
     """{n: path} of the directories named checkpoint_<n> under project/checkpoints."""
     d = os.path.join(project, "checkpoints")

@@ -51,10 +51,9 @@ import re
 import shutil
 import signal
 import time
-import zlib
 
 from faultlib import (ALL_TRACKERS, Proc, SetupError, Tracker, base_env, checkpoints_in,
-                      list_files, log, steps_of, verify_checkpoint, vlog)
+                      list_files, log, steps_of, verify_checkpoint, vlog, write_manifest_entry)
 
 G_REF = "i. ZeRO 1-3 reference runs (stage in effect)"
 G_KILL = "i. ZeRO 1-3 SIGKILL at each file of save_state"
@@ -211,21 +210,6 @@ def blocked_in_fifo(pid):
 
 
 # Damage to a copy d of a checkpoint.
-
-def rewrite_entry(d, fname, data):
-    """Writes `data` to d/fname and puts its size and CRC-32 into d/manifest.json."""
-    with open(os.path.join(d, fname), "wb") as f:
-        f.write(data)
-    mp = os.path.join(d, "manifest.json")
-    with open(mp) as f:
-        m = json.load(f)
-    for e in m["files"]:
-        if e["path"] == fname:
-            e["size"] = len(data)
-            e["crc32"] = zlib.crc32(data) & 0xFFFFFFFF
-    with open(mp, "w") as f:
-        f.write(json.dumps(m, indent=2) + "\n")
-
 
 def edit_manifest(d, fn):
     mp = os.path.join(d, "manifest.json")
@@ -506,12 +490,12 @@ class ZeroFaults:
                             % f, d, (f,), False))
             elif kind == "other-run":
                 f = SHARDS[0]
-                rewrite_entry(d, f, read(os.path.join(self.foreign, f)))
+                write_manifest_entry(d, f, read(os.path.join(self.foreign, f)))
                 out.append(("%s replaced by another run's (seed 2, 3 processes, ZeRO-2, step 4; "
                             "the same parameters), manifest rewritten" % f, d, (f,), True))
             elif kind == "other-world":
                 f = SHARDS[1]
-                rewrite_entry(d, f, read(os.path.join(self.foreign, f)))
+                write_manifest_entry(d, f, read(os.path.join(self.foreign, f)))
                 out.append(("%s replaced by a 3-process save's (other parameters), manifest "
                             "rewritten" % f, d, (f,), True))
             elif kind == "fewer-processes":
