@@ -104,9 +104,7 @@ ACCEL_API accel_status accel_get_log_level(const accel_accelerator* accelerator,
 
 ACCEL_API accel_status accel_set_log_level(accel_accelerator* accelerator, accel_log_level level) {
   return guarded([&] {
-    Logger& logger = logger_of(accelerator);
-    check_level(level);
-    logger.set_level(level);
+    logger_of(accelerator).set_level(level);  // checks the range
   });
 }
 
