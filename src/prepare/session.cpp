@@ -162,7 +162,10 @@ std::shared_ptr<data::DataLoader> Session::make_dataloader(
 
 void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_placement) {
   if (models_.count(m.get())) return;
-  if (device_placement) m->to(acc_->device());  // host tensors move in place, as Module.to
+  if (device_placement) {
+    m->to(acc_->device());  // host tensors move in place, as Module.to
+    placed_.insert(m.get());
+  }
   m->host_tensors().pin();
   if (auto* comm = acc_->communicator()) {
     std::vector<at::Tensor> state;
@@ -298,13 +301,23 @@ void end_host_forward(const model::Model& m) {
 std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method,
                                       const std::vector<at::Tensor>& inputs) {
   broadcast_buffers(m);
+  // A placed model's inputs follow it to the device, as DistributedDataParallel's forward moves
+  // them: a C program's tensors are made on the host, and LibTorch would refuse the mix.
+  std::vector<at::Tensor> placed;
+  const bool move = placed_.count(&m) > 0;
+  if (move) {
+    const at::Device device(acc_->device());
+    placed.reserve(inputs.size());
+    for (const auto& t : inputs)
+      placed.push_back(t.defined() && t.device() != device ? t.to(device) : t);
+  }
   // Stage 3: the root's parameters for the call, each unit's around its own forward.
   zero::ParamShard* shard = param_shard_of(m);
   if (shard) shard->begin_forward();
   std::vector<at::Tensor> out;
   try {
     const auto scope = enter_autocast(*acc_);  // null without mixed precision
-    out = m.call(method, inputs);
+    out = m.call(method, move ? placed : inputs);
   } catch (...) {
     if (shard) shard->end_forward_after_failure();
     throw;

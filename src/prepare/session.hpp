@@ -179,6 +179,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   std::unique_ptr<runtime::Accelerator> acc_;
   std::map<const model::Model*, std::shared_ptr<model::Model>> models_;
+  std::set<const model::Model*> placed_;  // moved to the device (device_placement)
   std::map<const model::Model*, std::unique_ptr<ddp::GradientPath>> syncs_;
   // ZeRO stage 3: which parameters each prepared model holds on this rank, and when it gathers
   // the others.
