@@ -1,8 +1,6 @@
 // accel_init, the accelerator's queries and helpers, and the collectives.
 #include <ATen/ATen.h>
 
-#include <cstdio>
-
 #include "capi/handles.hpp"
 #include "logging/levels.hpp"
 #include "ops/collectives.hpp"
@@ -16,13 +14,15 @@ using accel::capi::require;
 
 namespace {
 
+using accel::capi::core_of;
+
 // The runtime, for the queries: what they read is fixed when the accelerator is made.
 const accel::runtime::Accelerator& runtime_of(const accel_accelerator* a) {
-  return checked(a, "accelerator")->session->accelerator();
+  return core_of(a).runtime();
 }
 
 accel::runtime::Accelerator& runtime_of(accel_accelerator* a) {
-  return checked(a, "accelerator")->session->accelerator();
+  return core_of(a).runtime();
 }
 
 }  // namespace
@@ -39,14 +39,7 @@ ACCEL_API accel_status accel_init(const accel_config* config, accel_accelerator*
       cfg = config->config;
     }
     auto handle = std::make_unique<accel_accelerator>();
-    handle->session = std::make_shared<accel::prepare::Session>(
-        std::make_unique<accel::runtime::Accelerator>(cfg, accel::config::process_environment()));
-    auto& runtime = handle->session->accelerator();
-    handle->run = std::make_unique<accel::tracking::Run>(
-        runtime.is_main_process(),
-        [&logger = runtime.logger()](const std::string& message) {  // the runtime outlives the run
-          logger.say(accel::logging::kWarning, message);
-        });
+    handle->core = std::make_unique<accel::Accelerator>(cfg, accel::config::process_environment());
     *out = handle.release();
   });
 }
@@ -56,44 +49,30 @@ ACCEL_API void accel_accelerator_free(accel_accelerator* accelerator) {
 }
 
 ACCEL_API accel_status accel_process_index(const accel_accelerator* accelerator, int32_t* out) {
-  return guarded([&] {
-    const auto& a = runtime_of(accelerator);
-    require(out, "out");
-    *out = a.place().rank;
-  });
+  return accel::capi::query(accelerator, "accelerator", out,
+                            [](const auto& h) { return h.core->runtime().place().rank; });
 }
 
 ACCEL_API accel_status accel_local_process_index(const accel_accelerator* accelerator,
                                                  int32_t* out) {
-  return guarded([&] {
-    const auto& a = runtime_of(accelerator);
-    require(out, "out");
-    *out = a.place().local_rank;
-  });
+  return accel::capi::query(accelerator, "accelerator", out,
+                            [](const auto& h) { return h.core->runtime().place().local_rank; });
 }
 
 ACCEL_API accel_status accel_num_processes(const accel_accelerator* accelerator, int32_t* out) {
-  return guarded([&] {
-    const auto& a = runtime_of(accelerator);
-    require(out, "out");
-    *out = a.place().world_size;
-  });
+  return accel::capi::query(accelerator, "accelerator", out,
+                            [](const auto& h) { return h.core->runtime().place().world_size; });
 }
 
 ACCEL_API accel_status accel_is_main_process(const accel_accelerator* accelerator, bool* out) {
-  return guarded([&] {
-    const auto& a = runtime_of(accelerator);
-    require(out, "out");
-    *out = a.is_main_process();
-  });
+  return accel::capi::query(accelerator, "accelerator", out,
+                            [](const auto& h) { return h.core->runtime().is_main_process(); });
 }
 
 ACCEL_API accel_status accel_is_local_main_process(const accel_accelerator* accelerator,
                                                    bool* out) {
-  return guarded([&] {
-    const auto& a = runtime_of(accelerator);
-    require(out, "out");
-    *out = a.is_local_main_process();
+  return accel::capi::query(accelerator, "accelerator", out, [](const auto& h) {
+    return h.core->runtime().is_local_main_process();
   });
 }
 
@@ -117,10 +96,8 @@ ACCEL_API accel_status accel_distributed_type(const accel_accelerator* accelerat
 
 ACCEL_API accel_status accel_mixed_precision(const accel_accelerator* accelerator,
                                              accel_precision* out) {
-  return guarded([&] {
-    const auto& a = runtime_of(accelerator);
-    require(out, "out");
-    *out = static_cast<accel_precision>(a.mixed_precision());
+  return accel::capi::query(accelerator, "accelerator", out, [](const auto& h) {
+    return static_cast<accel_precision>(h.core->runtime().mixed_precision());
   });
 }
 
@@ -141,71 +118,59 @@ ACCEL_API accel_status accel_wait_for_everyone(accel_accelerator* accelerator) {
 }
 
 ACCEL_API accel_status accel_set_trigger(accel_accelerator* accelerator) {
-  return guarded([&] { checked(accelerator, "accelerator")->trigger.store(true); });
+  return guarded([&] { core_of(accelerator).set_trigger(); });
 }
 
 ACCEL_API accel_status accel_check_trigger(accel_accelerator* accelerator, bool* out) {
   return guarded([&] {
-    auto& a = runtime_of(accelerator);
+    auto& core = core_of(accelerator);
     require(out, "out");
     FamilyLock lock(accelerator->family);
-    // Lowered before the reduction: a set_trigger that lands during it counts for the next check.
-    const bool mine = accelerator->trigger.exchange(false);
-    const at::Tensor flag = at::full({1}, mine ? 1 : 0, at::kInt);
-    try {
-      *out =
-          accel::ops::reduce(a.communicator(), flag, accel::ops::Reduction::kMax).item<int>() > 0;
-    } catch (...) {
-      if (mine) accelerator->trigger.store(true);  // not seen by the others: keep it for a retry
-      throw;
-    }
+    *out = core.check_trigger();
   });
 }
 
 ACCEL_API accel_status accel_join_uneven_inputs_begin(accel_accelerator* accelerator,
                                                       int32_t even_batches) {
   return guarded([&] {
-    auto session = checked(accelerator, "accelerator")->session;
+    auto& core = core_of(accelerator);
     if (even_batches < -1 || even_batches > 1)
       fail(Errc::invalid_argument,
            "even_batches is " + std::to_string(even_batches) + "; allowed: -1 (keep), 0, 1");
     FamilyLock lock(accelerator->family);
-    session->join_begin(even_batches);
+    core.session().join_begin(even_batches);
   });
 }
 
 ACCEL_API accel_status accel_join_uneven_inputs_end(accel_accelerator* accelerator) {
   return guarded([&] {
-    auto session = checked(accelerator, "accelerator")->session;
+    auto& core = core_of(accelerator);
     FamilyLock lock(accelerator->family);
-    session->join_end();
+    core.session().join_end();
   });
 }
 
 ACCEL_API accel_status accel_print(const accel_accelerator* accelerator, const char* message) {
   return guarded([&] {
-    const auto& a = runtime_of(accelerator);
+    const auto& core = core_of(accelerator);
     require(message, "message");
-    if (!a.is_local_main_process()) return;
-    std::fputs(message, stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
+    core.print(message);
   });
 }
 
 ACCEL_API accel_status accel_main_process_first_begin(accel_accelerator* accelerator) {
   return guarded([&] {
-    auto& a = runtime_of(accelerator);
+    auto& core = core_of(accelerator);
     FamilyLock lock(accelerator->family);
-    if (!a.is_main_process()) a.wait_for_everyone();
+    core.main_process_first_begin();
   });
 }
 
 ACCEL_API accel_status accel_main_process_first_end(accel_accelerator* accelerator) {
   return guarded([&] {
-    auto& a = runtime_of(accelerator);
+    auto& core = core_of(accelerator);
     FamilyLock lock(accelerator->family);
-    if (a.is_main_process()) a.wait_for_everyone();
+    core.main_process_first_end();
   });
 }
 
@@ -301,11 +266,7 @@ ACCEL_API accel_status accel_gather_object(accel_accelerator* accelerator, const
 }
 
 ACCEL_API accel_status accel_bytes_list_count(const accel_bytes_list* list, size_t* out) {
-  return guarded([&] {
-    checked(list, "list");
-    require(out, "out");
-    *out = list->items.size();
-  });
+  return accel::capi::query(list, "list", out, [](const auto& h) { return h.items.size(); });
 }
 
 ACCEL_API accel_status accel_bytes_list_get(const accel_bytes_list* list, size_t index,

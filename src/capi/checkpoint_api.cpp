@@ -2,7 +2,6 @@
 // checkpointed objects.
 #include "capi/handles.hpp"
 #include "checkpoint/model_io.hpp"
-#include "checkpoint/state.hpp"
 
 using accel::Errc;
 using accel::fail;
@@ -31,14 +30,12 @@ extern "C" {
 ACCEL_API accel_status accel_save_model(accel_accelerator* accelerator, const accel_model* model,
                                         const char* dir, const char* max_shard_size) {
   return guarded([&] {
-    auto session = checked(accelerator, "accelerator")->session;
+    auto& core = accel::capi::core_of(accelerator);
     checked(model, "model");
     require(dir, "dir");
     FamilyLock lock(accelerator->family);  // the accelerator's family first, always
     FamilyLock model_lock(model->family);
-    const accel::prepare::Session::WholeParameters whole(*session);  // stage 3 gathers them
-    accel::checkpoint::save_model_from_main(session->accelerator(), *model->model, dir,
-                                            max_shard_size ? max_shard_size : "10GB");
+    core.save_model(*model->model, dir, max_shard_size ? max_shard_size : "10GB");
   });
 }
 
@@ -53,23 +50,19 @@ ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const 
 
 ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const char* dir) {
   return guarded([&] {
-    auto session = checked(accelerator, "accelerator")->session;
+    auto& core = accel::capi::core_of(accelerator);
+    const std::string path = dir ? dir : "";
     FamilyLock lock(accelerator->family);
-    if (dir)
-      accel::checkpoint::save_state(*session, dir);
-    else
-      accel::checkpoint::save_state_automatic(*session);
+    core.save_state(dir ? &path : nullptr);
   });
 }
 
 ACCEL_API accel_status accel_load_state(accel_accelerator* accelerator, const char* dir) {
   return guarded([&] {
-    auto session = checked(accelerator, "accelerator")->session;
+    auto& core = accel::capi::core_of(accelerator);
+    const std::string path = dir ? dir : "";
     FamilyLock lock(accelerator->family);
-    if (dir)
-      accel::checkpoint::load_state(*session, dir);
-    else
-      accel::checkpoint::load_state_automatic(*session);
+    core.load_state(dir ? &path : nullptr);
   });
 }
 
@@ -87,7 +80,7 @@ ACCEL_API accel_status accel_register_for_checkpointing(accel_accelerator* accel
                                                         accel_state_load_fn load, void* user_data,
                                                         accel_release_fn release) {
   return guarded([&] {
-    auto session = checked(accelerator, "accelerator")->session;
+    auto& core = accel::capi::core_of(accelerator);
     if (!save || !load)
       fail(Errc::invalid_argument,
            std::string(!save ? "save" : "load") + " is NULL: both callbacks are required");
@@ -104,7 +97,7 @@ ACCEL_API accel_status accel_register_for_checkpointing(accel_accelerator* accel
       if (rc != 0) fail(Errc::callback, "its load callback returned " + std::to_string(rc));
     };
     FamilyLock lock(accelerator->family);
-    session->register_custom(std::move(object));
+    core.session().register_custom(std::move(object));
     keep->armed = true;
   });
 }

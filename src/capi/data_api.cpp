@@ -167,19 +167,13 @@ ACCEL_API accel_status accel_dataset_from_idx(const char* const* paths, size_t c
 }
 
 ACCEL_API accel_status accel_dataset_sample_count(const accel_dataset* dataset, int64_t* out) {
-  return guarded([&] {
-    checked(dataset, "dataset");
-    require(out, "out");
-    *out = dataset->dataset->size();
-  });
+  return accel::capi::query(dataset, "dataset", out,
+                            [](const auto& h) { return h.dataset->size(); });
 }
 
 ACCEL_API accel_status accel_dataset_field_count(const accel_dataset* dataset, size_t* out) {
-  return guarded([&] {
-    checked(dataset, "dataset");
-    require(out, "out");
-    *out = dataset->dataset->num_fields();
-  });
+  return accel::capi::query(dataset, "dataset", out,
+                            [](const auto& h) { return h.dataset->num_fields(); });
 }
 
 ACCEL_API void accel_dataset_free(accel_dataset* dataset) {
@@ -189,7 +183,7 @@ ACCEL_API void accel_dataset_free(accel_dataset* dataset) {
 ACCEL_API accel_status accel_dataloader_new(const accel_accelerator* accelerator,
                                             accel_dataset* dataset, accel_dataloader** out) {
   return guarded([&] {
-    const auto& session = *checked(accelerator, "accelerator")->session;
+    const auto& session = accel::capi::core_of(accelerator).session();
     checked(dataset, "dataset");
     require(out, "out");
     auto h = std::make_unique<accel_dataloader>();
@@ -237,19 +231,13 @@ ACCEL_API accel_status accel_dataloader_next(accel_dataloader* loader, accel_ten
 }
 
 ACCEL_API accel_status accel_dataloader_field_count(const accel_dataloader* loader, size_t* out) {
-  return guarded([&] {
-    const auto& l = loader_of(loader);
-    require(out, "out");
-    *out = l.num_fields();
-  });
+  return accel::capi::query(loader, "loader", out,
+                            [](const auto& h) { return h.loader->num_fields(); });
 }
 
 ACCEL_API accel_status accel_dataloader_batch_count(const accel_dataloader* loader, int64_t* out) {
-  return guarded([&] {
-    const auto& l = loader_of(loader);
-    require(out, "out");
-    *out = l.length();
-  });
+  return accel::capi::query(loader, "loader", out,
+                            [](const auto& h) { return h.loader->length(); });
 }
 
 ACCEL_API accel_status accel_dataloader_set_epoch(accel_dataloader* loader, int64_t epoch) {
@@ -261,27 +249,17 @@ ACCEL_API accel_status accel_dataloader_set_epoch(accel_dataloader* loader, int6
 }
 
 ACCEL_API accel_status accel_dataloader_epoch(const accel_dataloader* loader, int64_t* out) {
-  return guarded([&] {
-    const auto& l = loader_of(loader);
-    require(out, "out");
-    *out = l.epoch();
-  });
+  return accel::capi::query(loader, "loader", out, [](const auto& h) { return h.loader->epoch(); });
 }
 
 ACCEL_API accel_status accel_dataloader_end_of_epoch(const accel_dataloader* loader, bool* out) {
-  return guarded([&] {
-    const auto& l = loader_of(loader);
-    require(out, "out");
-    *out = l.end_of_dataloader();
-  });
+  return accel::capi::query(loader, "loader", out,
+                            [](const auto& h) { return h.loader->end_of_dataloader(); });
 }
 
 ACCEL_API accel_status accel_dataloader_remainder(const accel_dataloader* loader, int64_t* out) {
-  return guarded([&] {
-    const auto& l = loader_of(loader);
-    require(out, "out");
-    *out = l.remainder();
-  });
+  return accel::capi::query(loader, "loader", out,
+                            [](const auto& h) { return h.loader->remainder(); });
 }
 
 ACCEL_API accel_status accel_dataloader_skip_first_batches(accel_dataloader* loader, int64_t n) {
@@ -320,7 +298,7 @@ ACCEL_API void accel_dataloader_free(accel_dataloader* loader) {
 ACCEL_API accel_status accel_gather_for_metrics(accel_accelerator* accelerator,
                                                 const accel_tensor* tensor, accel_tensor** out) {
   return guarded([&] {
-    auto& a = checked(accelerator, "accelerator")->session->accelerator();
+    auto& a = accel::capi::core_of(accelerator).runtime();
     checked(tensor, "tensor");
     require(out, "out");
     FamilyLock lock(accelerator->family);
@@ -334,7 +312,7 @@ ACCEL_API accel_status accel_split_between_processes(const accel_accelerator* ac
                                                      int64_t* indices, size_t capacity,
                                                      size_t* out_count) {
   return guarded([&] {
-    const auto& place = checked(accelerator, "accelerator")->session->accelerator().place();
+    const auto& place = accel::capi::core_of(accelerator).runtime().place();
     require(out_count, "out_count");
     const auto mine =
         accel::data::split_list_indices(count, place.world_size, place.rank, apply_padding);
@@ -350,7 +328,7 @@ ACCEL_API accel_status accel_split_tensor_between_processes(const accel_accelera
                                                             bool apply_padding,
                                                             accel_tensor** out) {
   return guarded([&] {
-    const auto& place = checked(accelerator, "accelerator")->session->accelerator().place();
+    const auto& place = accel::capi::core_of(accelerator).runtime().place();
     const at::Tensor& t = checked(tensor, "tensor")->tensor;
     require(out, "out");
     if (t.dim() == 0)

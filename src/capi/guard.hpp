@@ -88,6 +88,17 @@ void require(const T* p, const char* param) {
   if (!p) fail(Errc::invalid_argument, std::string(param) + " is NULL");
 }
 
+// A getter of the ABI in one line: the handle checked (named `param` in messages), then `out`,
+// then *out = read(*handle).
+template <class Handle, class Out, class Read>
+accel_status query(const Handle* handle, const char* param, Out* out, Read&& read) noexcept {
+  return guarded([&] {
+    checked(handle, param);
+    require(out, "out");
+    *out = read(*handle);
+  });
+}
+
 // Writes `text` per the header's buffer convention.
 void write_text(const std::string& text, char* buf, size_t capacity, size_t* out_size);
 

@@ -3,22 +3,19 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "accelerator/accelerator.hpp"
 #include "capi/family.hpp"
 #include "capi/guard.hpp"
 #include "config/config.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "data/stream.hpp"
-#include "prepare/session.hpp"
-#include "runtime/accelerator.hpp"
-#include "tracking/run.hpp"
 
 // Thread rules (accel.h, "Threads"): a config serialises its writes with `mutex`; tensors, lists
 // and datasets are never changed after they are made; models, optimizers, schedulers and the
@@ -42,19 +39,8 @@ struct accel_tensor_list {
 
 struct accel_accelerator {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kAccelerator);
-  // Owns the runtime. Prepared objects hold it weakly: a call of theirs that is running keeps it
-  // alive to its end; once the accelerator is freed, later calls report it.
-  std::shared_ptr<accel::prepare::Session> session;
+  std::unique_ptr<accel::Accelerator> core;
   std::shared_ptr<accel::capi::Family> family = std::make_shared<accel::capi::Family>();
-  // accel_set_trigger's flag: written without the family lock, from any thread.
-  std::atomic<bool> trigger{false};
-  // The trackers (under the family lock). Declared after `session`: destroyed first, so a run
-  // still started at accel_accelerator_free is ended while the runtime exists.
-  std::unique_ptr<accel::tracking::Run> run;
-  // The logger is the runtime's (session->accelerator().logger()): its level, and the program's
-  // sink (accel_set_log_sink), which is released here, when the handle goes, as accel.h promises,
-  // even while a call of a prepared object still holds the runtime.
-  ~accel_accelerator();
 };
 
 // `family` is set when the handle is made and never changes (the family itself may be joined to
@@ -177,6 +163,23 @@ accel_dtype from_scalar_type(at::ScalarType t);
 
 // A new tensor handle owning `t`.
 accel_tensor* new_tensor(at::Tensor t);
+
+// The core accelerator behind a handle, checked as `checked` does.
+inline accel::Accelerator& core_of(accel_accelerator* a) {
+  return *checked(a, "accelerator")->core;
+}
+inline const accel::Accelerator& core_of(const accel_accelerator* a) {
+  return *checked(a, "accelerator")->core;
+}
+
+// A getter under the handle's family lock (what a training step may be changing).
+template <class Handle, class Out, class Read>
+accel_status locked_query(const Handle* handle, const char* param, Out* out, Read&& read) noexcept {
+  return query(handle, param, out, [&](const Handle& h) {
+    FamilyLock lock(h.family);
+    return read(h);
+  });
+}
 
 // The session an object was prepared with (null when never prepared); an error once its
 // accelerator is gone. Call with the object's family lock held.

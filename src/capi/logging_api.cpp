@@ -1,5 +1,5 @@
 // The rank-aware logger (accel_log_message) and where its messages go (accel_set_log_sink): glue
-// over the runtime's logging::Logger, which the library's own messages go through too.
+// over the accelerator's logging::Logger, which the library's own messages go through too.
 #include "capi/handles.hpp"
 #include "logging/logger.hpp"
 
@@ -11,8 +11,9 @@ using accel::capi::guarded;
 using accel::capi::require;
 using accel::logging::Logger;
 
-static_assert(ACCEL_LOG_ALL_PROCESSES == accel::logging::kAllProcesses,
-              "the core marks every-process messages with accel.h's flag");
+static_assert(ACCEL_LOG_ALL_PROCESSES == accel::logging::kAllProcesses &&
+                  ACCEL_LOG_IN_ORDER == accel::logging::kInOrder,
+              "the core knows accel.h's log flags by these values");
 
 namespace {
 
@@ -28,7 +29,7 @@ struct ProgramSink {
 };
 
 Logger& logger_of(const accel_accelerator* accelerator) {
-  return checked(accelerator, "accelerator")->session->accelerator().logger();
+  return accel::capi::core_of(accelerator).logger();
 }
 
 void refuse_reentry(const Logger& logger, const char* what) {
@@ -36,40 +37,7 @@ void refuse_reentry(const Logger& logger, const char* what) {
     fail(Errc::state, std::string(what) + " called from inside the accelerator's log sink");
 }
 
-void check_level(int32_t level) {
-  if (level < 0 || level > accel::logging::kMaxLevel)
-    fail(Errc::invalid_argument, "log level " + std::to_string(level) + " is outside 0.." +
-                                     std::to_string(accel::logging::kMaxLevel));
-}
-
-// Every rank in turn, a barrier after each (Accelerate's in_order); a failure of this rank's sink
-// is reported after the last barrier, so that the others are not left waiting.
-void write_in_order(accel_accelerator* accelerator, accel::runtime::Accelerator& runtime,
-                    int32_t level, uint32_t flags, const char* message) {
-  const auto& place = runtime.place();
-  FamilyLock lock(accelerator->family);
-  std::string failure;
-  Errc code = Errc::callback;
-  for (int32_t turn = 0; turn < place.world_size; ++turn) {
-    if (turn == place.rank) {
-      try {
-        runtime.logger().write(level, flags, message);
-      } catch (const accel::Error& e) {
-        failure = e.what();
-        code = e.code();
-      }
-    }
-    runtime.wait_for_everyone();
-  }
-  if (!failure.empty()) fail(code, failure);
-}
-
 }  // namespace
-
-accel_accelerator::~accel_accelerator() {
-  // The program's sink is released now, and never called after this (accel.h).
-  if (session) Logger::Sink old = session->accelerator().logger().replace_sink({});
-}
 
 extern "C" {
 
@@ -95,11 +63,8 @@ ACCEL_API accel_status accel_set_log_sink(accel_accelerator* accelerator, accel_
 
 ACCEL_API accel_status accel_get_log_level(const accel_accelerator* accelerator,
                                            accel_log_level* out) {
-  return guarded([&] {
-    const Logger& logger = logger_of(accelerator);
-    require(out, "out");
-    *out = logger.level();
-  });
+  return accel::capi::query(accelerator, "accelerator", out,
+                            [](const auto& h) { return h.core->logger().level(); });
 }
 
 ACCEL_API accel_status accel_set_log_level(accel_accelerator* accelerator, accel_log_level level) {
@@ -111,21 +76,13 @@ ACCEL_API accel_status accel_set_log_level(accel_accelerator* accelerator, accel
 ACCEL_API accel_status accel_log_message(accel_accelerator* accelerator, accel_log_level level,
                                          accel_log_flags flags, const char* message) {
   return guarded([&] {
-    auto session = checked(accelerator, "accelerator")->session;
+    auto& core = accel::capi::core_of(accelerator);
     require(message, "message");
-    check_level(level);
-    if (flags & ~uint32_t{ACCEL_LOG_ALL_PROCESSES | ACCEL_LOG_IN_ORDER})
-      fail(Errc::invalid_argument, "unknown log flags " + std::to_string(flags));
-    auto& runtime = session->accelerator();
-    refuse_reentry(runtime.logger(), "accel_log_message");
-    if (!runtime.logger().enabled(level)) return;
-    const auto& place = runtime.place();
-    if (!(flags & ACCEL_LOG_ALL_PROCESSES)) {
-      if (place.rank == 0) runtime.logger().write(level, flags, message);
-    } else if ((flags & ACCEL_LOG_IN_ORDER) && place.world_size > 1) {
-      write_in_order(accelerator, runtime, level, flags, message);
+    if (flags & ACCEL_LOG_IN_ORDER) {
+      FamilyLock lock(accelerator->family);  // its barriers are the family's collectives
+      core.log_message(level, flags, message);
     } else {
-      runtime.logger().write(level, flags, message);
+      core.log_message(level, flags, message);
     }
   });
 }

@@ -124,11 +124,8 @@ ACCEL_API void accel_tensor_free(accel_tensor* tensor) {
 }
 
 ACCEL_API accel_status accel_tensor_dim_count(const accel_tensor* tensor, size_t* out) {
-  return guarded([&] {
-    checked(tensor, "tensor");
-    require(out, "out");
-    *out = static_cast<size_t>(tensor->tensor.dim());
-  });
+  return accel::capi::query(tensor, "tensor", out,
+                            [](const auto& h) { return static_cast<size_t>(h.tensor.dim()); });
 }
 
 ACCEL_API accel_status accel_tensor_shape(const accel_tensor* tensor, int64_t* shape,
@@ -143,27 +140,17 @@ ACCEL_API accel_status accel_tensor_shape(const accel_tensor* tensor, int64_t* s
 }
 
 ACCEL_API accel_status accel_tensor_dtype(const accel_tensor* tensor, accel_dtype* out) {
-  return guarded([&] {
-    checked(tensor, "tensor");
-    require(out, "out");
-    *out = from_scalar_type(tensor->tensor.scalar_type());
-  });
+  return accel::capi::query(tensor, "tensor", out,
+                            [](const auto& h) { return from_scalar_type(h.tensor.scalar_type()); });
 }
 
 ACCEL_API accel_status accel_tensor_element_count(const accel_tensor* tensor, int64_t* out) {
-  return guarded([&] {
-    checked(tensor, "tensor");
-    require(out, "out");
-    *out = tensor->tensor.numel();
-  });
+  return accel::capi::query(tensor, "tensor", out, [](const auto& h) { return h.tensor.numel(); });
 }
 
 ACCEL_API accel_status accel_tensor_data_size(const accel_tensor* tensor, size_t* out) {
-  return guarded([&] {
-    checked(tensor, "tensor");
-    require(out, "out");
-    *out = nbytes_of(tensor->tensor);
-  });
+  return accel::capi::query(tensor, "tensor", out,
+                            [](const auto& h) { return nbytes_of(h.tensor); });
 }
 
 ACCEL_API accel_status accel_tensor_item_f64(const accel_tensor* tensor, double* out) {
@@ -225,19 +212,12 @@ ACCEL_API accel_status accel_torch_check(const char* version, int32_t cxx11_abi,
 }
 
 ACCEL_API accel_status accel_tensor_borrow_torch(const accel_tensor* tensor, void** out) {
-  return guarded([&] {
-    checked(tensor, "tensor");
-    require(out, "out");
-    *out = const_cast<at::Tensor*>(&tensor->tensor);
-  });
+  return accel::capi::query(tensor, "tensor", out,
+                            [](const auto& h) { return const_cast<at::Tensor*>(&h.tensor); });
 }
 
 ACCEL_API accel_status accel_tensor_list_count(const accel_tensor_list* list, size_t* out) {
-  return guarded([&] {
-    checked(list, "list");
-    require(out, "out");
-    *out = list->items.size();
-  });
+  return accel::capi::query(list, "list", out, [](const auto& h) { return h.items.size(); });
 }
 
 ACCEL_API accel_status accel_tensor_list_get(const accel_tensor_list* list, size_t index,

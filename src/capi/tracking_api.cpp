@@ -112,11 +112,7 @@ ACCEL_API accel_status accel_values_set_text(accel_values* values, const char* k
 }
 
 ACCEL_API accel_status accel_values_count(const accel_values* values, size_t* out) {
-  return guarded([&] {
-    checked(values, "values");
-    require(out, "out");
-    *out = values->values.size();
-  });
+  return accel::capi::query(values, "values", out, [](const auto& h) { return h.values.size(); });
 }
 
 ACCEL_API accel_status accel_values_get(const accel_values* values, size_t index, const char** key,
@@ -137,33 +133,29 @@ ACCEL_API accel_status accel_values_get(const accel_values* values, size_t index
 ACCEL_API accel_status accel_init_trackers(accel_accelerator* accelerator, const char* project_name,
                                            const accel_values* config) {
   return guarded([&] {
-    auto session = checked(accelerator, "accelerator")->session;
+    auto& core = accel::capi::core_of(accelerator);
     require(project_name, "project_name");
     if (config) checked(config, "config");
     FamilyLock lock(accelerator->family);
-    const auto& settings = session->accelerator().settings();
-    std::string dir = settings.text("logging_dir");
-    if (dir.empty()) dir = settings.text("project_dir");
-    accelerator->run->start(settings.text("log_with"), dir, project_name,
-                            config ? config->values : Values{});
+    core.init_trackers(project_name, config ? config->values : Values{});
   });
 }
 
 ACCEL_API accel_status accel_log(accel_accelerator* accelerator, const accel_values* values,
                                  int64_t step) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    auto& core = accel::capi::core_of(accelerator);
     checked(values, "values");
     FamilyLock lock(accelerator->family);
-    accelerator->run->log(values->values, step);
+    core.log(values->values, step);
   });
 }
 
 ACCEL_API accel_status accel_end_training(accel_accelerator* accelerator) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    auto& core = accel::capi::core_of(accelerator);
     FamilyLock lock(accelerator->family);
-    accelerator->run->finish();
+    core.end_training();
   });
 }
 
@@ -172,7 +164,7 @@ ACCEL_API accel_status accel_add_tracker(accel_accelerator* accelerator, const c
                                          accel_tracker_finish_fn finish, void* user_data,
                                          accel_release_fn release) {
   return guarded([&] {
-    checked(accelerator, "accelerator");
+    auto& core = accel::capi::core_of(accelerator);
     require(name, "name");
     if (!log) fail(Errc::invalid_argument, "log is NULL (a tracker needs its log callback)");
     FamilyLock lock(accelerator->family);
@@ -180,7 +172,7 @@ ACCEL_API accel_status accel_add_tracker(accel_accelerator* accelerator, const c
     // Callbacks).
     auto tracker = std::make_unique<CallbackTracker>(name, start, log, finish, user_data, nullptr);
     CallbackTracker* added = tracker.get();
-    accelerator->run->add(std::move(tracker));
+    core.add_tracker(std::move(tracker));
     added->arm_release(release);
   });
 }

@@ -14,8 +14,8 @@ using accel::capi::live_session;
 namespace {
 
 template <class Handle>
-std::shared_ptr<accel::prepare::Session> accelerator_session(Handle* h) {
-  return checked(h, "accelerator")->session;
+auto& accelerator_session(Handle* h) {
+  return accel::capi::core_of(h).session();
 }
 
 }  // namespace
@@ -94,21 +94,13 @@ ACCEL_API accel_status accel_model_train(accel_model* model, bool training) {
 }
 
 ACCEL_API accel_status accel_model_parameter_element_count(const accel_model* model, int64_t* out) {
-  return guarded([&] {
-    checked(model, "model");
-    require(out, "out");
-    FamilyLock lock(model->family);
-    *out = model->model->num_parameters();
-  });
+  return accel::capi::locked_query(model, "model", out,
+                                   [](const auto& h) { return h.model->num_parameters(); });
 }
 
 ACCEL_API accel_status accel_model_tensor_count(const accel_model* model, size_t* out) {
-  return guarded([&] {
-    checked(model, "model");
-    require(out, "out");
-    FamilyLock lock(model->family);
-    *out = model->model->named_tensors().size();
-  });
+  return accel::capi::locked_query(model, "model", out,
+                                   [](const auto& h) { return h.model->named_tensors().size(); });
 }
 
 ACCEL_API accel_status accel_model_tensor_name(const accel_model* model, size_t index, char* buf,
@@ -211,12 +203,8 @@ ACCEL_API accel_status accel_optimizer_zero_grad(accel_optimizer* optimizer) {
 }
 
 ACCEL_API accel_status accel_optimizer_lr(const accel_optimizer* optimizer, double* out) {
-  return guarded([&] {
-    checked(optimizer, "optimizer");
-    require(out, "out");
-    FamilyLock lock(optimizer->family);
-    *out = optimizer->optimizer->lr();
-  });
+  return accel::capi::locked_query(optimizer, "optimizer", out,
+                                   [](const auto& h) { return h.optimizer->lr(); });
 }
 
 ACCEL_API accel_status accel_optimizer_set_lr(accel_optimizer* optimizer, double lr) {
@@ -229,12 +217,9 @@ ACCEL_API accel_status accel_optimizer_set_lr(accel_optimizer* optimizer, double
 
 ACCEL_API accel_status accel_optimizer_step_was_skipped(const accel_optimizer* optimizer,
                                                         bool* out) {
-  return guarded([&] {
-    checked(optimizer, "optimizer");
-    require(out, "out");
-    FamilyLock lock(optimizer->family);
-    auto session = live_session(optimizer);
-    *out = session && session->step_was_skipped(*optimizer->optimizer);
+  return accel::capi::locked_query(optimizer, "optimizer", out, [](const auto& h) {
+    auto session = live_session(&h);
+    return session && session->step_was_skipped(*h.optimizer);
   });
 }
 
@@ -280,12 +265,8 @@ ACCEL_API accel_status accel_scheduler_step(accel_scheduler* scheduler) {
 }
 
 ACCEL_API accel_status accel_scheduler_lr(const accel_scheduler* scheduler, double* out) {
-  return guarded([&] {
-    checked(scheduler, "scheduler");
-    require(out, "out");
-    FamilyLock lock(scheduler->family);
-    *out = scheduler->scheduler->lr();
-  });
+  return accel::capi::locked_query(scheduler, "scheduler", out,
+                                   [](const auto& h) { return h.scheduler->lr(); });
 }
 
 ACCEL_API void accel_scheduler_free(accel_scheduler* scheduler) {
@@ -337,11 +318,11 @@ ACCEL_API accel_status accel_prepare(accel_accelerator* accelerator, void* const
     for (auto* m : models) held.push_back(std::make_unique<FamilyLock>(m->family));
     for (auto* o : optimizers) held.push_back(std::make_unique<FamilyLock>(o->family));
     for (auto* s : schedulers) held.push_back(std::make_unique<FamilyLock>(s->family));
-    auto& session = *acc->session;
+    auto& session = acc->core->session();
     // The handles follow what the session reports, also when it failed halfway (a peer died).
     auto adopt = [&](auto* h, const auto* object) {
       if (!session.is_prepared(object)) return;
-      h->session = acc->session;
+      h->session = acc->core->shared_session();
       h->prepared = true;
       lock.join(h->family);
     };
@@ -362,38 +343,35 @@ ACCEL_API accel_status accel_prepare(accel_accelerator* accelerator, void* const
 
 ACCEL_API accel_status accel_accumulate(accel_accelerator* accelerator) {
   return guarded([&] {
-    auto session = accelerator_session(accelerator);
+    auto& session = accelerator_session(accelerator);
     FamilyLock lock(accelerator->family);
-    session->accumulate();
+    session.accumulate();
   });
 }
 
 ACCEL_API accel_status accel_sync_gradients(const accel_accelerator* accelerator, bool* out) {
-  return guarded([&] {
-    auto session = accelerator_session(accelerator);
-    require(out, "out");
-    FamilyLock lock(accelerator->family);
-    *out = session->sync_gradients();
+  return accel::capi::locked_query(accelerator, "accelerator", out, [](const auto& h) {
+    return h.core->session().sync_gradients();
   });
 }
 
 ACCEL_API accel_status accel_backward(accel_accelerator* accelerator, const accel_tensor* loss) {
   return guarded([&] {
-    auto session = accelerator_session(accelerator);
+    auto& session = accelerator_session(accelerator);
     checked(loss, "loss");
     FamilyLock lock(accelerator->family);
-    session->backward(loss->tensor);
+    session.backward(loss->tensor);
   });
 }
 
 ACCEL_API accel_status accel_clip_grad_norm(accel_accelerator* accelerator, accel_model* model,
                                             double max_norm, double norm_type, double* out_norm) {
   return guarded([&] {
-    auto session = accelerator_session(accelerator);
+    auto& session = accelerator_session(accelerator);
     checked(model, "model");
     FamilyLock lock(accelerator->family);  // the accelerator's family first, always
     FamilyLock model_lock(model->family);
-    const double norm = session->clip_grad_norm(*model->model, max_norm, norm_type);
+    const double norm = session.clip_grad_norm(*model->model, max_norm, norm_type);
     if (out_norm) *out_norm = norm;
   });
 }
@@ -401,11 +379,11 @@ ACCEL_API accel_status accel_clip_grad_norm(accel_accelerator* accelerator, acce
 ACCEL_API accel_status accel_clip_grad_value(accel_accelerator* accelerator, accel_model* model,
                                              double clip_value) {
   return guarded([&] {
-    auto session = accelerator_session(accelerator);
+    auto& session = accelerator_session(accelerator);
     checked(model, "model");
     FamilyLock lock(accelerator->family);
     FamilyLock model_lock(model->family);
-    session->clip_grad_value(*model->model, clip_value);
+    session.clip_grad_value(*model->model, clip_value);
   });
 }
 

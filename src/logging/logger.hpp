@@ -16,6 +16,8 @@ namespace accel::logging {
 
 // accel.h's ACCEL_LOG_ALL_PROCESSES: every process writes, its rank in the line.
 constexpr uint32_t kAllProcesses = 1;
+// accel.h's ACCEL_LOG_IN_ORDER: with kAllProcesses, every rank in turn (a collective).
+constexpr uint32_t kInOrder = 2;
 
 class Logger {
  public:

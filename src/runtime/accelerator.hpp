@@ -1,5 +1,5 @@
 // The runtime of one process: its place, device, thread settings, seeds and (when distributed) its
-// communicator. The C ABI's accel_accelerator wraps one of these.
+// communicator. The core accel::Accelerator (src/accelerator/) owns one, through its session.
 #pragma once
 
 #include <memory>
