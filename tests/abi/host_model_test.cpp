@@ -540,3 +540,32 @@ TEST(CppApi, LoggerLevelsOptionsAndASinkWhoseExceptionIsReported) {
   acc.info("plain");
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "INFO: plain\n");
 }
+
+TEST(CppApi, AWarningOfTheLibraryReachesTheProgramsSinkAtItsLevel) {
+  const std::string dir = ::testing::TempDir() + "cpp_torn";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/run");
+  // A record cut by a killed run: the next run moves it aside and the core says so.
+  std::ofstream(dir + "/run/metrics.jsonl")
+      << "{\"step\": 1, \"wall_time\": 1, \"values\": {}}\n{\"st";
+  accel::Config config;
+  config.set("log_with", "jsonl").set("logging_dir", dir);
+  accel::Accelerator acc(config);
+  std::vector<std::pair<accel_log_level, std::string>> seen;
+  acc.set_log_sink([&](accel_log_level level, int32_t, accel_log_flags, const std::string& m) {
+    seen.emplace_back(level, m);
+  });
+  acc.init_trackers("run");
+  acc.end_training();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].first, ACCEL_LOG_WARNING);
+  EXPECT_NE(seen[0].second.find("moved to " + dir + "/run/metrics.jsonl.torn-1"), std::string::npos)
+      << seen[0].second;
+  // Above the warning's level, the sink hears nothing of the next repair.
+  std::ofstream(dir + "/run/metrics.jsonl", std::ios::app) << "{\"st";
+  acc.set_log_level(ACCEL_LOG_ERROR);
+  acc.init_trackers("run");
+  acc.end_training();
+  EXPECT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/run/metrics.jsonl.torn-2"));
+}
