@@ -4,7 +4,7 @@
 # on two ranks under the installed `accel launch`, with no LD_LIBRARY_PATH: what the .pc file or
 # the CMake package gives must be enough to find libaccel at run time too.
 set -euo pipefail
-prefix=$1 source=$2 work=$3 mode=$4
+prefix=$1 source=$2 work=$3 mode=$4 with_torch=${5:-OFF}
 rm -rf "$work" && mkdir -p "$work"
 unset LD_LIBRARY_PATH
 export HF_HOME=$work/no-hf-home
@@ -25,11 +25,14 @@ if [ "$mode" = pkgconfig ]; then
   grep -q "Test is a success" "$work/accel_test.log"
 elif [ "$mode" = cmake ]; then
   cmake -S "$source/tests/install/consumer" -B "$work/cmake_build" -DCMAKE_PREFIX_PATH="$prefix" \
-    > "$work/cmake_configure.log"
+    -DACCEL_CONSUMER_TORCH="$with_torch" > "$work/cmake_configure.log"
   cmake --build "$work/cmake_build" > "$work/cmake_build.log"
   "$work/cmake_build/consumer"
   "$prefix/bin/accel" launch -n 2 "$work/cmake_build/consumer"
   "$prefix/bin/accel" launch -n 2 "$work/cmake_build/consumer_cpp"
+  if [ "$with_torch" = ON ]; then
+    "$prefix/bin/accel" launch -n 2 "$work/cmake_build/consumer_torch"
+  fi
   # Another ABI's version must not be accepted by the package.
   other=$major.$((minor - 1))
   [ "$major" = 0 ] || other=$((major - 1)).0
