@@ -14,45 +14,8 @@ import (
 //	if errors.Is(err, accel.ErrTimeout) { ... }
 type Status int32
 
-// The classes of failure (accel.h, "Status codes and errors"). Values are stable.
-const (
-	// ErrInvalidArgument: a required value was missing (a nil handle), or a number or text is
-	// out of range.
-	ErrInvalidArgument Status = C.ACCEL_ERR_INVALID_ARGUMENT
-	// ErrWrongHandle: a handle of another kind was passed.
-	ErrWrongHandle Status = C.ACCEL_ERR_WRONG_HANDLE
-	// ErrConfig: a configuration key is unknown or its value is invalid.
-	ErrConfig Status = C.ACCEL_ERR_CONFIG
-	// ErrUnsupported: understood but not supported by this build (fp16 on CPU, DeepSpeed, ...).
-	ErrUnsupported Status = C.ACCEL_ERR_UNSUPPORTED
-	// ErrIO: a file could not be read or written, or is corrupt.
-	ErrIO Status = C.ACCEL_ERR_IO
-	// ErrShape: tensor shapes disagree (across ranks, or with what the call needs).
-	ErrShape Status = C.ACCEL_ERR_SHAPE
-	// ErrDType: a tensor's element type is not acceptable for the call.
-	ErrDType Status = C.ACCEL_ERR_DTYPE
-	// ErrRendezvous: the processes could not meet (a rank never came, a port is in use).
-	ErrRendezvous Status = C.ACCEL_ERR_RENDEZVOUS
-	// ErrTimeout: a collective did not complete within the collective timeout.
-	ErrTimeout Status = C.ACCEL_ERR_TIMEOUT
-	// ErrPeerFailed: a peer process died or closed its connection during a collective.
-	ErrPeerFailed Status = C.ACCEL_ERR_PEER_FAILED
-	// ErrState: the call is not valid now (a closed handle, a collective after the process group
-	// failed, a call from a callback that may not make it).
-	ErrState Status = C.ACCEL_ERR_STATE
-	// ErrBufferTooSmall: an output buffer was too small (the package retries by itself).
-	ErrBufferTooSmall Status = C.ACCEL_ERR_BUFFER_TOO_SMALL
-	// ErrCallback: a Go function called by the library (a dataset's, a checkpointed object's, a
-	// tracker's or the logger's slog.Handler) returned an error or panicked; the *Error's Cause
-	// holds what it returned.
-	ErrCallback Status = C.ACCEL_ERR_CALLBACK
-	// ErrOutOfMemory: memory could not be allocated.
-	ErrOutOfMemory Status = C.ACCEL_ERR_OUT_OF_MEMORY
-	// ErrTorch: LibTorch reported an error that fits no other class.
-	ErrTorch Status = C.ACCEL_ERR_TORCH
-	// ErrInternal: a bug in libaccel; the message says what.
-	ErrInternal Status = C.ACCEL_ERR_INTERNAL
-)
+// The Err* constants, one per ACCEL_ERR_* value of accel.h, are in status_generated.go
+// (tools/gen_raw.py).
 
 // String is the status's constant name in accel.h, e.g. "ACCEL_ERR_CONFIG".
 func (s Status) String() string {

@@ -66,7 +66,7 @@ mutable struct Accelerator <: Handle
 end
 
 function Accelerator(config::Union{Nothing,Config})
-    acc = Accelerator(@out(Ptr{Cvoid}, accel_init(optional(config)::Ptr{Cvoid})))
+    acc = Accelerator(@out(Ptr{Cvoid}, accel_init(optional(config))))
     try
         acc.logging.processes = num_processes(acc)
         install_log_sink(acc)   # Julia's logging, rather than the library's lines on stderr
@@ -83,55 +83,54 @@ function Accelerator(; settings...)
 end
 Accelerator(f::Function, args...; settings...) = with_handle(f, Accelerator(args...; settings...))
 
-free_handle(::Accelerator, p) = @acall accel_accelerator_free(p::Ptr{Cvoid})::Cvoid
+free_handle(::Accelerator, p) = @acall accel_accelerator_free(p)
 
 "Global rank of this process, from 0 (the RANK the launcher set; not an index: see `Accel`)."
 process_index(acc::Accelerator) =
-    Int(@out Int32 accel_process_index(acc::Ptr{Cvoid}))
+    Int(@out Int32 accel_process_index(acc))
 "Rank of this process on its machine, from 0."
 local_process_index(acc::Accelerator) =
-    Int(@out Int32 accel_local_process_index(acc::Ptr{Cvoid}))
+    Int(@out Int32 accel_local_process_index(acc))
 "Number of processes in the job."
 num_processes(acc::Accelerator) =
-    Int(@out Int32 accel_num_processes(acc::Ptr{Cvoid}))
+    Int(@out Int32 accel_num_processes(acc))
 "Whether this is the main process (rank 0)."
 is_main_process(acc::Accelerator) =
-    @out Bool accel_is_main_process(acc::Ptr{Cvoid})
+    @out Bool accel_is_main_process(acc)
 "Whether this is the main process of its machine (local rank 0)."
 is_local_main_process(acc::Accelerator) =
-    @out Bool accel_is_local_main_process(acc::Ptr{Cvoid})
+    @out Bool accel_is_local_main_process(acc)
 
 "The device this process computes on: \"cpu\", \"cuda:1\", ..."
 function device(acc::Accelerator)
     read_text() do buffer, capacity, size
-        @acall accel_device(acc::Ptr{Cvoid}, buffer::Ptr{UInt8}, capacity::Csize_t, size::Ptr{Csize_t})::Int32
+        @acall accel_device(acc, buffer, capacity, size)
     end
 end
 
 """How the job is distributed, as Accelerate names it: `:NO`, `:MULTI_CPU`, `:MULTI_GPU`, or
 `:DEEPSPEED` / `:FSDP` when that configuration chose a ZeRO stage."""
 function distributed_type(acc::Accelerator)
-    value = @out Int32 accel_distributed_type(acc::Ptr{Cvoid})
+    value = @out Int32 accel_distributed_type(acc)
     (:NO, :MULTI_CPU, :MULTI_GPU, :DEEPSPEED, :FSDP)[value+1]
 end
 
 "The mixed precision in force: `:no`, `:fp16` or `:bf16`."
 function mixed_precision(acc::Accelerator)
-    value = @out Int32 accel_mixed_precision(acc::Ptr{Cvoid})
+    value = @out Int32 accel_mixed_precision(acc)
     (:no, :fp16, :bf16)[value+1]
 end
 
 "The configuration the accelerator was made with, as YAML with each setting's source."
 function effective_config(acc::Accelerator)
     read_text() do buffer, capacity, size
-        @acall accel_effective_config(acc::Ptr{Cvoid}, buffer::Ptr{UInt8}, capacity::Csize_t,
-                                      size::Ptr{Csize_t})::Int32
+        @acall accel_effective_config(acc, buffer, capacity, size)
     end
 end
 
 "Blocks until every rank has called it (bounded by the collective timeout)."
 function wait_for_everyone(acc::Accelerator)
-    @check accel_wait_for_everyone(acc::Ptr{Cvoid})
+    @check accel_wait_for_everyone(acc)
     nothing
 end
 
@@ -141,7 +140,7 @@ end
 Prints `xs` and a newline on the local main process only (Accelerate's `accelerator.print`).
 """
 function Base.println(acc::Accelerator, xs...)
-    @check accel_print(acc::Ptr{Cvoid}, c_text(string(xs...))::Cstring)
+    @check accel_print(acc, c_text(string(xs...)))
 end
 
 """
@@ -151,12 +150,12 @@ Runs `f()` on the main process first and on the others once it is done (Accelera
 `main_process_first`): `main_process_first(acc) do ... end`. A collective: every rank calls it.
 """
 function main_process_first(f, acc::Accelerator)
-    @check accel_main_process_first_begin(acc::Ptr{Cvoid})
+    @check accel_main_process_first_begin(acc)
     result = try
         f()
     finally
         # The others wait in begin for this end: it runs even when f failed.
-        @check accel_main_process_first_end(acc::Ptr{Cvoid})
+        @check accel_main_process_first_end(acc)
     end
     result
 end
@@ -192,17 +191,17 @@ out (after the end, whose own failure is then not reported).
 """
 function join_uneven_inputs(f, acc::Accelerator; even_batches::Union{Nothing,Bool} = nothing)
     flag = even_batches === nothing ? Int32(-1) : Int32(even_batches)
-    @check accel_join_uneven_inputs_begin(acc::Ptr{Cvoid}, flag::Int32)
+    @check accel_join_uneven_inputs_begin(acc, flag)
     returned = false
     try
         result = f()
         returned = true
-        @check accel_join_uneven_inputs_end(acc::Ptr{Cvoid})
+        @check accel_join_uneven_inputs_end(acc)
         return result
     finally
         # f threw: the end still answers the other ranks, and f's exception goes on (an end
         # that fails as well would only hide it).
-        returned || @acall accel_join_uneven_inputs_end(acc::Ptr{Cvoid})::Int32
+        returned || @acall accel_join_uneven_inputs_end(acc)
     end
 end
 
@@ -213,7 +212,7 @@ Seeds LibTorch's generators and libaccel's (data shuffling); `device_specific` a
 index (do not use it when ranks must agree).
 """
 function set_seed(acc::Accelerator, seed::Integer; device_specific::Bool = false)
-    @check accel_set_seed(acc::Ptr{Cvoid}, UInt64(seed)::UInt64, device_specific::Bool)
+    @check accel_set_seed(acc, UInt64(seed), device_specific)
     nothing
 end
 
@@ -228,7 +227,7 @@ reads as in Python. Everything is checked before anything is prepared.
 """
 function prepare(acc::Accelerator, objects::Preparable...)
     handles = HandleArray(objects)
-    @check accel_prepare(acc::Ptr{Cvoid}, handles::Ptr{Ptr{Cvoid}}, length(handles)::Csize_t)
+    @check accel_prepare(acc, handles, length(handles))
     length(objects) == 1 ? objects[1] : objects
 end
 
@@ -242,14 +241,14 @@ every K-th time. Call it once per batch, before the forward; the do-block form r
 and returns what `f` returns.
 """
 function accumulate_gradients!(acc::Accelerator)
-    @check accel_accumulate(acc::Ptr{Cvoid})
+    @check accel_accumulate(acc)
     acc
 end
 accumulate_gradients!(f::Function, acc::Accelerator) = (accumulate_gradients!(acc); f())
 
 "Whether the current micro-step synchronises gradients."
 sync_gradients(acc::Accelerator) =
-    @out Bool accel_sync_gradients(acc::Ptr{Cvoid})
+    @out Bool accel_sync_gradients(acc)
 
 """
     backward(acc, loss)
@@ -258,7 +257,7 @@ Backward of a one-element loss: divided by the accumulation steps, scaled under 
 averaged across processes while it runs.
 """
 function backward(acc::Accelerator, loss::Tensor)
-    @check accel_backward(acc::Ptr{Cvoid}, loss::Ptr{Cvoid})
+    @check accel_backward(acc, loss)
     nothing
 end
 
@@ -269,8 +268,7 @@ Clips the gradient norm of `model`'s parameters (unscaled first under fp16); ret
 before clipping.
 """
 function clip_grad_norm!(acc::Accelerator, model::Model, max_norm::Real; norm_type::Real = 2)
-    @out Float64 accel_clip_grad_norm(acc::Ptr{Cvoid}, model::Ptr{Cvoid}, Float64(max_norm)::Float64,
-                                      Float64(norm_type)::Float64)
+    @out Float64 accel_clip_grad_norm(acc, model, Float64(max_norm), Float64(norm_type))
 end
 
 """
@@ -279,6 +277,6 @@ end
 Clamps every gradient element of `model` to [-clip_value, clip_value].
 """
 function clip_grad_value!(acc::Accelerator, model::Model, clip_value::Real)
-    @check accel_clip_grad_value(acc::Ptr{Cvoid}, model::Ptr{Cvoid}, Float64(clip_value)::Float64)
+    @check accel_clip_grad_value(acc, model, Float64(clip_value))
     nothing
 end

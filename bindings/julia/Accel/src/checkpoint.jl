@@ -9,8 +9,7 @@ main process writes; every process returns once it is written.
 """
 function save_model(acc::Accelerator, model::Model, dir::AbstractString;
                     max_shard_size::Union{Nothing,AbstractString} = nothing)
-    @check accel_save_model(acc::Ptr{Cvoid}, model::Ptr{Cvoid}, c_text(dir)::Cstring,
-                            optional_text(max_shard_size)::Cstring)
+    @check accel_save_model(acc, model, c_text(dir), optional_text(max_shard_size))
     dir
 end
 
@@ -21,7 +20,7 @@ Accelerate's load_checkpoint_in_model: weights from a safetensors file, an index
 holding either. Names, shapes and dtypes must match (else `ERR_SHAPE` and the model is unchanged).
 """
 function load_checkpoint_in_model(model::Model, path::AbstractString)
-    @check accel_load_checkpoint_in_model(model::Ptr{Cvoid}, c_text(path)::Cstring)
+    @check accel_load_checkpoint_in_model(model, c_text(path))
     model
 end
 
@@ -35,7 +34,7 @@ settings (`project_dir`, `automatic_checkpoint_naming`, `total_limit`). Collecti
 registered callback throws `ERR_CALLBACK` with its exception as `cause`.
 """
 save_state(acc::Accelerator, dir::Union{Nothing,AbstractString} = nothing) =
-    check_with_callbacks(acc, @acall(accel_save_state(acc::Ptr{Cvoid}, optional_text(dir)::Cstring)::Int32))
+    check_with_callbacks(acc, @acall(accel_save_state(acc, optional_text(dir))))
 
 """
     load_state(acc, dir = nothing)
@@ -44,7 +43,7 @@ Restores a `save_state` directory into the prepared objects (the same kinds, pre
 order) and the registered objects; checksums are verified first. See `save_state`.
 """
 load_state(acc::Accelerator, dir::Union{Nothing,AbstractString} = nothing) =
-    check_with_callbacks(acc, @acall(accel_load_state(acc::Ptr{Cvoid}, optional_text(dir)::Cstring)::Int32))
+    check_with_callbacks(acc, @acall(accel_load_state(acc, optional_text(dir))))
 
 # The status of a call that ran the registered callbacks: a failure carries what one of them threw.
 function check_with_callbacks(acc::Accelerator, status::Int32)
@@ -76,10 +75,10 @@ before loading.
 function register_for_checkpointing(acc::Accelerator; save::Function, load::Function)
     object = Checkpointed(save, load, nothing)
     GC.@preserve object begin
-        @check accel_register_for_checkpointing(acc::Ptr{Cvoid}, SAVE_TRAMPOLINE[]::Ptr{Cvoid},
-                                                LOAD_TRAMPOLINE[]::Ptr{Cvoid},
-                                                pointer_from_objref(object)::Ptr{Cvoid},
-                                                C_NULL::Ptr{Cvoid})
+        @check accel_register_for_checkpointing(acc, SAVE_TRAMPOLINE[],
+                                                LOAD_TRAMPOLINE[],
+                                                pointer_from_objref(object),
+                                                C_NULL)
     end
     push!(acc.checkpointed, object)   # rooted while the accelerator lives
     nothing
@@ -91,8 +90,7 @@ function save_trampoline(writer::Ptr{Cvoid}, user_data::Ptr{Cvoid})::Int32
         io = IOBuffer()
         object.save(io)
         bytes = take!(io)
-        status = @acall accel_state_writer_write(writer::Ptr{Cvoid}, bytes::Ptr{Cvoid},
-                                                 length(bytes)::Csize_t)::Int32
+        status = @acall accel_state_writer_write(writer, bytes, length(bytes))
         status == 0 || throw_status(status)
         return Int32(0)
     catch exception

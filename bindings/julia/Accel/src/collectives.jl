@@ -49,7 +49,7 @@ rank (`gather(acc, 1.5)[r + 1]` is rank `r`'s). Shapes and dtypes must agree (se
 The do-block form: `f(result)`, then the result is closed.
 """
 gather(acc::Accelerator, x) = collective(x) do t
-    @out Ptr{Cvoid} accel_gather(acc::Ptr{Cvoid}, t::Ptr{Cvoid})
+    @out Ptr{Cvoid} accel_gather(acc, t)
 end
 
 """
@@ -66,8 +66,8 @@ function pad_across_processes(acc::Accelerator, x; dim::Union{Nothing,Integer} =
     1 <= d <= n || throw(AccelError(ERR_INVALID_ARGUMENT,
         "pad_across_processes: dim $d is not a dimension of a $n-dimensional tensor"))
     collective(x) do t
-        @out Ptr{Cvoid} accel_pad_across_processes(acc::Ptr{Cvoid}, t::Ptr{Cvoid}, Int64(n - d)::Int64,
-                                                   Float64(pad_value)::Float64, pad_first::Bool)
+        @out Ptr{Cvoid} accel_pad_across_processes(acc, t, Int64(n - d),
+                                                   Float64(pad_value), pad_first)
     end
 end
 
@@ -88,7 +88,7 @@ function reduce_across(acc::Accelerator, x; reduction::Union{Symbol,AbstractStri
         "reduce_across: reduction $(repr(reduction)) is not one of :sum, :mean, :max, :min"))
     code = Int32(REDUCTIONS[reduction])
     collective(x) do t
-        @out Ptr{Cvoid} accel_reduce(acc::Ptr{Cvoid}, t::Ptr{Cvoid}, code::Int32)
+        @out Ptr{Cvoid} accel_reduce(acc, t, code)
     end
 end
 
@@ -116,11 +116,11 @@ function broadcast_across(acc::Accelerator, x; from::Integer = 0)
         "broadcast_across: from = $from is not a rank: ranks count from 0, as process_index, " *
         "here 0:$(world - 1)"))
     if x === nothing
-        pointer = @out Ptr{Cvoid} accel_broadcast(acc::Ptr{Cvoid}, C_NULL::Ptr{Cvoid}, Int32(from)::Int32)
+        pointer = @out Ptr{Cvoid} accel_broadcast(acc, C_NULL, Int32(from))
         return value_of(pointer, true)
     end
     collective(x) do t
-        @out Ptr{Cvoid} accel_broadcast(acc::Ptr{Cvoid}, t::Ptr{Cvoid}, Int32(from)::Int32)
+        @out Ptr{Cvoid} accel_broadcast(acc, t, Int32(from))
     end
 end
 
@@ -137,17 +137,16 @@ Every rank's bytes (any length, may differ), in rank order: rank `r`'s at `[r + 
 """
 function gather_bytes(acc::Accelerator, data::AbstractVector{UInt8})
     bytes = Vector{UInt8}(data)
-    list = @out Ptr{Cvoid} accel_gather_object(acc::Ptr{Cvoid}, bytes::Ptr{Cvoid}, length(bytes)::Csize_t)
+    list = @out Ptr{Cvoid} accel_gather_object(acc, bytes, length(bytes))
     try
-        count = @out Csize_t accel_bytes_list_count(list::Ptr{Cvoid})
+        count = @out Csize_t accel_bytes_list_count(list)
         map(0:Int(count)-1) do i
             entry, size = Ref{Ptr{Cvoid}}(C_NULL), Ref{Csize_t}(0)
-            @check accel_bytes_list_get(list::Ptr{Cvoid}, i::Csize_t, entry::Ptr{Ptr{Cvoid}},
-                                        size::Ptr{Csize_t})
+            @check accel_bytes_list_get(list, i, entry, size)
             copy(unsafe_wrap(Array, Ptr{UInt8}(entry[]), Int(size[])))
         end
     finally
-        @acall accel_bytes_list_free(list::Ptr{Cvoid})::Cvoid
+        @acall accel_bytes_list_free(list)
     end
 end
 
@@ -172,7 +171,7 @@ batch, drops the samples duplicated to even it out: each sample of the dataset c
 result has the form of `x`, as for `gather`.
 """
 gather_for_metrics(acc::Accelerator, x) = collective(x) do t
-    @out Ptr{Cvoid} accel_gather_for_metrics(acc::Ptr{Cvoid}, t::Ptr{Cvoid})
+    @out Ptr{Cvoid} accel_gather_for_metrics(acc, t)
 end
 
 """
@@ -199,8 +198,7 @@ end
 
 split_between_processes(acc::Accelerator, x::Union{Tensor,AbstractArray}; apply_padding::Bool = false) =
     collective(x) do t
-        @out Ptr{Cvoid} accel_split_tensor_between_processes(acc::Ptr{Cvoid}, t::Ptr{Cvoid},
-                                                             apply_padding::Bool)
+        @out Ptr{Cvoid} accel_split_tensor_between_processes(acc, t, apply_padding)
     end
 split_between_processes(f, acc::Accelerator, t::Tensor; kwargs...) =
     with_handle(f, split_between_processes(acc, t; kwargs...))
@@ -209,16 +207,14 @@ split_between_processes(f, acc::Accelerator, t::Tensor; kwargs...) =
 # the count, the second fills a buffer of that size.
 function split_indices(acc::Accelerator, n::Integer, apply_padding::Bool)
     needed = Ref{Csize_t}(0)
-    status = @acall accel_split_between_processes(acc::Ptr{Cvoid}, Int64(n)::Int64, apply_padding::Bool,
-                                                  C_NULL::Ptr{Int64}, 0::Csize_t,
-                                                  needed::Ptr{Csize_t})::Int32
+    status = @acall accel_split_between_processes(acc, Int64(n), apply_padding, C_NULL, 0, needed)
     status == 0 && return Int64[]   # nothing to take
     status == Int32(ERR_BUFFER_TOO_SMALL) || throw_status(status)
     indices = Vector{Int64}(undef, needed[])
     got = Ref{Csize_t}(0)
-    @check accel_split_between_processes(acc::Ptr{Cvoid}, Int64(n)::Int64, apply_padding::Bool,
-                                         indices::Ptr{Int64}, length(indices)::Csize_t,
-                                         got::Ptr{Csize_t})
+    @check accel_split_between_processes(acc, Int64(n), apply_padding,
+                                         indices, length(indices),
+                                         got)
     resize!(indices, got[])
 end
 
@@ -229,7 +225,7 @@ Accelerate's set_trigger: raises this process's stop flag (an early stop, a NaN 
 `check_trigger`. Local: it communicates nothing and takes no lock, so one rank alone may call it.
 """
 function set_trigger!(acc::Accelerator)
-    @check accel_set_trigger(acc::Ptr{Cvoid})
+    @check accel_set_trigger(acc)
     nothing
 end
 
@@ -242,5 +238,5 @@ sets it again). Call it at the same point of the loop on every rank, so that all
 step: `check_trigger(acc) && break`.
 """
 function check_trigger(acc::Accelerator)
-    @out Bool accel_check_trigger(acc::Ptr{Cvoid})
+    @out Bool accel_check_trigger(acc)
 end

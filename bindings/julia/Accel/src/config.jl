@@ -38,18 +38,17 @@ function Config(path::AbstractString; settings...)
 end
 Config(f::Function, args...; settings...) = with_handle(f, Config(args...; settings...))
 
-free_handle(::Config, p) = @acall accel_config_free(p::Ptr{Cvoid})::Cvoid
+free_handle(::Config, p) = @acall accel_config_free(p)
 
 function Base.setindex!(cfg::Config, value, key::Union{AbstractString,Symbol})
-    @check accel_config_set(cfg::Ptr{Cvoid}, c_text(key)::Cstring, c_text(value)::Cstring)
+    @check accel_config_set(cfg, c_text(key), c_text(value))
     value
 end
 
 function Base.getindex(cfg::Config, key::Union{AbstractString,Symbol})
     name = c_text(key)
     read_text() do buffer, capacity, size
-        @acall accel_config_get(cfg::Ptr{Cvoid}, name::Cstring, buffer::Ptr{UInt8},
-                                capacity::Csize_t, size::Ptr{Csize_t})::Int32
+        @acall accel_config_get(cfg, name, buffer, capacity, size)
     end
 end
 
@@ -62,7 +61,7 @@ none exists nothing is loaded. A bad file throws and leaves `cfg` unchanged.
 """
 function load_file!(cfg::Config, path::Union{Nothing,AbstractString} = nothing)
     file = path === nothing ? C_NULL : c_text(path)
-    @check accel_config_load_file(cfg::Ptr{Cvoid}, file::Cstring)
+    @check accel_config_load_file(cfg, file)
     cfg
 end
 
@@ -73,7 +72,6 @@ The effective configuration as YAML: every key, its resolved value, and its sour
 """
 function dump_yaml(cfg::Config)
     read_text() do buffer, capacity, size
-        @acall accel_config_dump(cfg::Ptr{Cvoid}, buffer::Ptr{UInt8}, capacity::Csize_t,
-                                 size::Ptr{Csize_t})::Int32
+        @acall accel_config_dump(cfg, buffer, capacity, size)
     end
 end

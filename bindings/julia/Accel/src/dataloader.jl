@@ -59,7 +59,7 @@ end
 function DataLoader(acc, dataset::Dataset; options...)
     reader = reader_of(dataset)   # a stream from Julia: a copy with a pass of its own
     pointer = try
-        @out Ptr{Cvoid} accel_dataloader_new(acc::Ptr{Cvoid}, reader::Ptr{Cvoid})
+        @out Ptr{Cvoid} accel_dataloader_new(acc, reader)
     finally
         # The dataloader keeps the library's dataset; the Julia object stays in the dataloader, as
         # the root of its source.
@@ -82,7 +82,7 @@ DataLoader(f::Function, acc, dataset::Dataset; options...) =
 
 # Free waits for the samples the workers are making: see paused_gc.
 free_handle(loader::DataLoader, p) =
-    paused_gc(() -> @acall(accel_dataloader_free(p::Ptr{Cvoid})::Cvoid), loader)
+    paused_gc(() -> @acall(accel_dataloader_free(p)), loader)
 
 """
     close(loader)
@@ -94,7 +94,7 @@ function Base.close(loader::DataLoader)
     release_batch!(loader)
     if isopen(loader)
         paused_gc(loader) do
-            @check accel_dataloader_close(loader::Ptr{Cvoid})
+            @check accel_dataloader_close(loader)
         end
     end
     release!(loader)
@@ -123,7 +123,7 @@ function set!(loader::DataLoader, key::Union{AbstractString,Symbol}, value)
     end
     release_batch!(loader)     # the library ends an iteration in progress
     paused_gc(loader) do
-        @check accel_dataloader_set(loader::Ptr{Cvoid}, c_text(key)::Cstring, text::Cstring)
+        @check accel_dataloader_set(loader, c_text(key), text)
     end
     loader.fields = field_count(loader)   # `mask` adds or removes fields
     loader
@@ -156,8 +156,7 @@ function set_field!(loader::DataLoader, field::Integer, key::Union{AbstractStrin
     text = loader_text(key, value)
     release_batch!(loader)
     paused_gc(loader) do
-        @check accel_dataloader_set_field(loader::Ptr{Cvoid}, Csize_t(field - 1)::Csize_t,
-                                          c_text(key)::Cstring, text::Cstring)
+        @check accel_dataloader_set_field(loader, Csize_t(field - 1), c_text(key), text)
     end
     loader.fields = field_count(loader)
     loader
@@ -184,8 +183,7 @@ function next_batch(loader::DataLoader)
     fields = fill(C_NULL, loader.fields)
     count = Ref{Csize_t}(0)
     status = paused_gc(loader) do
-        @acall accel_dataloader_next(loader::Ptr{Cvoid}, fields::Ptr{Ptr{Cvoid}},
-                                     length(fields)::Csize_t, count::Ptr{Csize_t})::Int32
+        @acall accel_dataloader_next(loader, fields, length(fields), count)
     end
     status == 0 || throw_batch_status(status, loader)
     count[] == 0 && return nothing
@@ -251,7 +249,7 @@ Base.eltype(::Type{DataLoader}) = Tuple{Vararg{Tensor}}
 
 "The number of batches this process gets in a whole epoch. A stream has none: it throws."
 function Base.length(loader::DataLoader)
-    n = Int(@out Int64 accel_dataloader_batch_count(loader::Ptr{Cvoid}))
+    n = Int(@out Int64 accel_dataloader_batch_count(loader))
     n >= 0 || throw(AccelError(ERR_UNSUPPORTED,
         "length: the dataloader reads a stream, whose number of batches is unknown until a pass " *
         "reaches its end; iterate it (`for`, `collect`), and ask `isstream(loader)` first in " *
@@ -259,10 +257,10 @@ function Base.length(loader::DataLoader)
     n
 end
 
-isstream(loader::DataLoader) = (@out Int64 accel_dataloader_batch_count(loader::Ptr{Cvoid})) < 0
+isstream(loader::DataLoader) = (@out Int64 accel_dataloader_batch_count(loader)) < 0
 
 function field_count(loader::DataLoader)
-    Int(@out Csize_t accel_dataloader_field_count(loader::Ptr{Cvoid}))
+    Int(@out Csize_t accel_dataloader_field_count(loader))
 end
 
 """
@@ -274,19 +272,19 @@ checkpoints, not indices: they count from 0 (`for e in 0:epochs-1`; see `Accel`)
 function set_epoch!(loader::DataLoader, epoch::Integer)
     release_batch!(loader)
     paused_gc(loader) do
-        @check accel_dataloader_set_epoch(loader::Ptr{Cvoid}, Int64(epoch)::Int64)
+        @check accel_dataloader_set_epoch(loader, Int64(epoch))
     end
     loader
 end
 
 "The current epoch (from 0; it advances after each complete pass)."
 function epoch(loader::DataLoader)
-    Int(@out Int64 accel_dataloader_epoch(loader::Ptr{Cvoid}))
+    Int(@out Int64 accel_dataloader_epoch(loader))
 end
 
 "Whether the last batch of the epoch is in use (Accelerate's `end_of_dataloader`)."
 function end_of_epoch(loader::DataLoader)
-    @out Bool accel_dataloader_end_of_epoch(loader::Ptr{Cvoid})
+    @out Bool accel_dataloader_end_of_epoch(loader)
 end
 
 """
@@ -294,7 +292,7 @@ How many samples of the last global step are real (Accelerate's `remainder`); -1
 A stream's is known at its last batch (`end_of_epoch`), -1 before.
 """
 function remainder(loader::DataLoader)
-    Int(@out Int64 accel_dataloader_remainder(loader::Ptr{Cvoid}))
+    Int(@out Int64 accel_dataloader_remainder(loader))
 end
 
 """
@@ -303,7 +301,7 @@ end
 The next iteration skips this process's first `n` batches (a mid-epoch resume).
 """
 function skip_first_batches!(loader::DataLoader, n::Integer)
-    @check accel_dataloader_skip_first_batches(loader::Ptr{Cvoid}, Int64(n)::Int64)
+    @check accel_dataloader_skip_first_batches(loader, Int64(n))
     loader
 end
 
@@ -316,7 +314,7 @@ processes have consumed (a count).
 """
 function Base.position(loader::DataLoader)
     epoch, samples = Ref{Int64}(0), Ref{Int64}(0)
-    @check accel_dataloader_position(loader::Ptr{Cvoid}, epoch::Ptr{Int64}, samples::Ptr{Int64})
+    @check accel_dataloader_position(loader, epoch, samples)
     (Int(epoch[]), Int(samples[]))
 end
 
@@ -328,6 +326,6 @@ Continues at a saved global cursor (see `position`): the next iteration starts `
 """
 function set_position!(loader::DataLoader, epoch::Integer, samples::Integer)
     release_batch!(loader)
-    @check accel_dataloader_set_position(loader::Ptr{Cvoid}, Int64(epoch)::Int64, Int64(samples)::Int64)
+    @check accel_dataloader_set_position(loader, Int64(epoch), Int64(samples))
     loader
 end

@@ -96,14 +96,13 @@ end
 Dataset(pointer::Ptr{Cvoid}, source::Union{SampleSource,StreamSource}) =
     Dataset(pointer, source, source.ragged)
 
-free_handle(::Dataset, p) = @acall accel_dataset_free(p::Ptr{Cvoid})::Cvoid
+free_handle(::Dataset, p) = @acall accel_dataset_free(p)
 
 function Dataset(fields::Union{Tensor,AbstractArray}...)
     isempty(fields) && throw(ArgumentError("a dataset needs at least one field"))
     with_tensors(fields) do tensors
         handles = HandleArray(tensors)
-        dataset = @out Ptr{Cvoid} accel_dataset_from_tensors(handles::Ptr{Ptr{Cvoid}},
-                                                             length(handles)::Csize_t)
+        dataset = @out Ptr{Cvoid} accel_dataset_from_tensors(handles, length(handles))
         Dataset(dataset, nothing, fill(false, length(fields)))
     end
 end
@@ -120,7 +119,7 @@ function idx_dataset(paths::AbstractString...)
     texts = [c_text(p) for p in paths]
     pointers = Ptr{UInt8}[pointer(t) for t in texts]
     dataset = GC.@preserve texts begin
-        @out Ptr{Cvoid} accel_dataset_from_idx(pointers::Ptr{Ptr{UInt8}}, length(pointers)::Csize_t)
+        @out Ptr{Cvoid} accel_dataset_from_idx(pointers, length(pointers))
     end
     Dataset(dataset, nothing, fill(false, length(paths)))
 end
@@ -151,16 +150,16 @@ function Dataset(f::Function, n::Integer, fields::Union{FieldSpec,RaggedField}..
     flat = reduce(vcat, library_dims; init = Int64[])
     dataset = GC.@preserve source begin
         if any(ragged)
-            @out Ptr{Cvoid} accel_dataset_from_ragged_callback(Int64(n)::Int64, length(fields)::Csize_t,
-                dtypes::Ptr{Int32}, dim_counts::Ptr{Csize_t}, flat::Ptr{Int64},
-                LENGTH_TRAMPOLINE[]::Ptr{Cvoid}, SAMPLE_TRAMPOLINE[]::Ptr{Cvoid},
-                pointer_from_objref(source)::Ptr{Cvoid}, C_NULL::Ptr{Cvoid})
+            @out Ptr{Cvoid} accel_dataset_from_ragged_callback(Int64(n), length(fields),
+                dtypes, dim_counts, flat,
+                LENGTH_TRAMPOLINE[], SAMPLE_TRAMPOLINE[],
+                pointer_from_objref(source), C_NULL)
         else
-            @out Ptr{Cvoid} accel_dataset_from_callback(Int64(n)::Int64, length(fields)::Csize_t,
-                                                        dtypes::Ptr{Int32}, dim_counts::Ptr{Csize_t},
-                                                        flat::Ptr{Int64}, SAMPLE_TRAMPOLINE[]::Ptr{Cvoid},
-                                                        pointer_from_objref(source)::Ptr{Cvoid},
-                                                        C_NULL::Ptr{Cvoid})
+            @out Ptr{Cvoid} accel_dataset_from_callback(Int64(n), length(fields),
+                                                        dtypes, dim_counts,
+                                                        flat, SAMPLE_TRAMPOLINE[],
+                                                        pointer_from_objref(source),
+                                                        C_NULL)
         end
     end
     Dataset(dataset, source)
@@ -252,7 +251,7 @@ function take_failure!(source::Union{Nothing,SampleSource,StreamSource})
 end
 
 function Base.length(ds::Dataset)
-    n = Int(@out Int64 accel_dataset_sample_count(ds::Ptr{Cvoid}))
+    n = Int(@out Int64 accel_dataset_sample_count(ds))
     n >= 0 || throw(AccelError(ERR_UNSUPPORTED,
         "length: the dataset is a stream, whose length is unknown until a pass reaches its end; " *
         "iterate a DataLoader over it (`for`, `collect`), and ask `isstream(ds)` first in code " *
@@ -266,7 +265,7 @@ end
 Whether the dataset (or the dataloader's) is a stream (`stream_dataset`, `text_lines_dataset`):
 read in order, with no known length, so that `length` throws.
 """
-isstream(ds::Dataset) = (@out Int64 accel_dataset_sample_count(ds::Ptr{Cvoid})) < 0
+isstream(ds::Dataset) = (@out Int64 accel_dataset_sample_count(ds)) < 0
 
 """
     field_count(dataset_or_loader) -> Int
@@ -274,5 +273,5 @@ isstream(ds::Dataset) = (@out Int64 accel_dataset_sample_count(ds::Ptr{Cvoid})) 
 The number of fields of each sample (and of each batch).
 """
 function field_count(ds::Dataset)
-    Int(@out Csize_t accel_dataset_field_count(ds::Ptr{Cvoid}))
+    Int(@out Csize_t accel_dataset_field_count(ds))
 end

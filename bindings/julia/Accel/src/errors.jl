@@ -31,8 +31,8 @@ status_of(code::Integer) =
 # Reads the message of the call that just failed on this thread: called right after the ccall,
 # before anything that could yield or make another libaccel call.
 @noinline function throw_status(code::Integer, cause = nothing)
-    message = unsafe_string(@acall accel_last_error_message()::Cstring)
-    recorded = @acall accel_last_error_status()::Int32
+    message = unsafe_string(@acall accel_last_error_message())
+    recorded = @acall accel_last_error_status()
     if recorded != code   # the message is another call's: say so rather than mislead
         message = "(no message: this thread's last error is $(status_of(recorded)), not $(status_of(code)))"
     end
@@ -45,4 +45,4 @@ end
 The library's name of a status ("ACCEL_ERR_SHAPE").
 """
 status_name(status::Union{Status,Integer}) =
-    unsafe_string(@acall accel_status_name(Int32(status)::Int32)::Cstring)
+    unsafe_string(@acall accel_status_name(Int32(status)))

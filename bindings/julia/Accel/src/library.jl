@@ -7,73 +7,63 @@
 "The library versions this package supports: the ABI 0.2, as accel_version_number() counts."
 const SUPPORTED_VERSIONS = (200, 300)   # [0.2.0, 0.3.0)
 
-# SYMBOLS, every C function the package may call, is in generated.jl.
+# generated.jl has, from accel.h: SYMBOLS (every C function), a typed Julia function per C function
+# (`accel_x(args...) = ccall(fp_accel_x[], ...)` with the header's types) and the Ref `fp_accel_x`
+# it calls through, which load_library fills.
 
 pointer_ref(name::Symbol) = Symbol("fp_", name)
-for name in SYMBOLS
-    @eval const $(pointer_ref(name)) = Ref{Ptr{Cvoid}}(C_NULL)
-end
 
 "The path of the libaccel that was loaded."
 const LIBRARY_PATH = Ref{String}("")
 
 """
-    @acall accel_name(arg::CType, ...)::ReturnType
+    @acall accel_name(args...)
 
-A ccall of the libaccel function `accel_name` with the given C argument types. Handles
-(`Tensor`, `Model`, ...) may be passed where the type is `Ptr{Cvoid}`: ccall keeps them alive
-for the call and a closed one is refused before the call.
+A call of the generated function `accel_name` whose result is used as it is (a value, nothing,
+or a status the caller looks at itself). Handles (`Tensor`, `Model`, ...) are passed as they
+are: ccall keeps them alive for the call and a closed one is refused before the call.
 """
-macro acall(expr)
-    Meta.isexpr(expr, :(::)) || error("@acall wants name(args...)::ReturnType")
-    ccall_expr(expr.args[1], esc(expr.args[2]))
+macro acall(call)
+    esc(libaccel_call(call))
 end
 
 """
-    @check accel_name(arg::CType, ...)
+    @check accel_name(args...)
 
-@acall of a function that returns an accel_status: anything but ACCEL_OK throws an `AccelError`
-with the library's message, read at once on the thread of the call (nothing yields in between).
+A call of a generated function that returns an accel_status: anything but ACCEL_OK throws an
+`AccelError` with the library's message, read at once on the thread of the call (nothing yields
+in between).
 """
 macro check(call)
     quote
-        local status = $(ccall_expr(call, :Int32))
+        local status = $(esc(libaccel_call(call)))
         status == 0 || throw_status(status)
         nothing
     end
 end
 
 """
-    @out T accel_name(arg::CType, ...)
+    @out T accel_name(args...)
 
 @check of a function whose last parameter is one output of type `T`: the call gets a `Ref{T}`
 as that parameter and the expression is its value.
 """
 macro out(T, call)
-    Meta.isexpr(call, :call) || error("@out wants T name(args...)")
     out = gensym("out")
-    full = Expr(:call, call.args..., Expr(:(::), out, Expr(:curly, :Ptr, T)))
+    full = Expr(:call, libaccel_call(call).args..., out)
     quote
         local $(esc(out)) = Ref{$(esc(T))}()
-        local status = $(ccall_expr(full, :Int32))
+        local status = $(esc(full))
         status == 0 || throw_status(status)
         $(esc(out))[]
     end
 end
 
-# The ccall expression of the macros (one macro expanding another trips Julia 1.5's
-# precompilation over the escaped arguments).
-function ccall_expr(call, rettype)
-    Meta.isexpr(call, :call) || error("libaccel calls are written name(args...)")
-    name = call.args[1]
-    name in SYMBOLS || error("$name is not in Accel.SYMBOLS")
-    types, values = [], []
-    for arg in call.args[2:end]
-        Meta.isexpr(arg, :(::)) || error("argument $arg of $name has no C type")
-        push!(values, esc(arg.args[1]))
-        push!(types, esc(arg.args[2]))
-    end
-    :(ccall($(pointer_ref(name))[], $rettype, ($(types...),), $(values...)))
+# The call, once its name is known to be a libaccel function (a typo fails where it is written).
+function libaccel_call(call)
+    Meta.isexpr(call, :call) || error("libaccel calls are written accel_name(args...)")
+    call.args[1] in SYMBOLS || error("$(call.args[1]) is not in Accel.SYMBOLS")
+    call
 end
 
 # The handle, or C_NULL and the loader's reason.
@@ -136,9 +126,9 @@ function load_library()
         end
     end
     isempty(missing) || error("$path is not libaccel 0.2: it lacks $(join(missing, ", "))")
-    number = Int(@acall accel_version_number()::UInt32)
+    number = Int(@acall accel_version_number())
     if !(SUPPORTED_VERSIONS[1] <= number < SUPPORTED_VERSIONS[2])
-        error("$path is libaccel $(unsafe_string(@acall accel_version()::Cstring)); Accel.jl " *
+        error("$path is libaccel $(unsafe_string(@acall accel_version())); Accel.jl " *
               "$(PACKAGE_VERSION) supports [0.2.0, 0.3.0)")
     end
     LIBRARY_PATH[] = path
@@ -150,4 +140,4 @@ end
 
 The version of the libaccel that was loaded (`accel_version`).
 """
-library_version() = VersionNumber(unsafe_string(@acall accel_version()::Cstring))
+library_version() = VersionNumber(unsafe_string(@acall accel_version()))

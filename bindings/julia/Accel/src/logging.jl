@@ -75,8 +75,7 @@ function log_message(acc::Accelerator, level::Union{LogLevel,Integer}, message::
     number = library_level(level)
     text = c_text(message)
     call_sink(acc, "log_message") do
-        @acall accel_log_message(acc::Ptr{Cvoid}, number::Int32, flags::UInt32,
-                                 text::Cstring)::Int32
+        @acall accel_log_message(acc, number, flags, text)
     end
 end
 
@@ -87,7 +86,7 @@ The accelerator's level: messages below it are dropped on every rank, before any
 them. From the configuration key `log_level` (ACCELERATE_LOG_LEVEL or ACCEL_LOG_LEVEL: notset,
 debug, info, warning, error or critical), `Logging.Info` by default; `set_log_level!` changes it.
 """
-log_level(acc::Accelerator) = julia_level(@out Int32 accel_get_log_level(acc::Ptr{Cvoid}))
+log_level(acc::Accelerator) = julia_level(@out Int32 accel_get_log_level(acc))
 
 """
     set_log_level!(acc, level) -> acc
@@ -98,7 +97,7 @@ messages through to the logger, whose own level still applies) or the library's 
 """
 function set_log_level!(acc::Accelerator, level::Union{LogLevel,Integer})
     number = library_level(level)
-    @check accel_set_log_level(acc::Ptr{Cvoid}, number::Int32)
+    @check accel_set_log_level(acc, number)
     acc
 end
 
@@ -136,8 +135,7 @@ function replace_sink!(acc::Accelerator, sink, library::Bool)
     lock(state.lock)
     try
         if library
-            @check accel_set_log_sink(acc::Ptr{Cvoid}, C_NULL::Ptr{Cvoid}, C_NULL::Ptr{Cvoid},
-                                      C_NULL::Ptr{Cvoid})
+            @check accel_set_log_sink(acc, C_NULL, C_NULL, C_NULL)
         else
             install_log_sink(acc)   # the same trampoline and state: only the Julia sink changes
         end
@@ -153,8 +151,7 @@ end
 function install_log_sink(acc::Accelerator)
     state = acc.logging
     GC.@preserve state begin
-        @check accel_set_log_sink(acc::Ptr{Cvoid}, LOG_SINK_TRAMPOLINE[]::Ptr{Cvoid},
-                                  pointer_from_objref(state)::Ptr{Cvoid}, C_NULL::Ptr{Cvoid})
+        @check accel_set_log_sink(acc, LOG_SINK_TRAMPOLINE[], pointer_from_objref(state), C_NULL)
     end
 end
 

@@ -28,7 +28,7 @@ end
 Model() = Model(@out(Ptr{Cvoid}, accel_model_new()))
 Model(f::Function) = with_handle(f, Model())
 
-free_handle(::Model, p) = @acall accel_model_free(p::Ptr{Cvoid})::Cvoid
+free_handle(::Model, p) = @acall accel_model_free(p)
 
 """
     load_torchscript(path) -> Model
@@ -37,7 +37,7 @@ Loads a TorchScript archive (torch.jit.save, tch-rs, `save_torchscript`). An unr
 invalid file throws `ERR_IO` naming it.
 """
 function load_torchscript(path::AbstractString)
-    Model(@out(Ptr{Cvoid}, accel_model_load_torchscript(c_text(path)::Cstring)))
+    Model(@out(Ptr{Cvoid}, accel_model_load_torchscript(c_text(path))))
 end
 
 """
@@ -49,8 +49,7 @@ Adds layer `name` of `kind` (`:linear`, `:conv2d`, `:batch_norm2d`, `:layer_norm
 in_channels = 1, out_channels = 32, kernel_size = 3)`.
 """
 function add_layer!(model::Model, name, kind, spec::AbstractString)
-    @check accel_model_add_layer(model::Ptr{Cvoid}, c_text(name)::Cstring, c_text(kind)::Cstring,
-                                 c_text(spec)::Cstring)
+    @check accel_model_add_layer(model, c_text(name), c_text(kind), c_text(spec))
     model
 end
 add_layer!(model::Model, name, kind; options...) =
@@ -65,7 +64,7 @@ that requires grad (`set_requires_grad!`), share memory with no other lent tenso
 model's device. The model keeps its own reference: `t` may be closed afterwards.
 """
 function add_parameter!(model::Model, name, t::Tensor)
-    @check accel_model_add_parameter(model::Ptr{Cvoid}, c_text(name)::Cstring, t::Ptr{Cvoid})
+    @check accel_model_add_parameter(model, c_text(name), t)
     model
 end
 
@@ -75,7 +74,7 @@ end
 Lends `t` as buffer `name`: saved and copied from rank 0, never trained.
 """
 function add_buffer!(model::Model, name, t::Tensor)
-    @check accel_model_add_buffer(model::Ptr{Cvoid}, c_text(name)::Cstring, t::Ptr{Cvoid})
+    @check accel_model_add_buffer(model, c_text(name), t)
     model
 end
 
@@ -88,11 +87,11 @@ rank 0's buffers are copied to every rank first (a collective when the model has
 must not yield to another task that could move it.
 """
 function forward(f, model::Model)
-    @check accel_model_forward_begin(model::Ptr{Cvoid})
+    @check accel_model_forward_begin(model)
     try
         return f()
     finally
-        @check accel_model_forward_end(model::Ptr{Cvoid})
+        @check accel_model_forward_end(model)
     end
 end
 
@@ -103,7 +102,7 @@ Compiles TorchScript source defining methods of the model (forward, training_ste
 that does not compile throws `ERR_INVALID_ARGUMENT` with TorchScript's message.
 """
 function define!(model::Model, source::AbstractString)
-    @check accel_model_define(model::Ptr{Cvoid}, c_text(source)::Cstring)
+    @check accel_model_define(model, c_text(source))
     model
 end
 
@@ -116,8 +115,7 @@ function call(model::Model, method::Union{Symbol,AbstractString}, inputs...)
     name = c_text(method)
     list = with_tensors(inputs) do tensors
         handles = HandleArray(tensors)
-        @out Ptr{Cvoid} accel_model_call(model::Ptr{Cvoid}, name::Cstring, handles::Ptr{Ptr{Cvoid}},
-                                         length(handles)::Csize_t)
+        @out Ptr{Cvoid} accel_model_call(model, name, handles, length(handles))
     end
     results = take_tensor_list(list)
     length(results) == 1 ? results[1] : Tuple(results)
@@ -156,7 +154,7 @@ end
 Train mode (dropout active, batch-norm statistics updated) or eval mode.
 """
 function trainmode!(model::Model, on::Bool = true)
-    @check accel_model_train(model::Ptr{Cvoid}, on::Bool)
+    @check accel_model_train(model, on)
     model
 end
 "Eval mode: `trainmode!(model, false)`."
@@ -164,28 +162,27 @@ testmode!(model::Model) = trainmode!(model, false)
 
 "The total number of parameter elements."
 function parameter_count(model::Model)
-    Int(@out Int64 accel_model_parameter_element_count(model::Ptr{Cvoid}))
+    Int(@out Int64 accel_model_parameter_element_count(model))
 end
 
 "The names of the parameters and buffers (\"fc1.weight\", ...), parameters first."
 function tensor_names(model::Model)
-    count = @out Csize_t accel_model_tensor_count(model::Ptr{Cvoid})
+    count = @out Csize_t accel_model_tensor_count(model)
     map(0:Int(count)-1) do i
         read_text() do buffer, capacity, size
-            @acall accel_model_tensor_name(model::Ptr{Cvoid}, i::Csize_t, buffer::Ptr{UInt8},
-                                           capacity::Csize_t, size::Ptr{Csize_t})::Int32
+            @acall accel_model_tensor_name(model, i, buffer, capacity, size)
         end
     end
 end
 
 "A copy of parameter or buffer `name` (detached; later training does not change it)."
 function Base.getindex(model::Model, name::AbstractString)
-    pointer = @out Ptr{Cvoid} accel_model_tensor(model::Ptr{Cvoid}, c_text(name)::Cstring)
+    pointer = @out Ptr{Cvoid} accel_model_tensor(model, c_text(name))
     Tensor(pointer, Val(:own))
 end
 
 "Saves the model as a TorchScript archive (torch.jit.load and `load_torchscript` read it)."
 function save_torchscript(model::Model, path::AbstractString)
-    @check accel_model_save_torchscript(model::Ptr{Cvoid}, c_text(path)::Cstring)
+    @check accel_model_save_torchscript(model, c_text(path))
     path
 end

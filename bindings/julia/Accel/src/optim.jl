@@ -14,7 +14,7 @@ mutable struct Optimizer <: Handle
 end
 
 function Optimizer(model::Model, kind; options...)
-    pointer = @out Ptr{Cvoid} accel_optimizer_new(model::Ptr{Cvoid}, c_text(kind)::Cstring)
+    pointer = @out Ptr{Cvoid} accel_optimizer_new(model, c_text(kind))
     with_options!(Optimizer(pointer), options)
 end
 
@@ -31,7 +31,7 @@ mutable struct Scheduler <: Handle
 end
 
 function Scheduler(optimizer::Optimizer, kind; options...)
-    pointer = @out Ptr{Cvoid} accel_scheduler_new(optimizer::Ptr{Cvoid}, c_text(kind)::Cstring)
+    pointer = @out Ptr{Cvoid} accel_scheduler_new(optimizer, c_text(kind))
     with_options!(Scheduler(pointer), options)
 end
 
@@ -47,16 +47,16 @@ function with_options!(object, options)
     object
 end
 
-free_handle(::Optimizer, p) = @acall accel_optimizer_free(p::Ptr{Cvoid})::Cvoid
-free_handle(::Scheduler, p) = @acall accel_scheduler_free(p::Ptr{Cvoid})::Cvoid
+free_handle(::Optimizer, p) = @acall accel_optimizer_free(p)
+free_handle(::Scheduler, p) = @acall accel_scheduler_free(p)
 
 function set!(opt::Optimizer, key::Union{AbstractString,Symbol}, value)
-    @check accel_optimizer_set(opt::Ptr{Cvoid}, c_text(key)::Cstring, c_text(value)::Cstring)
+    @check accel_optimizer_set(opt, c_text(key), c_text(value))
     opt
 end
 
 function set!(sched::Scheduler, key::Union{AbstractString,Symbol}, value)
-    @check accel_scheduler_set(sched::Ptr{Cvoid}, c_text(key)::Cstring, c_text(value)::Cstring)
+    @check accel_scheduler_set(sched, c_text(key), c_text(value))
     sched
 end
 
@@ -68,12 +68,12 @@ One optimizer step (nothing on accumulation micro-steps once prepared; skipped u
 gradient is inf/nan), or one scheduler step (Accelerate's rules, see `Scheduler`).
 """
 function step!(opt::Optimizer)
-    @check accel_optimizer_step(opt::Ptr{Cvoid})
+    @check accel_optimizer_step(opt)
     opt
 end
 
 function step!(sched::Scheduler)
-    @check accel_scheduler_step(sched::Ptr{Cvoid})
+    @check accel_scheduler_step(sched)
     sched
 end
 
@@ -85,7 +85,7 @@ the gradients that live in the communication buckets are zeroed in place instead
 `accel_optimizer_zero_grad`).
 """
 function zero_grad!(opt::Optimizer)
-    @check accel_optimizer_zero_grad(opt::Ptr{Cvoid})
+    @check accel_optimizer_zero_grad(opt)
     opt
 end
 
@@ -95,20 +95,20 @@ end
 The current learning rate.
 """
 function lr(opt::Optimizer)
-    @out Float64 accel_optimizer_lr(opt::Ptr{Cvoid})
+    @out Float64 accel_optimizer_lr(opt)
 end
 
 function lr(sched::Scheduler)
-    @out Float64 accel_scheduler_lr(sched::Ptr{Cvoid})
+    @out Float64 accel_scheduler_lr(sched)
 end
 
 "Sets the optimizer's learning rate."
 function set_lr!(opt::Optimizer, rate::Real)
-    @check accel_optimizer_set_lr(opt::Ptr{Cvoid}, Float64(rate)::Float64)
+    @check accel_optimizer_set_lr(opt, Float64(rate))
     opt
 end
 
 "Whether the last prepared step was skipped because an fp16 gradient was inf/nan."
 function step_was_skipped(opt::Optimizer)
-    @out Bool accel_optimizer_step_was_skipped(opt::Ptr{Cvoid})
+    @out Bool accel_optimizer_step_was_skipped(opt)
 end

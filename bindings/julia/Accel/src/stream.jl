@@ -76,9 +76,9 @@ function open_stream(factory, types::Vector{DataType}, dims::Vector{Tuple}, ragg
     dim_counts = Csize_t[length(d) for d in library_dims]
     flat = reduce(vcat, library_dims; init = Int64[])
     dataset = GC.@preserve source begin
-        @out Ptr{Cvoid} accel_dataset_from_stream(length(types)::Csize_t, dtypes::Ptr{Int32},
-            dim_counts::Ptr{Csize_t}, flat::Ptr{Int64}, STREAM_TRAMPOLINE[]::Ptr{Cvoid},
-            pointer_from_objref(source)::Ptr{Cvoid}, C_NULL::Ptr{Cvoid})
+        @out Ptr{Cvoid} accel_dataset_from_stream(length(types), dtypes,
+            dim_counts, flat, STREAM_TRAMPOLINE[],
+            pointer_from_objref(source), C_NULL)
     end
     Dataset(dataset, source)
 end
@@ -106,7 +106,7 @@ naming it. The file is read by the library, not by Julia code: `num_workers > 0`
 Julia.
 """
 function text_lines_dataset(path::AbstractString)
-    dataset = @out Ptr{Cvoid} accel_dataset_from_text_lines(c_text(path)::Cstring)
+    dataset = @out Ptr{Cvoid} accel_dataset_from_text_lines(c_text(path))
     Dataset(dataset, nothing, [true])
 end
 
@@ -158,8 +158,8 @@ function write_sample(source::StreamSource, sample::Ptr{Cvoid}, item, k::Integer
         data = field_data(source, f, values[f], k)
         GC.@preserve data begin
             try
-                @check accel_sample_set_field(sample::Ptr{Cvoid}, Csize_t(f - 1)::Csize_t,
-                                              data_pointer(data)::Ptr{Cvoid}, sizeof(data)::Csize_t)
+                @check accel_sample_set_field(sample, Csize_t(f - 1),
+                                              data_pointer(data), sizeof(data))
             catch e   # the library names the sample and field from 0
                 e isa AccelError || rethrow()
                 throw(AccelError(e.status, count_from_one(e.message), e.cause))

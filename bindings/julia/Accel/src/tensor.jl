@@ -47,15 +47,14 @@ mutable struct Tensor <: Handle
     Tensor(pointer::Ptr{Cvoid}, ::Val{:own}) = own(new(pointer))
 end
 
-free_handle(::Tensor, p) = @acall accel_tensor_free(p::Ptr{Cvoid})::Cvoid
+free_handle(::Tensor, p) = @acall accel_tensor_free(p)
 
 # `data` is anything ccall passes as a pointer (an Array, a Ref). The shape is a tuple in a Ref,
 # not a Vector, and a number's data a Ref, not a 0-dimensional Array: a one-element tensor costs
 # the library's call, one small object and its finalizer (bench/calls.jl), nothing more.
 @inline function make_tensor(data, bytes::Integer, dtype::DType, juliadims::NTuple{N,Integer}) where {N}
     shape = N == 0 ? C_NULL : Ref(ntuple(i -> Int64(juliadims[N+1-i]), Val(N)))
-    pointer = @out Ptr{Cvoid} accel_tensor_from_data(data::Ptr{Cvoid}, bytes::Csize_t, Int32(dtype)::Int32,
-                                                     shape::Ptr{Cvoid}, N::Csize_t)
+    pointer = @out Ptr{Cvoid} accel_tensor_from_data(data, bytes, Int32(dtype), shape, N)
     Tensor(pointer, Val(:own))
 end
 
@@ -79,7 +78,7 @@ Tensor(f::Function, args...) = with_handle(f, Tensor(args...))
 The tensor's element type as the library names it.
 """
 function dtype(t::Tensor)
-    DType(@out Int32 accel_tensor_dtype(t::Ptr{Cvoid}))
+    DType(@out Int32 accel_tensor_dtype(t))
 end
 
 Base.eltype(t::Tensor) = julia_type(dtype(t))
@@ -91,16 +90,16 @@ The library's shape (row-major order: samples first). `size(t)` is the same reve
 """
 function shape(t::Tensor)
     count = Ref{Csize_t}(0)
-    @check accel_tensor_dim_count(t::Ptr{Cvoid}, count::Ptr{Csize_t})
+    @check accel_tensor_dim_count(t, count)
     dims = Vector{Int64}(undef, count[])
-    @check accel_tensor_shape(t::Ptr{Cvoid}, dims::Ptr{Int64}, length(dims)::Csize_t, count::Ptr{Csize_t})
+    @check accel_tensor_shape(t, dims, length(dims), count)
     dims
 end
 
 Base.size(t::Tensor) = Tuple(Int.(reverse(shape(t))))
 Base.ndims(t::Tensor) = length(shape(t))
 function Base.length(t::Tensor)
-    Int(@out Int64 accel_tensor_element_count(t::Ptr{Cvoid}))
+    Int(@out Int64 accel_tensor_element_count(t))
 end
 
 """
@@ -109,7 +108,7 @@ end
 The size of the tensor's elements in bytes.
 """
 function datasize(t::Tensor)
-    Int(@out Csize_t accel_tensor_data_size(t::Ptr{Cvoid}))
+    Int(@out Csize_t accel_tensor_data_size(t))
 end
 
 """
@@ -117,11 +116,11 @@ end
 
 The size of one element of `dtype` in bytes.
 """
-dtype_size(d::DType) = Int(@acall accel_dtype_size(Int32(d)::Int32)::Csize_t)
+dtype_size(d::DType) = Int(@acall accel_dtype_size(Int32(d)))
 
 function copy_out!(dest, t::Tensor)
     written = Ref{Csize_t}(0)
-    @check accel_tensor_to_data(t::Ptr{Cvoid}, dest::Ptr{Cvoid}, sizeof(dest)::Csize_t, written::Ptr{Csize_t})
+    @check accel_tensor_to_data(t, dest, sizeof(dest), written)
     dest
 end
 
@@ -151,10 +150,10 @@ Bool tensors. More than one element throws `ERR_SHAPE`.
 """
 item(t::Tensor) = dtype(t) in (F32, F64, F16, BF16) ? item(Float64, t) : item(Int64, t)
 function item(::Type{Float64}, t::Tensor)
-    @out Float64 accel_tensor_item_f64(t::Ptr{Cvoid})
+    @out Float64 accel_tensor_item_f64(t)
 end
 function item(::Type{Int64}, t::Tensor)
-    @out Int64 accel_tensor_item_i64(t::Ptr{Cvoid})
+    @out Int64 accel_tensor_item_i64(t)
 end
 
 function Base.show(io::IO, t::Tensor)
@@ -173,7 +172,7 @@ Torch.jl holds them), from the very LibTorch build libaccel links. Anything else
 behaviour: the one call that trusts its argument.
 """
 function wrap_torch(pointer::Ptr{Cvoid})
-    Tensor(@out(Ptr{Cvoid}, accel_tensor_wrap_torch(pointer::Ptr{Cvoid})), Val(:own))
+    Tensor(@out(Ptr{Cvoid}, accel_tensor_wrap_torch(pointer)), Val(:own))
 end
 
 """
@@ -183,7 +182,7 @@ Whether autograd records operations on `t` (PyTorch's `requires_grad_`), so that
 from data can be lent to a model as a parameter (`add_parameter!`). An autograd leaf only.
 """
 function set_requires_grad!(t::Tensor, on::Bool = true)
-    @check accel_tensor_set_requires_grad(t::Ptr{Cvoid}, on::Bool)
+    @check accel_tensor_set_requires_grad(t, on)
     t
 end
 
@@ -196,7 +195,7 @@ tensor crosses with `wrap_torch`: `version` as that LibTorch says ("2.11.0"), `c
 `c10::GetCPUAllocator` as the program sees it. A mismatch throws `ERR_UNSUPPORTED` naming both.
 """
 function check_torch(version::AbstractString; cxx11_abi::Integer = -1, cpu_allocator::Ptr{Cvoid} = C_NULL)
-    @check accel_torch_check(c_text(version)::Cstring, Int32(cxx11_abi)::Int32, cpu_allocator::Ptr{Cvoid})
+    @check accel_torch_check(c_text(version), Int32(cxx11_abi), cpu_allocator)
     nothing
 end
 
@@ -206,21 +205,21 @@ end
 Interop, no copy: the `at::Tensor*` inside `t`, valid while `t` is open.
 """
 function borrow_torch(t::Tensor)
-    @out(Ptr{Cvoid}, accel_tensor_borrow_torch(t::Ptr{Cvoid}))
+    @out(Ptr{Cvoid}, accel_tensor_borrow_torch(t))
 end
 
 # Takes every entry of a library-owned tensor list, then frees the list.
 function take_tensor_list(list::Ptr{Cvoid})
     try
-        count = @out Csize_t accel_tensor_list_count(list::Ptr{Cvoid})
+        count = @out Csize_t accel_tensor_list_count(list)
         tensors = Vector{Tensor}(undef, count)
         for i in 1:count
-            pointer = @out Ptr{Cvoid} accel_tensor_list_get(list::Ptr{Cvoid}, (i - 1)::Csize_t)
+            pointer = @out Ptr{Cvoid} accel_tensor_list_get(list, (i - 1))
             tensors[i] = Tensor(pointer, Val(:own))
         end
         tensors
     finally
-        @acall accel_tensor_list_free(list::Ptr{Cvoid})::Cvoid
+        @acall accel_tensor_list_free(list)
     end
 end
 

@@ -17,7 +17,7 @@ mutable struct Values <: Handle
     Values(pointer::Ptr{Cvoid}) = own(new(pointer))
 end
 
-free_handle(::Values, p) = @acall accel_values_free(p::Ptr{Cvoid})::Cvoid
+free_handle(::Values, p) = @acall accel_values_free(p)
 
 function Values(collection)
     values = Values(@out(Ptr{Cvoid}, accel_values_new()))
@@ -47,9 +47,9 @@ function set_value!(values::Values, key, value)
         "value names are strings or symbols; got $(repr(key)) ($(typeof(key)))"))
     name = c_text(key)
     if value isa Real
-        @check accel_values_set_number(values::Ptr{Cvoid}, name::Cstring, Float64(value)::Float64)
+        @check accel_values_set_number(values, name, Float64(value))
     elseif value isa Union{AbstractString,Symbol}
-        @check accel_values_set_text(values::Ptr{Cvoid}, name::Cstring, c_text(value)::Cstring)
+        @check accel_values_set_text(values, name, c_text(value))
     else
         throw(ArgumentError("the value of $(repr(name)) is a $(typeof(value)); values are " *
                             "numbers (Real) or texts (AbstractString, Symbol)"))
@@ -59,13 +59,12 @@ end
 
 # The values of an accel_values (a Values, or the borrowed pointer a callback gets), in order.
 function read_values(values)::TrackedValues
-    n = Int(@out Csize_t accel_values_count(values::Ptr{Cvoid}))
+    n = Int(@out Csize_t accel_values_count(values))
     result = TrackedValues()
     sizehint!(result, n)
     key, is_text, number, text = Ref{Ptr{UInt8}}(), Ref{Int32}(), Ref{Float64}(), Ref{Ptr{UInt8}}()
     for i in 1:n
-        @check accel_values_get(values::Ptr{Cvoid}, Csize_t(i - 1)::Csize_t, key::Ptr{Ptr{UInt8}},
-                                is_text::Ptr{Int32}, number::Ptr{Float64}, text::Ptr{Ptr{UInt8}})
+        @check accel_values_get(values, Csize_t(i - 1), key, is_text, number, text)
         push!(result, unsafe_string(key[]) => (is_text[] != 0 ? unsafe_string(text[]) : number[]))
     end
     result
@@ -98,7 +97,7 @@ function init_trackers(acc::Accelerator, project_name::AbstractString; config = 
     values = config === nothing ? nothing : Values(config)
     try
         call_trackers(acc, "init_trackers") do
-            @acall accel_init_trackers(acc::Ptr{Cvoid}, name::Cstring, optional(values)::Ptr{Cvoid})::Int32
+            @acall accel_init_trackers(acc, name, optional(values))
         end
     finally
         values === nothing || close(values)
@@ -162,7 +161,7 @@ function log_values(acc::Accelerator, values; step::Union{Nothing,Integer} = not
     number = step === nothing ? Int64(-1) : Int64(step)
     with_handle(Values(values)) do handle
         call_trackers(acc, "log_values") do
-            @acall accel_log(acc::Ptr{Cvoid}, handle::Ptr{Cvoid}, number::Int64)::Int32
+            @acall accel_log(acc, handle, number)
         end
     end
 end
@@ -181,7 +180,7 @@ that fails there goes unreported: end the run first (or use `init_trackers`' do-
 """
 function end_training(acc::Accelerator)
     call_trackers(acc, "end_training") do
-        @acall accel_end_training(acc::Ptr{Cvoid})::Int32
+        @acall accel_end_training(acc)
     end
 end
 
@@ -280,11 +279,11 @@ function add_tracker!(acc::Accelerator, name::AbstractString, tracker::AbstractT
         "(see AbstractTracker)"))
     entry = Tracked(tracker, String(name), acc.trackers)
     GC.@preserve entry begin
-        @check accel_add_tracker(acc::Ptr{Cvoid}, c_text(name)::Cstring,
-                                 TRACKER_START_TRAMPOLINE[]::Ptr{Cvoid},
-                                 TRACKER_LOG_TRAMPOLINE[]::Ptr{Cvoid},
-                                 TRACKER_FINISH_TRAMPOLINE[]::Ptr{Cvoid},
-                                 pointer_from_objref(entry)::Ptr{Cvoid}, C_NULL::Ptr{Cvoid})
+        @check accel_add_tracker(acc, c_text(name),
+                                 TRACKER_START_TRAMPOLINE[],
+                                 TRACKER_LOG_TRAMPOLINE[],
+                                 TRACKER_FINISH_TRAMPOLINE[],
+                                 pointer_from_objref(entry), C_NULL)
     end
     push!(acc.trackers.added, entry)   # rooted while the accelerator lives
     acc

@@ -946,7 +946,9 @@ extern "C" {
     /// tensors) come back in `*out`, a list the caller frees (accel_tensor_list_count/get/free): the
     /// method never has to run twice to learn how many there are. Results keep their autograd history,
     /// so a loss can go to accel_backward. For a prepared model the call runs under the accelerator's
-    /// mixed precision (floating results come back as fp32) and, with several processes, first copies
+    /// mixed precision (floating results come back as fp32), takes inputs made on the host to the
+    /// device accel_prepare placed the model on (as DistributedDataParallel's forward does; the
+    /// caller's tensors stay where they are) and, with several processes, first copies
     /// rank 0's buffers (batch-norm statistics) to every rank: for a model with buffers every call is
     /// then a collective, to be made on all ranks alike. Inputs of the wrong shape are ACCEL_ERR_SHAPE,
     /// of the wrong dtype ACCEL_ERR_DTYPE, an unknown method ACCEL_ERR_INVALID_ARGUMENT, each with
