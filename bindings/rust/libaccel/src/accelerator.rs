@@ -7,7 +7,7 @@ use libaccel_sys as sys;
 
 use crate::callback::{resolve_all, FailureSlot};
 use crate::config::Config;
-use crate::data::DataLoader;
+use crate::data::{DataLoader, DataLoaderOptions, Dataset};
 use crate::error::{check, Error, Result, Status};
 use crate::ffi::{c_string, ensure_supported_library, make, query, read_text};
 use crate::model::Model;
@@ -674,5 +674,26 @@ impl Accelerator {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(state);
+    }
+}
+
+// DataLoader's constructors are here, not in data.rs: they take an Accelerator, and data.rs never
+// names it, so that accelerator.rs depends on data.rs and not the other way round.
+impl DataLoader {
+    /// A dataloader over `dataset` for this accelerator's process (keeps the dataset alive).
+    pub fn new(accelerator: &Accelerator, dataset: &Dataset) -> Result<DataLoader> {
+        DataLoader::for_accelerator(accelerator.as_raw(), dataset)
+    }
+
+    /// A dataloader over `dataset` with typed options: [`new`](DataLoader::new) then
+    /// [`set_options`](DataLoader::set_options).
+    pub fn with(
+        accelerator: &Accelerator,
+        dataset: &Dataset,
+        options: DataLoaderOptions,
+    ) -> Result<DataLoader> {
+        let mut loader = DataLoader::new(accelerator, dataset)?;
+        loader.set_options(options)?;
+        Ok(loader)
     }
 }

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use libaccel_sys as sys;
 
-use crate::accelerator::Accelerator;
 use crate::callback::{FailureSlot, Surfaced};
 use crate::error::{check, BoxError, Error, Result, Status};
 use crate::ffi::{ensure_supported_library, make, path_string, query, set_option};
@@ -827,12 +826,16 @@ impl std::fmt::Debug for DataLoader {
 }
 
 impl DataLoader {
-    /// A dataloader over `dataset` for this accelerator's process (keeps the dataset alive).
-    pub fn new(accelerator: &Accelerator, dataset: &Dataset) -> Result<DataLoader> {
+    /// A dataloader over `dataset` for the process of the accelerator `accelerator`, a live
+    /// handle: [`DataLoader::new`] (in accelerator.rs, so that this module never names the
+    /// Accelerator and the modules depend one way).
+    pub(crate) fn for_accelerator(
+        accelerator: *mut sys::accel_accelerator,
+        dataset: &Dataset,
+    ) -> Result<DataLoader> {
         // SAFETY: live handles, valid out pointer.
-        let raw = make(|out| unsafe {
-            sys::accel_dataloader_new(accelerator.as_raw(), dataset.as_raw(), out)
-        })?;
+        let raw =
+            make(|out| unsafe { sys::accel_dataloader_new(accelerator, dataset.as_raw(), out) })?;
         let mut loader = DataLoader {
             raw: NonNull::new(raw).expect("non-null"),
             field_count: 0,
@@ -841,18 +844,6 @@ impl DataLoader {
         // SAFETY: live handle, valid out pointer.
         loader.field_count =
             query(|out| unsafe { sys::accel_dataloader_field_count(loader.raw.as_ptr(), out) })?;
-        Ok(loader)
-    }
-
-    /// A dataloader over `dataset` with typed options: [`new`](DataLoader::new) then
-    /// [`set_options`](DataLoader::set_options).
-    pub fn with(
-        accelerator: &Accelerator,
-        dataset: &Dataset,
-        options: DataLoaderOptions,
-    ) -> Result<DataLoader> {
-        let mut loader = DataLoader::new(accelerator, dataset)?;
-        loader.set_options(options)?;
         Ok(loader)
     }
 
@@ -1204,7 +1195,7 @@ options_type!(
             dispatch_batches: bool,
             /// Share the batches between the processes (default true). False: this process
             /// reads every batch itself, as an unprepared PyTorch DataLoader does, for data
-            /// already divided with [`Accelerator::split_between_processes`].
+            /// already divided with [`Accelerator::split_between_processes`](crate::Accelerator::split_between_processes).
             shard: bool,
         }
         nested {
