@@ -151,6 +151,10 @@ constexpr accel_dtype dtype_of() {
 inline std::string version() {
   return accel_version();
 }
+/** The library's version as major * 10000 + minor * 100 + patch (ACCEL_VERSION_NUMBER's form). */
+inline uint32_t version_number() {
+  return accel_version_number();
+}
 
 #ifdef ACCEL_WITH_TORCH
 /**
@@ -636,6 +640,7 @@ class Dataset {
   }
   /** -1 for a stream. */
   int64_t sample_count() const { return detail::query<int64_t>(accel_dataset_sample_count, get()); }
+  size_t field_count() const { return detail::query<size_t>(accel_dataset_field_count, get()); }
   accel_dataset* get() const { return h_.get(); }
   // The program's callbacks, when it has some (their last exception's message); null otherwise.
   detail::CallbackSource* source() const { return source_; }
@@ -681,6 +686,27 @@ class DataLoader {
   int64_t batch_count() const {
     return detail::query<int64_t>(accel_dataloader_batch_count, get());
   }
+  size_t field_count() const { return detail::query<size_t>(accel_dataloader_field_count, get()); }
+  int64_t epoch() const { return detail::query<int64_t>(accel_dataloader_epoch, get()); }
+  /** True while the last batch of the epoch is in use (Accelerate's end_of_dataloader). */
+  bool end_of_epoch() const { return detail::query<bool>(accel_dataloader_end_of_epoch, get()); }
+  /** Accelerate's remainder: the real samples of the last global step; -1 with drop_last. */
+  int64_t remainder() const { return detail::query<int64_t>(accel_dataloader_remainder, get()); }
+  /** The next iteration skips this process's first `n` batches: a mid-epoch resume. */
+  void skip_first_batches(int64_t n) {
+    detail::check(accel_dataloader_skip_first_batches(get(), n));
+  }
+  /** The global sample cursor: the epoch, and the samples of it all processes consumed. */
+  std::pair<int64_t, int64_t> position() const {
+    int64_t epoch = 0, samples = 0;
+    detail::check(accel_dataloader_position(get(), &epoch, &samples));
+    return {epoch, samples};
+  }
+  void set_position(int64_t epoch, int64_t samples) {
+    detail::check(accel_dataloader_set_position(get(), epoch, samples));
+  }
+  /** Stops the worker threads and releases the dataset (accel.h, accel_dataloader_close). */
+  void close() { detail::check(accel_dataloader_close(get())); }
   accel_dataloader* get() const { return h_.get(); }
 
  private:
@@ -828,6 +854,40 @@ class Accelerator {
   accel_precision mixed_precision() const {
     return detail::query<accel_precision>(accel_mixed_precision, get());
   }
+  /** An ACCEL_DISTRIBUTED_* value. */
+  accel_distribution distributed_type() const {
+    return detail::query<accel_distribution>(accel_distributed_type, get());
+  }
+  /** The configuration this accelerator was created with, as Config::dump writes it. */
+  std::string effective_config() const {
+    return detail::text(
+        [&](char* b, size_t c, size_t* n) { return accel_effective_config(get(), b, c, n); });
+  }
+  /**
+   * Accelerate's main_process_first around `block` (a collective): the main process runs it
+   * first, the others after. The end runs also when `block` throws (which then goes on).
+   */
+  template <class F>
+  auto main_process_first(F&& block) -> decltype(block()) {
+    detail::check(accel_main_process_first_begin(get()));
+    struct End {
+      accel_accelerator* a;
+      bool done = false;
+      ~End() {
+        if (!done) accel_main_process_first_end(a);  // unwinding: the block's exception wins
+      }
+    } end{get()};
+    if constexpr (std::is_void_v<decltype(block())>) {
+      block();
+      end.done = true;
+      detail::check(accel_main_process_first_end(get()));
+    } else {
+      auto result = block();
+      end.done = true;
+      detail::check(accel_main_process_first_end(get()));
+      return result;
+    }
+  }
 
   void wait_for_everyone() { detail::check(accel_wait_for_everyone(get())); }
   /** Prints on the main process only. */
@@ -840,6 +900,27 @@ class Accelerator {
 
   Tensor gather(const Tensor& t) { return collective(accel_gather, t); }
   Tensor gather_for_metrics(const Tensor& t) { return collective(accel_gather_for_metrics, t); }
+  /** Accelerate's pad_across_processes: pads `dim` to the largest size of any rank. */
+  Tensor pad_across_processes(const Tensor& t, int64_t dim = 0, double pad_value = 0,
+                              bool pad_first = false) {
+    accel_tensor* out = nullptr;
+    detail::check(accel_pad_across_processes(get(), t.get(), dim, pad_value, pad_first, &out));
+    return Tensor(out);
+  }
+  /** Accelerate's gather_object, for bytes: every rank's `bytes`, in rank order. */
+  std::vector<std::string> gather_object(const std::string& bytes) {
+    accel_bytes_list* raw = nullptr;
+    detail::check(accel_gather_object(get(), bytes.data(), bytes.size(), &raw));
+    detail::Handle<accel_bytes_list, accel_bytes_list_free> list(raw);
+    std::vector<std::string> out(detail::query<size_t>(accel_bytes_list_count, list.get()));
+    for (size_t i = 0; i < out.size(); ++i) {
+      const void* data = nullptr;
+      size_t size = 0;
+      detail::check(accel_bytes_list_get(list.get(), i, &data, &size));
+      out[i].assign(static_cast<const char*>(data), size);
+    }
+    return out;
+  }
   Tensor reduce(const Tensor& t, accel_reduction reduction = ACCEL_REDUCE_SUM) {
     accel_tensor* out = nullptr;
     detail::check(accel_reduce(get(), t.get(), reduction, &out));
