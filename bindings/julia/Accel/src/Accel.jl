@@ -70,7 +70,7 @@ import Serialization
 import Logging
 using Logging: LogLevel, AbstractLogger, @logmsg, with_logger
 
-const PACKAGE_VERSION = v"0.2.0"
+const PACKAGE_VERSION = v"0.2.4"
 
 export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
        Config, load_file!, dump_yaml,

@@ -108,7 +108,7 @@ pub use tch_interop::{check_tch, TCH_TORCH_VERSION};
 pub use tensor::{Dtype, Element, Tensor};
 pub use tracking::{Tracker, Value, Values, ValuesRef};
 
-/// The version of the library actually loaded, e.g. `"0.2.0"`.
+/// The version of the library actually loaded, e.g. `"0.2.4"`.
 pub fn version() -> &'static str {
     // SAFETY: static storage, never NULL.
     unsafe { std::ffi::CStr::from_ptr(sys::accel_version()) }
