@@ -169,7 +169,7 @@ function Logging.handle_message(::LineLogger, level, message, _module, group, id
 end
 
 # Two ranks: a message of the main process once, one of every process once per rank, messages in
-# order alternating rank 0, rank 1 (runtests.jl reads the lines); a debug message dropped on every
+# order alternating rank 0, rank 1 (multiprocess.jl reads the lines); a debug message dropped on every
 # rank; a sink that fails on rank 1 inside the in-order collective fails there alone, and no rank
 # is left waiting.
 function log_ranks(acc)
