@@ -434,42 +434,36 @@ def steps_of(ckpt_dir):
 RANK_LINE = re.compile(r"^pid=(\d+) rank=(\d+) ready$")
 
 
-class Job:
-    """`accel launch -n 2 fault_program train ...` with its ranks tracked.
+class Launched:
+    """Processes a fault group starts, tracked: `accel launch -n N --grace_period G PROGRAM ...`
+    (start_launcher) or ranks started directly (start_rank). A rank that prints RANK_LINE is
+    recorded in rank_pid and tracked (rank_ready then runs); every other stdout line goes to
+    on_line, on the reader thread. The one launch helper of Job, faults_stream.Run and
+    faults_zero.RankJob: a subclass sets what its on_line reads before it starts anything."""
 
-    `trigger`: (line, delay_s, action) - when rank 1 prints `line`, `action(job)` runs after
-    `delay_s` on the reader thread (busy-waiting the last 2 ms, so the delay is precise)."""
-
-    def __init__(self, suite, project, steps, extra_env=None, trigger=None, launcher=True,
-                 rounds=None, kind="mixed", model=None, save_every=None, launch_flags=()):
-        self.suite = suite
+    def __init__(self):
         self.tracker = Tracker()
         ALL_TRACKERS.append(self.tracker)
         self.rank_pid = {}
-        self.trigger = trigger
-        self.fired = None  # monotonic time of the action
-        self.fired_event = threading.Event()
-        self.ready = threading.Event()
-        args = ["train", str(steps), str(save_every or suite.save_every), project,
-                str(suite.rounds if rounds is None else rounds), kind] + ([model] if model else [])
-        env = base_env(extra_env)
         self.procs = []
-        if launcher:
-            argv = [suite.cli, "launch", "-n", "2", "--grace_period", str(suite.grace)] + list(
-                launch_flags) + [suite.program] + args
-            self.launcher = Proc(argv, env, on_line=self._line)
-            self.tracker.parents.add(self.launcher.pid)
-            self.tracker.add(self.launcher.pid, "the launcher")
-            self.procs.append(self.launcher)
-        else:
-            self.launcher = None
-            port = str(free_port())
-            for r in (0, 1):
-                e = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r),
-                         WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2")
-                p = Proc([suite.program] + args, e, on_line=self._line)
-                self.procs.append(p)
-                self.tracker.add(p.pid, "rank %d (started directly)" % r)
+        self.launcher = None
+
+    def start_launcher(self, suite, n, argv, env, launch_flags=()):
+        """`accel launch -n n --grace_period <suite.grace> [launch_flags] argv...`."""
+        full = [suite.cli, "launch", "-n", str(n), "--grace_period", str(suite.grace)] + list(
+            launch_flags) + list(argv)
+        self.launcher = Proc(full, env, on_line=self._line)
+        self.tracker.parents.add(self.launcher.pid)
+        self.tracker.add(self.launcher.pid, "the launcher")
+        self.procs.append(self.launcher)
+        return self.launcher
+
+    def start_rank(self, rank, argv, env):
+        """One rank started directly (its environment in `env`)."""
+        p = Proc(argv, env, on_line=self._line)
+        self.procs.append(p)
+        self.tracker.add(p.pid, "rank %d (started directly)" % rank)
+        return p
 
     def _line(self, t, line):
         m = RANK_LINE.match(line)
@@ -478,23 +472,18 @@ class Job:
             self.rank_pid[rank] = pid
             self.tracker.rank_pids.add(pid)
             self.tracker.add(pid, "rank %d" % rank)
-            if len(self.rank_pid) == 2:
-                self.ready.set()
+            self.rank_ready(rank)
             return
-        trig = self.trigger
-        if trig and self.fired is None and line == trig[0]:
-            target = t + trig[1]
-            while True:
-                left = target - time.monotonic()
-                if left <= 0:
-                    break
-                if left > 0.002:
-                    time.sleep(left - 0.002)
-            self.fired = time.monotonic()
-            trig[2](self)
-            self.fired_event.set()
+        self.on_line(t, line)
+
+    def rank_ready(self, rank):
+        pass
+
+    def on_line(self, t, line):
+        pass
 
     def lines(self, rank=None):
+        """Every stdout line; with `rank`, that rank's "r<rank> " lines without the prefix."""
         out = []
         for p in self.procs:
             out.extend(p.out_lines())
@@ -518,13 +507,58 @@ class Job:
                 pass
             self.tracker.scan()  # after the signal, so that it does not delay it
 
-    def finish(self):
-        """Kills whatever is left of the job (only processes it started)."""
+    def finish(self, drain_s=2):
+        """Kills whatever is left (only processes this started) and reads their last lines."""
         self.tracker.kill_all()
         for p in self.procs:
             if p.wait(0) is None:
                 p.kill()
-            p.drain(2)
+            p.drain(drain_s)
+
+
+class Job(Launched):
+    """`accel launch -n 2 fault_program train ...` with its ranks tracked.
+
+    `trigger`: (line, delay_s, action) - when rank 1 prints `line`, `action(job)` runs after
+    `delay_s` on the reader thread (busy-waiting the last 2 ms, so the delay is precise)."""
+
+    def __init__(self, suite, project, steps, extra_env=None, trigger=None, launcher=True,
+                 rounds=None, kind="mixed", model=None, save_every=None, launch_flags=()):
+        super().__init__()
+        self.suite = suite
+        self.trigger = trigger
+        self.fired = None  # monotonic time of the action
+        self.fired_event = threading.Event()
+        self.ready = threading.Event()
+        args = ["train", str(steps), str(save_every or suite.save_every), project,
+                str(suite.rounds if rounds is None else rounds), kind] + ([model] if model else [])
+        env = base_env(extra_env)
+        if launcher:
+            self.start_launcher(suite, 2, [suite.program] + args, env, launch_flags)
+        else:
+            port = str(free_port())
+            for r in (0, 1):
+                self.start_rank(r, [suite.program] + args,
+                                dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r),
+                                     WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2"))
+
+    def rank_ready(self, rank):
+        if len(self.rank_pid) == 2:
+            self.ready.set()
+
+    def on_line(self, t, line):
+        trig = self.trigger
+        if trig and self.fired is None and line == trig[0]:
+            target = t + trig[1]
+            while True:
+                left = target - time.monotonic()
+                if left <= 0:
+                    break
+                if left > 0.002:
+                    time.sleep(left - 0.002)
+            self.fired = time.monotonic()
+            trig[2](self)
+            self.fired_event.set()
 
 
 def classify(r1_lines):

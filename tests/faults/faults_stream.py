@@ -40,10 +40,9 @@ import re
 import signal
 import time
 
-from faultlib import (ALL_TRACKERS, Proc, SetupError, Tracker, base_env, checkpoints_in, log,
-                      steps_of, verify_checkpoint, vlog)
+from faultlib import (Launched, SetupError, base_env, checkpoints_in, log, steps_of,
+                      verify_checkpoint, vlog)
 
-RANK_LINE = re.compile(r"^pid=(\d+) rank=(\d+) ready$")
 ID_BASE = 1000000  # a sample's id: epoch * ID_BASE + position
 WORK_MS = 4  # a step's work in stream_fault_program: where a kill aimed at a step may land
 
@@ -138,31 +137,19 @@ def simulate(cfg, P, epoch, start):
 # ------------------------------------------------------------------------------------------------
 
 
-class Run:
+class Run(Launched):
     """`accel launch -n P stream_fault_program ...` with its processes tracked; `trigger`:
     (line, delay_s, rank to kill)."""
 
     def __init__(self, suite, program, cfg, P, project, data, trigger=None):
-        self.tracker = Tracker()
-        ALL_TRACKERS.append(self.tracker)
-        self.rank_pid = {}
+        super().__init__()
         self.trigger = trigger
         self.fired = None
-        argv = [suite.cli, "launch", "-n", str(P), "--grace_period", str(suite.grace), program,
-                project, data, str(cfg.N), str(cfg.B), str(cfg.epochs), str(cfg.dispatch),
-                str(cfg.split), str(cfg.drop), str(cfg.workers), str(WORK_MS)]
-        self.proc = Proc(argv, base_env(), on_line=self._line)
-        self.tracker.parents.add(self.proc.pid)
-        self.tracker.add(self.proc.pid, "the launcher")
+        self.proc = self.start_launcher(suite, P, [
+            program, project, data, str(cfg.N), str(cfg.B), str(cfg.epochs), str(cfg.dispatch),
+            str(cfg.split), str(cfg.drop), str(cfg.workers), str(WORK_MS)], base_env())
 
-    def _line(self, t, line):
-        m = RANK_LINE.match(line)
-        if m:
-            pid, rank = int(m.group(1)), int(m.group(2))
-            self.rank_pid[rank] = pid
-            self.tracker.rank_pids.add(pid)
-            self.tracker.add(pid, "rank %d" % rank)
-            return
+    def on_line(self, t, line):
         trig = self.trigger
         if trig and self.fired is None and line == trig[0]:
             target = t + trig[1]
@@ -177,7 +164,7 @@ class Run:
                     pass
             self.tracker.scan()
 
-    def finish(self, timeout, what):
+    def end(self, timeout, what):
         """Waits for the launcher; returns (code, problems) with the hang and leftover checks."""
         rc = self.proc.wait(timeout)
         returned = time.monotonic()
@@ -189,15 +176,8 @@ class Run:
         if left:
             problems.append(("processes of the %s left 2 s after the launcher returned" % what,
                              "; ".join("pid %d (%s, state %s)" % x for x in left)))
-        self.tracker.kill_all()
-        if self.proc.wait(0) is None:
-            self.proc.kill()
-        self.proc.drain(3)
+        self.finish(3)
         return rc, problems
-
-    def lines(self, rank):
-        prefix = "r%d " % rank
-        return [l[len(prefix):] for l in self.proc.out_lines() if l.startswith(prefix)]
 
     def batches(self):
         """{k: [(epoch, position)]} of rank 0's "batch k ..." lines."""
@@ -309,7 +289,7 @@ def one(suite, program, cfg):
                     f.write("%d %s\n" % (p, "x" * ((p * 7) % 13)))
         victim, line, delay = draw_kill(suite, cfg, full)
         killed = Run(suite, program, cfg, cfg.P, project, data, trigger=(line, delay, victim))
-        rc, problems = killed.finish(60, "of the killed run")
+        rc, problems = killed.end(60, "of the killed run")
         last = (killed.lines(victim) or ["(nothing)"])[-1]
         where = landed(last)
         ckpts = checkpoints_in(project)
@@ -355,7 +335,7 @@ def one(suite, program, cfg):
     cursor = full[k - 1][2] if k else (0, 0)
     rest = simulate(cfg, cfg.P2, cursor[0], cursor[1])
     resumed = Run(suite, program, cfg, cfg.P2, project, data)
-    rc2, more = resumed.finish(60, "of the resumed run")
+    rc2, more = resumed.end(60, "of the resumed run")
     problems += more
     if rc2 is not None and rc2 != 0:
         problems.append(("the resumed run failed", "code %s: %s" % (

@@ -49,11 +49,10 @@ import json
 import os
 import re
 import shutil
-import signal
 import time
 
-from faultlib import (ALL_TRACKERS, Proc, SetupError, Tracker, base_env, checkpoints_in,
-                      list_files, log, steps_of, verify_checkpoint, vlog, write_manifest_entry)
+from faultlib import (Launched, SetupError, base_env, checkpoints_in, list_files, log, steps_of,
+                      verify_checkpoint, vlog, write_manifest_entry)
 
 G_REF = "i. ZeRO 1-3 reference runs (stage in effect)"
 G_KILL = "i. ZeRO 1-3 SIGKILL at each file of save_state"
@@ -95,7 +94,6 @@ PROJECT_FILES = ("config.yaml", "manifest.json")
 SHARDS = ("optimizer_0.rank_0.safetensors", "optimizer_0.rank_1.safetensors")
 RNG_FILES = ("random_states_0.safetensors", "random_states_1.safetensors")
 
-READY = re.compile(r"^pid=(\d+) rank=(\d+) ready$")
 ANSWER = re.compile(r"^r(\d+) (\d+) (ok|err)(?: (.*))?$")
 
 
@@ -103,30 +101,16 @@ def names_rank(text, rank):
     return re.search(r"\branks?(?:\(s\))? (?:\d+, )*%d\b" % rank, text) is not None
 
 
-class RankJob:
+class RankJob(Launched):
     """`accel launch -n N zero_fault_program STAGE SEED PROJECT COMMAND...` with its processes
     tracked; the answers of every rank to every command."""
 
     def __init__(self, ctx, stage, seed, project, cmds, n=2, extra_env=None):
-        self.tracker = Tracker()
-        ALL_TRACKERS.append(self.tracker)
-        self.rank_pid = {}
+        super().__init__()
         self.cmds = cmds
         arg, stage_env = STAGES[stage]
         env = base_env(dict(stage_env, OMP_NUM_THREADS="1", **(extra_env or {})))
-        argv = [ctx.suite.cli, "launch", "-n", str(n), "--grace_period", str(ctx.suite.grace),
-                ctx.program, arg, str(seed), project] + cmds
-        self.launcher = Proc(argv, env, on_line=self._line)
-        self.tracker.parents.add(self.launcher.pid)
-        self.tracker.add(self.launcher.pid, "the launcher")
-
-    def _line(self, _t, line):
-        m = READY.match(line)
-        if m:
-            pid, rank = int(m.group(1)), int(m.group(2))
-            self.rank_pid[rank] = pid
-            self.tracker.rank_pids.add(pid)
-            self.tracker.add(pid, "rank %d" % rank)
+        self.start_launcher(ctx.suite, n, [ctx.program, arg, str(seed), project] + cmds, env)
 
     def answers(self, rank):
         """{command index: (status, text)} of `rank` (status 0: ok)."""
@@ -142,27 +126,8 @@ class RankJob:
                     out[int(m.group(2))] = (int(st) if st.isdigit() else -1, rest)
         return out
 
-    def lines(self, rank):
-        prefix = "r%d " % rank
-        return [l[len(prefix):] for l in self.launcher.out_lines() if l.startswith(prefix)]
-
     def err_tail(self, n=4):
         return " | ".join(self.launcher.err_lines()[-n:])
-
-    def kill_rank(self, rank):
-        pid = self.rank_pid.get(rank)
-        if pid:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            self.tracker.scan()
-
-    def finish(self):
-        self.tracker.kill_all()
-        if self.launcher.wait(0) is None:
-            self.launcher.kill()
-        self.launcher.drain(2)
 
 
 def files_differ(a, b, exclude=PROJECT_FILES):
