@@ -712,13 +712,13 @@ ACCEL_API accel_status accel_join_uneven_inputs_end(accel_accelerator* accelerat
 
 /**
  * Accelerate's split_between_processes for a list of `count` items (prompts, file names): the
- * indexes of the items this process takes, in order. Process r of P takes a contiguous slice; the
- * first count mod P processes take one item more; a process whose slice would start past the end
- * takes the last item. With `apply_padding` (P > 1) the slice's last item is repeated until the
- * slice holds count / P + 1 items, as Accelerate pads lists (also when P divides count). With one
- * process: every index, unpadded. Buffer convention (a NULL buffer fails with
- * ACCEL_ERR_BUFFER_TOO_SMALL, writing the number needed). Not a collective. Padding an empty list
- * on more than one process is ACCEL_ERR_INVALID_ARGUMENT (there is no item to repeat).
+ * indexes of the items this process takes, in order, as Accelerate 1.15 splits them. Process r of
+ * P takes a contiguous slice; the first count mod P processes take one item more, and a process
+ * past the end takes none. With `apply_padding` (P > 1) the input's last item is repeated until
+ * every process holds ceil(count / P) items (none added when P divides count). With one process:
+ * every index, unpadded. An empty list gives every process nothing, padded or not (Accelerate
+ * raises IndexError). Buffer convention (a NULL buffer fails with ACCEL_ERR_BUFFER_TOO_SMALL,
+ * writing the number needed). Not a collective.
  */
 ACCEL_API accel_status accel_split_between_processes(const accel_accelerator* accelerator,
                                                      int64_t count, bool apply_padding,
@@ -727,9 +727,8 @@ ACCEL_API accel_status accel_split_between_processes(const accel_accelerator* ac
 
 /**
  * Accelerate's split_between_processes for a tensor: this process's rows of `tensor` (dimension 0)
- * split as accel_split_between_processes splits a list. With `apply_padding` every process gets as
- * many rows as the longest slice, the padding rows copies of the input's last row (Accelerate pads
- * tensors through pad_across_processes with the last row as the value). A scalar is
+ * split as accel_split_between_processes splits a list, padding included (the padding rows are
+ * copies of the input's last row, as Accelerate's pad_across_processes makes them). A scalar is
  * ACCEL_ERR_SHAPE. Not a collective: every rank computes the split from the shape alone, so the
  * ranks' tensors must have the same number of rows.
  */

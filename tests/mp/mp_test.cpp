@@ -1058,18 +1058,18 @@ TEST(MultiProcess, LoggerWritesOncePerJobEveryRankWithItsRankAndInRankOrder) {
   EXPECT_FALSE(contains(quiet.output, "round")) << quiet.output;
 }
 
-// Accelerate's split_between_processes on 3 ranks, its quirks included (lists padded to n / P + 1
-// even when P divides n; a rank past the end takes the last item; tensors padded with the last
-// row), and a trigger raised by rank 2 from another thread while its main thread waits in a
+// Accelerate 1.15's split_between_processes on 3 ranks (padding up to ceil(n / P) with the input's
+// last item, none when P divides n; a rank past the end takes nothing; tensors as lists), and a
+// trigger raised by rank 2 from another thread while its main thread waits in a
 // collective: every rank stops at the same step.
 TEST(TextData, SplitBetweenProcessesAndTheTriggerOnThreeRanks) {
   const auto r = run(launch_program(3, TEXT_PROGRAM, "inference"));
   ASSERT_EQ(r.code, 0) << r.output;
   for (const char* line :
        {"rank 0: list of 3: 0\n", "rank 1: list of 3: 1\n", "rank 2: list of 3: 2\n",
-        "rank 0: list of 3 padded: 0 0\n", "rank 2: list of 3 padded: 2 2\n",
-        "rank 0: list of 4 padded: 0 1\n", "rank 1: list of 4 padded: 2 2\n",
-        "rank 2: list of 4 padded: 3 3\n", "rank 1: list of 2: 1\n", "rank 2: list of 2: 1\n",
+        "rank 0: list of 3 padded: 0\n", "rank 2: list of 3 padded: 2\n",
+        "rank 0: list of 4 padded: 0 1\n", "rank 1: list of 4 padded: 2 3\n",
+        "rank 2: list of 4 padded: 3 3\n", "rank 1: list of 2: 1\n", "rank 2: list of 2:\n",
         "rank 0: tensor of 5: 0 1\n", "rank 1: tensor of 5: 2 3\n", "rank 2: tensor of 5: 4\n",
         "rank 2: tensor of 5 padded: 4 4\n", "rank 0: unsharded loader read 5 samples\n",
         "rank 2: unsharded loader read 5 samples\n", "rank 0: trigger stopped the loop at step 3\n",

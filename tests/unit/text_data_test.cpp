@@ -18,6 +18,7 @@ using accel::data::set_padding_option;
 using accel::data::split_list_indices;
 using accel::data::split_padded_rows;
 using accel::data::split_slice;
+using accel::data::split_tensor_indices;
 using Indices = std::vector<int64_t>;
 
 TEST(Padding, LongestRoundedUpToTheMultipleAndTruncatedOrRefusedAboveTheMaximum) {
@@ -89,22 +90,31 @@ TEST(GroupByLength, MegabatchesSortedLongestFirstWithTheLongestBatchFirst) {
   EXPECT_EQ(grouped, order);
 }
 
-TEST(SplitBetweenProcesses, AccelerateDocstringAndItsQuirks) {
+TEST(SplitBetweenProcesses, AccelerateDocstringAndTodaysRules) {
   // ["A", "B", "C"] on two processes: [A, B] | [C]; padded: [A, B] | [C, C].
   EXPECT_EQ(split_list_indices(3, 2, 0, false), (Indices{0, 1}));
   EXPECT_EQ(split_list_indices(3, 2, 1, false), (Indices{2}));
   EXPECT_EQ(split_list_indices(3, 2, 1, true), (Indices{2, 2}));
-  // Lists are padded to n / P + 1 even when P divides n (Accelerate 1.2.1).
-  EXPECT_EQ(split_list_indices(4, 2, 0, true), (Indices{0, 1, 1}));
-  // A process past the end takes the last item, padded or not.
-  EXPECT_EQ(split_list_indices(2, 4, 3, false), (Indices{1}));
+  // Padding fills up to ceil(n / P) only: nothing when P divides n (1.2.1 padded to n / P + 1).
+  EXPECT_EQ(split_list_indices(2, 2, 0, true), (Indices{0}));
+  EXPECT_EQ(split_list_indices(4, 2, 0, true), (Indices{0, 1}));
+  // It repeats the input's last item, not the slice's: n=4, P=3 is [0,1] | [2,3] | [3,3].
+  EXPECT_EQ(split_list_indices(4, 3, 1, true), (Indices{2, 3}));
+  EXPECT_EQ(split_list_indices(4, 3, 2, true), (Indices{3, 3}));
+  // A process past the end takes nothing, or the last item when padded.
+  EXPECT_EQ(split_list_indices(1, 2, 1, false), Indices{});
+  EXPECT_EQ(split_list_indices(2, 4, 3, false), Indices{});
   EXPECT_EQ(split_list_indices(2, 4, 2, true), (Indices{1}));
   // One process: everything, never padded.
   EXPECT_EQ(split_list_indices(3, 1, 0, true), (Indices{0, 1, 2}));
+  // An empty input is empty everywhere, padded too (Accelerate raises IndexError).
   EXPECT_EQ(split_list_indices(0, 2, 1, false), Indices{});
-  EXPECT_THROW(split_list_indices(0, 2, 0, true), accel::Error);
+  EXPECT_EQ(split_list_indices(0, 2, 0, true), Indices{});
+  EXPECT_EQ(split_tensor_indices(0, 3, 2, true), Indices{});
   EXPECT_THROW(split_list_indices(-1, 2, 0, false), accel::Error);
-  // Tensors pad to the longest slice only.
+  EXPECT_THROW(split_list_indices(3, 2, 2, false), accel::Error);
+  // Tensors split as lists do.
+  EXPECT_EQ(split_tensor_indices(4, 3, 1, true), (Indices{2, 3}));
   EXPECT_EQ(split_padded_rows(4, 2), 2);
   EXPECT_EQ(split_padded_rows(5, 4), 2);
   EXPECT_EQ(split_padded_rows(2, 4), 1);

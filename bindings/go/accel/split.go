@@ -13,13 +13,12 @@ import (
 // stop that every rank takes at the same step).
 
 // SplitBetweenProcesses is the indices of the items of a list of count items that this process
-// takes, in order (Accelerate's split_between_processes for a list): process r of P takes a
-// contiguous slice, the first count mod P processes one item more, and a process whose slice
-// would start past the end takes the last item. With applyPadding (and P > 1) the slice's last
-// index is repeated until it holds count/P + 1 indices, as Accelerate pads lists (also when P
-// divides count), so every rank has as many items: gather the results and drop the repeats. With
-// one process: every index, unpadded. Not a collective: no other rank takes part. A negative
-// count, or padding an empty list on several processes, is ErrInvalidArgument.
+// takes, in order (Accelerate 1.15's split_between_processes for a list): process r of P takes a
+// contiguous slice, the first count mod P processes one item more, and a process past the end
+// takes none. With applyPadding (and P > 1) the list's last index is repeated until every rank
+// holds ceil(count/P) indices (none added when P divides count): gather the results and drop the
+// repeats. With one process: every index, unpadded. An empty list gives every rank nothing. Not a
+// collective: no other rank takes part. A negative count is ErrInvalidArgument.
 //
 // SplitSlice gives the items themselves.
 func (a *Accelerator) SplitBetweenProcesses(count int, applyPadding bool) ([]int, error) {
@@ -67,7 +66,7 @@ func SplitSlice[T any](acc *Accelerator, items []T, applyPadding bool) ([]T, err
 
 // SplitTensorBetweenProcesses is this process's rows of t (dimension 0), split as
 // SplitBetweenProcesses splits a list of that many items. With applyPadding every process gets
-// as many rows as the longest slice, the padding rows copies of t's last row. A scalar is
+// ceil(rows/P) rows, the padding rows copies of t's last row. A scalar is
 // ErrShape. Not a collective: each rank splits by the shape alone, so the ranks' tensors must
 // have the same number of rows. The caller closes the result.
 func (a *Accelerator) SplitTensorBetweenProcesses(t *Tensor, applyPadding bool) (*Tensor, error) {

@@ -180,15 +180,14 @@ end
 
 Accelerate's split_between_processes: this process's share of a list of `items` (prompts, file
 names), a contiguous slice in order. With `n` items on `P` processes, rank `r` (from 0) takes the
-`r + 1`-th slice; the first `n mod P` ranks take one item more, a rank past the end takes the last
-item. `apply_padding` (on more than one process) repeats the slice's last item until it holds
-`n ÷ P + 1` items, as Accelerate pads lists (also when `P` divides `n`). With one process: every
-item, unpadded. Not a collective: each rank computes its share alone. Three items on two ranks:
-`[1, 2]` and `[3]`, padded `[1, 2]` and `[3, 3]`.
+`r + 1`-th slice; the first `n mod P` ranks take one item more, a rank past the end takes none
+(Accelerate 1.15). `apply_padding` (on more than one process) repeats the list's last item until
+every rank holds `cld(n, P)` items (none added when `P` divides `n`). With one process: every item,
+unpadded. An empty list gives every rank nothing. Not a collective: each rank computes its share
+alone. Three items on two ranks: `[1, 2]` and `[3]`, padded `[1, 2]` and `[3, 3]`.
 
-A `Tensor` or an array of two or more dimensions is split as Accelerate splits a tensor: along the
-library's first dimension (Julia's **last**), padded with copies of the last entry to the longest
-slice. A `Tensor` gives a `Tensor` (close it, or use the do-block form
+A `Tensor` or an array of two or more dimensions is split the same way along the library's first
+dimension (Julia's **last**), padded with copies of the last entry. A `Tensor` gives a `Tensor` (close it, or use the do-block form
 `split_between_processes(acc, t) do mine ... end`), an array an `Array`.
 """
 function split_between_processes(acc::Accelerator, items::AbstractVector; apply_padding::Bool = false)

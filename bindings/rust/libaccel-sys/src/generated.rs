@@ -638,13 +638,13 @@ extern "C" {
     ) -> accel_status;
     pub fn accel_join_uneven_inputs_end(accelerator: *mut accel_accelerator) -> accel_status;
     /// Accelerate's split_between_processes for a list of `count` items (prompts, file names): the
-    /// indexes of the items this process takes, in order. Process r of P takes a contiguous slice; the
-    /// first count mod P processes take one item more; a process whose slice would start past the end
-    /// takes the last item. With `apply_padding` (P > 1) the slice's last item is repeated until the
-    /// slice holds count / P + 1 items, as Accelerate pads lists (also when P divides count). With one
-    /// process: every index, unpadded. Buffer convention (a NULL buffer fails with
-    /// ACCEL_ERR_BUFFER_TOO_SMALL, writing the number needed). Not a collective. Padding an empty list
-    /// on more than one process is ACCEL_ERR_INVALID_ARGUMENT (there is no item to repeat).
+    /// indexes of the items this process takes, in order, as Accelerate 1.15 splits them. Process r of
+    /// P takes a contiguous slice; the first count mod P processes take one item more, and a process
+    /// past the end takes none. With `apply_padding` (P > 1) the input's last item is repeated until
+    /// every process holds ceil(count / P) items (none added when P divides count). With one process:
+    /// every index, unpadded. An empty list gives every process nothing, padded or not (Accelerate
+    /// raises IndexError). Buffer convention (a NULL buffer fails with ACCEL_ERR_BUFFER_TOO_SMALL,
+    /// writing the number needed). Not a collective.
     pub fn accel_split_between_processes(
         accelerator: *const accel_accelerator,
         count: i64,
@@ -654,9 +654,8 @@ extern "C" {
         out_count: *mut usize,
     ) -> accel_status;
     /// Accelerate's split_between_processes for a tensor: this process's rows of `tensor` (dimension 0)
-    /// split as accel_split_between_processes splits a list. With `apply_padding` every process gets as
-    /// many rows as the longest slice, the padding rows copies of the input's last row (Accelerate pads
-    /// tensors through pad_across_processes with the last row as the value). A scalar is
+    /// split as accel_split_between_processes splits a list, padding included (the padding rows are
+    /// copies of the input's last row, as Accelerate's pad_across_processes makes them). A scalar is
     /// ACCEL_ERR_SHAPE. Not a collective: every rank computes the split from the shape alone, so the
     /// ranks' tensors must have the same number of rows.
     pub fn accel_split_tensor_between_processes(

@@ -405,13 +405,12 @@ impl Accelerator {
     }
 
     /// Accelerate's `split_between_processes` for a list (prompts, file names): the items this
-    /// process takes, in order. Process r of P takes a contiguous slice, the first
-    /// `len % P` processes one item more; a process whose slice would start past the end takes
-    /// the last item. With `apply_padding` (and P > 1) the slice's last item is repeated until it
-    /// holds `len / P + 1` items, as Accelerate pads lists, so every process gets as many (for a
-    /// [`gather`](Accelerator::gather) afterwards; drop the repeats from its result). Alone:
-    /// every item, unpadded. Not a collective. Padding an empty list on more than one process
-    /// is an `InvalidArgument` error (there is no item to repeat).
+    /// process takes, in order, as Accelerate 1.15 splits them. Process r of P takes a contiguous
+    /// slice, the first `len % P` processes one item more; a process past the end takes none.
+    /// With `apply_padding` (and P > 1) the list's last item is repeated until every process
+    /// holds `len.div_ceil(P)` items (none added when P divides `len`), for a
+    /// [`gather`](Accelerator::gather) afterwards (drop the repeats from its result). Alone:
+    /// every item, unpadded. An empty list gives every process nothing. Not a collective.
     ///
     /// ```
     /// use libaccel::Accelerator;
@@ -494,8 +493,8 @@ impl Accelerator {
 
     /// Accelerate's `split_between_processes` for a tensor: this process's rows (dimension 0),
     /// split as [`split_between_processes`](Accelerator::split_between_processes) splits a
-    /// list. With `apply_padding` every process gets as many rows as the longest slice, the
-    /// padding rows copies of the last row. Not a collective: every rank splits by the shape
+    /// list. With `apply_padding` every process gets `rows.div_ceil(P)` rows, the padding rows
+    /// copies of the last row. Not a collective: every rank splits by the shape
     /// alone, so the ranks' tensors must have the same number of rows. A scalar is a `Shape`
     /// error.
     pub fn split_tensor_between_processes(
