@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -926,6 +927,20 @@ class Accelerator {
     detail::check(accel_reduce(get(), t.get(), reduction, &out));
     return Tensor(out);
   }
+
+ private:
+  template <class T>
+  static int64_t length_of(const std::vector<T>& v) {
+    return static_cast<int64_t>(v.size());
+  }
+  static int64_t length_of(const Tensor& t) {
+    const auto shape = t.shape();
+    if (shape.empty())
+      throw Error(ACCEL_ERR_SHAPE, "split_between_processes: a scalar has no rows");
+    return shape[0];
+  }
+
+ public:
   /** Accelerate's split_between_processes for a list: this process's items (accel.h). */
   template <class T>
   std::vector<T> split_between_processes(const std::vector<T>& items, bool apply_padding = false) {
@@ -945,6 +960,29 @@ class Accelerator {
     accel_tensor* out = nullptr;
     detail::check(accel_split_tensor_between_processes(get(), t.get(), apply_padding, &out));
     return Tensor(out);
+  }
+  /**
+   * The same for a dictionary of lists or of tensors (Accelerate's dict input): every value split
+   * alike. Values of different lengths (a tensor's length is its rows) are
+   * ACCEL_ERR_INVALID_ARGUMENT, as Accelerate raises ValueError.
+   */
+  template <class K, class V, class C, class A>
+  std::map<K, V, C, A> split_between_processes(const std::map<K, V, C, A>& items,
+                                               bool apply_padding = false) {
+    std::map<K, V, C, A> out;
+    std::optional<int64_t> length;
+    for (const auto& [key, value] : items) {
+      const int64_t n = length_of(value);
+      if (length && *length != n)
+        throw Error(ACCEL_ERR_INVALID_ARGUMENT,
+                    "split_between_processes: all values in the dictionary must have the same "
+                    "length (" +
+                        std::to_string(*length) + " and " + std::to_string(n) + ")");
+      length = n;
+    }
+    for (const auto& [key, value] : items)
+      out.emplace(key, split_between_processes(value, apply_padding));
+    return out;
   }
   /**
    * Accelerate's join_uneven_inputs around `loop` (accel.h: accel_join_uneven_inputs_begin): the

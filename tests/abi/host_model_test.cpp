@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -449,6 +450,20 @@ TEST(CppApi, RaggedDatasetsStreamsSplitAndTrigger) {
 
   EXPECT_EQ(acc.split_between_processes(std::vector<std::string>{"a", "b"}, true),
             (std::vector<std::string>{"a", "b"}));
+  // A dictionary splits every value alike; values of different lengths are refused.
+  const std::map<std::string, std::vector<int>> prompts{{"id", {1, 2}}, {"len", {5, 6}}};
+  EXPECT_EQ(acc.split_between_processes(prompts, true), prompts);
+  std::map<std::string, accel::Tensor> columns;
+  columns.emplace("x", accel::Tensor::from_data<int64_t>({1, 2, 3}, {3}));
+  EXPECT_EQ(acc.split_between_processes(columns).at("x").to_vector<int64_t>(),
+            (std::vector<int64_t>{1, 2, 3}));
+  try {
+    acc.split_between_processes(std::map<std::string, std::vector<int>>{{"a", {1}}, {"b", {1, 2}}});
+    ADD_FAILURE() << "values of different lengths were split";
+  } catch (const accel::Error& e) {
+    EXPECT_EQ(e.status(), ACCEL_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("same length"), std::string::npos) << e.what();
+  }
   EXPECT_FALSE(acc.check_trigger());
   acc.set_trigger();
   EXPECT_TRUE(acc.check_trigger());

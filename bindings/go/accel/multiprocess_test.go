@@ -180,6 +180,8 @@ func TestTwoRanksTrainAndAgree(t *testing.T) {
 	expectLine(t, out, "rank 1: 2 steps in JoinUnevenInputs, parameters equal on every rank")
 	expectLine(t, out, `rank 0: split [0 1] padded [0 1], ["a" "b"] padded ["a" "b"], rows [0 1] padded [0 1]`)
 	expectLine(t, out, `rank 1: split [2] padded [2 2], ["c"] padded ["c" "c"], rows [2] padded [2 2]`)
+	expectLine(t, out, `rank 0: map padded id [0 1] len [5 6]`)
+	expectLine(t, out, `rank 1: map padded id [2 2] len [7 7]`)
 	expectLine(t, out, "rank 0: trigger set by rank 1: true, then false")
 	expectLine(t, out, "rank 1: trigger set by rank 1: true, then false")
 	// Accelerate's sharding of an IterableDataset: global batch i to rank i mod 2, the last one
@@ -631,6 +633,11 @@ func splitAndTrigger(acc *accel.Accelerator, rank int) error {
 	}
 	fmt.Printf("rank %d: split %v padded %v, %q padded %q, rows %v padded %v\n", rank, split, padded,
 		mine, minePadded, myRows, myPaddedRows)
+	columns, err := accel.SplitMap(acc, map[string][]int{"id": {0, 1, 2}, "len": {5, 6, 7}}, true)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("rank %d: map padded id %v len %v\n", rank, columns["id"], columns["len"])
 
 	if rank == 1 {
 		if err := acc.SetTrigger(); err != nil {

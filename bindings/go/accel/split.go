@@ -92,3 +92,34 @@ func (a *Accelerator) CheckTrigger() (bool, error) {
 	err := a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_check_trigger(p, &out) })
 	return bool(out), err
 }
+
+// SplitMap is this process's share of a dictionary of lists (Accelerate's split_between_processes
+// for a dict): every value split as SplitSlice splits it, into a new map. Values of different
+// lengths are ErrInvalidArgument, as Accelerate raises ValueError.
+func SplitMap[K comparable, T any](acc *Accelerator, items map[K][]T, applyPadding bool) (map[K][]T, error) {
+	length := -1
+	for _, v := range items {
+		if length >= 0 && len(v) != length {
+			return nil, newError(ErrInvalidArgument,
+				"split_between_processes: all values in the dictionary must have the same length (%d and %d)",
+				length, len(v))
+		}
+		length = len(v)
+	}
+	mine := make(map[K][]T, len(items))
+	if length < 0 {
+		return mine, nil
+	}
+	indices, err := acc.SplitBetweenProcesses(length, applyPadding)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range items {
+		part := make([]T, len(indices))
+		for i, index := range indices {
+			part[i] = v[index]
+		}
+		mine[k] = part
+	}
+	return mine, nil
+}

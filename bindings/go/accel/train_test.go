@@ -213,6 +213,12 @@ func TestSplitAndTriggerInAWorldOfOne(t *testing.T) {
 	if got := must(accel.SplitSlice(acc, prompts, true)); !slices.Equal(got, prompts) {
 		t.Fatalf("SplitSlice gave %q", got)
 	}
+	columns := must(accel.SplitMap(acc, map[string][]string{"p": prompts, "q": prompts}, true))
+	if len(columns) != 2 || !slices.Equal(columns["q"], prompts) {
+		t.Fatalf("SplitMap gave %q", columns)
+	}
+	_, err = accel.SplitMap(acc, map[string][]int{"a": {1}, "b": {1, 2}}, false)
+	wantStatus(t, err, accel.ErrInvalidArgument, "same length")
 	x := must(accel.FromSlice([]float32{1, 2, 3, 4, 5, 6}, 3, 2))
 	defer x.Close()
 	mine := must(acc.SplitTensorBetweenProcesses(x, true))

@@ -177,6 +177,7 @@ end
 """
     split_between_processes(acc, items::AbstractVector; apply_padding = false) -> Vector
     split_between_processes(acc, x::Union{Tensor,AbstractArray}; apply_padding = false)
+    split_between_processes(acc, d::Union{AbstractDict,NamedTuple}; apply_padding = false)
 
 Accelerate's split_between_processes: this process's share of a list of `items` (prompts, file
 names), a contiguous slice in order. With `n` items on `P` processes, rank `r` (from 0) takes the
@@ -185,6 +186,9 @@ names), a contiguous slice in order. With `n` items on `P` processes, rank `r` (
 every rank holds `cld(n, P)` items (none added when `P` divides `n`). With one process: every item,
 unpadded. An empty list gives every rank nothing. Not a collective: each rank computes its share
 alone. Three items on two ranks: `[1, 2]` and `[3]`, padded `[1, 2]` and `[3, 3]`.
+
+A dictionary or a named tuple of them splits every value alike (values of different lengths are
+`ERR_INVALID_ARGUMENT`, as Accelerate raises `ValueError`); a `Dict` gives a `Dict`.
 
 A `Tensor` or an array of two or more dimensions is split the same way along the library's first
 dimension (Julia's **last**), padded with copies of the last entry. A `Tensor` gives a `Tensor` (close it, or use the do-block form
@@ -201,6 +205,22 @@ split_between_processes(acc::Accelerator, x::Union{Tensor,AbstractArray}; apply_
     end
 split_between_processes(f, acc::Accelerator, t::Tensor; kwargs...) =
     with_handle(f, split_between_processes(acc, t; kwargs...))
+
+# A dictionary (or named tuple) of lists, arrays and tensors, as Accelerate splits a dict: every
+# value alike, all of one length (a tensor's or array's length is its library rows).
+function split_between_processes(acc::Accelerator, d::Union{AbstractDict,NamedTuple};
+                                 apply_padding::Bool = false)
+    lengths = unique(split_length(v) for v in values(d))
+    length(lengths) <= 1 || throw(AccelError(ERR_INVALID_ARGUMENT,
+        "split_between_processes: all values in the dictionary must have the same length " *
+        "(found $(join(lengths, ", ")))"))
+    part(v) = split_between_processes(acc, v; apply_padding = apply_padding)
+    d isa NamedTuple ? map(part, d) : Dict(k => part(v) for (k, v) in d)
+end
+
+split_length(v::AbstractVector) = length(v)
+split_length(a::AbstractArray) = size(a, ndims(a))   # the library's first dimension
+split_length(t::Tensor) = (s = shape(t); isempty(s) ? 0 : s[1])   # a scalar: ERR_SHAPE next
 
 # The 0-based indices of this process's items, by the buffer convention: the first call asks for
 # the count, the second fills a buffer of that size.

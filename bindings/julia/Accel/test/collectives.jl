@@ -14,6 +14,12 @@
         @test split_between_processes(Array, acc, t) == A
         close(t)
         @test error_of(() -> split_between_processes(acc, Tensor(1.0))).status == Accel.ERR_SHAPE
+        @test split_between_processes(acc, Dict("p" => ["a", "b"], "n" => [1, 2])) ==
+              Dict("p" => ["a", "b"], "n" => [1, 2])
+        @test split_between_processes(acc, (x = [1 2; 3 4], y = [5, 6]); apply_padding = true) ==
+              (x = [1 2; 3 4], y = [5, 6])
+        e = error_of(() -> split_between_processes(acc, Dict("a" => [1], "b" => [1, 2])))
+        @test e.status == Accel.ERR_INVALID_ARGUMENT && occursin("same length", e.message)
         # The trigger: set, seen once, then lowered.
         @test check_trigger(acc) == false
         set_trigger!(acc)

@@ -119,6 +119,10 @@ function split_and_trigger(acc)
         error("rank $rank: split gave $((items, padded, words, rows, tensor)), not $expected")
     gather_object(acc, (items, padded)) == [([1, 2], [1, 2]), ([3], [3, 3])] ||
         error("rank $rank: the ranks' splits do not make [1, 2] | [3]")
+    columns = split_between_processes(acc, Dict("id" => [1, 2, 3], "len" => [5, 6, 7]);
+                                      apply_padding = true)
+    columns == (rank == 0 ? Dict("id" => [1, 2], "len" => [5, 6]) : Dict("id" => [3, 3], "len" => [7, 7])) ||
+        error("rank $rank: a dictionary split gave $columns")
     rank == 1 && set_trigger!(acc)
     seen = check_trigger(acc)
     again = check_trigger(acc)

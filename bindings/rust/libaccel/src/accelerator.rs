@@ -438,6 +438,54 @@ impl Accelerator {
             .collect()
     }
 
+    /// Accelerate's `split_between_processes` for a dictionary of lists: every value split
+    /// alike, into any map type (`BTreeMap`, `HashMap`). Values of different lengths are an
+    /// `InvalidArgument` error, as Accelerate raises `ValueError`.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use libaccel::Accelerator;
+    /// let acc = Accelerator::new()?; // alone: one process
+    /// let columns = BTreeMap::from([("id", vec![1, 2, 3]), ("len", vec![5, 6, 7])]);
+    /// let mine: BTreeMap<_, _> = acc.split_map_between_processes(&columns, false)?;
+    /// assert_eq!(mine, columns);
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    pub fn split_map_between_processes<'a, K, T, I, M>(
+        &self,
+        map: I,
+        apply_padding: bool,
+    ) -> Result<M>
+    where
+        I: IntoIterator<Item = (&'a K, &'a Vec<T>)>,
+        K: Clone + 'a,
+        T: Clone + 'a,
+        M: FromIterator<(K, Vec<T>)>,
+    {
+        let entries: Vec<(&K, &Vec<T>)> = map.into_iter().collect();
+        if let Some(((_, first), rest)) = entries.split_first() {
+            if let Some((_, other)) = rest.iter().find(|(_, v)| v.len() != first.len()) {
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    format!(
+                        "split_between_processes: all values in the dictionary must have the same \
+                         length ({} and {})",
+                        first.len(),
+                        other.len()
+                    ),
+                ));
+            }
+        }
+        let Some((_, first)) = entries.first() else {
+            return Ok(M::from_iter(std::iter::empty()));
+        };
+        let indices = self.split_indices_between_processes(first.len(), apply_padding)?;
+        Ok(entries
+            .into_iter()
+            .map(|(k, v)| (k.clone(), indices.iter().map(|&i| v[i].clone()).collect()))
+            .collect())
+    }
+
     /// The indexes into a list of `count` items that
     /// [`split_between_processes`](Accelerator::split_between_processes) gives this process,
     /// for lists that are not slices (lines of a file, a range).

@@ -87,6 +87,17 @@ fn split_between_processes_alone_gives_everything() {
         .split_tensor_between_processes(&scalar, false)
         .unwrap_err();
     assert_eq!(e.status(), Status::Shape, "{e}");
+    // Dictionaries: any map type; values of different lengths are refused.
+    let columns = std::collections::HashMap::from([("id", vec![1, 2]), ("len", vec![5, 6])]);
+    let mine: std::collections::HashMap<_, _> =
+        acc.split_map_between_processes(&columns, true).unwrap();
+    assert_eq!(mine, columns);
+    let ragged = std::collections::BTreeMap::from([("a", vec![1]), ("b", vec![1, 2])]);
+    let e = acc
+        .split_map_between_processes::<_, _, _, Vec<_>>(&ragged, false)
+        .unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("same length"), "{e}");
 }
 
 #[test]

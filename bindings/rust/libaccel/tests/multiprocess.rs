@@ -618,6 +618,19 @@ fn split_and_trigger(acc: &Accelerator, rank: i32) -> Result<(), String> {
     if mine != want || padded != want_padded {
         return Err(format!("split {mine:?}, padded {padded:?}"));
     }
+    // A dictionary's values split alike.
+    let columns = std::collections::BTreeMap::from([("id", vec![0, 1, 2]), ("len", vec![5, 6, 7])]);
+    let split: std::collections::BTreeMap<&str, Vec<i32>> = acc
+        .split_map_between_processes(&columns, true)
+        .map_err(fail)?;
+    let want_columns = if rank == 0 {
+        [vec![0, 1], vec![5, 6]]
+    } else {
+        [vec![2, 2], vec![7, 7]]
+    };
+    if split["id"] != want_columns[0] || split["len"] != want_columns[1] {
+        return Err(format!("split map {split:?}"));
+    }
     let t = Tensor::from_slice(&[0i64, 0, 1, 10, 2, 20], &[3, 2]).map_err(fail)?;
     let rows = acc
         .split_tensor_between_processes(&t, true)
