@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -895,9 +896,20 @@ class Accelerator {
   void print(const std::string& message) const {
     detail::check(accel_print(get(), message.c_str()));
   }
+  /**
+   * Seeds LibTorch's generators, libaccel's (data shuffling) and rng(), as Accelerate seeds
+   * Python's `random` and numpy beside torch; `device_specific` adds the process index.
+   */
   void set_seed(uint64_t seed, bool device_specific = false) {
     detail::check(accel_set_seed(get(), seed, device_specific));
+    rng_.seed(seed + (device_specific ? static_cast<uint64_t>(process_index()) : 0));
   }
+  /**
+   * The C++ generator set_seed seeds: after it, the same draws on every rank (unless
+   * device_specific) and in every run. Seeded from std::random_device until then. Not for several
+   * threads at once.
+   */
+  std::mt19937_64& rng() noexcept { return rng_; }
 
   Tensor gather(const Tensor& t) { return collective(accel_gather, t); }
   Tensor gather_for_metrics(const Tensor& t) { return collective(accel_gather_for_metrics, t); }
@@ -1128,6 +1140,7 @@ class Accelerator {
   detail::Handle<accel_accelerator, accel_accelerator_free> h_;
   std::vector<detail::TrackerHolder*> trackers_;  // owned by the library until it releases them
   detail::LogSinkHolder* log_sink_ = nullptr;     // the same
+  std::mt19937_64 rng_{std::random_device{}()};
 };
 
 inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset)

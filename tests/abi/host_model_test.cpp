@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 
 namespace {
@@ -464,6 +465,11 @@ TEST(CppApi, RaggedDatasetsStreamsSplitAndTrigger) {
     EXPECT_EQ(e.status(), ACCEL_ERR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(e.what()).find("same length"), std::string::npos) << e.what();
   }
+  // set_seed seeds the C++ generator too: the same draws as a std::mt19937_64 of that seed.
+  acc.set_seed(1234);
+  EXPECT_EQ(acc.rng()(), std::mt19937_64(1234)());
+  acc.set_seed(1234, true);  // process 0: the same seed
+  EXPECT_EQ(acc.rng()(), std::mt19937_64(1234)());
   EXPECT_FALSE(acc.check_trigger());
   acc.set_trigger();
   EXPECT_TRUE(acc.check_trigger());

@@ -12,6 +12,7 @@
 
 #include <torch/nn/modules/linear.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -104,6 +105,19 @@ int run(int batch, bool adamw, int steps) {
                   static_cast<float>(v.abs().max().item<double>())};
       }
       print_param_line(p.key(), values);
+    }
+  }
+  // set_seed seeds accel.hpp's C++ generator alike on every rank, and apart with device_specific.
+  for (const bool device_specific : {false, true}) {
+    acc.set_seed(1234, device_specific);
+    const auto draw = static_cast<int64_t>(acc.rng()() >> 1);
+    const auto all =
+        acc.gather(accel::Tensor::from_data<int64_t>({draw}, {1})).to_vector<int64_t>();
+    const bool same = std::all_of(all.begin(), all.end(), [&](int64_t d) { return d == all[0]; });
+    if (same == (device_specific && all.size() > 1)) {
+      std::fprintf(stderr, "rank %d: rng() after set_seed(1234, %d) drew %lld\n",
+                   acc.process_index(), device_specific, static_cast<long long>(draw));
+      return 3;
     }
   }
   acc.wait_for_everyone();

@@ -6,6 +6,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -98,6 +99,9 @@ type Accelerator struct {
 	logSlot   *failureSlot
 	logMu     sync.Mutex
 	logThread atomic.Uintptr
+	// The Go generator SetSeed seeds (Rand): its source, reseeded in place.
+	pcg *rand.PCG
+	rng *rand.Rand
 }
 
 func (a *Accelerator) ref() *handle[*C.accel_accelerator] {
@@ -136,6 +140,8 @@ func New(cfg *Config) (*Accelerator, error) {
 		return nil, err
 	}
 	a := &Accelerator{slot: &failureSlot{}, trackerSlot: &failureSlot{}, logSlot: &failureSlot{}}
+	a.pcg = rand.NewPCG(rand.Uint64(), rand.Uint64()) // unseeded until SetSeed
+	a.rng = rand.New(a.pcg)
 	a.h = newHandle(a, out)
 	if err := a.readPlace(out); err != nil {
 		a.Close()
@@ -359,13 +365,27 @@ func (a *Accelerator) JoinUnevenInputs(evenBatches EvenBatches, fn func() error)
 	return fn()
 }
 
-// SetSeed seeds LibTorch's generators and libaccel's own (data shuffling). With deviceSpecific
-// the process index is added, so ranks draw different streams.
+// SetSeed seeds LibTorch's generators, libaccel's own (data shuffling) and the accelerator's Go
+// generator (Rand), as Accelerate seeds Python's random and numpy beside torch. With
+// deviceSpecific the process index is added, so ranks draw different streams.
 func (a *Accelerator) SetSeed(seed uint64, deviceSpecific bool) error {
-	return a.do(func(p *C.accel_accelerator) C.accel_status {
+	err := a.do(func(p *C.accel_accelerator) C.accel_status {
 		return C.accel_set_seed(p, C.uint64_t(seed), C.bool(deviceSpecific))
 	})
+	if err != nil {
+		return err
+	}
+	if deviceSpecific {
+		seed += uint64(a.processIndex)
+	}
+	a.pcg.Seed(seed, 0)
+	return nil
 }
+
+// Rand is the math/rand/v2 generator SetSeed seeds (a PCG seeded with (seed, 0)): after SetSeed
+// it draws the same on every rank (unless deviceSpecific) and in every run; before, it is seeded
+// at random. One generator for the accelerator's life: not for several goroutines at once.
+func (a *Accelerator) Rand() *rand.Rand { return a.rng }
 
 // Preparable is what Prepare takes: a *Model, *Optimizer, *Scheduler or *DataLoader.
 type Preparable interface {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -182,6 +183,8 @@ func TestTwoRanksTrainAndAgree(t *testing.T) {
 	expectLine(t, out, `rank 1: split [2] padded [2 2], ["c"] padded ["c" "c"], rows [2] padded [2 2]`)
 	expectLine(t, out, `rank 0: map padded id [0 1] len [5 6]`)
 	expectLine(t, out, `rank 1: map padded id [2 2] len [7 7]`)
+	expectLine(t, out, `rank 0: Rand after SetSeed: true, device-specific: true`)
+	expectLine(t, out, `rank 1: Rand after SetSeed: true, device-specific: true`)
 	expectLine(t, out, "rank 0: trigger set by rank 1: true, then false")
 	expectLine(t, out, "rank 1: trigger set by rank 1: true, then false")
 	// Accelerate's sharding of an IterableDataset: global batch i to rank i mod 2, the last one
@@ -638,6 +641,16 @@ func splitAndTrigger(acc *accel.Accelerator, rank int) error {
 		return err
 	}
 	fmt.Printf("rank %d: map padded id %v len %v\n", rank, columns["id"], columns["len"])
+	// SetSeed seeds the Go generator: a PCG of (seed, 0) on every rank, (seed + rank, 0) apart.
+	if err := acc.SetSeed(1234, false); err != nil {
+		return err
+	}
+	same := acc.Rand().Uint64() == rand.New(rand.NewPCG(1234, 0)).Uint64()
+	if err := acc.SetSeed(1234, true); err != nil {
+		return err
+	}
+	apart := acc.Rand().Uint64() == rand.New(rand.NewPCG(1234+uint64(rank), 0)).Uint64()
+	fmt.Printf("rank %d: Rand after SetSeed: %v, device-specific: %v\n", rank, same, apart)
 
 	if rank == 1 {
 		if err := acc.SetTrigger(); err != nil {

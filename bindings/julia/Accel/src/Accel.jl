@@ -66,6 +66,7 @@ collector does not see the library's memory: close what a loop makes.
 module Accel
 
 using Libdl
+import Random
 import Serialization
 import Logging
 using Logging: LogLevel, AbstractLogger, @logmsg, with_logger

@@ -208,11 +208,14 @@ end
 """
     set_seed(acc, seed; device_specific = false)
 
-Seeds LibTorch's generators and libaccel's (data shuffling); `device_specific` adds the process
-index (do not use it when ranks must agree).
+Seeds LibTorch's generators, libaccel's (data shuffling) and Julia's default generator (`Random`,
+as Accelerate seeds Python's `random` and numpy beside torch): `rand()` then draws the same on
+every rank and in every run. `device_specific` adds the process index (do not use it when ranks
+must agree).
 """
 function set_seed(acc::Accelerator, seed::Integer; device_specific::Bool = false)
     @check accel_set_seed(acc, UInt64(seed), device_specific)
+    Random.seed!(UInt64(seed) + (device_specific ? UInt64(process_index(acc)) : UInt64(0)))
     nothing
 end
 

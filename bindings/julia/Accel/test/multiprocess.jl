@@ -29,6 +29,8 @@
     # The same run: split_between_processes and the trigger on two ranks (test/ranks.jl).
     @test "rank 0: split [1, 2], padded [1, 2]; the trigger of rank 1 seen, then lowered" in split(out, '\n')
     @test "rank 1: split [3], padded [3, 3]; the trigger of rank 1 seen, then lowered" in split(out, '\n')
+    @test "rank 0: rand() after set_seed is the same on every rank" in split(out, '\n')
+    @test "rank 1: rand() after set_seed is the same on every rank" in split(out, '\n')
     # And a stream of 5 samples in batches of 1, dispatched and not (test/ranks.jl).
     @test "rank 0: stream labels [[0], [2], [4]], dispatched and not" in split(out, '\n')
     @test "rank 1: stream labels [[1], [3], [0]], dispatched and not" in split(out, '\n')

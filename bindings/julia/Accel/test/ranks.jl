@@ -10,6 +10,7 @@
 #                                                  the main rank writes the parameters to OUT
 using Accel
 using Logging
+using Random
 include("helpers.jl")
 
 # Every parameter equal on every rank, bit for bit.
@@ -123,6 +124,15 @@ function split_and_trigger(acc)
                                       apply_padding = true)
     columns == (rank == 0 ? Dict("id" => [1, 2], "len" => [5, 6]) : Dict("id" => [3, 3], "len" => [7, 7])) ||
         error("rank $rank: a dictionary split gave $columns")
+    # set_seed seeds Julia's default generator: the same draw on every rank, and in every run.
+    set_seed(acc, 1234)
+    draw = rand()
+    gather_object(acc, draw) == [draw, draw] && draw == rand(MersenneTwister(1234)) ||
+        error("rank $rank: rand() after set_seed gave $draw")
+    set_seed(acc, 1234; device_specific = true)
+    rand() == rand(MersenneTwister(1234 + rank)) ||
+        error("rank $rank: device_specific did not add the process index")
+    print("rank $rank: rand() after set_seed is the same on every rank\n")
     rank == 1 && set_trigger!(acc)
     seen = check_trigger(acc)
     again = check_trigger(acc)

@@ -107,6 +107,8 @@ pub struct Accelerator {
     tracker_failure: Arc<FailureSlot>,
     /// Where the log sink's failure goes (the library owns the sink).
     log_failure: Arc<FailureSlot>,
+    /// The seed of the last `set_seed`, the process index added when device-specific.
+    seeded: Mutex<Option<u64>>,
 }
 
 // SAFETY: accel.h "Threads": the training family's calls are serialised by the library; the
@@ -194,6 +196,7 @@ impl Accelerator {
             checkpoint_failures: Mutex::new(Vec::new()),
             tracker_failure: Arc::new(FailureSlot::default()),
             log_failure: Arc::new(FailureSlot::default()),
+            seeded: Mutex::new(None),
         };
         // The library's messages go to the program's logger (the `log` facade).
         acc.log_to_facade()?;
@@ -306,9 +309,26 @@ impl Accelerator {
     }
 
     /// Seeds LibTorch's generators and libaccel's own; `device_specific` adds the rank.
+    /// Rust has no generator of its own to seed beside them (Accelerate seeds Python's `random`
+    /// and numpy): seed yours from [`seed`](Accelerator::seed).
     pub fn set_seed(&self, seed: u64, device_specific: bool) -> Result<()> {
         // SAFETY: live handle.
-        check(unsafe { sys::accel_set_seed(self.as_raw(), seed, device_specific) })
+        check(unsafe { sys::accel_set_seed(self.as_raw(), seed, device_specific) })?;
+        let rank = if device_specific {
+            u64::try_from(self.process_index()?).unwrap_or(0)
+        } else {
+            0
+        };
+        *self.seeded.lock().unwrap_or_else(|e| e.into_inner()) = Some(seed.wrapping_add(rank));
+        Ok(())
+    }
+
+    /// The seed the last [`set_seed`](Accelerator::set_seed) gave this process (the process
+    /// index added when device-specific), for the program's own generators, the same on every
+    /// rank otherwise: `StdRng::seed_from_u64(acc.seed().unwrap())` with the `rand` crate.
+    /// `None` before any `set_seed`.
+    pub fn seed(&self) -> Option<u64> {
+        *self.seeded.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn tensor_op(

@@ -618,6 +618,13 @@ fn split_and_trigger(acc: &Accelerator, rank: i32) -> Result<(), String> {
     if mine != want || padded != want_padded {
         return Err(format!("split {mine:?}, padded {padded:?}"));
     }
+    // set_seed gives the program's generators one seed on every rank, apart when device-specific.
+    acc.set_seed(1234, false).map_err(fail)?;
+    let same = acc.seed();
+    acc.set_seed(1234, true).map_err(fail)?;
+    if same != Some(1234) || acc.seed() != Some(1234 + rank as u64) {
+        return Err(format!("seeds {same:?} then {:?}", acc.seed()));
+    }
     // A dictionary's values split alike.
     let columns = std::collections::BTreeMap::from([("id", vec![0, 1, 2]), ("len", vec![5, 6, 7])]);
     let split: std::collections::BTreeMap<&str, Vec<i32>> = acc
