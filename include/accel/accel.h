@@ -1033,8 +1033,10 @@ ACCEL_API accel_status accel_dataloader_epoch(const accel_dataloader* loader, in
 ACCEL_API accel_status accel_dataloader_end_of_epoch(const accel_dataloader* loader, bool* out);
 
 /**
- * Accelerate's remainder: how many samples of the last global step are real rather than padding
- * (sample count mod global batch size); -1 with drop_last.
+ * Accelerate's remainder: how many samples of the last global step are real rather than padding.
+ * A map-style dataset's is known from the start: its samples (from a resume's position) mod the
+ * global batch size, -1 with drop_last. A stream's is -1 until its last global batch is in use,
+ * then that batch's real samples (the whole global batch when it is full), as Accelerate sets it.
  */
 ACCEL_API accel_status accel_dataloader_remainder(const accel_dataloader* loader, int64_t* out);
 

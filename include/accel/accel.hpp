@@ -692,7 +692,8 @@ class DataLoader {
   int64_t epoch() const { return detail::query<int64_t>(accel_dataloader_epoch, get()); }
   /** True while the last batch of the epoch is in use (Accelerate's end_of_dataloader). */
   bool end_of_epoch() const { return detail::query<bool>(accel_dataloader_end_of_epoch, get()); }
-  /** Accelerate's remainder: the real samples of the last global step; -1 with drop_last. */
+  /** Accelerate's remainder: the real samples of the last global step (accel.h: a stream's is -1
+   *  until its last global batch is in use). */
   int64_t remainder() const { return detail::query<int64_t>(accel_dataloader_remainder, get()); }
   /** The next iteration skips this process's first `n` batches: a mid-epoch resume. */
   void skip_first_batches(int64_t n) {

@@ -211,9 +211,9 @@ func (l *DataLoader) EndOfEpoch() (bool, error) {
 	return bool(v), err
 }
 
-// Remainder is how many samples of the last global step are real rather than padding (the
-// sample count mod the global batch size); -1 with drop_last. A stream's is -1 too until its
-// last batch is in use (EndOfEpoch).
+// Remainder is how many samples of the last global step are real rather than padding: for a
+// map-style dataset the sample count mod the global batch size (-1 with drop_last); for a stream
+// -1 until its last global batch is in use (EndOfEpoch), then that batch's real samples.
 func (l *DataLoader) Remainder() (int64, error) {
 	n, err := query(l.ref(), "DataLoader", func(p *C.accel_dataloader, out *C.int64_t) C.accel_status {
 		return C.accel_dataloader_remainder(p, out)

@@ -288,7 +288,9 @@ function end_of_epoch(loader::DataLoader)
 end
 
 """
-How many samples of the last global step are real (Accelerate's `remainder`); -1 with drop_last.
+How many samples of the last global step are real (Accelerate's `remainder`): a map-style
+dataset's sample count mod the global batch size (-1 with drop_last); a stream's -1 until its last
+global batch is in use, then that batch's real samples.
 A stream's is known at its last batch (`end_of_epoch`), -1 before.
 """
 function remainder(loader::DataLoader)

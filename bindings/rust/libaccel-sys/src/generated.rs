@@ -866,8 +866,10 @@ extern "C" {
         loader: *const accel_dataloader,
         out: *mut bool,
     ) -> accel_status;
-    /// Accelerate's remainder: how many samples of the last global step are real rather than padding
-    /// (sample count mod global batch size); -1 with drop_last.
+    /// Accelerate's remainder: how many samples of the last global step are real rather than padding.
+    /// A map-style dataset's is known from the start: its samples (from a resume's position) mod the
+    /// global batch size, -1 with drop_last. A stream's is -1 until its last global batch is in use,
+    /// then that batch's real samples (the whole global batch when it is full), as Accelerate sets it.
     pub fn accel_dataloader_remainder(
         loader: *const accel_dataloader,
         out: *mut i64,

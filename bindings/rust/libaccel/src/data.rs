@@ -1022,7 +1022,9 @@ impl DataLoader {
         query(|out| unsafe { sys::accel_dataloader_end_of_epoch(self.as_raw(), out) })
     }
 
-    /// How many samples of the last global step are real rather than padding; -1 with drop_last.
+    /// How many samples of the last global step are real rather than padding: a map-style
+    /// dataset's samples mod the global batch size (-1 with drop_last); a stream's -1 until its
+    /// last global batch is in use, then that batch's real samples (accel.h).
     pub fn remainder(&self) -> Result<i64> {
         // SAFETY: live handle, valid out pointer.
         query(|out| unsafe { sys::accel_dataloader_remainder(self.as_raw(), out) })
