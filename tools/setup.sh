@@ -153,17 +153,26 @@ if [ ! -d build/pylib/safetensors ]; then
     || echo "setup: safetensors from PyPI unavailable; the checkpoint test uses its own reader"
 fi
 
-# Python Accelerate's own loader, for the test that reads the files `accel config` writes with it
-# (cli.accelerate_roundtrip; skipped without it). 1.2.1 is the last release that accepts torch 1.13
-# (Debian's python3-torch, seen through --system-site-packages); its dependencies are pinned so
-# that the test does not change under us (an unpinned huggingface-hub is far newer than it).
+# Python Accelerate, run for real beside libaccel by the differential tests (data, split,
+# configuration files, trackers; skipped without it). A current release, 1.15.0, is the reference
+# (docs/testing.md). Its metadata asks for torch>=2.0 but it runs on Debian's python3-torch 1.13,
+# seen through --system-site-packages, with the shims each test's worker supplies; so it is
+# installed with --no-deps and what it imports is pinned here: huggingface-hub, safetensors and
+# their own dependencies from PyPI (an unpinned huggingface-hub is far newer than the tests know);
+# numpy, psutil, pyyaml and requests are Debian's, which python3-torch depends on. A venv made
+# earlier with another Accelerate (1.2.1 before issue 50) is upgraded in place.
+accelerate_version=1.15.0
 if [ ! -x build/accelerate-venv/bin/python ] ||
-   ! build/accelerate-venv/bin/python -c 'import accelerate' 2>/dev/null; then
-  { /usr/bin/python3 -m venv --system-site-packages build/accelerate-venv &&
+   [ "$(build/accelerate-venv/bin/python -c 'import accelerate; print(accelerate.__version__)' \
+        2>/dev/null)" != "$accelerate_version" ]; then
+  { { [ -x build/accelerate-venv/bin/python ] ||
+      /usr/bin/python3 -m venv --system-site-packages build/accelerate-venv; } &&
     build/accelerate-venv/bin/pip install --quiet --disable-pip-version-check \
-      "accelerate==1.2.1" "huggingface-hub==0.26.5" "safetensors==0.4.5" "packaging==26.3" \
-      "filelock==4.2.12" "fsspec==2026.9.0" "tqdm==4.70.1"; } \
-    || echo "setup: Accelerate from PyPI unavailable; cli.accelerate_roundtrip will be skipped"
+      "huggingface-hub==0.26.5" "safetensors==0.4.5" "packaging==26.3" \
+      "filelock==4.2.12" "fsspec==2026.9.0" "tqdm==4.70.1" &&
+    build/accelerate-venv/bin/pip install --quiet --disable-pip-version-check --no-deps \
+      "accelerate==$accelerate_version"; } \
+    || echo "setup: Accelerate from PyPI unavailable; the differential tests will be skipped"
 fi
 
 # TensorBoard's own event reader (EventAccumulator), for the test that reads the trackers' event
