@@ -1,20 +1,28 @@
-"""libaccel's data rules against Accelerate's own code (the test venv's Accelerate 1.2.1).
+"""libaccel's data rules against Accelerate's own code (the test venv's Accelerate 1.15.0).
 
-For random dataset lengths, batch sizes, split_batches, even_batches and drop_last, on 2 and 3
-processes: the batches each process gets from a map-style dataset (BatchSamplerShard), from a
-stream under both semantics (IterableDatasetShard, and the DataLoaderDispatcher with
-dispatch_batches), and what split_between_processes gives each process for a list and a tensor,
-with and without padding. Accelerate runs for real: one process per rank, over Gloo, through
-prepare_data_loader and PartialState. libaccel's answers come from data_probe (the same functions
-the dataloader uses).
+For random dataset lengths, batch sizes, split_batches, even_batches and drop_last, on 1, 2, 3 and
+4 processes: the batches each process gets from a map-style dataset (BatchSamplerShard; on one
+process the loader prepare_data_loader returns, which keeps its own sampler), from a stream under
+both semantics (IterableDatasetShard, and the DataLoaderDispatcher with dispatch_batches). And
+split_between_processes over the whole grid: every length 0..17 on every world, a list, a tensor
+and a dictionary of both, with and without padding. Accelerate runs for real: one process per rank,
+over Gloo, through prepare_data_loader and PartialState. libaccel's answers come from data_probe
+(the same functions the dataloader uses; it prints indices, so a dictionary's answer is the list's
+and the tensor's, one per key, as Accelerate splits each value alone).
 
     python3 accelerate_data_diff.py DATA_PROBE     (exits 77 when no Python has Accelerate)
 
+Accelerate 1.15.0 runs on Debian's torch 1.13 with torch.cpu.device_count and torch.cpu.set_device
+supplied in each worker (see worker()); nothing it calls here needs more.
+
 Known and intended differences: split_batches with batch_size 1 on several processes is an error
-in libaccel (Accelerate's dispatcher accepts it and gives every rank but one an empty batch at
-most steps; its other loaders reject it as libaccel does; not generated); a dispatching loader over an empty stream gives an empty epoch
-where Accelerate raises "Batch does not contain any data" (not generated); a rank with no batch of
-a stream gets an empty epoch where Accelerate fails (NO_BATCH_BUG, compared as empty).
+in libaccel (Accelerate's dispatcher accepts it and gives every rank an empty batch at every full
+step; its other loaders reject it as libaccel does; not generated); a dispatching loader over an
+empty stream gives an empty epoch where Accelerate raises "Batch does not contain any data" (not
+generated); a rank with no batch of a dispatched stream gets an empty epoch where Accelerate's
+dispatcher fails with TypeError (NO_BATCH_BUG, compared as empty); an empty input split with
+padding gives every rank nothing where Accelerate raises IndexError (EMPTY_PAD_RAISES, compared as
+empty).
 """
 import json
 import os
@@ -41,16 +49,26 @@ def cases(world):
         n, bs = rng.randint(1, 30), rng.randint(1, 6)
         out.append(["shard", n, bs, world, int(rng.random() < 0.3), int(rng.random() < 0.7),
                     int(rng.random() < 0.3)])
-    for n in range(0, 9):
+    for n in range(0, SPLIT_MAX_N + 1):
         for pad in (0, 1):
             out.append(["split", n, world, pad])
     return out
 
 
-# Accelerate 1.2.1 fails when a stream gives a rank no batch at all (an empty stream, or drop_last
-# with less than one global batch): DataLoaderShard with UnboundLocalError, the dispatcher with
-# TypeError (it broadcasts None). libaccel gives that rank an empty epoch.
-NO_BATCH_BUG = "(UnboundLocalError: no batch)"
+# The split grid (issue 50): every n from 0 to 17 on every world.
+SPLIT_MAX_N = 17
+WORLDS = (1, 2, 3, 4)
+
+
+# Accelerate's dispatcher (dispatch_batches) fails with TypeError when a stream gives a rank no batch
+# at all (drop_last with less than one global batch, or a short stream): it broadcasts None. libaccel
+# gives that rank an empty epoch. (1.2.1's DataLoaderShard failed the same way with
+# UnboundLocalError; 1.15 gives an empty epoch there, as libaccel does, and is compared as is.)
+NO_BATCH_BUG = "(TypeError: the dispatcher broadcast no batch)"
+
+# Accelerate raises IndexError when an empty input is split with apply_padding (it pads with
+# inputs[-1]); libaccel gives every rank nothing, padded or not. Compared as empty.
+EMPTY_PAD_RAISES = "(IndexError: empty input padded)"
 
 
 def join(batches):
@@ -65,6 +83,16 @@ def accelerate_rank(case, rank, world, state):
 
     kind = case[0]
     try:
+        if kind == "shard" and world == 1:
+            # On one process prepare_data_loader keeps the loader's own batch sampler: compare
+            # that (BatchSamplerShard alone would complete the last batch from the epoch's start,
+            # which Accelerate never does on one process).
+            _, n, bs, _, split, even, drop = case
+            dl = DataLoader(list(range(n)), batch_size=bs, drop_last=bool(drop))
+            prepared = prepare_data_loader(dl, device=torch.device("cpu"), num_processes=1,
+                                           process_index=0, split_batches=bool(split),
+                                           put_on_device=True, even_batches=bool(even))
+            return join(b.tolist() for b in prepared)
         if kind == "shard":
             _, n, bs, _, split, even, drop = case
             sampler = BatchSampler(SequentialSampler(range(n)), bs, bool(drop))
@@ -83,14 +111,25 @@ def accelerate_rank(case, rank, world, state):
                                            put_on_device=True, dispatch_batches=bool(dispatch))
             try:
                 return join(("None" if b is None else b.tolist()) for b in prepared)
-            except (UnboundLocalError, TypeError):
+            except TypeError:
+                if not dispatch:
+                    raise
                 return NO_BATCH_BUG
         _, n, _, pad = case
-        with state.split_between_processes(list(range(n)), apply_padding=bool(pad)) as part:
-            items = list(part)
+        try:
+            with state.split_between_processes(list(range(n)), apply_padding=bool(pad)) as part:
+                items = list(part)
+        except IndexError:
+            if n == 0 and pad:  # every rank raises here, before any collective: see above
+                return EMPTY_PAD_RAISES
+            raise
         with state.split_between_processes(torch.arange(n), apply_padding=bool(pad)) as part:
             rows = part.tolist()
-        return join([items, rows])
+        # A dictionary is split per key, each value as it would be alone.
+        both = {"list": list(range(n)), "tensor": torch.arange(n)}
+        with state.split_between_processes(both, apply_padding=bool(pad)) as part:
+            by_key = [list(part["list"]), part["tensor"].tolist()]
+        return join([items, rows] + by_key)
     except (ValueError, IndexError, RuntimeError):
         return "error"
 
@@ -99,8 +138,9 @@ def worker(cases_path, out_path):
     import torch
     from accelerate import PartialState
 
-    # Accelerate 1.2.1 calls torch.cpu.device_count() and torch.cpu.set_device() for a MULTI_CPU
-    # job; Debian's torch 1.13 (the venv's) predates both. Newer torch answers 1 and does nothing.
+    # Accelerate (1.2.1 and 1.15.0 alike) calls torch.cpu.device_count() and torch.cpu.set_device()
+    # for a MULTI_CPU job; Debian's torch 1.13 (the venv's) predates both. Newer torch answers 1
+    # and does nothing.
     if not hasattr(torch.cpu, "device_count"):
         torch.cpu.device_count = lambda: 1
     if not hasattr(torch.cpu, "set_device"):
@@ -176,27 +216,46 @@ def main():
         return 0
     probe = sys.argv[1]
     python = os.environ.get("ACCEL_TEST_ACCELERATE_PYTHON", sys.executable)
-    if subprocess.run([python, "-c", "import accelerate"], capture_output=True).returncode != 0:
+    probe_version = subprocess.run([python, "-c", "import accelerate; print(accelerate.__version__)"],
+                                   capture_output=True, text=True)
+    if probe_version.returncode != 0:
         print(f"skipped: {python} cannot import accelerate (tools/setup.sh makes build/accelerate-venv)")
         return 77
-    failures = compared = 0
+    print(f"Python Accelerate {probe_version.stdout.strip()} ({python})")
+    counts = {}  # kind -> [cases, pairs, differ, Accelerate's failures compared as empty]
+    failures = 0
+    started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        for world in (2, 3):
+        for world in WORLDS:
             all_cases = cases(world)
             theirs = run_accelerate(python, world, all_cases, tmp)
             ours = run_probe(probe, all_cases)
             for i, case in enumerate(all_cases):
+                count = counts.setdefault(case[0], [0, 0, 0, 0])
+                count[0] += 1
                 for rank in range(world):
-                    compared += 1
+                    count[1] += 1
                     mine = ours[i][rank] if rank < len(ours[i]) else "(missing)"
-                    expected = "" if theirs[rank][i] == NO_BATCH_BUG else theirs[rank][i]
+                    if case[0] == "split" and mine != "error":
+                        # data_probe prints indices: a dictionary's keys get the list's and the
+                        # tensor's answers, in that order (see accelerate_rank).
+                        mine = mine + "|" + mine
+                    expected = theirs[rank][i]
+                    if expected == NO_BATCH_BUG:
+                        expected, count[3] = "", count[3] + 1
+                    elif expected == EMPTY_PAD_RAISES:
+                        expected, count[3] = "|||", count[3] + 1
                     if expected != mine:
                         failures += 1
+                        count[2] += 1
                         if failures <= 20:
                             print(f"{case} rank {rank}: Accelerate {theirs[rank][i]!r}, libaccel {mine!r}")
-    print(f"{compared} (case, rank) pairs compared, {failures} differ")
+    for kind, (n_cases, pairs, differ, raised) in sorted(counts.items()):
+        print(f"{kind}: {n_cases} cases, {pairs} (case, rank) pairs, {differ} differ "
+              f"({raised} where Accelerate fails, compared as empty)")
+    print(f"{sum(c[1] for c in counts.values())} (case, rank) pairs compared on worlds "
+          f"{', '.join(map(str, WORLDS))}, {failures} differ ({time.monotonic() - started:.1f} s)")
     return 1 if failures else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
