@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""One sequence of tracker calls written by Accelerate's TensorBoardTracker (1.2.1, through
-torch.utils.tensorboard) and by libaccel (tracker_replay on two processes), both read back by
-TensorBoard's own EventAccumulator and compared:
+"""One sequence of tracker calls written by Accelerate's TensorBoardTracker (the venv's 1.15.0,
+through torch.utils.tensorboard; 1.2.1, the reference before issue 50, wrote the same) and by
+libaccel (tracker_replay on two processes), both read back by TensorBoard's own EventAccumulator
+and compared:
 
     accelerate_side_by_side.py ACCEL_CLI TRACKER_REPLAY
 
@@ -261,7 +262,7 @@ def child(cli, replay):
             print("  - " + item)
         return 1
     print("accelerate_side_by_side: %d scalar events, texts and hyperparameters the same as "
-          "Accelerate's" % n_scalars)
+          "Accelerate %s's" % (n_scalars, __import__("accelerate").__version__))
     return 0
 
 
