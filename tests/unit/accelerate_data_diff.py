@@ -13,7 +13,8 @@ and the tensor's, one per key, as Accelerate splits each value alone).
     python3 accelerate_data_diff.py DATA_PROBE     (exits 77 when no Python has Accelerate)
 
 Accelerate 1.15.0 runs on Debian's torch 1.13 with torch.cpu.device_count and torch.cpu.set_device
-supplied in each worker (see worker()); nothing it calls here needs more.
+supplied in each worker, and a plain barrier where its wait_for_everyone passes device_ids (see
+worker()).
 
 Known and intended differences: split_batches with batch_size 1 on several processes is an error
 in libaccel (Accelerate's dispatcher accepts it and gives every rank an empty batch at every full
@@ -145,11 +146,17 @@ def worker(cases_path, out_path):
         torch.cpu.device_count = lambda: 1
     if not hasattr(torch.cpu, "set_device"):
         torch.cpu.set_device = lambda device: None
+    # Accelerate 1.15's wait_for_everyone passes device_ids to barrier, which torch 1.13 refuses
+    # for Gloo: a plain barrier there (the worker ends with one).
+    if int(torch.__version__.split(".")[0]) < 2:
+        plain_barrier = torch.distributed.barrier
+        torch.distributed.barrier = lambda *args, device_ids=None, **kwargs: plain_barrier(*args, **kwargs)
 
     state = PartialState(cpu=True)
     with open(cases_path) as f:
         all_cases = json.load(f)
     results = [accelerate_rank(c, state.process_index, state.num_processes, state) for c in all_cases]
+    state.wait_for_everyone()
     with open(out_path, "w") as f:
         json.dump(results, f)
 
