@@ -160,7 +160,8 @@ fi
 # installed with --no-deps and what it imports is pinned here: huggingface-hub, safetensors and
 # their own dependencies from PyPI (an unpinned huggingface-hub is far newer than the tests know);
 # numpy, psutil, pyyaml and requests are Debian's, which python3-torch depends on. A venv made
-# earlier with another Accelerate (1.2.1 before issue 50) is upgraded in place.
+# earlier with another Accelerate (1.2.1 before issue 50) is upgraded in place. pip's later installs
+# into the venv warn that accelerate requires torch>=2.0.0: expected, and harmless here.
 accelerate_version=1.15.0
 if [ ! -x build/accelerate-venv/bin/python ] ||
    [ "$(build/accelerate-venv/bin/python -c 'import accelerate; print(accelerate.__version__)' \
@@ -183,6 +184,7 @@ if [ -x build/accelerate-venv/bin/python ] &&
   build/accelerate-venv/bin/pip install --quiet --disable-pip-version-check \
     "tensorboard==2.21.0" "tensorboard-data-server==0.7.2" "protobuf==7.36.2" "grpcio==1.85.3" \
     "absl-py==2.5.1" "Markdown==3.11.3" "MarkupSafe==3.0.4" "Werkzeug==3.1.9" "pillow==13.0.0" \
+    "typing-extensions==4.16.0" \
     || echo "setup: tensorboard from PyPI unavailable; tracking.readback will be skipped"
 fi
 
