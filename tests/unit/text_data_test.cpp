@@ -1,6 +1,7 @@
 // The pure rules behind text data: padding a batch of ragged samples, Hugging Face's length
 // grouping, and Accelerate's split_between_processes (the worked examples of its docstring and the
-// quirks of version 1.2.1; tests/data/ compares the rest against Accelerate's own code).
+// rules of version 1.15; tests/unit/accelerate_data_diff.py compares the rest against Accelerate's
+// own code).
 #include <gtest/gtest.h>
 
 #include <algorithm>
