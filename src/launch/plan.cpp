@@ -93,16 +93,20 @@ void machines_from_slurm(LaunchOptions& o, const config::EnvMap& env, std::strin
   }
 }
 
-}  // namespace
+// The configuration file as make_plan reads it: the file over the defaults, no environment.
+struct FileLayer {
+  std::string path;  // "" when no file is used
+  config::Resolved settings;
 
-LaunchPlan make_plan(const LaunchOptions& options, const config::EnvMap& env, int cpus) {
-  if (options.command.empty()) fail(Errc::invalid_argument, "no program to launch");
-  LaunchOptions o = options;
-  std::string machines_from;
-  machines_from_slurm(o, env, &machines_from);
+  int integer(const char* key) const { return static_cast<int>(settings.integer(key)); }
+  bool sets(const char* key) const {
+    return settings.at(key).origin.source == config::Source::kFile;
+  }
+};
 
-  // As Accelerate: --config_file, else the default file when it exists (unless --cpu without a
-  // file).
+// As Accelerate: --config_file, else the default file when it exists (unless --cpu without a
+// file).
+FileLayer load_file_layer(const LaunchOptions& o, const config::EnvMap& env) {
   config::Config file;
   std::string path;
   if (o.config_file) {
@@ -111,22 +115,21 @@ LaunchPlan make_plan(const LaunchOptions& options, const config::EnvMap& env, in
   } else if (!o.cpu) {
     path = file.load_default_file(env);
   }
-  const config::Resolved from_file = file.resolve({});  // the file over defaults, no environment
-  auto file_int = [&](const char* key) { return static_cast<int>(from_file.integer(key)); };
-  auto file_sets = [&](const char* key) {
-    return from_file.at(key).origin.source == config::Source::kFile;
-  };
+  return {path, file.resolve({})};
+}
 
-  LaunchPlan plan;
-  plan.config_file = path;
-  plan.machines_from = machines_from;
-  plan.num_machines = o.num_machines.value_or(file_int("num_machines"));
-  plan.machine_rank = o.machine_rank.value_or(file_int("machine_rank"));
+void decide_machines(LaunchPlan& plan, const LaunchOptions& o, const FileLayer& file) {
+  plan.num_machines = o.num_machines.value_or(file.integer("num_machines"));
+  plan.machine_rank = o.machine_rank.value_or(file.integer("machine_rank"));
   if (plan.num_machines < 1) fail(Errc::invalid_argument, "--num_machines must be at least 1");
   if (plan.machine_rank < 0 || plan.machine_rank >= plan.num_machines)
     fail(Errc::invalid_argument, "--machine_rank " + std::to_string(plan.machine_rank) +
                                      " is not in 0.." + std::to_string(plan.num_machines - 1));
+}
 
+// The total from --nproc_per_node, --num_processes or the file (in that order), split evenly over
+// the machines.
+void decide_processes(LaunchPlan& plan, const LaunchOptions& o, const FileLayer& file) {
   int total = 1;
   if (o.nproc_per_node) {
     if (*o.nproc_per_node < 1) fail(Errc::invalid_argument, "--nproc_per_node must be at least 1");
@@ -139,10 +142,10 @@ LaunchPlan make_plan(const LaunchOptions& options, const config::EnvMap& env, in
                                        std::to_string(plan.num_machines) + " machine(s)");
   } else if (o.num_processes) {
     total = *o.num_processes;
-  } else if (file_sets("num_processes")) {
-    total = file_int("num_processes");
+  } else if (file.sets("num_processes")) {
+    total = file.integer("num_processes");
     if (total == -1)
-      fail(Errc::invalid_argument, "num_processes is -1 in " + path +
+      fail(Errc::invalid_argument, "num_processes is -1 in " + file.path +
                                        " (Accelerate's 'ask at launch'): pass --num_processes");
   }
   if (total < 1) fail(Errc::invalid_argument, "--num_processes must be at least 1");
@@ -153,10 +156,13 @@ LaunchPlan make_plan(const LaunchOptions& options, const config::EnvMap& env, in
                                      std::to_string(plan.num_machines));
   plan.world_size = total;
   plan.local_processes = total / plan.num_machines;
+}
 
+// Machine 0's address and the store's port; port 0 means this launcher picks one.
+void decide_main_process(LaunchPlan& plan, const LaunchOptions& o, const FileLayer& file) {
   const std::string ip = o.main_process_ip.value_or(
-      file_sets("main_process_ip") ? from_file.text("main_process_ip") : std::string());
-  const int port = o.main_process_port.value_or(file_int("main_process_port"));
+      file.sets("main_process_ip") ? file.settings.text("main_process_ip") : std::string());
+  const int port = o.main_process_port.value_or(file.integer("main_process_port"));
   if (port < 0 || port > 65535)
     fail(Errc::invalid_argument, "--main_process_port must be in 0..65535");
   if (plan.num_machines > 1) {
@@ -171,7 +177,9 @@ LaunchPlan make_plan(const LaunchOptions& options, const config::EnvMap& env, in
   plan.master_addr = ip.empty() ? "127.0.0.1" : ip;
   plan.master_port = port;
   plan.pick_port = plan.world_size > 1 && port == 0;
+}
 
+void decide_threads_restarts_logs(LaunchPlan& plan, const LaunchOptions& o, int cpus) {
   if (o.num_cpu_threads_per_process) {
     if (*o.num_cpu_threads_per_process < 1)
       fail(Errc::invalid_argument, "--num_cpu_threads_per_process must be at least 1");
@@ -194,29 +202,37 @@ LaunchPlan make_plan(const LaunchOptions& options, const config::EnvMap& env, in
     if (o.log_dir->empty()) fail(Errc::invalid_argument, "--log_dir is empty");
     plan.log_dir = *o.log_dir;
   }
+}
 
+// Throws unless `gpu_ids` is a comma-separated list of device numbers.
+void check_gpu_ids(const std::string& gpu_ids) {
+  size_t start = 0;
+  while (start <= gpu_ids.size()) {
+    size_t comma = gpu_ids.find(',', start);
+    if (comma == std::string::npos) comma = gpu_ids.size();
+    long long id = 0;
+    const std::string item = gpu_ids.substr(start, comma - start);
+    if (!parse_int(item, &id) || id < 0 || id > 1023)
+      fail(Errc::invalid_argument, "--gpu_ids '" + gpu_ids + "': '" + item +
+                                       "' is not a device number (write 'all' or a list like "
+                                       "0,1)");
+    start = comma + 1;
+  }
+}
+
+void set_common_env(LaunchPlan& plan, const LaunchOptions& o, const FileLayer& file,
+                    const config::EnvMap& env) {
   auto& ce = plan.common_env;
   if (o.debug) ce["ACCELERATE_DEBUG_MODE"] = "true";
   const std::string gpu_ids =
       o.gpu_ids ? *o.gpu_ids
-                : (file_sets("gpu_ids") ? from_file.text("gpu_ids") : std::string("all"));
+                : (file.sets("gpu_ids") ? file.settings.text("gpu_ids") : std::string("all"));
   if (gpu_ids != "all") {
     // As Accelerate: the ranks see only these devices.
-    size_t start = 0;
-    while (start <= gpu_ids.size()) {
-      size_t comma = gpu_ids.find(',', start);
-      if (comma == std::string::npos) comma = gpu_ids.size();
-      long long id = 0;
-      const std::string item = gpu_ids.substr(start, comma - start);
-      if (!parse_int(item, &id) || id < 0 || id > 1023)
-        fail(Errc::invalid_argument, "--gpu_ids '" + gpu_ids + "': '" + item +
-                                         "' is not a device number (write 'all' or a list like "
-                                         "0,1)");
-      start = comma + 1;
-    }
+    check_gpu_ids(gpu_ids);
     ce["CUDA_VISIBLE_DEVICES"] = gpu_ids;
   }
-  if (!path.empty()) ce["ACCEL_CONFIG_FILE"] = path;
+  if (!file.path.empty()) ce["ACCEL_CONFIG_FILE"] = file.path;
   // Flags override the file through the environment, which the library ranks above the file.
   if (o.mixed_precision) {
     const config::KeySpec* spec = config::find_key("mixed_precision");
@@ -238,6 +254,25 @@ LaunchPlan make_plan(const LaunchOptions& options, const config::EnvMap& env, in
   ce["OMP_NUM_THREADS"] = threads;
   if (!env.count("OPENBLAS_NUM_THREADS") || o.num_cpu_threads_per_process)
     ce["OPENBLAS_NUM_THREADS"] = threads;
+}
+
+}  // namespace
+
+LaunchPlan make_plan(const LaunchOptions& options, const config::EnvMap& env, int cpus) {
+  if (options.command.empty()) fail(Errc::invalid_argument, "no program to launch");
+  LaunchOptions o = options;
+  std::string machines_from;
+  machines_from_slurm(o, env, &machines_from);
+  const FileLayer file = load_file_layer(o, env);
+
+  LaunchPlan plan;
+  plan.config_file = file.path;
+  plan.machines_from = machines_from;
+  decide_machines(plan, o, file);
+  decide_processes(plan, o, file);
+  decide_main_process(plan, o, file);
+  decide_threads_restarts_logs(plan, o, cpus);
+  set_common_env(plan, o, file, env);
   return plan;
 }
 
