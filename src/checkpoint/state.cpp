@@ -173,45 +173,53 @@ void check_part(const std::string& path, const Manifest& m, int rank) {
 
 namespace {
 
-void save_state_unguarded(prepare::Session& session, const std::string& dir) {
-  const prepare::Session::WholeParameters whole(session);  // stage 3 gathers them
-  auto& acc = session.accelerator();
-  auto* comm = acc.communicator();
-  const std::string partial_suffix = ".partial";
-  std::unique_ptr<AtomicDir> atomic;
-  ops::run_on_main(acc, [&] { atomic = std::make_unique<AtomicDir>(dir, partial_suffix); });
-  const std::string work = dir + partial_suffix;
-  // Every rank's own random state, and its part of each sharded optimizer's state, into the
-  // directory the main process made, in parallel.
-  const auto& optimizers = session.optimizers();
-  const int rank = acc.place().rank;
-  // Every rank reaches the gather, a failing one with its error ("!..."), so that all agree on
-  // the id or on the failure; none is left waiting.
+// This rank's own files of a save: its random states and its part of each sharded optimizer.
+struct RankFiles {
   NamedTensors rng;
-  std::vector<NamedTensors> shards(optimizers.size());
-  std::string mine;
+  std::vector<NamedTensors> shards;
+};
+
+// Reads this rank's states into `out`; returns its part of the save id, or "!" and the error:
+// every rank reaches the gather, a failing one too, so that all agree on the id or on the failure
+// and none is left waiting.
+std::string read_rank_files(prepare::Session& session, RankFiles& out) {
+  const auto& optimizers = session.optimizers();
+  out.shards.resize(optimizers.size());
   try {
-    rng = {{"cpu", state_of(at::detail::getDefaultCPUGenerator())},
-           {"library", state_of(runtime::library_generator())}};
+    out.rng = {{"cpu", state_of(at::detail::getDefaultCPUGenerator())},
+               {"library", state_of(runtime::library_generator())}};
     for (size_t i = 0; i < optimizers.size(); ++i)
-      if (optimizers[i]->sharded()) shards[i] = optimizers[i]->state_tensors();
-    mine = part_crc(rng, shards);
+      if (optimizers[i]->sharded()) out.shards[i] = optimizers[i]->state_tensors();
+    return part_crc(out.rng, out.shards);
   } catch (const std::exception& e) {
-    mine = std::string("!") + e.what();
+    return std::string("!") + e.what();
   }
+}
+
+std::string agree_on_save_id(prepare::Session& session, const std::string& mine) {
+  auto* comm = session.accelerator().communicator();
   const auto parts = comm ? ops::gather_object(comm, mine) : std::vector<std::string>{mine};
   for (const auto& p : parts)
     if (!p.empty() && p[0] == '!')
       fail(Errc::io,
            "save_state: reading the random and sharded optimizer states failed: " + p.substr(1));
-  const std::string save_id = save_id_of(session.total_steps(), parts);
+  return save_id_of(session.total_steps(), parts);
+}
+
+// Every rank writes its own files in parallel; all fail together when any of them failed.
+void write_rank_files(prepare::Session& session, const std::string& work,
+                      const std::string& save_id, const RankFiles& own) {
+  auto& acc = session.accelerator();
+  auto* comm = acc.communicator();
+  const auto& optimizers = session.optimizers();
+  const int rank = acc.place().rank;
   const auto part = part_metadata(save_id, rank, acc.place().world_size);
   std::string error;
   try {
-    write_safetensors(work + "/" + rng_file(rank), rng, part);
+    write_safetensors(work + "/" + rng_file(rank), own.rng, part);
     for (size_t i = 0; i < optimizers.size(); ++i)
       if (optimizers[i]->sharded())
-        write_safetensors(work + "/" + optimizer_shard_file(i, rank), shards[i], part);
+        write_safetensors(work + "/" + optimizer_shard_file(i, rank), own.shards[i], part);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -221,81 +229,135 @@ void save_state_unguarded(prepare::Session& session, const std::string& dir) {
   }
   if (!error.empty())
     fail(Errc::io, "save_state: writing the random and sharded optimizer states failed: " + error);
+}
 
+// Each function below writes one kind of object into `work` and appends the names to `files`.
+void write_models(prepare::Session& session, const std::string& work,
+                  std::vector<std::string>& files) {
+  const auto& models = session.models();
+  for (size_t i = 0; i < models.size(); ++i) {
+    NamedTensors state = models[i]->named_parameters();
+    for (auto& b : models[i]->named_buffers()) state.push_back(std::move(b));
+    files.push_back("model_" + std::to_string(i) + ".safetensors");
+    write_safetensors(work + "/" + files.back(), state, {{"format", "pt"}});
+  }
+}
+
+// FULL_STATE_DICT of a sharded optimizer: the ranks' parts become the one file stage 0 writes.
+void merge_optimizer_parts(size_t i, int world_size, const std::string& work,
+                           std::vector<std::string>& files) {
+  std::vector<NamedTensors> parts;
+  std::vector<std::string> names;
+  for (int r = 0; r < world_size; ++r) {
+    names.push_back(work + "/" + optimizer_shard_file(i, r));
+    parts.push_back(read_safetensors(names.back()));
+  }
+  files.push_back("optimizer_" + std::to_string(i) + ".safetensors");
+  write_safetensors(work + "/" + files.back(), merge_shards(std::move(parts), names), {});
+  for (const auto& n : names) std::remove(n.c_str());
+}
+
+void write_optimizers(prepare::Session& session, const std::string& work,
+                      std::vector<std::string>& files) {
+  auto& acc = session.accelerator();
+  const auto& optimizers = session.optimizers();
+  for (size_t i = 0; i < optimizers.size(); ++i) {
+    if (!optimizers[i]->sharded()) {
+      files.push_back("optimizer_" + std::to_string(i) + ".safetensors");
+      write_safetensors(work + "/" + files.back(), optimizers[i]->state_tensors(), {});
+    } else if (acc.sharding().state_dict == config::StateDictType::kSharded) {
+      // Each rank wrote its part above (SHARDED_STATE_DICT; DeepSpeed writes one file per rank).
+      for (int r = 0; r < acc.place().world_size; ++r) files.push_back(optimizer_shard_file(i, r));
+    } else {
+      merge_optimizer_parts(i, acc.place().world_size, work, files);
+    }
+    nlohmann::ordered_json j = {{"kind", optimizers[i]->kind()},
+                                {"options", optimizers[i]->options()}};
+    files.push_back("optimizer_" + std::to_string(i) + ".json");
+    write_text(work + "/" + files.back(), j.dump(2));
+  }
+}
+
+void write_schedulers(prepare::Session& session, const std::string& work,
+                      std::vector<std::string>& files) {
+  const auto& schedulers = session.schedulers();
+  for (size_t i = 0; i < schedulers.size(); ++i) {
+    nlohmann::ordered_json j = {{"kind", schedulers[i]->schedule().kind()},
+                                {"steps", schedulers[i]->steps()},
+                                {"base_lr", schedulers[i]->base_lr()}};
+    files.push_back("scheduler_" + std::to_string(i) + ".json");
+    write_text(work + "/" + files.back(), j.dump(2));
+  }
+}
+
+void write_training_state(prepare::Session& session, const std::string& work,
+                          std::vector<std::string>& files) {
+  const auto& loaders = session.dataloaders();
+  nlohmann::ordered_json training = {{"micro_step", session.micro_step()},
+                                     {"sync_gradients", session.sync_gradients()}};
+  if (auto* s = session.mutable_scaler())
+    training["scaler"] = {{"scale", s->scale()}, {"growth_tracker", s->growth_tracker()}};
+  training["dataloaders"] = nlohmann::ordered_json::array();
+  for (const auto& l : loaders) {
+    const auto [epoch, samples] = l->checkpoint_cursor();
+    training["dataloaders"].push_back({{"epoch", epoch}, {"samples", samples}});
+  }
+  files.push_back("training_state.json");
+  write_text(work + "/" + files.back(), training.dump(2));
+}
+
+void write_custom_objects(prepare::Session& session, const std::string& work,
+                          std::vector<std::string>& files) {
+  const auto& custom = session.custom_objects();
+  for (size_t i = 0; i < custom.size(); ++i) {
+    std::string bytes;
+    try {
+      bytes = custom[i].save();
+    } catch (const accel::Error& e) {
+      fail(e.code(), "registered object " + std::to_string(i) + ": " + e.what());
+    }
+    files.push_back("custom_" + std::to_string(i) + ".bin");
+    write_text(work + "/" + files.back(), bytes);
+  }
+}
+
+// The main process's part: the shared files, then manifest.json listing every file of the save.
+void write_main_files(prepare::Session& session, const std::string& work,
+                      const std::string& save_id) {
+  auto& acc = session.accelerator();
+  Manifest m;
+  m.library_version = ACCEL_LIBRARY_VERSION;
+  m.num_processes = acc.place().world_size;
+  m.step = session.total_steps();
+  m.save_id = save_id;
+  std::vector<std::string> files;
+  for (int r = 0; r < acc.place().world_size; ++r) files.push_back(rng_file(r));
+  write_models(session, work, files);
+  write_optimizers(session, work, files);
+  write_schedulers(session, work, files);
+  write_training_state(session, work, files);
+  write_custom_objects(session, work, files);
+  files.push_back("config.yaml");
+  write_text(work + "/" + files.back(), acc.settings().dump_yaml());
+  for (const auto& f : files) m.files.push_back(describe_file(work, f));
+  write_text(work + "/manifest.json", to_json(m));
+}
+
+void save_state_unguarded(prepare::Session& session, const std::string& dir) {
+  const prepare::Session::WholeParameters whole(session);  // stage 3 gathers them
+  auto& acc = session.accelerator();
+  const std::string partial_suffix = ".partial";
+  std::unique_ptr<AtomicDir> atomic;
+  ops::run_on_main(acc, [&] { atomic = std::make_unique<AtomicDir>(dir, partial_suffix); });
+  const std::string work = dir + partial_suffix;
+  // Every rank's own random state, and its part of each sharded optimizer's state, into the
+  // directory the main process made, in parallel.
+  RankFiles own;
+  const std::string mine = read_rank_files(session, own);
+  const std::string save_id = agree_on_save_id(session, mine);
+  write_rank_files(session, work, save_id, own);
   ops::run_on_main(acc, [&] {
-    Manifest m;
-    m.library_version = ACCEL_LIBRARY_VERSION;
-    m.num_processes = acc.place().world_size;
-    m.step = session.total_steps();
-    m.save_id = save_id;
-    std::vector<std::string> files;
-    for (int r = 0; r < acc.place().world_size; ++r) files.push_back(rng_file(r));
-    const auto& models = session.models();
-    for (size_t i = 0; i < models.size(); ++i) {
-      NamedTensors state = models[i]->named_parameters();
-      for (auto& b : models[i]->named_buffers()) state.push_back(std::move(b));
-      files.push_back("model_" + std::to_string(i) + ".safetensors");
-      write_safetensors(work + "/" + files.back(), state, {{"format", "pt"}});
-    }
-    for (size_t i = 0; i < optimizers.size(); ++i) {
-      if (!optimizers[i]->sharded()) {
-        files.push_back("optimizer_" + std::to_string(i) + ".safetensors");
-        write_safetensors(work + "/" + files.back(), optimizers[i]->state_tensors(), {});
-      } else if (acc.sharding().state_dict == config::StateDictType::kSharded) {
-        // Each rank wrote its part above (SHARDED_STATE_DICT; DeepSpeed writes one file per rank).
-        for (int r = 0; r < acc.place().world_size; ++r)
-          files.push_back(optimizer_shard_file(i, r));
-      } else {  // FULL_STATE_DICT: the parts become the one file stage 0 writes
-        std::vector<NamedTensors> parts;
-        std::vector<std::string> names;
-        for (int r = 0; r < acc.place().world_size; ++r) {
-          names.push_back(work + "/" + optimizer_shard_file(i, r));
-          parts.push_back(read_safetensors(names.back()));
-        }
-        files.push_back("optimizer_" + std::to_string(i) + ".safetensors");
-        write_safetensors(work + "/" + files.back(), merge_shards(std::move(parts), names), {});
-        for (const auto& n : names) std::remove(n.c_str());
-      }
-      nlohmann::ordered_json j = {{"kind", optimizers[i]->kind()},
-                                  {"options", optimizers[i]->options()}};
-      files.push_back("optimizer_" + std::to_string(i) + ".json");
-      write_text(work + "/" + files.back(), j.dump(2));
-    }
-    const auto& schedulers = session.schedulers();
-    for (size_t i = 0; i < schedulers.size(); ++i) {
-      nlohmann::ordered_json j = {{"kind", schedulers[i]->schedule().kind()},
-                                  {"steps", schedulers[i]->steps()},
-                                  {"base_lr", schedulers[i]->base_lr()}};
-      files.push_back("scheduler_" + std::to_string(i) + ".json");
-      write_text(work + "/" + files.back(), j.dump(2));
-    }
-    const auto& loaders = session.dataloaders();
-    nlohmann::ordered_json training = {{"micro_step", session.micro_step()},
-                                       {"sync_gradients", session.sync_gradients()}};
-    if (auto* s = session.mutable_scaler())
-      training["scaler"] = {{"scale", s->scale()}, {"growth_tracker", s->growth_tracker()}};
-    training["dataloaders"] = nlohmann::ordered_json::array();
-    for (const auto& l : loaders) {
-      const auto [epoch, samples] = l->checkpoint_cursor();
-      training["dataloaders"].push_back({{"epoch", epoch}, {"samples", samples}});
-    }
-    files.push_back("training_state.json");
-    write_text(work + "/" + files.back(), training.dump(2));
-    const auto& custom = session.custom_objects();
-    for (size_t i = 0; i < custom.size(); ++i) {
-      std::string bytes;
-      try {
-        bytes = custom[i].save();
-      } catch (const accel::Error& e) {
-        fail(e.code(), "registered object " + std::to_string(i) + ": " + e.what());
-      }
-      files.push_back("custom_" + std::to_string(i) + ".bin");
-      write_text(work + "/" + files.back(), bytes);
-    }
-    files.push_back("config.yaml");
-    write_text(work + "/" + files.back(), acc.settings().dump_yaml());
-    for (const auto& f : files) m.files.push_back(describe_file(work, f));
-    write_text(work + "/manifest.json", to_json(m));
+    write_main_files(session, work, save_id);
     atomic->commit();
   });
 }
