@@ -404,75 +404,72 @@ T field(const nlohmann::json& j, const std::string& key) {
   }
 }
 
-StagedLoad stage_load(prepare::Session& session, const std::string& dir, const Manifest& m) {
-  auto& acc = session.accelerator();
+// The files a checkpoint's manifest lists, and the checks a load makes against that list.
+struct Listing {
+  const std::string& dir;
   std::set<std::string> listed;
-  for (const auto& f : m.files) listed.insert(f.path);
+
+  Listing(const std::string& d, const Manifest& m) : dir(d) {
+    for (const auto& f : m.files) listed.insert(f.path);
+  }
+
   // Each kind of object must appear in the checkpoint as often as this run prepared it.
-  auto expect_count = [&](const char* what, const std::string& prefix, const std::string& suffix,
-                          size_t live) {
+  void expect_count(const char* what, const std::string& prefix, const std::string& suffix,
+                    size_t live) const {
     size_t saved = 0;
     while (listed.count(prefix + std::to_string(saved) + suffix)) ++saved;
     if (saved != live)
       fail(Errc::state, "the checkpoint '" + dir + "/manifest.json' lists " +
                             std::to_string(saved) + " " + what + " (" + prefix + "<n>" + suffix +
                             "); this run prepared " + std::to_string(live));
-  };
-  auto path_of = [&](const std::string& name) {
+  }
+
+  std::string path_of(const std::string& name) const {
     if (!listed.count(name))
       fail(Errc::io, "the checkpoint '" + dir + "' does not list '" + name + "' in manifest.json");
     return dir + "/" + name;
-  };
-  StagedLoad st;
-  const auto& models = session.models();
-  const auto& optimizers = session.optimizers();
-  const auto& schedulers = session.schedulers();
-  const auto& loaders = session.dataloaders();
-  const auto& custom = session.custom_objects();
-  expect_count("models", "model_", ".safetensors", models.size());
-  expect_count("optimizers", "optimizer_", ".json", optimizers.size());
-  expect_count("schedulers", "scheduler_", ".json", schedulers.size());
-  expect_count("registered objects", "custom_", ".bin", custom.size());
+  }
+};
 
-  for (size_t i = 0; i < models.size(); ++i) {
-    const std::string path = path_of("model_" + std::to_string(i) + ".safetensors");
-    st.models.push_back(
-        in_file(path, [&] { return stage_checkpoint_for_model(*models[i], path); }));
-  }
-  for (size_t i = 0; i < optimizers.size(); ++i) {
-    const std::string json = path_of("optimizer_" + std::to_string(i) + ".json");
-    // One file, or (a SHARDED_STATE_DICT save) one part per saving rank: either loads on any
-    // number of processes, sharded or not.
-    const std::string full = "optimizer_" + std::to_string(i) + ".safetensors";
-    std::vector<std::string> parts;
-    if (listed.count(full) || m.num_processes < 1) {
-      parts.push_back(path_of(full));
-    } else {
-      for (int r = 0; r < m.num_processes; ++r) {
-        parts.push_back(path_of(optimizer_shard_file(i, r)));
-        check_part(parts.back(), m, r);
-      }
+// Optimizer i's state: one file, or (a SHARDED_STATE_DICT save) one part per saving rank; either
+// loads on any number of processes, sharded or not.
+std::shared_ptr<optim::Optimizer::StagedState> stage_optimizer(prepare::Session& session,
+                                                               const Listing& files,
+                                                               const Manifest& m, size_t i) {
+  const auto& optimizer = session.optimizers()[i];
+  const std::string json = files.path_of("optimizer_" + std::to_string(i) + ".json");
+  const std::string full = "optimizer_" + std::to_string(i) + ".safetensors";
+  std::vector<std::string> parts;
+  if (files.listed.count(full) || m.num_processes < 1) {
+    parts.push_back(files.path_of(full));
+  } else {
+    for (int r = 0; r < m.num_processes; ++r) {
+      parts.push_back(files.path_of(optimizer_shard_file(i, r)));
+      check_part(parts.back(), m, r);
     }
-    const std::string& tensors = parts.front();
-    const auto options = in_file(json, [&] {
-      const auto j = read_json(json);
-      const auto kind = field<std::string>(j, "kind");
-      if (kind != optimizers[i]->kind())
-        fail(Errc::state, "checkpoint file '" + json + "' holds a " + kind +
-                              " optimizer; this run prepared " + optimizers[i]->kind());
-      auto saved = field<std::map<std::string, double>>(j, "options");
-      optimizers[i]->check_saved_options(saved);  // here, so that its errors name this file
-      return saved;
-    });
-    std::vector<NamedTensors> read;
-    for (const auto& part : parts)
-      read.push_back(in_file(part, [&] { return read_safetensors(part); }));
-    const auto state = merge_shards(std::move(read), parts);
-    st.optimizers.push_back(
-        in_file(tensors, [&] { return optimizers[i]->stage_state(options, state); }));
   }
+  const std::string& tensors = parts.front();
+  const auto options = in_file(json, [&] {
+    const auto j = read_json(json);
+    const auto kind = field<std::string>(j, "kind");
+    if (kind != optimizer->kind())
+      fail(Errc::state, "checkpoint file '" + json + "' holds a " + kind +
+                            " optimizer; this run prepared " + optimizer->kind());
+    auto saved = field<std::map<std::string, double>>(j, "options");
+    optimizer->check_saved_options(saved);  // here, so that its errors name this file
+    return saved;
+  });
+  std::vector<NamedTensors> read;
+  for (const auto& part : parts)
+    read.push_back(in_file(part, [&] { return read_safetensors(part); }));
+  const auto state = merge_shards(std::move(read), parts);
+  return in_file(tensors, [&] { return optimizer->stage_state(options, state); });
+}
+
+void stage_schedulers(prepare::Session& session, const Listing& files, StagedLoad& st) {
+  const auto& schedulers = session.schedulers();
   for (size_t i = 0; i < schedulers.size(); ++i) {
-    const std::string path = path_of("scheduler_" + std::to_string(i) + ".json");
+    const std::string path = files.path_of("scheduler_" + std::to_string(i) + ".json");
     st.schedulers.push_back(in_file(path, [&] {
       const auto j = read_json(path);
       const auto kind = field<std::string>(j, "kind");
@@ -485,7 +482,12 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
       return std::make_pair(steps, base_lr);
     }));
   }
-  const std::string training_path = path_of("training_state.json");
+}
+
+// training_state.json: the micro-step, the scaler and every dataloader's cursor.
+void stage_training_state(prepare::Session& session, const Listing& files, StagedLoad& st) {
+  const auto& loaders = session.dataloaders();
+  const std::string training_path = files.path_of("training_state.json");
   in_file(training_path, [&] {
     const auto training = read_json(training_path);
     st.micro_step = field<int64_t>(training, "micro_step");
@@ -510,16 +512,15 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
       st.cursors.emplace_back(epoch, samples);
     }
   });
-  for (size_t i = 0; i < custom.size(); ++i) {
-    const std::string path = path_of("custom_" + std::to_string(i) + ".bin");
-    st.custom.push_back(in_file(path, [&] { return read_text(path); }));
-  }
+}
 
-  // Random states: this rank's own, or, for a rank the saving run did not have, rank 0's mixed with
-  // the rank so that every new rank draws its own reproducible stream.
-  const int rank = acc.place().rank;
+// Random states: this rank's own, or, for a rank the saving run did not have, rank 0's mixed with
+// the rank so that every new rank draws its own reproducible stream.
+void stage_random_states(prepare::Session& session, const Listing& files, const Manifest& m,
+                         StagedLoad& st) {
+  const int rank = session.accelerator().place().rank;
   const bool own = rank < m.num_processes;
-  const std::string rng_path = path_of(rng_file(own ? rank : 0));
+  const std::string rng_path = files.path_of(rng_file(own ? rank : 0));
   check_part(rng_path, m, own ? rank : 0);
   in_file(rng_path, [&] {
     const auto states = read_safetensors(rng_path);
@@ -544,6 +545,32 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
       }
     }
   });
+}
+
+StagedLoad stage_load(prepare::Session& session, const std::string& dir, const Manifest& m) {
+  const Listing files(dir, m);
+  StagedLoad st;
+  const auto& models = session.models();
+  const auto& custom = session.custom_objects();
+  files.expect_count("models", "model_", ".safetensors", models.size());
+  files.expect_count("optimizers", "optimizer_", ".json", session.optimizers().size());
+  files.expect_count("schedulers", "scheduler_", ".json", session.schedulers().size());
+  files.expect_count("registered objects", "custom_", ".bin", custom.size());
+
+  for (size_t i = 0; i < models.size(); ++i) {
+    const std::string path = files.path_of("model_" + std::to_string(i) + ".safetensors");
+    st.models.push_back(
+        in_file(path, [&] { return stage_checkpoint_for_model(*models[i], path); }));
+  }
+  for (size_t i = 0; i < session.optimizers().size(); ++i)
+    st.optimizers.push_back(stage_optimizer(session, files, m, i));
+  stage_schedulers(session, files, st);
+  stage_training_state(session, files, st);
+  for (size_t i = 0; i < custom.size(); ++i) {
+    const std::string path = files.path_of("custom_" + std::to_string(i) + ".bin");
+    st.custom.push_back(in_file(path, [&] { return read_text(path); }));
+  }
+  stage_random_states(session, files, m, st);
   return st;
 }
 
