@@ -50,15 +50,6 @@ bool exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(Errc::io, "cannot read '" + path + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) fail(Errc::io, "error while reading '" + path + "'");
-  return s.str();
-}
-
 // The checkpoint's view of a model: parameters then buffers, by name.
 NamedTensors state_of(const model::Model& m) {
   NamedTensors all = m.named_parameters();

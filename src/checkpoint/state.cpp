@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include <dirent.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,7 +17,6 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "checkpoint/atomic_dir.hpp"
 #include "checkpoint/manifest.hpp"
@@ -44,21 +42,9 @@ void write_text(const std::string& path, const std::string& text) {
          "cannot write '" + path + "': " + (errno ? std::strerror(errno) : "the stream failed"));
 }
 
-std::string read_text(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    fail(Errc::io, "'" + path + "' is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(Errc::io, "cannot read '" + path + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) fail(Errc::io, "error while reading '" + path + "'");
-  return s.str();
-}
-
 nlohmann::json read_json(const std::string& path) {
   try {
-    return nlohmann::json::parse(read_text(path));
+    return nlohmann::json::parse(read_file(path));
   } catch (const accel::Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -568,7 +554,7 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
   stage_training_state(session, files, st);
   for (size_t i = 0; i < custom.size(); ++i) {
     const std::string path = files.path_of("custom_" + std::to_string(i) + ".bin");
-    st.custom.push_back(in_file(path, [&] { return read_text(path); }));
+    st.custom.push_back(in_file(path, [&] { return read_file(path); }));
   }
   stage_random_states(session, files, m, st);
   return st;
@@ -605,7 +591,7 @@ void load_state_unguarded(prepare::Session& session, const std::string& dir) {
   ops::run_on_all(acc, [&] {
     const std::string manifest_path = dir + "/manifest.json";
     m = in_file(manifest_path,
-                [&] { return parse_manifest(read_text(manifest_path), manifest_path); });
+                [&] { return parse_manifest(read_file(manifest_path), manifest_path); });
     verify(dir, m);
     staged = stage_load(session, dir, m);
   });

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <fstream>
+#include <sstream>
 
 #include "common/error.hpp"
 
@@ -23,6 +25,18 @@ void make_directories(const std::string& dir, mode_t mode) {
     }
     if (end == std::string::npos) break;
   }
+}
+
+std::string read_file(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail(Errc::io, "'" + path + "' is not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(Errc::io, "cannot read '" + path + "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) fail(Errc::io, "error while reading '" + path + "'");
+  return s.str();
 }
 
 }  // namespace accel
