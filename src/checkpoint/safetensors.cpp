@@ -18,6 +18,62 @@ constexpr uint64_t kMaxHeader = 100u << 20;  // the reference implementation's l
   fail(Errc::io, "safetensors file '" + name + "': " + what);
 }
 
+// One tensor's entry of the header: dtype, shape and offsets, checked against the data section.
+TensorEntry parse_tensor_entry(const std::string& name, const std::string& key,
+                               const nlohmann::json& v, uint64_t data_size) {
+  const std::string where = "tensor '" + key + "': ";
+  if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+    bad(name, where + "needs dtype, shape and data_offsets");
+  TensorEntry t;
+  t.name = key;
+  if (!v["dtype"].is_string()) bad(name, where + "dtype is not a string");
+  t.dtype = v["dtype"].get<std::string>();
+  const size_t width = dtype_size(t.dtype);
+  if (width == 0) bad(name, where + "unknown dtype '" + t.dtype + "'");
+  if (!v["shape"].is_array()) bad(name, where + "shape is not an array");
+  uint64_t count = 1;
+  for (const auto& d : v["shape"]) {
+    if (!d.is_number_unsigned()) bad(name, where + "shape holds a value that is not a size");
+    const uint64_t dim = d.get<uint64_t>();
+    if (dim != 0 && count > (uint64_t{1} << 62) / dim) bad(name, where + "shape is too large");
+    count *= dim;
+    t.shape.push_back(static_cast<int64_t>(dim));
+  }
+  const auto& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+      !off[1].is_number_unsigned())
+    bad(name, where + "data_offsets is not [begin, end]");
+  t.begin = off[0].get<uint64_t>();
+  t.end = off[1].get<uint64_t>();
+  if (t.begin > t.end || t.end > data_size)
+    bad(name, where + "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                  "] fall outside the " + std::to_string(data_size) + " data bytes");
+  // Compared by division: count * width can wrap around 64 bits for a forged shape.
+  const uint64_t bytes = t.end - t.begin;
+  if (bytes % width != 0 || bytes / width != count)
+    bad(name, where + "holds " + std::to_string(bytes) + " bytes but this shape has " +
+                  std::to_string(count) + " elements of " + t.dtype + " (" + std::to_string(width) +
+                  " bytes each)");
+  return t;
+}
+
+// The data section is the tensors back to back, nothing shared, nothing left over.
+void check_back_to_back(const std::string& name, std::vector<TensorEntry>& tensors,
+                        uint64_t data_size) {
+  std::sort(tensors.begin(), tensors.end(),
+            [](const TensorEntry& a, const TensorEntry& b) { return a.begin < b.begin; });
+  uint64_t expected = 0;
+  for (const auto& t : tensors) {
+    if (t.begin != expected)
+      bad(name, "tensor '" + t.name + "' starts at byte " + std::to_string(t.begin) +
+                    ", expected " + std::to_string(expected) + " (overlapping or gapped offsets)");
+    expected = t.end;
+  }
+  if (expected != data_size)
+    bad(name, "the tensors cover " + std::to_string(expected) + " of " + std::to_string(data_size) +
+                  " data bytes");
+}
+
 }  // namespace
 
 size_t dtype_size(const std::string& d) {
@@ -60,55 +116,9 @@ Header parse_header(const uint8_t* prefix, size_t prefix_size, uint64_t file_siz
       }
       continue;
     }
-    const std::string where = "tensor '" + key + "': ";
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets"))
-      bad(name, where + "needs dtype, shape and data_offsets");
-    TensorEntry t;
-    t.name = key;
-    if (!v["dtype"].is_string()) bad(name, where + "dtype is not a string");
-    t.dtype = v["dtype"].get<std::string>();
-    const size_t width = dtype_size(t.dtype);
-    if (width == 0) bad(name, where + "unknown dtype '" + t.dtype + "'");
-    if (!v["shape"].is_array()) bad(name, where + "shape is not an array");
-    uint64_t count = 1;
-    for (const auto& d : v["shape"]) {
-      if (!d.is_number_unsigned()) bad(name, where + "shape holds a value that is not a size");
-      const uint64_t dim = d.get<uint64_t>();
-      if (dim != 0 && count > (uint64_t{1} << 62) / dim) bad(name, where + "shape is too large");
-      count *= dim;
-      t.shape.push_back(static_cast<int64_t>(dim));
-    }
-    const auto& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-        !off[1].is_number_unsigned())
-      bad(name, where + "data_offsets is not [begin, end]");
-    t.begin = off[0].get<uint64_t>();
-    t.end = off[1].get<uint64_t>();
-    if (t.begin > t.end || t.end > data_size)
-      bad(name, where + "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                    "] fall outside the " + std::to_string(data_size) + " data bytes");
-    // Compared by division: count * width can wrap around 64 bits for a forged shape.
-    const uint64_t bytes = t.end - t.begin;
-    if (bytes % width != 0 || bytes / width != count)
-      bad(name, where + "holds " + std::to_string(bytes) + " bytes but this shape has " +
-                    std::to_string(count) + " elements of " + t.dtype + " (" +
-                    std::to_string(width) + " bytes each)");
-    h.tensors.push_back(std::move(t));
+    h.tensors.push_back(parse_tensor_entry(name, key, v, data_size));
   }
-  // The data section is the tensors back to back, nothing shared, nothing left over.
-  std::sort(h.tensors.begin(), h.tensors.end(),
-            [](const TensorEntry& a, const TensorEntry& b) { return a.begin < b.begin; });
-  uint64_t expected = 0;
-  for (const auto& t : h.tensors) {
-    if (t.begin != expected)
-      bad(name, "tensor '" + t.name + "' starts at byte " + std::to_string(t.begin) +
-                    ", expected " + std::to_string(expected) + " (overlapping or gapped offsets)");
-    expected = t.end;
-  }
-  if (expected != data_size)
-    bad(name, "the tensors cover " + std::to_string(expected) + " of " + std::to_string(data_size) +
-                  " data bytes");
+  check_back_to_back(name, h.tensors, data_size);
   return h;
 }
 

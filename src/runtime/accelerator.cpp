@@ -88,8 +88,29 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
   place_ = read_process_place(env);
   logger_.set_level(logging::level_from_name(settings_.text("log_level")));
   logger_.set_place(place_.rank, place_.world_size);
-
   const int gpus = usable_gpus(settings_.flag("use_cpu"), &cuda_note_);
+  choose_device_and_types(gpus);
+  // Sharding's keys are checked in every job, one process too, so that a file is refused or
+  // taken the same way wherever it runs.
+  sharding_ = config::resolve_sharding(settings_, env);
+  config::check_sharding_supported(sharding_);
+
+  bool expected = false;
+  if (!g_live.compare_exchange_strong(expected, true))
+    fail(Errc::state,
+         "an accelerator already exists in this process; free it before creating "
+         "another");
+  std::string local_from;
+  try {
+    local_from = join_job(env, gpus);
+  } catch (...) {
+    g_live = false;
+    throw;
+  }
+  if (settings_.flag("debug")) say_debug_line(local_from, gpus == 0);
+}
+
+void Accelerator::choose_device_and_types(int gpus) {
   const bool use_cpu = gpus == 0;
   // torchrun may give each rank one device (CUDA_VISIBLE_DEVICES) and LOCAL_RANK 0..n-1: modulo.
   device_ = use_cpu ? "cpu" : "cuda:" + std::to_string(place_.local_rank % gpus);
@@ -107,76 +128,66 @@ Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
          "mixed_precision fp16 (" + settings_.at("mixed_precision").origin.describe() +
              ") needs a CUDA device: LibTorch's CPU autocast supports bf16 only; use bf16 on CPU" +
              (cuda_note_.empty() ? "" : " (CUDA: " + cuda_note_ + ")"));
+}
 
-  // Sharding's keys are checked in every job, one process too, so that a file is refused or
-  // taken the same way wherever it runs.
-  sharding_ = config::resolve_sharding(settings_, env);
-  config::check_sharding_supported(sharding_);
-
+std::string Accelerator::join_job(const config::EnvMap& env, int gpus) {
+  const bool use_cpu = gpus == 0;
   std::string local_from = "a world of one";
-  bool expected = false;
-  if (!g_live.compare_exchange_strong(expected, true))
-    fail(Errc::state,
-         "an accelerator already exists in this process; free it before creating "
-         "another");
-  try {
-    // Until the census says otherwise, a rank that does not know its machine's share assumes
-    // every rank is on this machine, so that start-up does not oversubscribe it.
-    set_threads(default_thread_count(
-        static_cast<int>(settings_.integer("num_threads")), env, available_cpus(),
-        place_.local_known ? place_.local_world_size : place_.world_size));
-    if (settings_.flag("malloc_tuning")) {
-      tune_malloc(env);
-      install_tensor_allocator();
-    }
-    if (place_.distributed()) {
-      die_with_launching_engine(env);
-      ignore_sigpipe_by_default();
-      CommOptions options;
-      options.rendezvous = millis(settings_.seconds("rendezvous_timeout"));
-      options.collective = millis(settings_.seconds("collective_timeout"));
-      options.shared_memory = settings_.flag("shared_memory_allreduce");
-      options.logger = &logger_;
-      comm_ = std::make_unique<Communicator>(place_, options);
-      local_from = place_.local_known ? "from " + place_.engine : "found by the census";
-      if (!place_.local_known) {
-        // The engine did not say which ranks share this machine; the census did.
-        place_.local_rank = comm_->local_rank();
-        place_.local_world_size = comm_->local_world_size();
-        place_.local_known = true;
-        set_threads(default_thread_count(static_cast<int>(settings_.integer("num_threads")), env,
-                                         available_cpus(), place_.local_world_size));
-        if (!use_cpu) device_ = "cuda:" + std::to_string(place_.local_rank % gpus);
-      }
-    }
-    // Before any CUDA call of this rank, so that nothing lands on device 0 by default. (Without
-    // libaccel's CUDA part, a LibTorch linked with CUDA directly, collectives go through Gloo.)
-    if (const cuda::Plugin* plugin = use_cpu ? nullptr : cuda::load_plugin(nullptr)) {
-      const int index = place_.local_rank % gpus;
-      plugin->set_device(index);
-      if (comm_) comm_->attach_device(index);
-    }
-  } catch (...) {
-    g_live = false;
-    throw;
+  // Until the census says otherwise, a rank that does not know its machine's share assumes
+  // every rank is on this machine, so that start-up does not oversubscribe it.
+  set_threads(default_thread_count(
+      static_cast<int>(settings_.integer("num_threads")), env, available_cpus(),
+      place_.local_known ? place_.local_world_size : place_.world_size));
+  if (settings_.flag("malloc_tuning")) {
+    tune_malloc(env);
+    install_tensor_allocator();
   }
-  // Debug mode (`accel launch --debug`, ACCELERATE_DEBUG_MODE): say where this rank stands and
-  // how it talks to the others, one line per rank.
-  if (settings_.flag("debug")) {
-    std::string line = "rank " + std::to_string(place_.rank) + " of " +
-                       std::to_string(place_.world_size) + " (" + place_.engine + "), local rank " +
-                       std::to_string(place_.local_rank) + " of " +
-                       std::to_string(place_.local_world_size) + " (" + local_from + "), " +
-                       std::to_string(num_threads_) + " threads, device " + device_ +
-                       (cuda_note_.empty() || !use_cpu ? "" : " (CUDA: " + cuda_note_ + ")");
-    if (comm_)
-      line += ", all-reduce over " + comm_->all_reduce_transport() + ", store " +
-              place_.master_addr + ":" + std::to_string(place_.master_port) + " (" +
-              place_.endpoint_source + (place_.store_hosted ? ", hosted by the launcher" : "") +
-              (place_.store_fd >= 0 ? ", served on the socket accel launch bound" : "") + "; " +
-              comm_->store_summary() + "), attempt " + std::to_string(place_.attempt);
-    logger_.say(logging::kInfo, line, logging::kAllProcesses);
+  if (place_.distributed()) {
+    die_with_launching_engine(env);
+    ignore_sigpipe_by_default();
+    CommOptions options;
+    options.rendezvous = millis(settings_.seconds("rendezvous_timeout"));
+    options.collective = millis(settings_.seconds("collective_timeout"));
+    options.shared_memory = settings_.flag("shared_memory_allreduce");
+    options.logger = &logger_;
+    comm_ = std::make_unique<Communicator>(place_, options);
+    local_from = place_.local_known ? "from " + place_.engine : "found by the census";
+    if (!place_.local_known) {
+      // The engine did not say which ranks share this machine; the census did.
+      place_.local_rank = comm_->local_rank();
+      place_.local_world_size = comm_->local_world_size();
+      place_.local_known = true;
+      set_threads(default_thread_count(static_cast<int>(settings_.integer("num_threads")), env,
+                                       available_cpus(), place_.local_world_size));
+      if (!use_cpu) device_ = "cuda:" + std::to_string(place_.local_rank % gpus);
+    }
   }
+  // Before any CUDA call of this rank, so that nothing lands on device 0 by default. (Without
+  // libaccel's CUDA part, a LibTorch linked with CUDA directly, collectives go through Gloo.)
+  if (const cuda::Plugin* plugin = use_cpu ? nullptr : cuda::load_plugin(nullptr)) {
+    const int index = place_.local_rank % gpus;
+    plugin->set_device(index);
+    if (comm_) comm_->attach_device(index);
+  }
+  return local_from;
+}
+
+// Debug mode (`accel launch --debug`, ACCELERATE_DEBUG_MODE): where this rank stands and how it
+// talks to the others, one line per rank.
+void Accelerator::say_debug_line(const std::string& local_from, bool use_cpu) {
+  std::string line = "rank " + std::to_string(place_.rank) + " of " +
+                     std::to_string(place_.world_size) + " (" + place_.engine + "), local rank " +
+                     std::to_string(place_.local_rank) + " of " +
+                     std::to_string(place_.local_world_size) + " (" + local_from + "), " +
+                     std::to_string(num_threads_) + " threads, device " + device_ +
+                     (cuda_note_.empty() || !use_cpu ? "" : " (CUDA: " + cuda_note_ + ")");
+  if (comm_)
+    line += ", all-reduce over " + comm_->all_reduce_transport() + ", store " + place_.master_addr +
+            ":" + std::to_string(place_.master_port) + " (" + place_.endpoint_source +
+            (place_.store_hosted ? ", hosted by the launcher" : "") +
+            (place_.store_fd >= 0 ? ", served on the socket accel launch bound" : "") + "; " +
+            comm_->store_summary() + "), attempt " + std::to_string(place_.attempt);
+  logger_.say(logging::kInfo, line, logging::kAllProcesses);
 }
 
 Accelerator::~Accelerator() {

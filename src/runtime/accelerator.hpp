@@ -55,6 +55,12 @@ class Accelerator {
   void set_seed(uint64_t seed, bool device_specific);
 
  private:
+  // The constructor's steps: the device, distributed type and mixed precision; joining the job
+  // (threads, allocator, communicator, CUDA device), which says where the local rank came from;
+  // --debug's line.
+  void choose_device_and_types(int gpus);
+  std::string join_job(const config::EnvMap& env, int gpus);
+  void say_debug_line(const std::string& local_from, bool use_cpu);
   void set_threads(int n);
   ProcessPlace place_;
   config::Resolved settings_;

@@ -303,104 +303,132 @@ struct StoreServer::Impl {
 
   static Writer ok() { return Writer().u8(static_cast<uint8_t>(Status::kOk)); }
 
+  // One request, answered; a malformed one is answered so.
   void handle(Conn& c, Reader& r) {
     const auto op = static_cast<Op>(r.u8());
+    bool served = false;
     switch (op) {
-      case Op::kSet: {
-        std::string key = r.str();
-        auto value = r.vec();
-        if (!r.done()) break;
-        kv[key] = std::move(value);
-        send(c, ok().framed());
-        wake_waiters();
-        return;
-      }
+      case Op::kSet:
+        served = serve_set(c, r);
+        break;
       case Op::kGet:
-      case Op::kWait: {
-        std::vector<std::string> keys;
-        if (op == Op::kGet) {
-          keys.push_back(r.str());
-        } else {
-          const int64_t n = r.i64();
-          if (n < 0 || n > 1 << 20) break;
-          for (int64_t i = 0; i < n && r.ok(); ++i) keys.push_back(r.str());
-        }
-        const int64_t timeout_ms = r.i64();
-        if (!r.done()) break;
-        c.waiting = true;
-        c.wait_op = op;
-        c.wait_keys = std::move(keys);
-        c.wait_has_deadline = timeout_ms > 0;
-        if (timeout_ms > 0) c.wait_deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-        try_complete(c);  // serve_requests goes on with the next request once this one is answered
-        return;
-      }
-      case Op::kAdd: {
-        std::string key = r.str();
-        const int64_t delta = r.i64();
-        if (!r.done()) break;
-        long long value = 0;
-        auto it = kv.find(key);
-        if (it != kv.end() &&
-            !parse_int(std::string(it->second.begin(), it->second.end()), &value)) {
-          send(c, Writer()
-                      .u8(static_cast<uint8_t>(Status::kBadRequest))
-                      .str("the value of '" + key + "' is not a number")
-                      .framed());
-          return;
-        }
-        value += delta;
-        const std::string text = std::to_string(value);
-        kv[key] = std::vector<uint8_t>(text.begin(), text.end());
-        send(c, ok().i64(value).framed());
-        wake_waiters();
-        return;
-      }
-      case Op::kCheck: {
-        const int64_t n = r.i64();
-        if (n < 0 || n > 1 << 20) break;
-        bool all = true;
-        for (int64_t i = 0; i < n && r.ok(); ++i) all = kv.count(r.str()) > 0 && all;
-        if (!r.done()) break;
-        send(c, ok().u8(all ? 1 : 0).framed());
-        return;
-      }
-      case Op::kDelete: {
-        std::string key = r.str();
-        if (!r.done()) break;
-        send(c, ok().u8(kv.erase(key) ? 1 : 0).framed());
-        return;
-      }
+      case Op::kWait:
+        served = serve_wait(c, r, op);
+        break;
+      case Op::kAdd:
+        served = serve_add(c, r);
+        break;
+      case Op::kCheck:
+        served = serve_check(c, r);
+        break;
+      case Op::kDelete:
+        served = serve_delete(c, r);
+        break;
       case Op::kNumKeys:
-        if (!r.done()) break;
-        send(c, ok().i64(static_cast<int64_t>(kv.size())).framed());
-        return;
-      case Op::kCompareSet: {
-        std::string key = r.str();
-        auto expected = r.vec();
-        auto desired = r.vec();
-        if (!r.done()) break;
-        // c10d's semantics: a missing key is set only when the expected value is empty; the
-        // reply is the value the key holds afterwards (the expected one when it is missing).
-        auto it = kv.find(key);
-        if (it == kv.end()) {
-          if (expected.empty()) {
-            kv[key] = desired;
-            send(c, ok().vec(desired).framed());
-            wake_waiters();
-          } else {
-            send(c, ok().vec(expected).framed());
-          }
-        } else {
-          if (it->second == expected) it->second = std::move(desired);
-          send(c, ok().vec(it->second).framed());
-          wake_waiters();
-        }
-        return;
-      }
+        served = r.done();
+        if (served) send(c, ok().i64(static_cast<int64_t>(kv.size())).framed());
+        break;
+      case Op::kCompareSet:
+        served = serve_compare_set(c, r);
+        break;
     }
-    send(c,
-         Writer().u8(static_cast<uint8_t>(Status::kBadRequest)).str("malformed request").framed());
+    if (!served)
+      send(
+          c,
+          Writer().u8(static_cast<uint8_t>(Status::kBadRequest)).str("malformed request").framed());
+  }
+
+  // Each request kind: false when its body is malformed (nothing changed then).
+  bool serve_set(Conn& c, Reader& r) {
+    std::string key = r.str();
+    auto value = r.vec();
+    if (!r.done()) return false;
+    kv[key] = std::move(value);
+    send(c, ok().framed());
+    wake_waiters();
+    return true;
+  }
+
+  bool serve_wait(Conn& c, Reader& r, Op op) {
+    std::vector<std::string> keys;
+    if (op == Op::kGet) {
+      keys.push_back(r.str());
+    } else {
+      const int64_t n = r.i64();
+      if (n < 0 || n > 1 << 20) return false;
+      for (int64_t i = 0; i < n && r.ok(); ++i) keys.push_back(r.str());
+    }
+    const int64_t timeout_ms = r.i64();
+    if (!r.done()) return false;
+    c.waiting = true;
+    c.wait_op = op;
+    c.wait_keys = std::move(keys);
+    c.wait_has_deadline = timeout_ms > 0;
+    if (timeout_ms > 0) c.wait_deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    try_complete(c);  // serve_requests goes on with the next request once this one is answered
+    return true;
+  }
+
+  bool serve_add(Conn& c, Reader& r) {
+    std::string key = r.str();
+    const int64_t delta = r.i64();
+    if (!r.done()) return false;
+    long long value = 0;
+    auto it = kv.find(key);
+    if (it != kv.end() && !parse_int(std::string(it->second.begin(), it->second.end()), &value)) {
+      send(c, Writer()
+                  .u8(static_cast<uint8_t>(Status::kBadRequest))
+                  .str("the value of '" + key + "' is not a number")
+                  .framed());
+      return true;
+    }
+    value += delta;
+    const std::string text = std::to_string(value);
+    kv[key] = std::vector<uint8_t>(text.begin(), text.end());
+    send(c, ok().i64(value).framed());
+    wake_waiters();
+    return true;
+  }
+
+  bool serve_check(Conn& c, Reader& r) {
+    const int64_t n = r.i64();
+    if (n < 0 || n > 1 << 20) return false;
+    bool all = true;
+    for (int64_t i = 0; i < n && r.ok(); ++i) all = kv.count(r.str()) > 0 && all;
+    if (!r.done()) return false;
+    send(c, ok().u8(all ? 1 : 0).framed());
+    return true;
+  }
+
+  bool serve_delete(Conn& c, Reader& r) {
+    std::string key = r.str();
+    if (!r.done()) return false;
+    send(c, ok().u8(kv.erase(key) ? 1 : 0).framed());
+    return true;
+  }
+
+  // c10d's semantics: a missing key is set only when the expected value is empty; the reply is
+  // the value the key holds afterwards (the expected one when it is missing).
+  bool serve_compare_set(Conn& c, Reader& r) {
+    std::string key = r.str();
+    auto expected = r.vec();
+    auto desired = r.vec();
+    if (!r.done()) return false;
+    auto it = kv.find(key);
+    if (it == kv.end()) {
+      if (expected.empty()) {
+        kv[key] = desired;
+        send(c, ok().vec(desired).framed());
+        wake_waiters();
+      } else {
+        send(c, ok().vec(expected).framed());
+      }
+    } else {
+      if (it->second == expected) it->second = std::move(desired);
+      send(c, ok().vec(it->second).framed());
+      wake_waiters();
+    }
+    return true;
   }
 
   // Answers c's waiting request when its keys are all there.
