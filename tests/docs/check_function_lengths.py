@@ -18,9 +18,10 @@ MAX_LINES = 80
 
 # (path under the source root, function name): why it may be longer. Remove an entry when the
 # function is split.
+REGISTRY = "registry table, being reworked by issue 49's registries step"
 ALLOWED = {
-    ("src/config/keys.cpp", "build_table"): "registry table, reworked by issue 49's registries step",
-    ("src/model/model.cpp", "make_layer"): "registry table, reworked by issue 49's registries step",
+    ("src/config/keys.cpp", "build_table"): REGISTRY,
+    ("src/model/model.cpp", "make_layer"): REGISTRY,
 }
 
 IDENT = re.compile(r"[A-Za-z_]\w*")
