@@ -1,5 +1,7 @@
 // The trackers that write files under a run's directory (logging_dir/project_name), each made by
-// its own function; make_file_trackers (tracker.hpp) picks them by name.
+// its own function (one signature: the directory, where warnings go); make_file_trackers
+// (tracker.hpp) picks them by name from the table in trackers.cpp (a new one: its file, its
+// function here, its row there).
 //   tensorboard  events.out.tfevents.* (numbers as scalars, texts as PyTorch's add_text writes
 //                them), the configuration as a text summary "hparams" (a Markdown table) and as
 //                hparams.yml, as Accelerate's TensorBoardTracker keeps it beside its events
@@ -19,7 +21,7 @@
 
 namespace accel::tracking {
 
-std::unique_ptr<Tracker> make_tensorboard_tracker(const std::string& dir);
+std::unique_ptr<Tracker> make_tensorboard_tracker(const std::string& dir, Warn warn);
 std::unique_ptr<Tracker> make_jsonl_tracker(const std::string& dir, Warn warn);
 std::unique_ptr<Tracker> make_csv_tracker(const std::string& dir, Warn warn);
 

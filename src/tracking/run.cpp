@@ -52,10 +52,9 @@ void Run::add(std::unique_ptr<Tracker> tracker) {
          "a tracker cannot be added while a run is started (accel_end_training first)");
   const std::string& name = tracker->name();
   if (name.empty()) fail(Errc::invalid_argument, "a tracker needs a name");
-  for (const char* builtin : {"tensorboard", "jsonl", "csv", "all"})
-    if (name == builtin)
-      fail(Errc::invalid_argument,
-           "'" + name + "' is a tracker of log_with; name the program's own tracker otherwise");
+  if (is_log_with_name(name))
+    fail(Errc::invalid_argument,
+         "'" + name + "' is a tracker of log_with; name the program's own tracker otherwise");
   for (const auto& have : custom_)
     if (have->name() == name)
       fail(Errc::invalid_argument, "a tracker named '" + name + "' was added already");

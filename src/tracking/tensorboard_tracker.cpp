@@ -85,7 +85,8 @@ class TensorBoardTracker : public Tracker {
 
 }  // namespace
 
-std::unique_ptr<Tracker> make_tensorboard_tracker(const std::string& dir) {
+std::unique_ptr<Tracker> make_tensorboard_tracker(const std::string& dir,
+                                                  Warn /*warn: it repairs nothing*/) {
   return std::make_unique<TensorBoardTracker>(dir);
 }
 

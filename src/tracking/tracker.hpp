@@ -28,7 +28,7 @@ constexpr int64_t kNoStep = -1;
 class Tracker {
  public:
   virtual ~Tracker() = default;
-  // "tensorboard", "jsonl", "csv", or a custom tracker's own name.
+  // A built-in tracker's log_with name (the table in trackers.cpp), or a custom tracker's own.
   virtual const std::string& name() const = 0;
   // Creates what the run `project` writes and records `config`. Throws accel::Error (io: naming
   // the path).
@@ -46,14 +46,18 @@ double wall_clock_now();
 // Where a tracker's warnings go (the accelerator's logger): a file it found torn and repaired.
 using Warn = std::function<void(const std::string& message)>;
 
-// The file trackers of a run, by Accelerate's `log_with` names ("tensorboard", "jsonl", "csv",
-// "all" = the three; a comma-separated list), writing under `dir` (logging_dir/project_name),
-// warning through `warn` (may be empty: no warnings). Throws accel::Error(config) naming an
-// unknown tracker, with the known ones.
+// The file trackers of a run, by Accelerate's `log_with` names (the built-in trackers' names, kept
+// in one table in trackers.cpp, "all" = every one of them; a comma-separated list), writing under
+// `dir` (logging_dir/project_name), warning through `warn` (may be empty: no warnings). Throws
+// accel::Error(config) naming an unknown tracker, with the known ones.
 std::vector<std::unique_ptr<Tracker>> make_file_trackers(const std::string& log_with,
                                                          const std::string& dir, Warn warn);
 
 // The names `log_with` lists (each checked as above; "all" expanded), in order, without repeats.
 std::vector<std::string> parse_log_with(const std::string& log_with);
+
+// Whether `name` is one of log_with's names (a built-in tracker's, or "all"): a custom tracker
+// cannot take it.
+bool is_log_with_name(const std::string& name);
 
 }  // namespace accel::tracking
