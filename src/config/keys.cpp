@@ -38,8 +38,8 @@ std::string join(const std::vector<const char*>& items) {
 constexpr const char* kNoTpu = "TPUs are not supported by libaccel";
 constexpr const char* kNoDynamo = "torch.compile (dynamo) does not exist in LibTorch's C++ API";
 
-std::vector<KeySpec> build_table() {
-  std::vector<KeySpec> t;
+// The table in sections, each appending its keys in the table's order; build_table joins them.
+void add_cluster_keys(std::vector<KeySpec>& t) {
   auto add = [&t](KeySpec k) { t.push_back(std::move(k)); };
   // Accelerate's ClusterConfig keys, in the order `accelerate config` writes them.
   add({"compute_environment",
@@ -52,8 +52,8 @@ std::vector<KeySpec> build_table() {
        Kind::kEnum,
        "NO",
        {"NO", "MULTI_CPU", "MULTI_GPU", "FSDP", "DEEPSPEED"},
-       {"XLA", "TPU", "MEGATRON_LM", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
-        "MULTI_MUSA", "MULTI_XPU", "MULTI_HPU", "MULTI_NEURON"}});
+       {"XLA", "TPU", "MEGATRON_LM", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA",
+        "MULTI_XPU", "MULTI_HPU", "MULTI_NEURON"}});
   // Accelerate writes 'no' (interactive) or false (`config default`); both mean off.
   add({"downcast_bf16", Kind::kBool, "false", {}, {}, {}, 0, 0, true, "false", kNoTpu});
   add({"enable_cpu_affinity",
@@ -83,6 +83,11 @@ std::vector<KeySpec> build_table() {
   add({"rdzv_backend", Kind::kEnum, "static", {"static"}, {"c10d", "etcd", "etcd-v2"}});
   add({"same_network", Kind::kBool, "true"});
   add({"use_cpu", Kind::kBool, "false", {}, {}, {"ACCELERATE_USE_CPU"}});
+}
+
+// Sharded data parallel's maps, and the maps of features libaccel does not have.
+void add_feature_map_keys(std::vector<KeySpec>& t) {
+  auto add = [&t](KeySpec k) { t.push_back(std::move(k)); };
   // Sharded data parallel: every key inside is checked by config/sharding.hpp at init.
   add({"deepspeed_config", Kind::kMap, "{}"});
   add({"fsdp_config", Kind::kMap, "{}"});
@@ -132,6 +137,11 @@ std::vector<KeySpec> build_table() {
        "{}",
        "N-D parallelism is not supported by libaccel"});
   add({"dynamo_config", Kind::kMap, "{}", {}, {}, {}, 0, 0, true, "{}", kNoDynamo});
+}
+
+// IPEX and TPU keys, the launcher's switches and Accelerate's environment-only ones.
+void add_unsupported_keys(std::vector<KeySpec>& t) {
+  auto add = [&t](KeySpec k) { t.push_back(std::move(k)); };
   // Accelerate 0.2x-1.12 write `ipex_config: {ipex: false}` into every CPU configuration.
   add({"ipex_config",
        Kind::kMap,
@@ -178,6 +188,12 @@ std::vector<KeySpec> build_table() {
        false,
        "no",
        kNoDynamo});
+}
+
+// libaccel's own settings, Accelerate's DataLoader and Project configurations, the trackers',
+// the logger's, and the Accelerator's arguments.
+void add_own_keys(std::vector<KeySpec>& t) {
+  auto add = [&t](KeySpec k) { t.push_back(std::move(k)); };
   // libaccel's own settings.
   add({"gradient_accumulation_steps",
        Kind::kInt,
@@ -222,6 +238,14 @@ std::vector<KeySpec> build_table() {
        {},
        {},
        {"ACCEL_STEP_SCHEDULER_WITH_OPTIMIZER"}});
+}
+
+std::vector<KeySpec> build_table() {
+  std::vector<KeySpec> t;
+  add_cluster_keys(t);
+  add_feature_map_keys(t);
+  add_unsupported_keys(t);
+  add_own_keys(t);
   return t;
 }
 
