@@ -137,95 +137,119 @@ std::string fmt(double v) {
   return s;
 }
 
+// The layer kinds of the catalogue (Model::add_layer), each built by its own function from its
+// options; each builder reads its options with `s` and calls s.finish with the keys it knows.
+torch::jit::Module build_linear(Spec& s) {
+  const int64_t in = s.integer("in_features"), out = s.integer("out_features");
+  const bool bias = s.flag("bias", true);
+  s.finish("in_features, out_features, bias");
+  auto m = new_module("Linear");
+  at::Tensor w = at::empty({out, in});
+  at::Tensor b = at::empty({out});
+  init_like_torch(w, bias ? &b : nullptr, in);
+  add_parameter(m, "weight", w);
+  if (bias) add_parameter(m, "bias", b);
+  m.define(bias ? "def forward(self, x):\n    return torch.linear(x, self.weight, self.bias)\n"
+                : "def forward(self, x):\n    return torch.linear(x, self.weight)\n");
+  return m;
+}
+
+torch::jit::Module build_conv2d(Spec& s) {
+  const int64_t in = s.integer("in_channels"), out = s.integer("out_channels");
+  const int64_t k = s.integer("kernel_size"), stride = s.integer("stride", 1);
+  const int64_t pad = s.integer("padding", 0), dil = s.integer("dilation", 1);
+  const int64_t groups = s.integer("groups", 1);
+  const bool bias = s.flag("bias", true);
+  s.finish("in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias");
+  if (groups < 1 || in % groups || out % groups)
+    fail(Errc::invalid_argument, "conv2d layer: channels must divide by groups");
+  auto m = new_module("Conv2d");
+  at::Tensor w = at::empty({out, in / groups, k, k});
+  at::Tensor b = at::empty({out});
+  init_like_torch(w, bias ? &b : nullptr, in / groups * k * k);
+  add_parameter(m, "weight", w);
+  if (bias) add_parameter(m, "bias", b);
+  const std::string geo = "[" + std::to_string(stride) + ", " + std::to_string(stride) + "], [" +
+                          std::to_string(pad) + ", " + std::to_string(pad) + "], [" +
+                          std::to_string(dil) + ", " + std::to_string(dil) + "], " +
+                          std::to_string(groups);
+  m.define("def forward(self, x):\n    return torch.conv2d(x, self.weight, " +
+           std::string(bias ? "self.bias" : "None") + ", " + geo + ")\n");
+  return m;
+}
+
+torch::jit::Module build_batch_norm2d(Spec& s) {
+  const int64_t n = s.integer("num_features");
+  const double eps = s.real("eps", 1e-5), momentum = s.real("momentum", 0.1);
+  s.finish("num_features, eps, momentum");
+  auto m = new_module("BatchNorm2d");
+  add_parameter(m, "weight", at::ones({n}));
+  add_parameter(m, "bias", at::zeros({n}));
+  m.register_buffer("running_mean", at::zeros({n}));
+  m.register_buffer("running_var", at::ones({n}));
+  m.register_buffer("num_batches_tracked", at::zeros({}, at::kLong));
+  m.define(
+      "def forward(self, x):\n"
+      "    if self.training:\n"
+      "        self.num_batches_tracked.add_(1)\n"
+      "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, "
+      "self.running_var, self.training, " +
+      fmt(momentum) + ", " + fmt(eps) + ", False)\n");
+  return m;
+}
+
+torch::jit::Module build_layer_norm(Spec& s) {
+  const int64_t n = s.integer("normalized_shape");
+  const double eps = s.real("eps", 1e-5);
+  s.finish("normalized_shape, eps");
+  auto m = new_module("LayerNorm");
+  add_parameter(m, "weight", at::ones({n}));
+  add_parameter(m, "bias", at::zeros({n}));
+  // Under autocast a bf16 input meets fp32 weights, which 1.13's CPU kernel refuses; 2.x's
+  // autocast runs layer_norm in fp32, and so does this.
+  m.define(
+      "def forward(self, x):\n    if x.dtype != self.weight.dtype:\n"
+      "        x = x.to(self.weight.dtype)\n    return torch.layer_norm(x, [" +
+      std::to_string(n) + "], self.weight, self.bias, " + fmt(eps) + ")\n");
+  return m;
+}
+
+torch::jit::Module build_embedding(Spec& s) {
+  const int64_t num = s.integer("num_embeddings"), dim = s.integer("embedding_dim");
+  s.finish("num_embeddings, embedding_dim");
+  auto m = new_module("Embedding");
+  at::Tensor w = at::empty({num, dim});
+  {
+    torch::NoGradGuard no_grad;
+    torch::nn::init::normal_(w);  // torch.nn.Embedding: N(0, 1)
+  }
+  add_parameter(m, "weight", w);
+  m.define("def forward(self, x):\n    return torch.embedding(self.weight, x)\n");
+  return m;
+}
+
+// The catalogue: one row a layer kind, in the order the unknown-kind error lists them. A new kind:
+// its builder above and a row here.
+struct LayerRow {
+  const char* kind;
+  torch::jit::Module (*build)(Spec& s);
+};
+const LayerRow kLayers[] = {
+    {"linear", build_linear},
+    {"conv2d", build_conv2d},
+    {"batch_norm2d", build_batch_norm2d},
+    {"layer_norm", build_layer_norm},
+    {"embedding", build_embedding},
+};
+
 torch::jit::Module make_layer(const std::string& kind, const std::string& text) {
   Spec s(kind, text);
-  if (kind == "linear") {
-    const int64_t in = s.integer("in_features"), out = s.integer("out_features");
-    const bool bias = s.flag("bias", true);
-    s.finish("in_features, out_features, bias");
-    auto m = new_module("Linear");
-    at::Tensor w = at::empty({out, in});
-    at::Tensor b = at::empty({out});
-    init_like_torch(w, bias ? &b : nullptr, in);
-    add_parameter(m, "weight", w);
-    if (bias) add_parameter(m, "bias", b);
-    m.define(bias ? "def forward(self, x):\n    return torch.linear(x, self.weight, self.bias)\n"
-                  : "def forward(self, x):\n    return torch.linear(x, self.weight)\n");
-    return m;
+  std::string known;
+  for (const LayerRow& row : kLayers) {
+    if (kind == row.kind) return row.build(s);
+    known += (known.empty() ? "" : ", ") + std::string(row.kind);
   }
-  if (kind == "conv2d") {
-    const int64_t in = s.integer("in_channels"), out = s.integer("out_channels");
-    const int64_t k = s.integer("kernel_size"), stride = s.integer("stride", 1);
-    const int64_t pad = s.integer("padding", 0), dil = s.integer("dilation", 1);
-    const int64_t groups = s.integer("groups", 1);
-    const bool bias = s.flag("bias", true);
-    s.finish("in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias");
-    if (groups < 1 || in % groups || out % groups)
-      fail(Errc::invalid_argument, "conv2d layer: channels must divide by groups");
-    auto m = new_module("Conv2d");
-    at::Tensor w = at::empty({out, in / groups, k, k});
-    at::Tensor b = at::empty({out});
-    init_like_torch(w, bias ? &b : nullptr, in / groups * k * k);
-    add_parameter(m, "weight", w);
-    if (bias) add_parameter(m, "bias", b);
-    const std::string geo = "[" + std::to_string(stride) + ", " + std::to_string(stride) + "], [" +
-                            std::to_string(pad) + ", " + std::to_string(pad) + "], [" +
-                            std::to_string(dil) + ", " + std::to_string(dil) + "], " +
-                            std::to_string(groups);
-    m.define("def forward(self, x):\n    return torch.conv2d(x, self.weight, " +
-             std::string(bias ? "self.bias" : "None") + ", " + geo + ")\n");
-    return m;
-  }
-  if (kind == "batch_norm2d") {
-    const int64_t n = s.integer("num_features");
-    const double eps = s.real("eps", 1e-5), momentum = s.real("momentum", 0.1);
-    s.finish("num_features, eps, momentum");
-    auto m = new_module("BatchNorm2d");
-    add_parameter(m, "weight", at::ones({n}));
-    add_parameter(m, "bias", at::zeros({n}));
-    m.register_buffer("running_mean", at::zeros({n}));
-    m.register_buffer("running_var", at::ones({n}));
-    m.register_buffer("num_batches_tracked", at::zeros({}, at::kLong));
-    m.define(
-        "def forward(self, x):\n"
-        "    if self.training:\n"
-        "        self.num_batches_tracked.add_(1)\n"
-        "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, "
-        "self.running_var, self.training, " +
-        fmt(momentum) + ", " + fmt(eps) + ", False)\n");
-    return m;
-  }
-  if (kind == "layer_norm") {
-    const int64_t n = s.integer("normalized_shape");
-    const double eps = s.real("eps", 1e-5);
-    s.finish("normalized_shape, eps");
-    auto m = new_module("LayerNorm");
-    add_parameter(m, "weight", at::ones({n}));
-    add_parameter(m, "bias", at::zeros({n}));
-    // Under autocast a bf16 input meets fp32 weights, which 1.13's CPU kernel refuses; 2.x's
-    // autocast runs layer_norm in fp32, and so does this.
-    m.define(
-        "def forward(self, x):\n    if x.dtype != self.weight.dtype:\n"
-        "        x = x.to(self.weight.dtype)\n    return torch.layer_norm(x, [" +
-        std::to_string(n) + "], self.weight, self.bias, " + fmt(eps) + ")\n");
-    return m;
-  }
-  if (kind == "embedding") {
-    const int64_t num = s.integer("num_embeddings"), dim = s.integer("embedding_dim");
-    s.finish("num_embeddings, embedding_dim");
-    auto m = new_module("Embedding");
-    at::Tensor w = at::empty({num, dim});
-    {
-      torch::NoGradGuard no_grad;
-      torch::nn::init::normal_(w);  // torch.nn.Embedding: N(0, 1)
-    }
-    add_parameter(m, "weight", w);
-    m.define("def forward(self, x):\n    return torch.embedding(self.weight, x)\n");
-    return m;
-  }
-  fail(Errc::invalid_argument, "unknown layer kind '" + kind +
-                                   "'; the catalogue has linear, conv2d, batch_norm2d, layer_norm, "
-                                   "embedding");
+  fail(Errc::invalid_argument, "unknown layer kind '" + kind + "'; the catalogue has " + known);
 }
 
 }  // namespace
