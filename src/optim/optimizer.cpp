@@ -19,27 +19,193 @@ namespace accel::optim {
 
 namespace {
 
-// Each kind's options with PyTorch's defaults; booleans are stored as 0/1.
-std::map<std::string, double> defaults_for(const std::string& kind) {
-  if (kind == "sgd")
-    return {{"lr", 1e-3}, {"momentum", 0}, {"dampening", 0}, {"weight_decay", 0}, {"nesterov", 0}};
-  if (kind == "adam")
-    return {{"lr", 1e-3},  {"beta1", 0.9},      {"beta2", 0.999},
-            {"eps", 1e-8}, {"weight_decay", 0}, {"amsgrad", 0}};
-  if (kind == "adamw")
-    return {{"lr", 1e-3},  {"beta1", 0.9},         {"beta2", 0.999},
-            {"eps", 1e-8}, {"weight_decay", 1e-2}, {"amsgrad", 0}};
-  if (kind == "rmsprop")
-    return {{"lr", 1e-2},        {"alpha", 0.99}, {"eps", 1e-8},
-            {"weight_decay", 0}, {"momentum", 0}, {"centered", 0}};
-  if (kind == "adagrad")
-    return {{"lr", 1e-2},
-            {"lr_decay", 0},
-            {"weight_decay", 0},
-            {"initial_accumulator_value", 0},
-            {"eps", 1e-10}};
-  fail(Errc::invalid_argument,
-       "unknown optimizer '" + kind + "'; known: sgd, adam, adamw, rmsprop, adagrad");
+using Options = std::map<std::string, double>;
+using Put = std::function<void(const char* field, const at::Tensor& t)>;
+using Field = std::function<at::Tensor(const char* field)>;
+using Step = std::function<int64_t()>;
+
+at::Tensor step_tensor(int64_t step) {
+  return at::full({}, step, at::kLong);
+}
+
+// Each kind's options written into LibTorch's options of that kind (at build, and into the live
+// param group whenever one changes: LibTorch reads them at every step).
+void configure_sgd(torch::optim::SGDOptions& g, const Options& o) {
+  g.lr(o.at("lr")).momentum(o.at("momentum")).dampening(o.at("dampening"));
+  g.weight_decay(o.at("weight_decay")).nesterov(o.at("nesterov") != 0);
+}
+
+template <class AdamOptions>  // Adam's and AdamW's options have the same fields
+void configure_adam(AdamOptions& g, const Options& o) {
+  g.lr(o.at("lr")).betas({o.at("beta1"), o.at("beta2")}).eps(o.at("eps"));
+  g.weight_decay(o.at("weight_decay")).amsgrad(o.at("amsgrad") != 0);
+}
+
+void configure_rmsprop(torch::optim::RMSpropOptions& g, const Options& o) {
+  g.lr(o.at("lr")).alpha(o.at("alpha")).eps(o.at("eps")).weight_decay(o.at("weight_decay"));
+  g.momentum(o.at("momentum")).centered(o.at("centered") != 0);
+}
+
+void configure_adagrad(torch::optim::AdagradOptions& g, const Options& o) {
+  g.lr(o.at("lr")).lr_decay(o.at("lr_decay")).weight_decay(o.at("weight_decay"));
+  g.initial_accumulator_value(o.at("initial_accumulator_value")).eps(o.at("eps"));
+}
+
+template <class Impl, class Opts, void (*Configure)(Opts&, const Options&)>
+std::unique_ptr<torch::optim::Optimizer> build_as(const std::vector<at::Tensor>& params,
+                                                  const Options& o) {
+  Opts opts(o.at("lr"));
+  Configure(opts, o);
+  return std::make_unique<Impl>(params, opts);
+}
+
+template <class Opts, void (*Configure)(Opts&, const Options&)>
+void apply_as(torch::optim::OptimizerOptions& group, const Options& o) {
+  Configure(static_cast<Opts&>(group), o);
+}
+
+// Each kind's per-parameter state as named tensors (save), and back (load: `tensor` gives a
+// field's tensor, undefined when absent; `step` the step, 0 when absent).
+void save_sgd(torch::optim::OptimizerParamState& st, const Put& put) {
+  put("momentum_buffer", static_cast<torch::optim::SGDParamState&>(st).momentum_buffer());
+}
+
+template <class State>  // Adam's and AdamW's states have the same fields
+void save_adam(torch::optim::OptimizerParamState& st, const Put& put) {
+  auto& s = static_cast<State&>(st);
+  put("step", step_tensor(s.step()));
+  put("exp_avg", s.exp_avg());
+  put("exp_avg_sq", s.exp_avg_sq());
+  put("max_exp_avg_sq", s.max_exp_avg_sq());
+}
+
+void save_rmsprop(torch::optim::OptimizerParamState& st, const Put& put) {
+  auto& s = static_cast<torch::optim::RMSpropParamState&>(st);
+  put("step", step_tensor(s.step()));
+  put("square_avg", s.square_avg());
+  put("momentum_buffer", s.momentum_buffer());
+  put("grad_avg", s.grad_avg());
+}
+
+void save_adagrad(torch::optim::OptimizerParamState& st, const Put& put) {
+  auto& s = static_cast<torch::optim::AdagradParamState&>(st);
+  put("step", step_tensor(s.step()));
+  put("sum", s.sum());
+}
+
+std::unique_ptr<torch::optim::OptimizerParamState> load_sgd(const Field& tensor, const Step&) {
+  auto st = std::make_unique<torch::optim::SGDParamState>();
+  st->momentum_buffer(tensor("momentum_buffer"));
+  return st;
+}
+
+template <class State>
+std::unique_ptr<torch::optim::OptimizerParamState> load_adam(const Field& tensor,
+                                                             const Step& step) {
+  auto st = std::make_unique<State>();
+  st->step(step()).exp_avg(tensor("exp_avg")).exp_avg_sq(tensor("exp_avg_sq"));
+  st->max_exp_avg_sq(tensor("max_exp_avg_sq"));
+  return st;
+}
+
+std::unique_ptr<torch::optim::OptimizerParamState> load_rmsprop(const Field& tensor,
+                                                                const Step& step) {
+  auto st = std::make_unique<torch::optim::RMSpropParamState>();
+  st->step(step()).square_avg(tensor("square_avg"));
+  st->momentum_buffer(tensor("momentum_buffer")).grad_avg(tensor("grad_avg"));
+  return st;
+}
+
+std::unique_ptr<torch::optim::OptimizerParamState> load_adagrad(const Field& tensor,
+                                                                const Step& step) {
+  auto st = std::make_unique<torch::optim::AdagradParamState>();
+  st->step(step()).sum(tensor("sum"));
+  return st;
+}
+
+// One optimizer kind: its options with PyTorch's defaults (booleans stored as 0/1), the fields of
+// its per-parameter state, and its LibTorch class's build, options, and state both ways.
+struct OptimizerRow {
+  const char* kind;
+  Options defaults;
+  std::vector<std::string> state_fields;
+  std::unique_ptr<torch::optim::Optimizer> (*build)(const std::vector<at::Tensor>& params,
+                                                    const Options& o);
+  void (*apply)(torch::optim::OptimizerOptions& group, const Options& o);
+  void (*save)(torch::optim::OptimizerParamState& st, const Put& put);
+  std::unique_ptr<torch::optim::OptimizerParamState> (*load)(const Field& tensor, const Step& step);
+};
+
+// The optimizers, in the order the unknown-kind error lists them. A new kind: its functions above
+// and a row here.
+const std::vector<OptimizerRow>& optimizers() {
+  namespace to = torch::optim;
+  static const std::vector<OptimizerRow> rows = {
+      {"sgd",
+       {{"lr", 1e-3}, {"momentum", 0}, {"dampening", 0}, {"weight_decay", 0}, {"nesterov", 0}},
+       {"momentum_buffer"},
+       build_as<to::SGD, to::SGDOptions, configure_sgd>,
+       apply_as<to::SGDOptions, configure_sgd>,
+       save_sgd,
+       load_sgd},
+      {"adam",
+       {{"lr", 1e-3},
+        {"beta1", 0.9},
+        {"beta2", 0.999},
+        {"eps", 1e-8},
+        {"weight_decay", 0},
+        {"amsgrad", 0}},
+       {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+       build_as<to::Adam, to::AdamOptions, configure_adam<to::AdamOptions>>,
+       apply_as<to::AdamOptions, configure_adam<to::AdamOptions>>,
+       save_adam<to::AdamParamState>,
+       load_adam<to::AdamParamState>},
+      {"adamw",
+       {{"lr", 1e-3},
+        {"beta1", 0.9},
+        {"beta2", 0.999},
+        {"eps", 1e-8},
+        {"weight_decay", 1e-2},
+        {"amsgrad", 0}},
+       {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+       build_as<LeanAdamW, to::AdamWOptions, configure_adam<to::AdamWOptions>>,
+       apply_as<to::AdamWOptions, configure_adam<to::AdamWOptions>>,
+       save_adam<to::AdamWParamState>,
+       load_adam<to::AdamWParamState>},
+      {"rmsprop",
+       {{"lr", 1e-2},
+        {"alpha", 0.99},
+        {"eps", 1e-8},
+        {"weight_decay", 0},
+        {"momentum", 0},
+        {"centered", 0}},
+       {"step", "square_avg", "momentum_buffer", "grad_avg"},
+       build_as<to::RMSprop, to::RMSpropOptions, configure_rmsprop>,
+       apply_as<to::RMSpropOptions, configure_rmsprop>,
+       save_rmsprop,
+       load_rmsprop},
+      {"adagrad",
+       {{"lr", 1e-2},
+        {"lr_decay", 0},
+        {"weight_decay", 0},
+        {"initial_accumulator_value", 0},
+        {"eps", 1e-10}},
+       {"step", "sum"},
+       build_as<to::Adagrad, to::AdagradOptions, configure_adagrad>,
+       apply_as<to::AdagradOptions, configure_adagrad>,
+       save_adagrad,
+       load_adagrad},
+  };
+  return rows;
+}
+
+const OptimizerRow& optimizer_row(const std::string& kind) {
+  std::string known;
+  for (const OptimizerRow& row : optimizers()) {
+    if (kind == row.kind) return row;
+    known += (known.empty() ? "" : ", ") + std::string(row.kind);
+  }
+  fail(Errc::invalid_argument, "unknown optimizer '" + kind + "'; known: " + known);
 }
 
 bool is_flag(const std::string& key) {
@@ -48,7 +214,8 @@ bool is_flag(const std::string& key) {
 
 }  // namespace
 
-Optimizer::Optimizer(const std::string& kind) : kind_(kind), options_(defaults_for(kind)) {}
+Optimizer::Optimizer(const std::string& kind)
+    : kind_(kind), options_(optimizer_row(kind).defaults) {}
 
 Optimizer::~Optimizer() = default;
 
@@ -115,68 +282,13 @@ void Optimizer::shard(const std::vector<bool>& owned) {
 }
 
 void Optimizer::build(const std::vector<at::Tensor>& params) {
-  const auto& o = options_;
-  if (kind_ == "sgd") {
-    impl_ = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(o.at("lr"))
-                                                            .momentum(o.at("momentum"))
-                                                            .dampening(o.at("dampening"))
-                                                            .weight_decay(o.at("weight_decay"))
-                                                            .nesterov(o.at("nesterov") != 0));
-  } else if (kind_ == "adam") {
-    impl_ = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(o.at("lr"))
-                                                             .betas({o.at("beta1"), o.at("beta2")})
-                                                             .eps(o.at("eps"))
-                                                             .weight_decay(o.at("weight_decay"))
-                                                             .amsgrad(o.at("amsgrad") != 0));
-  } else if (kind_ == "adamw") {
-    impl_ = std::make_unique<LeanAdamW>(params, torch::optim::AdamWOptions(o.at("lr"))
-                                                              .betas({o.at("beta1"), o.at("beta2")})
-                                                              .eps(o.at("eps"))
-                                                              .weight_decay(o.at("weight_decay"))
-                                                              .amsgrad(o.at("amsgrad") != 0));
-  } else if (kind_ == "rmsprop") {
-    impl_ = std::make_unique<torch::optim::RMSprop>(params, torch::optim::RMSpropOptions(o.at("lr"))
-                                                                .alpha(o.at("alpha"))
-                                                                .eps(o.at("eps"))
-                                                                .weight_decay(o.at("weight_decay"))
-                                                                .momentum(o.at("momentum"))
-                                                                .centered(o.at("centered") != 0));
-  } else {
-    impl_ = std::make_unique<torch::optim::Adagrad>(
-        params, torch::optim::AdagradOptions(o.at("lr"))
-                    .lr_decay(o.at("lr_decay"))
-                    .weight_decay(o.at("weight_decay"))
-                    .initial_accumulator_value(o.at("initial_accumulator_value"))
-                    .eps(o.at("eps")));
-  }
+  impl_ = optimizer_row(kind_).build(params, options_);
 }
 
 // Writes the options into the live param group (LibTorch reads them at every step).
 void Optimizer::apply_options() {
   if (!impl_) return;
-  const auto& o = options_;
-  auto& group = impl_->param_groups().at(0);
-  if (kind_ == "sgd") {
-    auto& g = static_cast<torch::optim::SGDOptions&>(group.options());
-    g.lr(o.at("lr")).momentum(o.at("momentum")).dampening(o.at("dampening"));
-    g.weight_decay(o.at("weight_decay")).nesterov(o.at("nesterov") != 0);
-  } else if (kind_ == "adam") {
-    auto& g = static_cast<torch::optim::AdamOptions&>(group.options());
-    g.lr(o.at("lr")).betas({o.at("beta1"), o.at("beta2")}).eps(o.at("eps"));
-    g.weight_decay(o.at("weight_decay")).amsgrad(o.at("amsgrad") != 0);
-  } else if (kind_ == "adamw") {
-    auto& g = static_cast<torch::optim::AdamWOptions&>(group.options());
-    g.lr(o.at("lr")).betas({o.at("beta1"), o.at("beta2")}).eps(o.at("eps"));
-    g.weight_decay(o.at("weight_decay")).amsgrad(o.at("amsgrad") != 0);
-  } else if (kind_ == "rmsprop") {
-    auto& g = static_cast<torch::optim::RMSpropOptions&>(group.options());
-    g.lr(o.at("lr")).alpha(o.at("alpha")).eps(o.at("eps")).weight_decay(o.at("weight_decay"));
-    g.momentum(o.at("momentum")).centered(o.at("centered") != 0);
-  } else {
-    auto& g = static_cast<torch::optim::AdagradOptions&>(group.options());
-    g.lr(o.at("lr")).lr_decay(o.at("lr_decay")).weight_decay(o.at("weight_decay"));
-    g.initial_accumulator_value(o.at("initial_accumulator_value")).eps(o.at("eps"));
-  }
+  optimizer_row(kind_).apply(impl_->param_groups().at(0).options(), options_);
 }
 
 torch::optim::Optimizer& Optimizer::torch_optimizer() {
@@ -212,48 +324,20 @@ namespace {
 compat::OptimStateKey key_of(const at::Tensor& p) {
   return compat::optim_state_key(p);
 }
-at::Tensor step_tensor(int64_t step) {
-  return at::full({}, step, at::kLong);
-}
 }  // namespace
 
 std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   if (!impl_) return out;
+  const OptimizerRow& row = optimizer_row(kind_);
   auto& state = impl_->state();
   for (size_t i = 0; i < params_.size(); ++i) {
     auto it = state.find(key_of(params_[i]));
     if (it == state.end()) continue;
     const std::string p = std::to_string(i) + ".";
-    auto put = [&](const char* field, const at::Tensor& t) {
+    row.save(*it->second, [&](const char* field, const at::Tensor& t) {
       if (t.defined()) out.emplace_back(p + field, t.detach().clone());
-    };
-    if (kind_ == "sgd") {
-      put("momentum_buffer",
-          static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
-    } else if (kind_ == "adam" || kind_ == "adamw") {
-      // Adam's and AdamW's states have the same fields.
-      auto fields = [&](auto& s) {
-        put("step", step_tensor(s.step()));
-        put("exp_avg", s.exp_avg());
-        put("exp_avg_sq", s.exp_avg_sq());
-        put("max_exp_avg_sq", s.max_exp_avg_sq());
-      };
-      if (kind_ == "adam")
-        fields(static_cast<torch::optim::AdamParamState&>(*it->second));
-      else
-        fields(static_cast<torch::optim::AdamWParamState&>(*it->second));
-    } else if (kind_ == "rmsprop") {
-      auto& s = static_cast<torch::optim::RMSpropParamState&>(*it->second);
-      put("step", step_tensor(s.step()));
-      put("square_avg", s.square_avg());
-      put("momentum_buffer", s.momentum_buffer());
-      put("grad_avg", s.grad_avg());
-    } else {
-      auto& s = static_cast<torch::optim::AdagradParamState&>(*it->second);
-      put("step", step_tensor(s.step()));
-      put("sum", s.sum());
-    }
+    });
   }
   return out;
 }
@@ -293,13 +377,8 @@ std::shared_ptr<Optimizer::StagedState> Optimizer::stage_state(
                             std::to_string(params_.size()) + " parameters");
     by_param[static_cast<size_t>(index)][name.substr(dot + 1)] = t;
   }
-  const std::map<std::string, std::vector<std::string>> fields_of = {
-      {"sgd", {"momentum_buffer"}},
-      {"adam", {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
-      {"adamw", {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
-      {"rmsprop", {"step", "square_avg", "momentum_buffer", "grad_avg"}},
-      {"adagrad", {"step", "sum"}}};
-  const auto& known = fields_of.at(kind_);
+  const OptimizerRow& row = optimizer_row(kind_);
+  const auto& known = row.state_fields;
   for (auto& [i, fields] : by_param) {
     const at::Tensor& p = params_[i];
     const bool owned = owned_.empty() || owned_[i];
@@ -327,31 +406,7 @@ std::shared_ptr<Optimizer::StagedState> Optimizer::stage_state(
              "optimizer state " + std::to_string(i) + ".step is not one non-negative integer");
       return s.item<int64_t>();
     };
-    std::unique_ptr<torch::optim::OptimizerParamState> s;
-    if (kind_ == "sgd") {
-      auto st = std::make_unique<torch::optim::SGDParamState>();
-      st->momentum_buffer(tensor("momentum_buffer"));
-      s = std::move(st);
-    } else if (kind_ == "adam") {
-      auto st = std::make_unique<torch::optim::AdamParamState>();
-      st->step(step()).exp_avg(tensor("exp_avg")).exp_avg_sq(tensor("exp_avg_sq"));
-      st->max_exp_avg_sq(tensor("max_exp_avg_sq"));
-      s = std::move(st);
-    } else if (kind_ == "adamw") {
-      auto st = std::make_unique<torch::optim::AdamWParamState>();
-      st->step(step()).exp_avg(tensor("exp_avg")).exp_avg_sq(tensor("exp_avg_sq"));
-      st->max_exp_avg_sq(tensor("max_exp_avg_sq"));
-      s = std::move(st);
-    } else if (kind_ == "rmsprop") {
-      auto st = std::make_unique<torch::optim::RMSpropParamState>();
-      st->step(step()).square_avg(tensor("square_avg"));
-      st->momentum_buffer(tensor("momentum_buffer")).grad_avg(tensor("grad_avg"));
-      s = std::move(st);
-    } else {
-      auto st = std::make_unique<torch::optim::AdagradParamState>();
-      st->step(step()).sum(tensor("sum"));
-      s = std::move(st);
-    }
+    std::unique_ptr<torch::optim::OptimizerParamState> s = row.load(tensor, step);
     // Checked everywhere; kept only by the rank that steps the parameter (ZeRO stage 1).
     if (owned) staged->states.emplace_back(key_of(p), std::move(s));
   }
