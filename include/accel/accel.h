@@ -262,6 +262,18 @@ typedef void (*accel_release_fn)(void* user_data);
  *                                /dev/shm cannot be used (default true)
  *   split_batches, even_batches  defaults for this accelerator's dataloaders (false, true), as
  *                                Accelerate's DataLoaderConfiguration
+ *   data_seed                    every dataloader's default `seed` (-1: none, the loader's own 0);
+ *                                use_seedable_sampler is accepted (true; libaccel's shuffle is always
+ *                                a function of (seed, epoch), Accelerate's seedable sampler)
+ *   sync_each_batch              Accelerate's GradientAccumulationPlugin: reduce gradients on every
+ *                                micro-step (less memory held), optimizers still step on sync
+ *                                steps only (default false)
+ *   sync_with_dataloader         the last batch of the dataloader in use is a sync step and restarts
+ *                                the count (default true)
+ *   adjust_scheduler             accepted (default true) and, as in Accelerate 1.15, without
+ *                                effect: its GradientAccumulationPlugin.to_kwargs drops the
+ *                                default and GradientState reads the missing value as false, so a
+ *                                micro-step never counts towards a schedule's end there either
  *   device_placement             accel_prepare moves models to the device (default true)
  *   step_scheduler_with_optimizer  schedulers step only with real optimizer steps, N times on N
  *                                processes (default true); false: once per accel_scheduler_step
@@ -277,7 +289,8 @@ typedef void (*accel_release_fn)(void* user_data);
  *                                   ACCEL_RENDEZVOUS_TIMEOUT, ACCEL_COLLECTIVE_TIMEOUT,
  *                                   ACCEL_NUM_THREADS, ACCEL_MALLOC_TUNING,
  *                                   ACCEL_SHARED_MEMORY_ALLREDUCE, ACCEL_SPLIT_BATCHES,
- *                                   ACCEL_EVEN_BATCHES, ACCEL_LOG_WITH, ACCEL_LOGGING_DIR, ...)
+ *                                   ACCEL_EVEN_BATCHES, ACCEL_DATA_SEED, ACCEL_SYNC_EACH_BATCH,
+ *                                   ACCEL_LOG_WITH, ACCEL_LOGGING_DIR, ...: ACCEL_ and the key)
  *   3. the YAML file               (accel_config_load_file, or the file named by ACCEL_CONFIG_FILE,
  *                                   which `accel launch` sets for its ranks)
  *   4. built-in defaults
@@ -612,6 +625,22 @@ ACCEL_API accel_status accel_print(const accel_accelerator* accelerator, const c
  */
 ACCEL_API accel_status accel_main_process_first_begin(accel_accelerator* accelerator);
 ACCEL_API accel_status accel_main_process_first_end(accel_accelerator* accelerator);
+
+/**
+ * Local main process first (Accelerate's local_main_process_first): as the pair above, with each
+ * machine's local main process in the main process's place (it runs the block first, for its
+ * machine: a download or a cache each machine makes once). Collectives: every rank calls both.
+ */
+ACCEL_API accel_status accel_local_main_process_first_begin(accel_accelerator* accelerator);
+ACCEL_API accel_status accel_local_main_process_first_end(accel_accelerator* accelerator);
+
+/**
+ * Whether this is the last process (rank num_processes - 1; Accelerate's is_last_process, which
+ * its on_last_process runs on). Accelerate's on_main_process, on_local_main_process and
+ * on_process(i) are accel_is_main_process, accel_is_local_main_process and accel_process_index;
+ * the bindings offer them as closures.
+ */
+ACCEL_API accel_status accel_is_last_process(const accel_accelerator* accelerator, bool* out);
 
 /**
  * Seeds LibTorch's default CPU generator, every CUDA generator when CUDA is present, and libaccel's
@@ -1440,6 +1469,167 @@ ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const ch
  * Restores a save_state directory into the prepared objects (the same numbers and kinds, prepared
  * in the same order). All or nothing: the manifest's sizes and checksums are verified, then every
  * file is read and every key, type, tensor name, shape and dtype is checked against the prepared
+/**
+ * Accelerate's no_sync(model), as a begin/end pair: between them, accel_backward keeps `model`'s
+ * gradients on this rank (they add up across backwards) and the first backward after the end
+ * reduces them all (PyTorch DDP's no_sync). Optimizers still step when called. Pairs nest; an end
+ * without its begin is ACCEL_ERR_STATE. With one process, or a model that is not prepared, there
+ * is nothing to hold back and the pair only counts. Not a collective.
+ */
+ACCEL_API accel_status accel_no_sync_begin(accel_accelerator* accelerator, accel_model* model);
+ACCEL_API accel_status accel_no_sync_end(accel_accelerator* accelerator, accel_model* model);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Finding a batch size that fits
+ * -------------------------------------------------------------------------------------------------
+ */
+
+/**
+ * One try at `batch_size`: return ACCEL_OK when it ran, ACCEL_ERR_OUT_OF_MEMORY (what libaccel's
+ * calls return when LibTorch or the system ran out of memory) to be tried again smaller, any other
+ * status to stop the search with it.
+ */
+typedef accel_status (*accel_batch_size_fn)(void* user_data, int64_t batch_size);
+
+/**
+ * Accelerate's find_executable_batch_size: calls `fn(user_data, size)` on the calling thread from
+ * `starting_batch_size` down, and after a try that ran out of memory again at int(size * 0.9)
+ * (128, 115, 103, ... 9, 8, 7, ...); the size whose try ran goes to `*out_batch_size`. When no
+ * size down to 1 runs: ACCEL_ERR_OUT_OF_MEMORY "No executable batch size found, reached zero."
+ * (also for a start of 0). Any other failure of a try ends the search with that status and message.
+ *
+ * Beyond Accelerate, in a job of several processes every rank learns every rank's outcome in one
+ * collective after each try, so that all ranks go on with the same size (a rank that ran out of
+ * memory makes every rank retry smaller) or stop together (ACCEL_ERR_PEER_FAILED on the others):
+ * every rank calls it with the same start. A try that must be retried leaves things as they were
+ * before it: LibTorch's default generator and libaccel's, the gradients of the prepared models,
+ * the positions of the prepared dataloaders and the accumulation counters are put back, and
+ * libaccel's cached free memory is released (parameters and optimizer state are the try's own
+ * business: make them inside it, as Accelerate's examples do). Collectives inside a try must not
+ * depend on one rank's memory: a rank that runs out of memory mid-collective leaves the others
+ * waiting until the collective timeout.
+ */
+ACCEL_API accel_status accel_find_executable_batch_size(accel_accelerator* accelerator,
+                                                        int64_t starting_batch_size,
+                                                        accel_batch_size_fn fn, void* user_data,
+                                                        int64_t* out_batch_size);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Local SGD
+ * -------------------------------------------------------------------------------------------------
+ */
+
+typedef struct accel_local_sgd accel_local_sgd;
+
+/**
+ * Accelerate's LocalSGD(accelerator, model, local_sgd_steps): from here until accel_local_sgd_end,
+ * `model`'s gradients are not synchronised (accel_no_sync_begin), and every `local_sgd_steps`-th
+ * accel_local_sgd_step (call it after each optimizer step) averages the model's parameters across
+ * the ranks, in one all-reduce per dtype; buffers and optimizer state stay each rank's own. The
+ * model must be prepared in a job of several processes (ACCEL_ERR_STATE); under ZeRO (any stage)
+ * it is ACCEL_ERR_UNSUPPORTED, as Accelerate refuses DeepSpeed and FSDP; local_sgd_steps < 1 is
+ * ACCEL_ERR_INVALID_ARGUMENT. With one process it only counts steps.
+ *
+ * Options (accel_local_sgd_set, before the first step), beyond Accelerate: outer_optimizer
+ * (none: Accelerate's plain average; nesterov: DiLoCo's outer step: the change of the averaged
+ * parameters since the last average is a gradient for an SGD with Nesterov momentum, outer_lr
+ * 0.7, outer_momentum 0.9, from the parameters as they are when it is set).
+ */
+ACCEL_API accel_status accel_local_sgd_begin(accel_accelerator* accelerator, accel_model* model,
+                                             int64_t local_sgd_steps, accel_local_sgd** out);
+
+/** Sets an option by key (see above). */
+ACCEL_API accel_status accel_local_sgd_set(accel_local_sgd* local_sgd, const char* key,
+                                           const char* value);
+
+/** Counts an optimizer step; every local_sgd_steps-th averages (a collective: every rank calls it
+ * alike). */
+ACCEL_API accel_status accel_local_sgd_step(accel_local_sgd* local_sgd);
+
+/**
+ * Averages once more unless the last step just did (so n steps average ceil(n / local_sgd_steps)
+ * times; Accelerate always averages here), and ends no_sync. A collective when it averages. A
+ * second end does nothing.
+ */
+ACCEL_API accel_status accel_local_sgd_end(accel_local_sgd* local_sgd);
+
+/** How many times the parameters were averaged so far. */
+ACCEL_API accel_status accel_local_sgd_average_count(const accel_local_sgd* local_sgd,
+                                                     int64_t* out);
+
+/** Frees the handle; one not ended ends no_sync without averaging (no collective). NULL is a
+ * no-op. */
+ACCEL_API void accel_local_sgd_free(accel_local_sgd* local_sgd);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Profiling
+ * -------------------------------------------------------------------------------------------------
+ */
+
+typedef struct accel_profiler accel_profiler;
+
+/** Called when a recorded window is complete (Accelerate's on_trace_ready); it may read the window
+ * (accel_profiler_table, accel_profiler_export_chrome_trace). A status other than ACCEL_OK makes
+ * the step (or stop) that completed the window fail with ACCEL_ERR_CALLBACK. */
+typedef accel_status (*accel_trace_ready_fn)(void* user_data, accel_profiler* profiler);
+
+/**
+ * Accelerate's accelerator.profile(ProfileKwargs(...)) on LibTorch's profiler. Options
+ * (accel_profiler_set, before start): activities ("cpu", "cuda" or "cpu,cuda"; default cpu),
+ * torch.profiler's schedule (wait, warmup, active, repeat, skip_first: setting any gives a
+ * schedule, with wait 0, warmup 0, active 1, repeat 0, skip_first 0 for the others; without one,
+ * the whole block is one window), record_shapes, profile_memory, with_stack, with_flops,
+ * with_modules (false), output_trace_dir (none).
+ *
+ * Between accel_profiler_start and accel_profiler_stop, LibTorch records the operators of the
+ * calling thread (and of the intra-op threads it hands work to): call start, step and stop from
+ * one thread (ACCEL_ERR_STATE otherwise), and accel_profiler_step at the start of each step (as
+ * prof.step()). At stop, with output_trace_dir, every rank writes `profile_<rank>.json` there: the
+ * last complete window as Chrome-trace JSON (chrome://tracing, Perfetto), made atomically; the
+ * ranks then wait for each other (a collective), and the main process logs the window's summary
+ * table at info level. Without a profiler nothing is recorded or written.
+ */
+ACCEL_API accel_status accel_profiler_new(accel_accelerator* accelerator, accel_profiler** out);
+
+/** Sets an option by key (see above). */
+ACCEL_API accel_status accel_profiler_set(accel_profiler* profiler, const char* key,
+                                          const char* value);
+
+/** The trace-ready callback (NULL: none). `user_data` is passed back as it is. */
+ACCEL_API accel_status accel_profiler_set_on_trace_ready(accel_profiler* profiler,
+                                                         accel_trace_ready_fn fn, void* user_data);
+
+/** Starts: step 0 of the schedule. ACCEL_ERR_STATE when started before, or when LibTorch's profiler
+ * is already on in this thread. */
+ACCEL_API accel_status accel_profiler_start(accel_profiler* profiler);
+
+/** The next step begins (torch.profiler's prof.step()). */
+ACCEL_API accel_status accel_profiler_step(accel_profiler* profiler);
+
+/** The end of the profiled block (see above). A collective with an output_trace_dir. */
+ACCEL_API accel_status accel_profiler_stop(accel_profiler* profiler);
+
+/**
+ * The summary table of the last complete window (torch's key_averages().table()): a row per
+ * operator with self and total CPU time and calls, sorted by `sort_by` (cpu_time_total,
+ * self_cpu_time_total, count, name; NULL: cpu_time_total), at most `row_limit` rows (-1: all),
+ * ending with "Self CPU time total: ...". Buffer convention.
+ */
+ACCEL_API accel_status accel_profiler_table(const accel_profiler* profiler, const char* sort_by,
+                                            int64_t row_limit, char* buf, size_t capacity,
+                                            size_t* out_size);
+
+/** Writes the last complete window to `path` as Chrome-trace JSON (made atomically). */
+ACCEL_API accel_status accel_profiler_export_chrome_trace(const accel_profiler* profiler,
+                                                          const char* path);
+
+/** How many windows were complete (on_trace_ready calls) so far. */
+ACCEL_API accel_status accel_profiler_window_count(const accel_profiler* profiler, int64_t* out);
+
+/** Frees the profiler; one still running is stopped without writing anything, when freed on the
+ * thread that started it. NULL is a no-op. */
+ACCEL_API void accel_profiler_free(accel_profiler* profiler);
+
  * objects, on every process, before anything changes. A failure on any process fails the call on
  * every process, names the file (and the key or tensor), and leaves every model, optimizer,
  * scheduler, dataloader cursor, loss scaler and random state exactly as it was: an incomplete or

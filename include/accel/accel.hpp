@@ -22,11 +22,13 @@
 #include <accel/accel.h>
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -872,24 +874,79 @@ class Accelerator {
    */
   template <class F>
   auto main_process_first(F&& block) -> decltype(block()) {
-    detail::check(accel_main_process_first_begin(get()));
-    struct End {
-      accel_accelerator* a;
-      bool done = false;
-      ~End() {
-        if (!done) accel_main_process_first_end(a);  // unwinding: the block's exception wins
+    return scoped(accel_main_process_first_begin, accel_main_process_first_end, block);
+  }
+  /** Accelerate's local_main_process_first: as main_process_first, one machine at a time. */
+  template <class F>
+  auto local_main_process_first(F&& block) -> decltype(block()) {
+    return scoped(accel_local_main_process_first_begin, accel_local_main_process_first_end, block);
+  }
+  /** Whether this is the last process (Accelerate's is_last_process). */
+  bool is_last_process() const { return detail::query<bool>(accel_is_last_process, get()); }
+  /** Accelerate's on_main_process, on_local_main_process, on_last_process and on_process(i):
+   *  `f` runs on that process only (no collective). */
+  template <class F>
+  void on_main_process(F&& f) {
+    if (is_main_process()) f();
+  }
+  template <class F>
+  void on_local_main_process(F&& f) {
+    if (is_local_main_process()) f();
+  }
+  template <class F>
+  void on_last_process(F&& f) {
+    if (is_last_process()) f();
+  }
+  template <class F>
+  void on_process(int32_t process_index, F&& f) {
+    if (this->process_index() == process_index) f();
+  }
+  /** Accelerate's no_sync(model) around `block`: backward keeps the model's gradients local. */
+  template <class F>
+  auto no_sync(Model& model, F&& block) -> decltype(block()) {
+    accel_model* m = model.get();
+    return scoped([m](accel_accelerator* a) { return accel_no_sync_begin(a, m); },
+                  [m](accel_accelerator* a) { return accel_no_sync_end(a, m); }, block);
+  }
+  /**
+   * Accelerate's find_executable_batch_size: `fn(batch_size)` from `starting_batch_size` down,
+   * again at int(size * 0.9) when it ran out of memory (an accel::Error with
+   * ACCEL_ERR_OUT_OF_MEMORY, std::bad_alloc, or an exception whose message is LibTorch's
+   * "out of memory"); returns the size that ran. Every rank agrees (accel.h).
+   */
+  template <class F>
+  int64_t find_executable_batch_size(F&& fn, int64_t starting_batch_size = 128) {
+    struct Call {
+      F& fn;
+      std::exception_ptr error;
+      static accel_status run(void* data, int64_t size) noexcept {
+        auto* c = static_cast<Call*>(data);
+        try {
+          c->fn(size);
+          return ACCEL_OK;
+        } catch (const Error& e) {
+          if (e.status() == ACCEL_ERR_OUT_OF_MEMORY) return ACCEL_ERR_OUT_OF_MEMORY;
+          c->error = std::current_exception();
+        } catch (const std::bad_alloc&) {
+          return ACCEL_ERR_OUT_OF_MEMORY;
+        } catch (const std::exception& e) {
+          const std::string what = e.what();
+          if (what.find("out of memory") != std::string::npos ||
+              what.find("can't allocate memory") != std::string::npos)
+            return ACCEL_ERR_OUT_OF_MEMORY;
+          c->error = std::current_exception();
+        } catch (...) {
+          c->error = std::current_exception();
+        }
+        return ACCEL_ERR_CALLBACK;
       }
-    } end{get()};
-    if constexpr (std::is_void_v<decltype(block())>) {
-      block();
-      end.done = true;
-      detail::check(accel_main_process_first_end(get()));
-    } else {
-      auto result = block();
-      end.done = true;
-      detail::check(accel_main_process_first_end(get()));
-      return result;
-    }
+    } call{fn, nullptr};
+    int64_t size = 0;
+    const accel_status status =
+        accel_find_executable_batch_size(get(), starting_batch_size, Call::run, &call, &size);
+    if (call.error) std::rethrow_exception(call.error);
+    detail::check(status);
+    return size;
   }
 
   void wait_for_everyone() { detail::check(accel_wait_for_everyone(get())); }
@@ -1004,24 +1061,11 @@ class Accelerator {
    */
   template <class F>
   auto join_uneven_inputs(F&& loop, int32_t even_batches = -1) -> decltype(loop()) {
-    detail::check(accel_join_uneven_inputs_begin(get(), even_batches));
-    struct End {
-      accel_accelerator* a;
-      bool done = false;
-      ~End() {
-        if (!done) accel_join_uneven_inputs_end(a);  // unwinding: the loop's exception wins
-      }
-    } end{get()};
-    if constexpr (std::is_void_v<decltype(loop())>) {
-      loop();
-      end.done = true;
-      detail::check(accel_join_uneven_inputs_end(get()));
-    } else {
-      auto result = loop();
-      end.done = true;
-      detail::check(accel_join_uneven_inputs_end(get()));
-      return result;
-    }
+    return scoped(
+        [even_batches](accel_accelerator* a) {
+          return accel_join_uneven_inputs_begin(a, even_batches);
+        },
+        accel_join_uneven_inputs_end, loop);
   }
   /** Accelerate's set_trigger (local) and check_trigger (a collective). */
   void set_trigger() { detail::check(accel_set_trigger(get())); }
@@ -1146,6 +1190,29 @@ class Accelerator {
 
 inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset)
     : source_(dataset.source()) {
+  // begin(a); block(); end(a): the end also runs when `block` throws (whose exception then wins).
+  template <class Begin, class End, class F>
+  auto scoped(Begin begin, End end_fn, F& block) -> decltype(block()) {
+    detail::check(begin(get()));
+    struct Guard {
+      accel_accelerator* a;
+      End& end_fn;
+      bool done = false;
+      ~Guard() {
+        if (!done) end_fn(a);  // unwinding: the block's exception wins
+      }
+    } guard{get(), end_fn};
+    if constexpr (std::is_void_v<decltype(block())>) {
+      block();
+      guard.done = true;
+      detail::check(end_fn(get()));
+    } else {
+      auto result = block();
+      guard.done = true;
+      detail::check(end_fn(get()));
+      return result;
+    }
+  }
   accel_dataloader* l = nullptr;
   detail::check(accel_dataloader_new(accelerator.get(), dataset.get(), &l));
   h_ = detail::Handle<accel_dataloader, accel_dataloader_free>(l);
@@ -1154,3 +1221,100 @@ inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset)
 }  // namespace accel
 
 #endif  // ACCEL_ACCEL_HPP
+/**
+ * Accelerate's LocalSGD (accel.h: accel_local_sgd_begin): the model's gradients stay local and
+ * every `local_sgd_steps`-th step() averages its parameters. end() averages once more when needed;
+ * a LocalSgd destroyed without end() stops without averaging. Options (set): outer_optimizer
+ * (none, nesterov: DiLoCo), outer_lr, outer_momentum.
+ */
+class LocalSgd {
+ public:
+  LocalSgd(Accelerator& accelerator, Model& model, int64_t local_sgd_steps) {
+    accel_local_sgd* l = nullptr;
+    detail::check(accel_local_sgd_begin(accelerator.get(), model.get(), local_sgd_steps, &l));
+    h_ = Handle(l);
+  }
+  LocalSgd& set(const std::string& key, const std::string& value) {
+    detail::check(accel_local_sgd_set(get(), key.c_str(), value.c_str()));
+    return *this;
+  }
+  void step() { detail::check(accel_local_sgd_step(get())); }
+  void end() { detail::check(accel_local_sgd_end(get())); }
+  int64_t average_count() const {
+    return detail::query<int64_t>(accel_local_sgd_average_count, get());
+  }
+  accel_local_sgd* get() const { return h_.get(); }
+
+ private:
+  using Handle = detail::Handle<accel_local_sgd, accel_local_sgd_free>;
+  Handle h_;
+};
+
+/**
+ * Accelerate's profile(ProfileKwargs(...)) (accel.h: accel_profiler_new): set options, start(),
+ * step() at the start of each step, stop() at the end (the trace files, a collective with an
+ * output_trace_dir). on_trace_ready's function is called with this profiler each time a window is
+ * complete; an exception it throws comes out of the step() or stop() that completed the window.
+ */
+class Profiler {
+ public:
+  explicit Profiler(Accelerator& accelerator) {
+    accel_profiler* p = nullptr;
+    detail::check(accel_profiler_new(accelerator.get(), &p));
+    h_ = Handle(p);
+  }
+  Profiler(const Profiler&) = delete;  // the trace-ready function holds its address
+  Profiler& operator=(const Profiler&) = delete;
+  Profiler& set(const std::string& key, const std::string& value) {
+    detail::check(accel_profiler_set(get(), key.c_str(), value.c_str()));
+    return *this;
+  }
+  Profiler& on_trace_ready(std::function<void(Profiler&)> fn) {
+    ready_ = std::make_unique<Ready>(Ready{std::move(fn), this, nullptr});
+    detail::check(accel_profiler_set_on_trace_ready(get(), ready_->fn ? &Ready::call : nullptr,
+                                                    ready_.get()));
+    return *this;
+  }
+  void start() { checked(accel_profiler_start(get())); }
+  void step() { checked(accel_profiler_step(get())); }
+  void stop() { checked(accel_profiler_stop(get())); }
+  /** The last complete window's summary table (sort_by: cpu_time_total, self_cpu_time_total,
+   *  count, name; row_limit -1: every row). */
+  std::string table(const std::string& sort_by = "cpu_time_total", int64_t row_limit = -1) const {
+    return detail::text([&](char* b, size_t c, size_t* n) {
+      return accel_profiler_table(get(), sort_by.c_str(), row_limit, b, c, n);
+    });
+  }
+  void export_chrome_trace(const std::string& path) const {
+    detail::check(accel_profiler_export_chrome_trace(get(), path.c_str()));
+  }
+  int64_t window_count() const {
+    return detail::query<int64_t>(accel_profiler_window_count, get());
+  }
+  accel_profiler* get() const { return h_.get(); }
+
+ private:
+  struct Ready {
+    std::function<void(Profiler&)> fn;
+    Profiler* self;
+    std::exception_ptr error;
+    static accel_status call(void* data, accel_profiler*) noexcept {
+      auto* r = static_cast<Ready*>(data);
+      try {
+        r->fn(*r->self);
+        return ACCEL_OK;
+      } catch (...) {
+        r->error = std::current_exception();
+        return ACCEL_ERR_CALLBACK;
+      }
+    }
+  };
+  void checked(accel_status status) {
+    if (ready_ && ready_->error) std::rethrow_exception(std::exchange(ready_->error, nullptr));
+    detail::check(status);
+  }
+  using Handle = detail::Handle<accel_profiler, accel_profiler_free>;
+  std::unique_ptr<Ready> ready_;  // outlives the handle (declared first, destroyed last)
+  Handle h_;
+};
+

@@ -7,8 +7,10 @@
 #include "checkpoint/model_io.hpp"
 #include "checkpoint/state.hpp"
 #include "common/error.hpp"
+#include "common/files.hpp"
 #include "logging/levels.hpp"
 #include "ops/collectives.hpp"
+#include "ops/main_process.hpp"
 
 namespace accel {
 
@@ -40,12 +42,14 @@ bool Accelerator::check_trigger() {
   }
 }
 
-void Accelerator::main_process_first_begin() {
-  if (!runtime().is_main_process()) runtime().wait_for_everyone();
+void Accelerator::main_process_first_begin(bool local) {
+  const bool first = local ? runtime().is_local_main_process() : runtime().is_main_process();
+  if (!first) runtime().wait_for_everyone();
 }
 
-void Accelerator::main_process_first_end() {
-  if (runtime().is_main_process()) runtime().wait_for_everyone();
+void Accelerator::main_process_first_end(bool local) {
+  const bool first = local ? runtime().is_local_main_process() : runtime().is_main_process();
+  if (first) runtime().wait_for_everyone();
 }
 
 void Accelerator::print(const std::string& message) const {
@@ -120,6 +124,23 @@ void Accelerator::save_model(const model::Model& model, const std::string& dir,
                              const std::string& max_shard_size) {
   const prepare::Session::WholeParameters whole(*session_);  // stage 3 gathers them
   checkpoint::save_model_from_main(runtime(), model, dir, max_shard_size);
+}
+
+void end_profile(runtime::Accelerator& runtime, profile::Profiler& profiler) {
+  profiler.stop();
+  const std::string& dir = profiler.options().output_trace_dir;
+  if (dir.empty()) return;
+  const int rank = runtime.place().rank;
+  ops::run_on_all(runtime, [&] {
+    make_directories(dir, 0755);
+    write_file(dir + "/profile_" + std::to_string(rank) + ".json",
+               profile::chrome_trace(profiler.events(), rank));
+  });
+  if (runtime.is_main_process())
+    runtime.logger().say(logging::kInfo,
+                         "profile: " + std::to_string(profiler.windows()) +
+                             " window(s); the last:\n" +
+                             profile::summary_table(profiler.events(), "cpu_time_total", 20));
 }
 
 }  // namespace accel

@@ -12,6 +12,7 @@
 #include "config/config.hpp"
 #include "logging/logger.hpp"
 #include "prepare/session.hpp"
+#include "profile/profiler.hpp"
 #include "runtime/accelerator.hpp"
 #include "tracking/run.hpp"
 #include "tracking/tracker.hpp"
@@ -43,9 +44,10 @@ class Accelerator {
   // last check, and then lowered.
   bool check_trigger();
 
-  // Accelerate's main_process_first: the main process runs the block first, the others after.
-  void main_process_first_begin();
-  void main_process_first_end();
+  // Accelerate's main_process_first (local: local_main_process_first): the main process (each
+  // machine's local main process) runs the block first, the others after; a barrier of all ranks.
+  void main_process_first_begin(bool local = false);
+  void main_process_first_end(bool local = false);
   // Accelerate's print: the local main process only, to standard output.
   void print(const std::string& message) const;
   // Accelerate's logger: rank 0 alone unless `flags` has logging::kAllProcesses; with
@@ -78,5 +80,11 @@ class Accelerator {
   // while the runtime (and its logger) exists.
   std::unique_ptr<tracking::Run> run_;
 };
+
+// The end of Accelerate's profile() block: the profiler stops; with an output_trace_dir every rank
+// writes profile_<rank>.json there (the last complete window) and all agree on success (a
+// collective); the main process logs the window's summary table (info). A free function: a
+// profiler outlives the accelerator object as prepared objects do, through the session.
+void end_profile(runtime::Accelerator& runtime, profile::Profiler& profiler);
 
 }  // namespace accel

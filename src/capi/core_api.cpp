@@ -76,6 +76,10 @@ const char* tag_name(uint32_t tag) noexcept {
       return "accel_state_writer";
     case Tag::kSample:
       return "accel_sample";
+    case Tag::kLocalSgd:
+      return "accel_local_sgd";
+    case Tag::kProfiler:
+      return "accel_profiler";
     case Tag::kValues:
       return "accel_values";
     case Tag::kFreed:

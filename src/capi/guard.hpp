@@ -25,7 +25,9 @@ accel_status guarded(F&& body) noexcept {
   } catch (const accel::Error& e) {
     return record_error(static_cast<accel_status>(e.code()), e.what());
   } catch (const c10::Error& e) {
-    return record_error(ACCEL_ERR_TORCH, e.what_without_backtrace());
+    const char* what = e.what_without_backtrace();
+    return record_error(is_out_of_memory_message(what) ? ACCEL_ERR_OUT_OF_MEMORY : ACCEL_ERR_TORCH,
+                        what);
   } catch (const std::bad_alloc&) {
     return record_error(ACCEL_ERR_OUT_OF_MEMORY, "out of memory");
   } catch (const std::exception& e) {
@@ -50,6 +52,8 @@ enum class Tag : uint32_t {
   kStateWriter = 0xACC1000Bu,
   kSample = 0xACC1000Cu,
   kValues = 0xACC1000Du,
+  kLocalSgd = 0xACC1000Eu,
+  kProfiler = 0xACC1000Fu,
   kFreed = 0xACC1DEADu,
 };
 

@@ -16,6 +16,8 @@
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "data/stream.hpp"
+#include "ddp/local_sgd.hpp"
+#include "profile/profiler.hpp"
 
 // Thread rules (accel.h, "Threads"): a config serialises its writes with `mutex`; tensors, lists
 // and datasets are never changed after they are made; models, optimizers, schedulers and the
@@ -102,7 +104,32 @@ struct accel_sample {
   accel::data::SampleWriter* writer = nullptr;
 };
 
+// The model's family (joined to the accelerator's once prepared) guards `core`; the session is
+// held weakly as a prepared object holds it.
+struct accel_local_sgd {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kLocalSgd);
+  std::unique_ptr<accel::ddp::LocalSgd> core;
+  std::shared_ptr<accel::capi::Family> family;
+  std::weak_ptr<accel::prepare::Session> session;
+};
+
+// Used from the one thread that starts it (LibTorch's profiler is per thread); `session` for the
+// end of the block (trace files, the barrier).
+struct accel_profiler {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kProfiler);
+  accel::profile::Profiler core;
+  std::weak_ptr<accel::prepare::Session> session;
+};
+
 namespace accel::capi {
+template <>
+inline Tag tag_of<accel_local_sgd>() {
+  return Tag::kLocalSgd;
+}
+template <>
+inline Tag tag_of<accel_profiler>() {
+  return Tag::kProfiler;
+}
 template <>
 inline Tag tag_of<accel_config>() {
   return Tag::kConfig;

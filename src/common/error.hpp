@@ -41,6 +41,16 @@ class Error : public std::runtime_error {
   throw Error(code, message);
 }
 
+// Whether LibTorch's (or a device's) error message says memory ran out: the statements
+// Accelerate's should_reduce_batch_size looks for (CUDA/HIP/XPU, MPS, cuDNN, CPU).
+inline bool is_out_of_memory_message(const char* message) {
+  for (const char* s :
+       {" out of memory.", "MPS backend out of memory", "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
+        "DefaultCPUAllocator: can't allocate memory", "CUDA out of memory"})
+    if (std::strstr(message, s)) return true;
+  return false;
+}
+
 // "what: <the system's words for err>", for messages about failed system calls.
 inline std::string sys_error(const std::string& what, int err) {
   return what + ": " + std::strerror(err);

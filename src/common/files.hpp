@@ -16,4 +16,8 @@ void make_directories(const std::string& dir, mode_t mode);
 // a regular file (a directory, a FIFO that would block) or cannot be read.
 std::string read_file(const std::string& path);
 
+// Replaces `path` with `bytes` whole: written to a temporary file beside it, synced, renamed over
+// it, so that a reader never sees half a file. Throws accel::Error(io) naming the path and why.
+void write_file(const std::string& path, const std::string& bytes);
+
 }  // namespace accel

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "common/error.hpp"
@@ -211,6 +212,15 @@ void add_own_keys(std::vector<KeySpec>& t) {
   // Accelerate's DataLoaderConfiguration: defaults for every dataloader of the accelerator.
   add({"split_batches", Kind::kBool, "false", {}, {}, {"ACCEL_SPLIT_BATCHES"}});
   add({"even_batches", Kind::kBool, "true", {}, {}, {"ACCEL_EVEN_BATCHES"}});
+  // data_seed: every dataloader's default `seed` (-1: none, the loader's own default 0). libaccel's
+  // shuffle is always a function of (seed, epoch): Accelerate's seedable sampler, so
+  // use_seedable_sampler is accepted and changes nothing.
+  add({"data_seed", Kind::kInt, "-1", {}, {}, {"ACCEL_DATA_SEED"}, -1, INT64_MAX});
+  add({"use_seedable_sampler", Kind::kBool, "true", {}, {}, {"ACCEL_USE_SEEDABLE_SAMPLER"}});
+  // Accelerate's GradientAccumulationPlugin, beside gradient_accumulation_steps (its num_steps).
+  add({"sync_each_batch", Kind::kBool, "false", {}, {}, {"ACCEL_SYNC_EACH_BATCH"}});
+  add({"sync_with_dataloader", Kind::kBool, "true", {}, {}, {"ACCEL_SYNC_WITH_DATALOADER"}});
+  add({"adjust_scheduler", Kind::kBool, "true", {}, {}, {"ACCEL_ADJUST_SCHEDULER"}});
   // Accelerator(device_placement=..., step_scheduler_with_optimizer=...).
   // Accelerate's ProjectConfiguration.
   add({"project_dir", Kind::kString, "", {}, {}, {"ACCEL_PROJECT_DIR"}});
@@ -220,6 +230,9 @@ void add_own_keys(std::vector<KeySpec>& t) {
        {},
        {},
        {"ACCEL_AUTOMATIC_CHECKPOINT_NAMING"}});
+  // save_on_each_node: with several machines, each machine's local main process writes its own
+  // copy of every checkpoint file (no shared directory needed); otherwise the main process alone.
+  add({"save_on_each_node", Kind::kBool, "false", {}, {}, {"ACCEL_SAVE_ON_EACH_NODE"}});
   add({"total_limit", Kind::kInt, "0", {}, {}, {"ACCEL_TOTAL_LIMIT"}, 0, 1 << 20});
   // Accelerator(log_with=...) and ProjectConfiguration(logging_dir=...): the trackers.
   add({"log_with", Kind::kString, "", {}, {}, {"ACCEL_LOG_WITH"}});

@@ -394,6 +394,8 @@ std::vector<at::Tensor> Model::call(const std::string& method,
       fail(ours->code(), "the model's '" + method + "' failed: " + ours->what());
     // TorchScript reports both kinds of mismatch in prose; tell the program which it was.
     const std::string text = errors_of(e);
+    if (is_out_of_memory_message(text.c_str()))
+      fail(Errc::out_of_memory, "the model's '" + method + "' failed: " + text);
     const bool dtype = text.find("scalar type") != std::string::npos ||
                        text.find("dtype") != std::string::npos ||
                        text.find("expected type") != std::string::npos ||

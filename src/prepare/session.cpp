@@ -157,6 +157,8 @@ std::shared_ptr<data::DataLoader> Session::make_dataloader(
   data::LoaderOptions defaults;
   defaults.split_batches = acc_->settings().flag("split_batches");
   defaults.even_batches = acc_->settings().flag("even_batches");
+  if (const long long seed = acc_->settings().integer("data_seed"); seed >= 0)
+    defaults.seed = static_cast<uint64_t>(seed);
   return std::make_shared<data::DataLoader>(std::move(dataset), place, defaults);
 }
 
@@ -329,11 +331,17 @@ std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method
   return out;
 }
 
+void Session::no_sync_end(const model::Model& m) {
+  auto it = no_sync_.find(&m);
+  if (it == no_sync_.end()) fail(Errc::state, "no_sync end without a no_sync begin for this model");
+  if (--it->second == 0) no_sync_.erase(it);
+}
+
 void Session::accumulate() {
   ++total_steps_;
   const int64_t steps = acc_->gradient_accumulation_steps();
   const auto active = acc_->gradient_state()->active();
-  if (active && active->end_of_dataloader) {
+  if (active && active->end_of_dataloader && acc_->settings().flag("sync_with_dataloader")) {
     micro_step_ = 0;
     sync_gradients_ = true;
   } else {
@@ -360,10 +368,13 @@ void Session::backward(const at::Tensor& loss) {
   at::Tensor scaled = steps > 1 ? loss / static_cast<double>(steps) : loss;
   if (scaler_) scaled = scaler_->scale_loss(scaled);
   if (join_.enabled && sync_gradients_) join_count_step();
+  // GradientAccumulationPlugin's sync_each_batch: every micro-step reduces (less memory held by
+  // unsynchronised gradients), while optimizers still step on sync steps only.
+  const bool reduce_now = sync_gradients_ || acc_->settings().flag("sync_each_batch");
   // In prepare order, the same on every rank: the buckets left to launch go out in one order.
   for (const auto& m : model_order_)
     if (auto it = syncs_.find(m.get()); it != syncs_.end())
-      it->second->begin_backward(sync_gradients_);
+      it->second->begin_backward(reduce_now && !no_sync_.count(m.get()));
   // Stage 3: the root's parameters for the whole backward, each unit's from when backward
   // reaches it until its gradients are in; released after, whatever happens.
   const auto release_after_failure = [this] {
@@ -379,8 +390,9 @@ void Session::backward(const at::Tensor& loss) {
   } catch (const std::exception& e) {
     release_after_failure();
     auto* ce = dynamic_cast<const c10::Error*>(&e);
-    fail(Errc::torch,
-         std::string("backward failed: ") + (ce ? ce->what_without_backtrace() : e.what()));
+    const char* what = ce ? ce->what_without_backtrace() : e.what();
+    fail(is_out_of_memory_message(what) ? Errc::out_of_memory : Errc::torch,
+         std::string("backward failed: ") + what);
   }
   for (const auto& [model, shard] : param_shards_) shard->end_backward();
   for (const auto& m : model_order_)
@@ -411,13 +423,15 @@ void Session::optimizer_step(optim::Optimizer& o) {
   runtime::tensor_memory_step_ended();
 }
 
+bool Session::zero_gradient_in_place(const at::Tensor& param) {
+  for (const auto& [model, sync] : syncs_)
+    if (sync->zero_grad_in_place(param)) return true;
+  return false;
+}
+
 void Session::optimizer_zero_grad(optim::Optimizer& o) {
   if (!sync_gradients_) return;
-  o.zero_grad([this](const at::Tensor& p) {
-    for (const auto& [model, sync] : syncs_)
-      if (sync->zero_grad_in_place(p)) return true;
-    return false;
-  });
+  o.zero_grad([this](const at::Tensor& p) { return zero_gradient_in_place(p); });
 }
 
 bool Session::step_was_skipped(const optim::Optimizer& o) const {
@@ -439,7 +453,9 @@ void Session::scheduler_step(optim::LrScheduler& s) {
   const int times = optim::scheduler_advances(c);
   for (int i = 0; i < times; ++i) {
     const int64_t limit = s.schedule().max_steps();
-    if (limit >= 0 && s.steps() + 1 > limit) break;  // as Accelerate, never past one_cycle's end
+    // As Accelerate, never past one_cycle's end. (Accelerate's adjust_scheduler would count
+    // micro-steps here, but it never reaches GradientState: see the key in accel.h.)
+    if (limit >= 0 && s.steps() + 1 > limit) break;
     s.step();
   }
 }

@@ -132,6 +132,17 @@ class Session : public std::enable_shared_from_this<Session> {
   void forward_begin(model::Model& m);
 
   // Opens a micro-step (Accelerate's accumulate()): decides sync_gradients.
+  // Accelerate's no_sync(model): until the matching end, backward keeps `m`'s gradients on this
+  // rank (they add up and are reduced by the first backward after it); scopes nest. Optimizers
+  // still step. A model that is not prepared has nothing to hold back.
+  void no_sync_begin(const model::Model& m) { ++no_sync_[&m]; }
+  void no_sync_end(const model::Model& m);
+  bool holds_gradients(const model::Model& m) const { return no_sync_.count(&m) > 0; }
+
+  // Zeroes `param`'s gradient where it is a view into a communication bucket (which stays);
+  // false when it is not, and nothing was done.
+  bool zero_gradient_in_place(const at::Tensor& param);
+
   void accumulate();
   bool sync_gradients() const { return sync_gradients_; }
   // loss / accumulation steps (x the loss scale under fp16), backward, gradient synchronisation.
@@ -181,6 +192,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::map<const model::Model*, std::shared_ptr<model::Model>> models_;
   std::set<const model::Model*> placed_;  // moved to the device (device_placement)
   std::map<const model::Model*, std::unique_ptr<ddp::GradientPath>> syncs_;
+  std::map<const model::Model*, int> no_sync_;  // open no_sync scopes by model
   // ZeRO stage 3: which parameters each prepared model holds on this rank, and when it gathers
   // the others.
   std::map<const model::Model*, std::unique_ptr<zero::ParamShard>> param_shards_;

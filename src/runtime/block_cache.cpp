@@ -32,11 +32,22 @@ void* BlockCache::allocate(size_t bytes) {
     }
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
+  if (p == MAP_FAILED) {
+    // Free blocks of other sizes hold memory (and address space, under RLIMIT_AS): give them
+    // back and try once more before reporting no memory.
+    release_free();
+    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   in_use_[p] = size;
   mapped_ += size;
   return p;
+}
+
+void BlockCache::release_free() {
+  std::lock_guard<std::mutex> lock(mu_);
+  trim_to(0);
 }
 
 bool BlockCache::release(void* p) {

@@ -40,6 +40,8 @@ class BlockCache {
   bool release(void* p);
   // The end of a training step: unmaps the free blocks no request took in the last kKeepSteps.
   void end_of_step();
+  // Unmaps every free block (after an out-of-memory error).
+  void release_free();
 
   size_t mapped_bytes() const;
   size_t free_bytes() const;

@@ -69,4 +69,10 @@ void tensor_memory_step_ended() {
 #endif
 }
 
+void release_cached_tensor_memory() {
+#ifndef ACCEL_UNDER_ASAN
+  cache().release_free();
+#endif
+}
+
 }  // namespace accel::runtime

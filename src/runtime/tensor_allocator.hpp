@@ -11,5 +11,8 @@ namespace accel::runtime {
 std::string install_tensor_allocator();
 // The end of a training step (an optimizer step): free blocks the step did not use are unmapped.
 void tensor_memory_step_ended();
+// Gives every cached free block back to the system (Accelerate's clear_device_cache after an
+// out-of-memory error).
+void release_cached_tensor_memory();
 
 }  // namespace accel::runtime
