@@ -1298,7 +1298,11 @@ typedef struct accel_optimizer accel_optimizer;
 ACCEL_API accel_status accel_optimizer_new(accel_model* model, const char* kind,
                                            accel_optimizer** out);
 
-/** Sets an option by key ("lr", "0.01"); takes effect at the next step. */
+/**
+ * Sets an option by key ("lr", "0.01"); takes effect at the next step. It sets parameter group 0's
+ * option and the optimizer's default, which groups made later start from (groups made already
+ * keep theirs: accel_optimizer_set_group).
+ */
 ACCEL_API accel_status accel_optimizer_set(accel_optimizer* optimizer, const char* key,
                                            const char* value);
 
@@ -1319,18 +1323,54 @@ ACCEL_API accel_status accel_optimizer_step(accel_optimizer* optimizer);
  */
 ACCEL_API accel_status accel_optimizer_zero_grad(accel_optimizer* optimizer);
 
-/** The current learning rate. */
+/** The current learning rate (of parameter group 0: accel_optimizer_group_lr for the others). */
 ACCEL_API accel_status accel_optimizer_lr(const accel_optimizer* optimizer, double* out);
 
 /**
  * Sets the learning rate: a finite, non-negative number (otherwise ACCEL_ERR_INVALID_ARGUMENT, as
- * for accel_optimizer_set(optimizer, "lr", ...)).
+ * for accel_optimizer_set(optimizer, "lr", ...), which it is: group 0's and the default).
  */
 ACCEL_API accel_status accel_optimizer_set_lr(accel_optimizer* optimizer, double lr);
 
 /** Whether the last prepared step was skipped because an fp16 gradient was inf/nan. */
 ACCEL_API accel_status accel_optimizer_step_was_skipped(const accel_optimizer* optimizer,
                                                         bool* out);
+
+/**
+ * Parameter groups, as PyTorch's optimizers have them (param_groups): the classic is no weight
+ * decay on biases and LayerNorm weights, or another learning rate for a head. Group 0 holds every
+ * parameter no other group names, with the options accel_optimizer_set sets. This makes a new
+ * group of the `count` parameters `names` (as accel_model_tensor_name lists them; the strings are
+ * borrowed for the call), starting from the optimizer's defaults of this moment (what
+ * accel_optimizer_set set), and writes its index (1, 2, ...) to `out_group`. Its options are then
+ * set with accel_optimizer_set_group; each parameter steps with its group's options, also under
+ * ZeRO. ACCEL_ERR_INVALID_ARGUMENT, naming the parameter, for a name that is not one of the
+ * model's parameters (a buffer's, say), a name given twice, or one in another group already; also
+ * for `count` 0. ACCEL_ERR_STATE once the optimizer is prepared, has stepped, or a scheduler was made
+ * over it (make the groups first: the scheduler takes each group's base learning rate). A
+ * checkpoint keeps each group's options and base rate; load_state needs the same groups (the same
+ * number, each with as many parameters), as PyTorch's load_state_dict, else ACCEL_ERR_STATE.
+ */
+ACCEL_API accel_status accel_optimizer_add_group(accel_optimizer* optimizer,
+                                                 const char* const* names, size_t count,
+                                                 size_t* out_group);
+
+/** The number of parameter groups: 1 (group 0) plus one per accel_optimizer_add_group. */
+ACCEL_API accel_status accel_optimizer_group_count(const accel_optimizer* optimizer, size_t* out);
+
+/**
+ * Sets an option of parameter group `group` by key, with the keys and values of
+ * accel_optimizer_set (lr, weight_decay, momentum, beta1, ...); takes effect at the next step.
+ * Group 0's here leaves the defaults alone. A group that does not exist is
+ * ACCEL_ERR_INVALID_ARGUMENT. Adagrad's initial_accumulator_value is the optimizer's own for every
+ * group, as in PyTorch.
+ */
+ACCEL_API accel_status accel_optimizer_set_group(accel_optimizer* optimizer, size_t group,
+                                                 const char* key, const char* value);
+
+/** The current learning rate of parameter group `group` (a scheduler sets every group's). */
+ACCEL_API accel_status accel_optimizer_group_lr(const accel_optimizer* optimizer, size_t group,
+                                                double* out);
 
 /** Frees the optimizer handle. NULL is a no-op. Schedulers over it, and the accelerator once it is
  * prepared, keep the optimizer itself alive. Waits for nothing. */
@@ -1348,6 +1388,12 @@ typedef struct accel_scheduler accel_scheduler;
  *   max_momentum 0.95, cycle_momentum true).
  * The schedule's base rate is the optimizer's rate when the scheduler is made (set lr first); the
  * optimizer's rate is set to the schedule's value at step 0 as soon as the options are complete.
+ * With parameter groups (accel_optimizer_add_group: make them first) each group has its own base
+ * rate, its rate when the scheduler is made, and every kind but one_cycle sets each group's rate
+ * to its base rate times the schedule's factor, as PyTorch's schedulers with per-group base_lrs
+ * (polynomial's factor is group 0's, as transformers' is the optimizer's lr's); one_cycle's single
+ * max_lr sets every group to the same rate, as PyTorch's OneCycleLR with one max_lr, and cycles
+ * every group's momentum.
  *
  * How a prepared scheduler steps, as Accelerate (its most surprising rule): accel_scheduler_step
  * does nothing on accumulation micro-steps and after an fp16-skipped optimizer step, and otherwise
@@ -1366,7 +1412,7 @@ ACCEL_API accel_status accel_scheduler_set(accel_scheduler* scheduler, const cha
 /** Steps the schedule (see the rules above). */
 ACCEL_API accel_status accel_scheduler_step(accel_scheduler* scheduler);
 
-/** The learning rate the schedule has set. */
+/** The learning rate the schedule has set (group 0's: accel_optimizer_group_lr for the others). */
 ACCEL_API accel_status accel_scheduler_lr(const accel_scheduler* scheduler, double* out);
 
 /** Frees the scheduler handle. NULL is a no-op. Waits for nothing. */

@@ -449,6 +449,25 @@ class Optimizer {
   bool step_was_skipped() const {
     return detail::query<bool>(accel_optimizer_step_was_skipped, get());
   }
+  /** A parameter group of the parameters `names` (accel_optimizer_add_group): its index. */
+  size_t add_group(const std::vector<std::string>& names) {
+    std::vector<const char*> c_names;
+    for (const auto& n : names) c_names.push_back(n.c_str());
+    size_t group = 0;
+    detail::check(accel_optimizer_add_group(get(), c_names.data(), c_names.size(), &group));
+    return group;
+  }
+  size_t group_count() const { return detail::query<size_t>(accel_optimizer_group_count, get()); }
+  /** An option of one parameter group (accel_optimizer_set_group). */
+  Optimizer& set_group(size_t group, const std::string& key, const std::string& value) {
+    detail::check(accel_optimizer_set_group(get(), group, key.c_str(), value.c_str()));
+    return *this;
+  }
+  double group_lr(size_t group) const {
+    double lr = 0;
+    detail::check(accel_optimizer_group_lr(get(), group, &lr));
+    return lr;
+  }
   accel_optimizer* get() const { return h_.get(); }
 
  private:

@@ -159,6 +159,14 @@ ACCEL_API accel_status accel_optimizer_new(accel_model* model, const char* kind,
     require(out, "out");
     auto h = std::make_unique<accel_optimizer>();
     h->optimizer = std::make_shared<accel::optim::Optimizer>(kind);
+    // The names parameter groups are made from, in the order the optimizer is bound in
+    // (trainable_parameters: named_parameters that require grad).
+    h->optimizer->set_parameter_names([m = model->model] {
+      std::vector<std::pair<std::string, bool>> names;
+      for (const auto& [name, p] : m->named_parameters())
+        names.emplace_back(name, p.requires_grad());
+      return names;
+    });
     h->model = model->model;
     h->family = model->family;  // the model's family: its step writes the model's parameters
     *out = h.release();
@@ -221,6 +229,47 @@ ACCEL_API accel_status accel_optimizer_step_was_skipped(const accel_optimizer* o
     auto session = live_session(&h);
     return session && session->step_was_skipped(*h.optimizer);
   });
+}
+
+ACCEL_API accel_status accel_optimizer_add_group(accel_optimizer* optimizer,
+                                                 const char* const* names, size_t count,
+                                                 size_t* out_group) {
+  return guarded([&] {
+    checked(optimizer, "optimizer");
+    if (count > 0) require(names, "names");
+    require(out_group, "out_group");
+    std::vector<std::string> list;
+    for (size_t i = 0; i < count; ++i) {
+      if (!names[i]) fail(Errc::invalid_argument, "names[" + std::to_string(i) + "] is NULL");
+      list.emplace_back(names[i]);
+    }
+    FamilyLock lock(optimizer->family);
+    if (optimizer->prepared)
+      fail(Errc::state, "parameter groups are made before accel_prepare (this one is prepared)");
+    *out_group = optimizer->optimizer->add_group(list);
+  });
+}
+
+ACCEL_API accel_status accel_optimizer_group_count(const accel_optimizer* optimizer, size_t* out) {
+  return accel::capi::locked_query(optimizer, "optimizer", out,
+                                   [](const auto& h) { return h.optimizer->group_count(); });
+}
+
+ACCEL_API accel_status accel_optimizer_set_group(accel_optimizer* optimizer, size_t group,
+                                                 const char* key, const char* value) {
+  return guarded([&] {
+    checked(optimizer, "optimizer");
+    require(key, "key");
+    require(value, "value");
+    FamilyLock lock(optimizer->family);
+    optimizer->optimizer->set_group(group, key, value);
+  });
+}
+
+ACCEL_API accel_status accel_optimizer_group_lr(const accel_optimizer* optimizer, size_t group,
+                                                double* out) {
+  return accel::capi::locked_query(optimizer, "optimizer", out,
+                                   [group](const auto& h) { return h.optimizer->group_lr(group); });
 }
 
 ACCEL_API void accel_optimizer_free(accel_optimizer* optimizer) {

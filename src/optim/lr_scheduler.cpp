@@ -7,7 +7,11 @@
 namespace accel::optim {
 
 LrScheduler::LrScheduler(Schedule schedule, std::shared_ptr<Optimizer> optimizer)
-    : schedule_(std::move(schedule)), optimizer_(std::move(optimizer)), base_lr_(optimizer_->lr()) {
+    : schedule_(std::move(schedule)), optimizer_(std::move(optimizer)) {
+  for (size_t g = 0; g < optimizer_->group_count(); ++g) {
+    base_lrs_.push_back(optimizer_->group_lr(g));
+    optimizer_->set_initial_lr(g, base_lrs_.back());
+  }
   try_apply();
 }
 
@@ -30,7 +34,8 @@ void LrScheduler::try_apply() {
 
 void LrScheduler::apply() {
   schedule_.validate();
-  optimizer_->set_lr(schedule_.lr_at(steps_, base_lr_));
+  for (size_t g = 0; g < base_lrs_.size(); ++g)
+    optimizer_->set_group_lr(g, schedule_.group_lr(steps_, base_lrs_[g], base_lrs_[0]));
   if (auto m = schedule_.momentum_at(steps_); m && optimizer_->has_momentum())
     optimizer_->set_momentum(*m);
 }
@@ -52,7 +57,10 @@ void LrScheduler::check_restore(int64_t steps, double base_lr) const {
 void LrScheduler::restore(int64_t steps, double base_lr) {
   check_restore(steps, base_lr);
   steps_ = steps;
-  base_lr_ = base_lr;
+  base_lrs_[0] = base_lr;
+  optimizer_->set_initial_lr(0, base_lr);
+  for (size_t g = 1; g < base_lrs_.size(); ++g)
+    base_lrs_[g] = optimizer_->initial_lr(g).value_or(base_lrs_[g]);
   apply();
 }
 

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <set>
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
@@ -51,12 +53,27 @@ void configure_adagrad(torch::optim::AdagradOptions& g, const Options& o) {
   g.initial_accumulator_value(o.at("initial_accumulator_value")).eps(o.at("eps"));
 }
 
+// The parameters of each group with that group's options, in group order.
+struct GroupParams {
+  std::vector<at::Tensor> params;
+  const Options* options;
+};
+
+// LibTorch's optimizer with one param group per group (empty ones too, so that param_groups()[g]
+// is group g). `defaults` are the optimizer's own: Adagrad fills every state from its
+// initial_accumulator_value, as PyTorch's does.
 template <class Impl, class Opts, void (*Configure)(Opts&, const Options&)>
-std::unique_ptr<torch::optim::Optimizer> build_as(const std::vector<at::Tensor>& params,
-                                                  const Options& o) {
-  Opts opts(o.at("lr"));
-  Configure(opts, o);
-  return std::make_unique<Impl>(params, opts);
+std::unique_ptr<torch::optim::Optimizer> build_as(const std::vector<GroupParams>& groups,
+                                                  const Options& defaults) {
+  std::vector<torch::optim::OptimizerParamGroup> param_groups;
+  for (const GroupParams& g : groups) {
+    auto opts = std::make_unique<Opts>(g.options->at("lr"));
+    Configure(*opts, *g.options);
+    param_groups.emplace_back(g.params, std::move(opts));
+  }
+  Opts opts(defaults.at("lr"));
+  Configure(opts, defaults);
+  return std::make_unique<Impl>(std::move(param_groups), opts);
 }
 
 template <class Opts, void (*Configure)(Opts&, const Options&)>
@@ -129,8 +146,8 @@ struct OptimizerRow {
   const char* kind;
   Options defaults;
   std::vector<std::string> state_fields;
-  std::unique_ptr<torch::optim::Optimizer> (*build)(const std::vector<at::Tensor>& params,
-                                                    const Options& o);
+  std::unique_ptr<torch::optim::Optimizer> (*build)(const std::vector<GroupParams>& groups,
+                                                    const Options& defaults);
   void (*apply)(torch::optim::OptimizerOptions& group, const Options& o);
   void (*save)(torch::optim::OptimizerParamState& st, const Put& put);
   std::unique_ptr<torch::optim::OptimizerParamState> (*load)(const Field& tensor, const Step& step);
@@ -212,22 +229,52 @@ bool is_flag(const std::string& key) {
   return key == "nesterov" || key == "amsgrad" || key == "centered";
 }
 
+std::string where_of(const std::string& kind, size_t group) {
+  return "optimizer " + kind + (group ? " group " + std::to_string(group) : std::string());
+}
+
+// A saved option of a later group, "group<g>.<key>" with g >= 1: g and key (none otherwise).
+std::optional<std::pair<size_t, std::string>> split_group_key(const std::string& k) {
+  const auto dot = k.find('.');
+  long long g = 0;
+  if (k.rfind("group", 0) != 0 || dot == std::string::npos || dot == 5 ||
+      k.find_first_not_of("0123456789", 5) != dot || !parse_int(k.substr(5, dot - 5), &g) || g < 1)
+    return std::nullopt;
+  return std::make_pair(static_cast<size_t>(g), k.substr(dot + 1));
+}
+
 }  // namespace
 
 Optimizer::Optimizer(const std::string& kind)
-    : kind_(kind), options_(optimizer_row(kind).defaults) {}
+    : kind_(kind), defaults_(optimizer_row(kind).defaults) {
+  groups_.push_back(Group{{}, defaults_, std::nullopt});
+}
 
 Optimizer::~Optimizer() = default;
 
+const Optimizer::Group& Optimizer::checked_group(size_t group) const {
+  if (group >= groups_.size())
+    fail(Errc::invalid_argument, "optimizer " + kind_ + " has " + std::to_string(groups_.size()) +
+                                     " parameter group(s); there is no group " +
+                                     std::to_string(group));
+  return groups_[group];
+}
+
 double Optimizer::option(const std::string& key) const {
-  auto it = options_.find(key);
-  if (it == options_.end()) fail(Errc::invalid_argument, kind_ + " has no option '" + key + "'");
+  return group_option(0, key);
+}
+
+double Optimizer::group_option(size_t group, const std::string& key) const {
+  const auto& options = checked_group(group).options;
+  auto it = options.find(key);
+  if (it == options.end()) fail(Errc::invalid_argument, kind_ + " has no option '" + key + "'");
   return it->second;
 }
 
 void Optimizer::check_option(const std::string& key, double v,
-                             const std::map<std::string, double>& all) const {
-  const std::string where = "optimizer " + kind_ + ": '" + key + "'";
+                             const std::map<std::string, double>& all,
+                             const std::string& where_) const {
+  const std::string where = where_ + ": '" + key + "'";
   if (!std::isfinite(v))
     fail(Errc::invalid_argument, where + " must be a finite number, not " + format_real(v));
   if (is_flag(key) && v != 0 && v != 1)
@@ -237,14 +284,14 @@ void Optimizer::check_option(const std::string& key, double v,
     fail(Errc::invalid_argument, where + " must be below 1");
   if (kind_ == "sgd" && key == "nesterov" && v != 0 &&
       (all.at("momentum") <= 0 || all.at("dampening") != 0))
-    fail(Errc::invalid_argument, "sgd: nesterov needs momentum > 0 and dampening 0");
+    fail(Errc::invalid_argument, where_.substr(std::string("optimizer ").size()) +
+                                     ": nesterov needs momentum > 0 and dampening 0");
 }
 
-void Optimizer::set(const std::string& key, const std::string& value) {
-  auto it = options_.find(key);
-  if (it == options_.end()) {
+double Optimizer::parse_option(const std::string& key, const std::string& value) const {
+  if (!defaults_.count(key)) {
     std::string known;
-    for (const auto& [k, v] : options_) known += (known.empty() ? "" : ", ") + k;
+    for (const auto& [k, v] : defaults_) known += (known.empty() ? "" : ", ") + k;
     fail(Errc::invalid_argument,
          "optimizer " + kind_ + ": unknown option '" + key + "'; known: " + known);
   }
@@ -259,36 +306,105 @@ void Optimizer::set(const std::string& key, const std::string& value) {
     fail(Errc::invalid_argument,
          "optimizer " + kind_ + ": '" + key + "=" + value + "' is not a number");
   }
-  check_option(key, v, options_);
-  it->second = v;
+  return v;
+}
+
+void Optimizer::set(const std::string& key, const std::string& value) {
+  const double v = parse_option(key, value);
+  check_option(key, v, groups_[0].options, where_of(kind_, 0));
+  check_option(key, v, defaults_, where_of(kind_, 0));
+  groups_[0].options[key] = v;
+  defaults_[key] = v;
   apply_options();
+}
+
+void Optimizer::set_group(size_t group, const std::string& key, const std::string& value) {
+  checked_group(group);
+  const double v = parse_option(key, value);
+  check_option(key, v, groups_[group].options, where_of(kind_, group));
+  groups_[group].options[key] = v;
+  apply_options();
+}
+
+size_t Optimizer::add_group(const std::vector<std::string>& names) {
+  const std::string where = "optimizer " + kind_;
+  if (stepped_) fail(Errc::state, where + ": parameter groups are made before the first step");
+  if (groups_[0].initial_lr)
+    fail(Errc::state, where +
+                          ": parameter groups are made before a scheduler over the optimizer "
+                          "(it takes each group's base learning rate when it is made)");
+  if (names.empty())
+    fail(Errc::invalid_argument, where + ": a parameter group needs at least one parameter");
+  if (!names_) fail(Errc::internal, where + ": the names of its parameters are not known");
+  std::set<std::string> known, seen;
+  for (const auto& [name, trainable] : names_()) known.insert(name);
+  for (const auto& n : names) {
+    if (!known.count(n))
+      fail(Errc::invalid_argument, where + ": the model has no parameter '" + n +
+                                       "' (accel_model_tensor_name lists the names)");
+    if (!seen.insert(n).second)
+      fail(Errc::invalid_argument, where + ": parameter '" + n + "' is named twice in the group");
+    for (size_t g = 1; g < groups_.size(); ++g)
+      if (std::find(groups_[g].names.begin(), groups_[g].names.end(), n) != groups_[g].names.end())
+        fail(Errc::invalid_argument, where + ": parameter '" + n + "' is in group " +
+                                         std::to_string(g) + " already (one group a parameter)");
+  }
+  groups_.push_back(Group{names, defaults_, std::nullopt});
+  if (impl_) {  // bound by a zero_grad before any step: rebuilt over the new groups
+    assign_groups();
+    build();
+  }
+  return groups_.size() - 1;
 }
 
 void Optimizer::bind(std::vector<at::Tensor> params) {
   if (params.empty()) fail(Errc::invalid_argument, "the optimizer has no parameters to optimise");
   params_ = std::move(params);
   owned_.assign(params_.size(), true);
-  build(params_);
+  assign_groups();
+  build();
+}
+
+// Each bound parameter's group, from the group's names and the model's order of its parameters.
+void Optimizer::assign_groups() {
+  group_of_.assign(params_.size(), 0);
+  if (groups_.size() == 1) return;
+  std::map<std::string, size_t> group_by_name;
+  for (size_t g = 1; g < groups_.size(); ++g)
+    for (const auto& n : groups_[g].names) group_by_name[n] = g;
+  size_t i = 0;
+  for (const auto& [name, trainable] : names_()) {
+    if (!trainable) continue;
+    if (i < params_.size())
+      if (auto it = group_by_name.find(name); it != group_by_name.end()) group_of_[i] = it->second;
+    ++i;
+  }
+  if (i != params_.size())
+    fail(Errc::internal, "optimizer " + kind_ + ": bound to " + std::to_string(params_.size()) +
+                             " parameters, but the model names " + std::to_string(i));
 }
 
 void Optimizer::shard(const std::vector<bool>& owned) {
   if (owned.size() != params_.size())
     fail(Errc::internal, "optimizer shard: one ownership flag per parameter expected");
   owned_ = owned;
-  std::vector<at::Tensor> mine;
+  build();
+}
+
+void Optimizer::build() {
+  std::vector<GroupParams> groups;
+  for (const Group& g : groups_) groups.push_back({{}, &g.options});
   for (size_t i = 0; i < params_.size(); ++i)
-    if (owned_[i]) mine.push_back(params_[i]);
-  build(mine);
+    if (owned_[i]) groups[group_of_[i]].params.push_back(params_[i]);
+  impl_ = optimizer_row(kind_).build(groups, defaults_);
 }
 
-void Optimizer::build(const std::vector<at::Tensor>& params) {
-  impl_ = optimizer_row(kind_).build(params, options_);
-}
-
-// Writes the options into the live param group (LibTorch reads them at every step).
+// Writes the options into the live param groups (LibTorch reads them at every step).
 void Optimizer::apply_options() {
   if (!impl_) return;
-  optimizer_row(kind_).apply(impl_->param_groups().at(0).options(), options_);
+  const OptimizerRow& row = optimizer_row(kind_);
+  for (size_t g = 0; g < groups_.size(); ++g)
+    row.apply(impl_->param_groups().at(g).options(), groups_[g].options);
 }
 
 torch::optim::Optimizer& Optimizer::torch_optimizer() {
@@ -297,7 +413,9 @@ torch::optim::Optimizer& Optimizer::torch_optimizer() {
 }
 
 void Optimizer::step() {
-  torch_optimizer().step();
+  auto& impl = torch_optimizer();
+  stepped_ = true;
+  impl.step();
 }
 
 void Optimizer::zero_grad(const std::function<bool(const at::Tensor& param)>& in_place) {
@@ -306,18 +424,44 @@ void Optimizer::zero_grad(const std::function<bool(const at::Tensor& param)>& in
 }
 
 void Optimizer::set_lr(double lr) {
-  check_option("lr", lr, options_);
-  options_["lr"] = lr;
+  check_option("lr", lr, defaults_, where_of(kind_, 0));
+  groups_[0].options["lr"] = lr;
+  defaults_["lr"] = lr;
   apply_options();
+}
+
+void Optimizer::set_group_lr(size_t group, double lr) {
+  checked_group(group);
+  check_option("lr", lr, groups_[group].options, where_of(kind_, group));
+  groups_[group].options["lr"] = lr;
+  apply_options();
+}
+
+void Optimizer::set_initial_lr(size_t group, double lr) {
+  checked_group(group);
+  check_option("initial_lr", lr, groups_[group].options, where_of(kind_, group));
+  groups_[group].initial_lr = lr;
 }
 
 bool Optimizer::has_momentum() const {
-  return options_.count("momentum") || options_.count("beta1");
+  return defaults_.count("momentum") || defaults_.count("beta1");
 }
 
 void Optimizer::set_momentum(double m) {
-  options_[options_.count("beta1") ? "beta1" : "momentum"] = m;
+  const char* key = defaults_.count("beta1") ? "beta1" : "momentum";
+  for (Group& g : groups_) g.options[key] = m;
   apply_options();
+}
+
+std::map<std::string, double> Optimizer::options() const {
+  std::map<std::string, double> out = groups_[0].options;
+  for (size_t g = 1; g < groups_.size(); ++g) {
+    const std::string p = "group" + std::to_string(g) + ".";
+    for (const auto& [k, v] : groups_[g].options) out[p + k] = v;
+    out[p + "params"] = static_cast<double>(groups_[g].names.size());
+    if (groups_[g].initial_lr) out[p + "initial_lr"] = *groups_[g].initial_lr;
+  }
+  return out;
 }
 
 namespace {
@@ -342,30 +486,82 @@ std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const
   return out;
 }
 
+// Saved options by group: each group's options and its base rate for schedulers.
+struct Optimizer::SavedGroups {
+  std::vector<std::map<std::string, double>> options;
+  std::vector<std::optional<double>> initial_lrs;
+};
+
 struct Optimizer::StagedState {
-  std::map<std::string, double> options;
+  SavedGroups groups;
   std::vector<std::pair<compat::OptimStateKey, std::unique_ptr<torch::optim::OptimizerParamState>>>
       states;
 };
 
-void Optimizer::check_saved_options(const std::map<std::string, double>& options) const {
-  for (const auto& [k, v] : options)
-    if (!options_.count(k))
-      fail(Errc::invalid_argument, "optimizer " + kind_ + ": saved option '" + k + "' is unknown");
-  // save_state writes every option: one missing means the file was edited or cut.
-  for (const auto& [k, v] : options_)
-    if (!options.count(k))
-      fail(Errc::invalid_argument, "optimizer " + kind_ + ": the saved options lack '" + k + "'");
-  for (const auto& [k, v] : options) check_option(k, v, options);
+Optimizer::SavedGroups Optimizer::read_saved(const std::map<std::string, double>& saved) const {
+  const size_t n = groups_.size();
+  SavedGroups out;
+  out.options.resize(n);
+  out.initial_lrs.resize(n);
+  std::vector<std::optional<double>> sizes(n);
+  size_t saved_groups = 1;
+  for (const auto& [k, v] : saved) {
+    const auto split = split_group_key(k);
+    if (!split) {
+      out.options[0][k] = v;
+      continue;
+    }
+    const auto& [g, key] = *split;
+    saved_groups = std::max(saved_groups, g + 1);
+    if (g >= n) continue;  // reported below
+    if (key == "params")
+      sizes[g] = v;
+    else if (key == "initial_lr")
+      out.initial_lrs[g] = v;
+    else
+      out.options[g][key] = v;
+  }
+  for (size_t g = 1; g < n && saved_groups == n; ++g)
+    if (out.options[g].empty() && !sizes[g]) saved_groups = g;
+  if (saved_groups != n)
+    fail(Errc::state, "optimizer " + kind_ + ": the checkpoint has " +
+                          std::to_string(saved_groups) + " parameter group(s), this optimizer " +
+                          std::to_string(n) + " (make the same groups before loading)");
+  for (size_t g = 0; g < n; ++g) {
+    const std::string p = g ? "group" + std::to_string(g) + "." : "";
+    const std::string where = "optimizer " + kind_;
+    for (const auto& [k, v] : out.options[g])
+      if (!defaults_.count(k))
+        fail(Errc::invalid_argument, where + ": saved option '" + p + k + "' is unknown");
+    // save_state writes every option: one missing means the file was edited or cut.
+    for (const auto& [k, v] : defaults_)
+      if (!out.options[g].count(k))
+        fail(Errc::invalid_argument, where + ": the saved options lack '" + p + k + "'");
+    for (const auto& [k, v] : out.options[g])
+      check_option(k, v, out.options[g], where_of(kind_, g));
+    if (out.initial_lrs[g])
+      check_option("initial_lr", *out.initial_lrs[g], out.options[g], where_of(kind_, g));
+    if (g == 0) continue;
+    if (!sizes[g])
+      fail(Errc::invalid_argument, where + ": the saved options lack '" + p + "params'");
+    if (*sizes[g] != static_cast<double>(groups_[g].names.size()))
+      fail(Errc::state, where_of(kind_, g) + " has " + format_real(*sizes[g]) +
+                            " parameter(s) in the checkpoint and " +
+                            std::to_string(groups_[g].names.size()) +
+                            " here (make the same groups before loading)");
+  }
+  return out;
 }
 
+void Optimizer::check_saved_options(const std::map<std::string, double>& options) const {
+  read_saved(options);
+}
 std::shared_ptr<Optimizer::StagedState> Optimizer::stage_state(
     const std::map<std::string, double>& options,
     const std::vector<std::pair<std::string, at::Tensor>>& tensors) const {
   if (!impl_) fail(Errc::state, "the optimizer is not bound to parameters yet: prepare it first");
-  check_saved_options(options);
   auto staged = std::make_shared<StagedState>();
-  staged->options = options;
+  staged->groups = read_saved(options);
 
   std::map<size_t, std::map<std::string, at::Tensor>> by_param;
   for (const auto& [name, t] : tensors) {
@@ -414,7 +610,10 @@ std::shared_ptr<Optimizer::StagedState> Optimizer::stage_state(
 }
 
 void Optimizer::apply_state(StagedState& staged) {
-  options_ = std::move(staged.options);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    groups_[g].options = std::move(staged.groups.options[g]);
+    if (g > 0 && staged.groups.initial_lrs[g]) groups_[g].initial_lr = staged.groups.initial_lrs[g];
+  }
   apply_options();
   auto& state = impl_->state();
   state.clear();

@@ -70,6 +70,14 @@ double polynomial_lr(const Options& o, double step, double base) {
   return (base - lr_end) * std::pow(remaining, power) + lr_end;
 }
 
+// transformers' polynomial schedule is LambdaLR with a factor made from the optimizer's lr: for a
+// group whose base rate is another one, that factor times the group's base.
+double polynomial_group_lr(const Options& o, double step, double base, double first) {
+  const double lr = polynomial_lr(o, step, first);
+  if (base == first) return lr;
+  return first > 0 ? base * (lr / first) : 0.0;
+}
+
 double step_lr(const Options& o, double step, double base) {
   return base * std::pow(o.at("gamma"), std::floor(step / o.at("step_size")));
 }
@@ -112,7 +120,8 @@ void check_one_cycle(const Options& o) {
 }
 
 // One schedule kind: its options with their defaults (-1: required), its rate, the momentum it
-// cycles (none: nullptr), its own checks (none: nullptr), and whether it stops at total_steps.
+// cycles (none: nullptr), its own checks (none: nullptr), whether it stops at total_steps, and
+// the rate of a group whose base is not group 0's `first` (nullptr: lr_at with the group's base).
 struct ScheduleRow {
   const char* kind;
   Options defaults;
@@ -120,6 +129,7 @@ struct ScheduleRow {
   std::optional<double> (*momentum_at)(const Options& o, double step) = nullptr;
   void (*check)(const Options& o) = nullptr;
   bool ends_at_total_steps = false;
+  double (*group_lr)(const Options& o, double step, double base, double first) = nullptr;
 };
 
 // The schedules: one row a kind. A new kind: its functions above and a row here.
@@ -134,7 +144,11 @@ const std::vector<ScheduleRow>& schedules() {
        cosine_with_restarts_lr},
       {"polynomial",
        {{"warmup_steps", 0}, {"total_steps", -1}, {"lr_end", 1e-7}, {"power", 1.0}},
-       polynomial_lr},
+       polynomial_lr,
+       nullptr,
+       nullptr,
+       false,
+       polynomial_group_lr},
       {"step", {{"step_size", -1}, {"gamma", 0.1}}, step_lr, nullptr, check_step},
       {"exponential", {{"gamma", -1}}, exponential_lr},
       {"one_cycle",
@@ -219,6 +233,12 @@ int64_t Schedule::max_steps() const {
 
 double Schedule::lr_at(int64_t step, double base) const {
   return find_schedule(kind_)->lr_at(options_, static_cast<double>(step), base);
+}
+
+double Schedule::group_lr(int64_t step, double base_lr, double first_base_lr) const {
+  const ScheduleRow* row = find_schedule(kind_);
+  if (!row->group_lr) return lr_at(step, base_lr);
+  return row->group_lr(options_, static_cast<double>(step), base_lr, first_base_lr);
 }
 
 std::optional<double> Schedule::momentum_at(int64_t step) const {

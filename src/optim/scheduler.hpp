@@ -24,6 +24,12 @@ class Schedule {
 
   // The learning rate after `step` scheduler steps, for an optimizer whose initial rate is base_lr.
   double lr_at(int64_t step, double base_lr) const;
+  // The learning rate after `step` steps of a parameter group whose base rate is `base_lr`, when
+  // group 0's is `first_base_lr` (PyTorch's LRScheduler with per-group base_lrs): base_lr times
+  // the schedule's factor for the Hugging Face schedules (LambdaLR; polynomial's factor is that of
+  // group 0's rate, as transformers' is that of the optimizer's lr), step and exponential; for
+  // one_cycle, whose max_lr is one number, every group's rate is the same.
+  double group_lr(int64_t step, double base_lr, double first_base_lr) const;
   // The momentum one_cycle sets at `step` (none for other kinds, or with cycle_momentum off).
   std::optional<double> momentum_at(int64_t step) const;
   // one_cycle cannot step past total_steps; others have no limit (-1).

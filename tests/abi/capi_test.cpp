@@ -666,6 +666,42 @@ std::vector<Case> cases() {
             [](const accel_optimizer* x, bool out) {
               return accel_optimizer_step_was_skipped(x, out ? &b : nullptr);
             }),
+      {"accel_optimizer_add_group",
+       {null("optimizer",
+             [](O) {
+               const char* names[] = {"fc.bias"};
+               return accel_optimizer_add_group(nullptr, names, 1, &st);
+             }),
+        wrong("optimizer",
+              [OP](O o) {
+                const char* names[] = {"fc.bias"};
+                return accel_optimizer_add_group(OP(o), names, 1, &st);
+              }),
+        null("names", [](O o) { return accel_optimizer_add_group(o.optimizer, nullptr, 1, &st); }),
+        null("names[0]",
+             [](O o) {
+               const char* names[] = {nullptr};
+               return accel_optimizer_add_group(o.optimizer, names, 1, &st);
+             }),
+        null("out_group",
+             [](O o) {
+               const char* names[] = {"fc.bias"};
+               return accel_optimizer_add_group(o.optimizer, names, 1, nullptr);
+             })}},
+      query("accel_optimizer_group_count", "optimizer", OP, opt_of,
+            [](const accel_optimizer* x, bool out) {
+              return accel_optimizer_group_count(x, out ? &st : nullptr);
+            }),
+      {"accel_optimizer_set_group",
+       {null("optimizer", [](O) { return accel_optimizer_set_group(nullptr, 0, "lr", "1"); }),
+        wrong("optimizer", [OP](O o) { return accel_optimizer_set_group(OP(o), 0, "lr", "1"); }),
+        null("key", [](O o) { return accel_optimizer_set_group(o.optimizer, 0, nullptr, "1"); }),
+        null("value",
+             [](O o) { return accel_optimizer_set_group(o.optimizer, 0, "lr", nullptr); })}},
+      query("accel_optimizer_group_lr", "optimizer", OP, opt_of,
+            [](const accel_optimizer* x, bool out) {
+              return accel_optimizer_group_lr(x, 0, out ? &d : nullptr);
+            }),
       {"accel_scheduler_new",
        {null("optimizer", [](O) { return accel_scheduler_new(nullptr, "constant", &s_out); }),
         wrong("optimizer", [OP](O o) { return accel_scheduler_new(OP(o), "constant", &s_out); }),

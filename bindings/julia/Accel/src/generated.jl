@@ -16,6 +16,8 @@ const accel_dataloader = Cvoid
 const accel_model = Cvoid
 const accel_optimizer = Cvoid
 const accel_scheduler = Cvoid
+const accel_local_sgd = Cvoid
+const accel_profiler = Cvoid
 const accel_state_writer = Cvoid
 const accel_values = Cvoid
 
@@ -33,6 +35,8 @@ const accel_release_fn = Ptr{Cvoid}   # void (*)(void* user_data)
 const accel_sample_fn = Ptr{Cvoid}   # int32_t (*)(int64_t index, void* const* buffers, const size_t* sizes, size_t count, void* user_data)
 const accel_sample_length_fn = Ptr{Cvoid}   # int32_t (*)(int64_t index, int64_t* lengths, size_t count, void* user_data)
 const accel_stream_fn = Ptr{Cvoid}   # int32_t (*)(int64_t epoch, int64_t position, accel_sample* sample, void* user_data)
+const accel_batch_size_fn = Ptr{Cvoid}   # accel_status (*)(void* user_data, int64_t batch_size)
+const accel_trace_ready_fn = Ptr{Cvoid}   # accel_status (*)(void* user_data, accel_profiler* profiler)
 const accel_state_save_fn = Ptr{Cvoid}   # int32_t (*)(accel_state_writer* writer, void* user_data)
 const accel_state_load_fn = Ptr{Cvoid}   # int32_t (*)(const void* data, size_t size, void* user_data)
 const accel_tracker_start_fn = Ptr{Cvoid}   # int32_t (*)(const char* project_name, const accel_values* config, void* user_data)
@@ -53,15 +57,17 @@ const SYMBOLS = (
     :accel_accelerator_free, :accel_process_index, :accel_local_process_index, :accel_num_processes,
     :accel_is_main_process, :accel_is_local_main_process, :accel_device, :accel_distributed_type,
     :accel_mixed_precision, :accel_effective_config, :accel_wait_for_everyone, :accel_print,
-    :accel_main_process_first_begin, :accel_main_process_first_end, :accel_set_seed, :accel_gather,
-    :accel_pad_across_processes, :accel_reduce, :accel_broadcast, :accel_set_trigger,
-    :accel_check_trigger, :accel_join_uneven_inputs_begin, :accel_join_uneven_inputs_end,
-    :accel_split_between_processes, :accel_split_tensor_between_processes, :accel_gather_object,
-    :accel_bytes_list_count, :accel_bytes_list_get, :accel_bytes_list_free,
-    :accel_dataset_from_tensors, :accel_dataset_from_callback, :accel_dataset_from_ragged_callback,
-    :accel_sample_set_field, :accel_dataset_from_stream, :accel_dataset_from_text_lines,
-    :accel_dataset_from_idx, :accel_dataset_sample_count, :accel_dataset_field_count,
-    :accel_dataset_free, :accel_dataloader_new, :accel_dataloader_set, :accel_dataloader_set_field,
+    :accel_main_process_first_begin, :accel_main_process_first_end,
+    :accel_local_main_process_first_begin, :accel_local_main_process_first_end,
+    :accel_is_last_process, :accel_set_seed, :accel_gather, :accel_pad_across_processes,
+    :accel_reduce, :accel_broadcast, :accel_set_trigger, :accel_check_trigger,
+    :accel_join_uneven_inputs_begin, :accel_join_uneven_inputs_end, :accel_split_between_processes,
+    :accel_split_tensor_between_processes, :accel_gather_object, :accel_bytes_list_count,
+    :accel_bytes_list_get, :accel_bytes_list_free, :accel_dataset_from_tensors,
+    :accel_dataset_from_callback, :accel_dataset_from_ragged_callback, :accel_sample_set_field,
+    :accel_dataset_from_stream, :accel_dataset_from_text_lines, :accel_dataset_from_idx,
+    :accel_dataset_sample_count, :accel_dataset_field_count, :accel_dataset_free,
+    :accel_dataloader_new, :accel_dataloader_set, :accel_dataloader_set_field,
     :accel_dataloader_next, :accel_dataloader_field_count, :accel_dataloader_batch_count,
     :accel_dataloader_set_epoch, :accel_dataloader_epoch, :accel_dataloader_end_of_epoch,
     :accel_dataloader_remainder, :accel_dataloader_skip_first_batches, :accel_dataloader_position,
@@ -73,10 +79,17 @@ const SYMBOLS = (
     :accel_model_add_parameter, :accel_model_add_buffer, :accel_model_forward_begin,
     :accel_model_forward_end, :accel_optimizer_new, :accel_optimizer_set, :accel_optimizer_step,
     :accel_optimizer_zero_grad, :accel_optimizer_lr, :accel_optimizer_set_lr,
-    :accel_optimizer_step_was_skipped, :accel_optimizer_free, :accel_scheduler_new,
-    :accel_scheduler_set, :accel_scheduler_step, :accel_scheduler_lr, :accel_scheduler_free,
-    :accel_prepare, :accel_accumulate, :accel_sync_gradients, :accel_backward,
-    :accel_clip_grad_norm, :accel_clip_grad_value, :accel_save_model,
+    :accel_optimizer_step_was_skipped, :accel_optimizer_add_group, :accel_optimizer_group_count,
+    :accel_optimizer_set_group, :accel_optimizer_group_lr, :accel_optimizer_free,
+    :accel_scheduler_new, :accel_scheduler_set, :accel_scheduler_step, :accel_scheduler_lr,
+    :accel_scheduler_free, :accel_prepare, :accel_accumulate, :accel_sync_gradients,
+    :accel_backward, :accel_clip_grad_norm, :accel_clip_grad_value, :accel_no_sync_begin,
+    :accel_no_sync_end, :accel_find_executable_batch_size, :accel_local_sgd_begin,
+    :accel_local_sgd_set, :accel_local_sgd_step, :accel_local_sgd_end,
+    :accel_local_sgd_average_count, :accel_local_sgd_free, :accel_profiler_new, :accel_profiler_set,
+    :accel_profiler_set_on_trace_ready, :accel_profiler_start, :accel_profiler_step,
+    :accel_profiler_stop, :accel_profiler_table, :accel_profiler_export_chrome_trace,
+    :accel_profiler_window_count, :accel_profiler_free, :accel_save_model,
     :accel_load_checkpoint_in_model, :accel_save_state, :accel_load_state,
     :accel_state_writer_write, :accel_register_for_checkpointing, :accel_values_new,
     :accel_values_free, :accel_values_set_number, :accel_values_set_text, :accel_values_count,
@@ -129,6 +142,9 @@ const fp_accel_wait_for_everyone = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_print = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_main_process_first_begin = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_main_process_first_end = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_local_main_process_first_begin = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_local_main_process_first_end = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_is_last_process = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_set_seed = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_gather = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_pad_across_processes = Ref{Ptr{Cvoid}}(C_NULL)
@@ -193,6 +209,10 @@ const fp_accel_optimizer_zero_grad = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_optimizer_lr = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_optimizer_set_lr = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_optimizer_step_was_skipped = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_optimizer_add_group = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_optimizer_group_count = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_optimizer_set_group = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_optimizer_group_lr = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_optimizer_free = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_scheduler_new = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_scheduler_set = Ref{Ptr{Cvoid}}(C_NULL)
@@ -205,6 +225,25 @@ const fp_accel_sync_gradients = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_backward = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_clip_grad_norm = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_clip_grad_value = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_no_sync_begin = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_no_sync_end = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_find_executable_batch_size = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_local_sgd_begin = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_local_sgd_set = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_local_sgd_step = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_local_sgd_end = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_local_sgd_average_count = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_local_sgd_free = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_profiler_new = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_profiler_set = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_profiler_set_on_trace_ready = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_profiler_start = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_profiler_step = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_profiler_stop = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_profiler_table = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_profiler_export_chrome_trace = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_profiler_window_count = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_profiler_free = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_save_model = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_load_checkpoint_in_model = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_save_state = Ref{Ptr{Cvoid}}(C_NULL)
@@ -472,6 +511,24 @@ accel_main_process_first_end(accelerator) =
     ccall(fp_accel_main_process_first_end[], accel_status,
           (Ptr{accel_accelerator},),
           accelerator)
+
+# accel_status accel_local_main_process_first_begin(accel_accelerator* accelerator)
+accel_local_main_process_first_begin(accelerator) =
+    ccall(fp_accel_local_main_process_first_begin[], accel_status,
+          (Ptr{accel_accelerator},),
+          accelerator)
+
+# accel_status accel_local_main_process_first_end(accel_accelerator* accelerator)
+accel_local_main_process_first_end(accelerator) =
+    ccall(fp_accel_local_main_process_first_end[], accel_status,
+          (Ptr{accel_accelerator},),
+          accelerator)
+
+# accel_status accel_is_last_process(const accel_accelerator* accelerator, bool* out)
+accel_is_last_process(accelerator, out) =
+    ccall(fp_accel_is_last_process[], accel_status,
+          (Ptr{accel_accelerator}, Ptr{Bool}),
+          accelerator, out)
 
 # accel_status accel_set_seed(accel_accelerator* accelerator, uint64_t seed, bool device_specific)
 accel_set_seed(accelerator, seed, device_specific) =
@@ -860,6 +917,30 @@ accel_optimizer_step_was_skipped(optimizer, out) =
           (Ptr{accel_optimizer}, Ptr{Bool}),
           optimizer, out)
 
+# accel_status accel_optimizer_add_group(accel_optimizer* optimizer, const char* const* names, size_t count, size_t* out_group)
+accel_optimizer_add_group(optimizer, names, count, out_group) =
+    ccall(fp_accel_optimizer_add_group[], accel_status,
+          (Ptr{accel_optimizer}, Ptr{Ptr{UInt8}}, Csize_t, Ptr{Csize_t}),
+          optimizer, names, count, out_group)
+
+# accel_status accel_optimizer_group_count(const accel_optimizer* optimizer, size_t* out)
+accel_optimizer_group_count(optimizer, out) =
+    ccall(fp_accel_optimizer_group_count[], accel_status,
+          (Ptr{accel_optimizer}, Ptr{Csize_t}),
+          optimizer, out)
+
+# accel_status accel_optimizer_set_group(accel_optimizer* optimizer, size_t group, const char* key, const char* value)
+accel_optimizer_set_group(optimizer, group, key, value) =
+    ccall(fp_accel_optimizer_set_group[], accel_status,
+          (Ptr{accel_optimizer}, Csize_t, Cstring, Cstring),
+          optimizer, group, key, value)
+
+# accel_status accel_optimizer_group_lr(const accel_optimizer* optimizer, size_t group, double* out)
+accel_optimizer_group_lr(optimizer, group, out) =
+    ccall(fp_accel_optimizer_group_lr[], accel_status,
+          (Ptr{accel_optimizer}, Csize_t, Ptr{Float64}),
+          optimizer, group, out)
+
 # void accel_optimizer_free(accel_optimizer* optimizer)
 accel_optimizer_free(optimizer) =
     ccall(fp_accel_optimizer_free[], Cvoid,
@@ -933,6 +1014,126 @@ accel_clip_grad_value(accelerator, model, clip_value) =
     ccall(fp_accel_clip_grad_value[], accel_status,
           (Ptr{accel_accelerator}, Ptr{accel_model}, Float64),
           accelerator, model, clip_value)
+
+# accel_status accel_no_sync_begin(accel_accelerator* accelerator, accel_model* model)
+accel_no_sync_begin(accelerator, model) =
+    ccall(fp_accel_no_sync_begin[], accel_status,
+          (Ptr{accel_accelerator}, Ptr{accel_model}),
+          accelerator, model)
+
+# accel_status accel_no_sync_end(accel_accelerator* accelerator, accel_model* model)
+accel_no_sync_end(accelerator, model) =
+    ccall(fp_accel_no_sync_end[], accel_status,
+          (Ptr{accel_accelerator}, Ptr{accel_model}),
+          accelerator, model)
+
+# ---- Finding a batch size that fits
+
+# accel_status accel_find_executable_batch_size(accel_accelerator* accelerator, int64_t starting_batch_size, accel_batch_size_fn fn, void* user_data, int64_t* out_batch_size)
+accel_find_executable_batch_size(accelerator, starting_batch_size, fn, user_data, out_batch_size) =
+    ccall(fp_accel_find_executable_batch_size[], accel_status,
+          (Ptr{accel_accelerator}, Int64, accel_batch_size_fn, Ptr{Cvoid}, Ptr{Int64}),
+          accelerator, starting_batch_size, fn, user_data, out_batch_size)
+
+# ---- Local SGD
+
+# accel_status accel_local_sgd_begin(accel_accelerator* accelerator, accel_model* model, int64_t local_sgd_steps, accel_local_sgd** out)
+accel_local_sgd_begin(accelerator, model, local_sgd_steps, out) =
+    ccall(fp_accel_local_sgd_begin[], accel_status,
+          (Ptr{accel_accelerator}, Ptr{accel_model}, Int64, Ptr{Ptr{accel_local_sgd}}),
+          accelerator, model, local_sgd_steps, out)
+
+# accel_status accel_local_sgd_set(accel_local_sgd* local_sgd, const char* key, const char* value)
+accel_local_sgd_set(local_sgd, key, value) =
+    ccall(fp_accel_local_sgd_set[], accel_status,
+          (Ptr{accel_local_sgd}, Cstring, Cstring),
+          local_sgd, key, value)
+
+# accel_status accel_local_sgd_step(accel_local_sgd* local_sgd)
+accel_local_sgd_step(local_sgd) =
+    ccall(fp_accel_local_sgd_step[], accel_status,
+          (Ptr{accel_local_sgd},),
+          local_sgd)
+
+# accel_status accel_local_sgd_end(accel_local_sgd* local_sgd)
+accel_local_sgd_end(local_sgd) =
+    ccall(fp_accel_local_sgd_end[], accel_status,
+          (Ptr{accel_local_sgd},),
+          local_sgd)
+
+# accel_status accel_local_sgd_average_count(const accel_local_sgd* local_sgd, int64_t* out)
+accel_local_sgd_average_count(local_sgd, out) =
+    ccall(fp_accel_local_sgd_average_count[], accel_status,
+          (Ptr{accel_local_sgd}, Ptr{Int64}),
+          local_sgd, out)
+
+# void accel_local_sgd_free(accel_local_sgd* local_sgd)
+accel_local_sgd_free(local_sgd) =
+    ccall(fp_accel_local_sgd_free[], Cvoid,
+          (Ptr{accel_local_sgd},),
+          local_sgd)
+
+# ---- Profiling
+
+# accel_status accel_profiler_new(accel_accelerator* accelerator, accel_profiler** out)
+accel_profiler_new(accelerator, out) =
+    ccall(fp_accel_profiler_new[], accel_status,
+          (Ptr{accel_accelerator}, Ptr{Ptr{accel_profiler}}),
+          accelerator, out)
+
+# accel_status accel_profiler_set(accel_profiler* profiler, const char* key, const char* value)
+accel_profiler_set(profiler, key, value) =
+    ccall(fp_accel_profiler_set[], accel_status,
+          (Ptr{accel_profiler}, Cstring, Cstring),
+          profiler, key, value)
+
+# accel_status accel_profiler_set_on_trace_ready(accel_profiler* profiler, accel_trace_ready_fn fn, void* user_data)
+accel_profiler_set_on_trace_ready(profiler, fn, user_data) =
+    ccall(fp_accel_profiler_set_on_trace_ready[], accel_status,
+          (Ptr{accel_profiler}, accel_trace_ready_fn, Ptr{Cvoid}),
+          profiler, fn, user_data)
+
+# accel_status accel_profiler_start(accel_profiler* profiler)
+accel_profiler_start(profiler) =
+    ccall(fp_accel_profiler_start[], accel_status,
+          (Ptr{accel_profiler},),
+          profiler)
+
+# accel_status accel_profiler_step(accel_profiler* profiler)
+accel_profiler_step(profiler) =
+    ccall(fp_accel_profiler_step[], accel_status,
+          (Ptr{accel_profiler},),
+          profiler)
+
+# accel_status accel_profiler_stop(accel_profiler* profiler)
+accel_profiler_stop(profiler) =
+    ccall(fp_accel_profiler_stop[], accel_status,
+          (Ptr{accel_profiler},),
+          profiler)
+
+# accel_status accel_profiler_table(const accel_profiler* profiler, const char* sort_by, int64_t row_limit, char* buf, size_t capacity, size_t* out_size)
+accel_profiler_table(profiler, sort_by, row_limit, buf, capacity, out_size) =
+    ccall(fp_accel_profiler_table[], accel_status,
+          (Ptr{accel_profiler}, Cstring, Int64, Ptr{UInt8}, Csize_t, Ptr{Csize_t}),
+          profiler, sort_by, row_limit, buf, capacity, out_size)
+
+# accel_status accel_profiler_export_chrome_trace(const accel_profiler* profiler, const char* path)
+accel_profiler_export_chrome_trace(profiler, path) =
+    ccall(fp_accel_profiler_export_chrome_trace[], accel_status,
+          (Ptr{accel_profiler}, Cstring),
+          profiler, path)
+
+# accel_status accel_profiler_window_count(const accel_profiler* profiler, int64_t* out)
+accel_profiler_window_count(profiler, out) =
+    ccall(fp_accel_profiler_window_count[], accel_status,
+          (Ptr{accel_profiler}, Ptr{Int64}),
+          profiler, out)
+
+# void accel_profiler_free(accel_profiler* profiler)
+accel_profiler_free(profiler) =
+    ccall(fp_accel_profiler_free[], Cvoid,
+          (Ptr{accel_profiler},),
+          profiler)
 
 # ---- Checkpoints
 

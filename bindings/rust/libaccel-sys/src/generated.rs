@@ -176,6 +176,18 @@ pub struct accel_scheduler {
     _data: [u8; 0],
     _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
 }
+/// The opaque handle `accel_local_sgd`: only ever behind a pointer.
+#[repr(C)]
+pub struct accel_local_sgd {
+    _data: [u8; 0],
+    _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+}
+/// The opaque handle `accel_profiler`: only ever behind a pointer.
+#[repr(C)]
+pub struct accel_profiler {
+    _data: [u8; 0],
+    _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+}
 /// Where a checkpoint save callback writes its bytes (see accel_register_for_checkpointing).
 #[repr(C)]
 pub struct accel_state_writer {
@@ -253,6 +265,17 @@ pub type accel_stream_fn = Option<
         sample: *mut accel_sample,
         user_data: *mut c_void,
     ) -> i32,
+>;
+/// One try at `batch_size`: return ACCEL_OK when it ran, ACCEL_ERR_OUT_OF_MEMORY (what libaccel's
+/// calls return when LibTorch or the system ran out of memory) to be tried again smaller, any other
+/// status to stop the search with it.
+pub type accel_batch_size_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, batch_size: i64) -> accel_status>;
+/// Called when a recorded window is complete (Accelerate's on_trace_ready); it may read the window
+/// (accel_profiler_table, accel_profiler_export_chrome_trace). A status other than ACCEL_OK makes
+/// the step (or stop) that completed the window fail with ACCEL_ERR_CALLBACK.
+pub type accel_trace_ready_fn = Option<
+    unsafe extern "C" fn(user_data: *mut c_void, profiler: *mut accel_profiler) -> accel_status,
 >;
 /// Writes the object's state: any number of accel_state_writer_write calls, then return 0.
 pub type accel_state_save_fn =
@@ -564,6 +587,21 @@ extern "C" {
     /// both.
     pub fn accel_main_process_first_begin(accelerator: *mut accel_accelerator) -> accel_status;
     pub fn accel_main_process_first_end(accelerator: *mut accel_accelerator) -> accel_status;
+    /// Local main process first (Accelerate's local_main_process_first): as the pair above, with each
+    /// machine's local main process in the main process's place (it runs the block first, for its
+    /// machine: a download or a cache each machine makes once). Collectives: every rank calls both.
+    pub fn accel_local_main_process_first_begin(
+        accelerator: *mut accel_accelerator,
+    ) -> accel_status;
+    pub fn accel_local_main_process_first_end(accelerator: *mut accel_accelerator) -> accel_status;
+    /// Whether this is the last process (rank num_processes - 1; Accelerate's is_last_process, which
+    /// its on_last_process runs on). Accelerate's on_main_process, on_local_main_process and
+    /// on_process(i) are accel_is_main_process, accel_is_local_main_process and accel_process_index;
+    /// the bindings offer them as closures.
+    pub fn accel_is_last_process(
+        accelerator: *const accel_accelerator,
+        out: *mut bool,
+    ) -> accel_status;
     /// Seeds LibTorch's default CPU generator, every CUDA generator when CUDA is present, and libaccel's
     /// own generators (data shuffling, ...). With `device_specific`, the process index is added to the
     /// seed so that ranks draw different streams (do not use it for data shuffling, which must agree
@@ -1043,7 +1081,9 @@ extern "C" {
         kind: *const c_char,
         out: *mut *mut accel_optimizer,
     ) -> accel_status;
-    /// Sets an option by key ("lr", "0.01"); takes effect at the next step.
+    /// Sets an option by key ("lr", "0.01"); takes effect at the next step. It sets parameter group 0's
+    /// option and the optimizer's default, which groups made later start from (groups made already
+    /// keep theirs: accel_optimizer_set_group).
     pub fn accel_optimizer_set(
         optimizer: *mut accel_optimizer,
         key: *const c_char,
@@ -1060,15 +1100,56 @@ extern "C" {
     /// gradient once and none in a later step is stepped with a zero gradient (AdamW's moments decay and
     /// its weight decay applies), as in DDP with gradient_as_bucket_view and torch 1.13's zero_grad.
     pub fn accel_optimizer_zero_grad(optimizer: *mut accel_optimizer) -> accel_status;
-    /// The current learning rate.
+    /// The current learning rate (of parameter group 0: accel_optimizer_group_lr for the others).
     pub fn accel_optimizer_lr(optimizer: *const accel_optimizer, out: *mut f64) -> accel_status;
     /// Sets the learning rate: a finite, non-negative number (otherwise ACCEL_ERR_INVALID_ARGUMENT, as
-    /// for accel_optimizer_set(optimizer, "lr", ...)).
+    /// for accel_optimizer_set(optimizer, "lr", ...), which it is: group 0's and the default).
     pub fn accel_optimizer_set_lr(optimizer: *mut accel_optimizer, lr: f64) -> accel_status;
     /// Whether the last prepared step was skipped because an fp16 gradient was inf/nan.
     pub fn accel_optimizer_step_was_skipped(
         optimizer: *const accel_optimizer,
         out: *mut bool,
+    ) -> accel_status;
+    /// Parameter groups, as PyTorch's optimizers have them (param_groups): the classic is no weight
+    /// decay on biases and LayerNorm weights, or another learning rate for a head. Group 0 holds every
+    /// parameter no other group names, with the options accel_optimizer_set sets. This makes a new
+    /// group of the `count` parameters `names` (as accel_model_tensor_name lists them; the strings are
+    /// borrowed for the call), starting from the optimizer's defaults of this moment (what
+    /// accel_optimizer_set set), and writes its index (1, 2, ...) to `out_group`. Its options are then
+    /// set with accel_optimizer_set_group; each parameter steps with its group's options, also under
+    /// ZeRO. ACCEL_ERR_INVALID_ARGUMENT, naming the parameter, for a name that is not one of the
+    /// model's parameters (a buffer's, say), a name given twice, or one in another group already; also
+    /// for `count` 0. ACCEL_ERR_STATE once the optimizer is prepared, has stepped, or a scheduler was made
+    /// over it (make the groups first: the scheduler takes each group's base learning rate). A
+    /// checkpoint keeps each group's options and base rate; load_state needs the same groups (the same
+    /// number, each with as many parameters), as PyTorch's load_state_dict, else ACCEL_ERR_STATE.
+    pub fn accel_optimizer_add_group(
+        optimizer: *mut accel_optimizer,
+        names: *const *const c_char,
+        count: usize,
+        out_group: *mut usize,
+    ) -> accel_status;
+    /// The number of parameter groups: 1 (group 0) plus one per accel_optimizer_add_group.
+    pub fn accel_optimizer_group_count(
+        optimizer: *const accel_optimizer,
+        out: *mut usize,
+    ) -> accel_status;
+    /// Sets an option of parameter group `group` by key, with the keys and values of
+    /// accel_optimizer_set (lr, weight_decay, momentum, beta1, ...); takes effect at the next step.
+    /// Group 0's here leaves the defaults alone. A group that does not exist is
+    /// ACCEL_ERR_INVALID_ARGUMENT. Adagrad's initial_accumulator_value is the optimizer's own for every
+    /// group, as in PyTorch.
+    pub fn accel_optimizer_set_group(
+        optimizer: *mut accel_optimizer,
+        group: usize,
+        key: *const c_char,
+        value: *const c_char,
+    ) -> accel_status;
+    /// The current learning rate of parameter group `group` (a scheduler sets every group's).
+    pub fn accel_optimizer_group_lr(
+        optimizer: *const accel_optimizer,
+        group: usize,
+        out: *mut f64,
     ) -> accel_status;
     /// Frees the optimizer handle. NULL is a no-op. Schedulers over it, and the accelerator once it is
     /// prepared, keep the optimizer itself alive. Waits for nothing.
@@ -1082,6 +1163,12 @@ extern "C" {
     ///   max_momentum 0.95, cycle_momentum true).
     /// The schedule's base rate is the optimizer's rate when the scheduler is made (set lr first); the
     /// optimizer's rate is set to the schedule's value at step 0 as soon as the options are complete.
+    /// With parameter groups (accel_optimizer_add_group: make them first) each group has its own base
+    /// rate, its rate when the scheduler is made, and every kind but one_cycle sets each group's rate
+    /// to its base rate times the schedule's factor, as PyTorch's schedulers with per-group base_lrs
+    /// (polynomial's factor is group 0's, as transformers' is the optimizer's lr's); one_cycle's single
+    /// max_lr sets every group to the same rate, as PyTorch's OneCycleLR with one max_lr, and cycles
+    /// every group's momentum.
     ///
     /// How a prepared scheduler steps, as Accelerate (its most surprising rule): accel_scheduler_step
     /// does nothing on accumulation micro-steps and after an fp16-skipped optimizer step, and otherwise
@@ -1102,7 +1189,7 @@ extern "C" {
     ) -> accel_status;
     /// Steps the schedule (see the rules above).
     pub fn accel_scheduler_step(scheduler: *mut accel_scheduler) -> accel_status;
-    /// The learning rate the schedule has set.
+    /// The learning rate the schedule has set (group 0's: accel_optimizer_group_lr for the others).
     pub fn accel_scheduler_lr(scheduler: *const accel_scheduler, out: *mut f64) -> accel_status;
     /// Frees the scheduler handle. NULL is a no-op. Waits for nothing.
     pub fn accel_scheduler_free(scheduler: *mut accel_scheduler);
@@ -1156,6 +1243,146 @@ extern "C" {
         model: *mut accel_model,
         clip_value: f64,
     ) -> accel_status;
+    /// Accelerate's no_sync(model), as a begin/end pair: between them, accel_backward keeps `model`'s
+    /// gradients on this rank (they add up across backwards) and the first backward after the end
+    /// reduces them all (PyTorch DDP's no_sync). Optimizers still step when called. Pairs nest; an end
+    /// without its begin is ACCEL_ERR_STATE. With one process, or a model that is not prepared, there
+    /// is nothing to hold back and the pair only counts. Not a collective.
+    pub fn accel_no_sync_begin(
+        accelerator: *mut accel_accelerator,
+        model: *mut accel_model,
+    ) -> accel_status;
+    pub fn accel_no_sync_end(
+        accelerator: *mut accel_accelerator,
+        model: *mut accel_model,
+    ) -> accel_status;
+    // Finding a batch size that fits
+    /// Accelerate's find_executable_batch_size: calls `fn(user_data, size)` on the calling thread from
+    /// `starting_batch_size` down, and after a try that ran out of memory again at int(size * 0.9)
+    /// (128, 115, 103, ... 9, 8, 7, ...); the size whose try ran goes to `*out_batch_size`. When no
+    /// size down to 1 runs: ACCEL_ERR_OUT_OF_MEMORY "No executable batch size found, reached zero."
+    /// (also for a start of 0). Any other failure of a try ends the search with that status and message.
+    ///
+    /// Beyond Accelerate, in a job of several processes every rank learns every rank's outcome in one
+    /// collective after each try, so that all ranks go on with the same size (a rank that ran out of
+    /// memory makes every rank retry smaller) or stop together (ACCEL_ERR_PEER_FAILED on the others):
+    /// every rank calls it with the same start. A try that must be retried leaves things as they were
+    /// before it: LibTorch's default generator and libaccel's, the gradients of the prepared models,
+    /// the positions of the prepared dataloaders and the accumulation counters are put back, and
+    /// libaccel's cached free memory is released (parameters and optimizer state are the try's own
+    /// business: make them inside it, as Accelerate's examples do). Collectives inside a try must not
+    /// depend on one rank's memory: a rank that runs out of memory mid-collective leaves the others
+    /// waiting until the collective timeout.
+    pub fn accel_find_executable_batch_size(
+        accelerator: *mut accel_accelerator,
+        starting_batch_size: i64,
+        fn_: accel_batch_size_fn,
+        user_data: *mut c_void,
+        out_batch_size: *mut i64,
+    ) -> accel_status;
+    // Local SGD
+    /// Accelerate's LocalSGD(accelerator, model, local_sgd_steps): from here until accel_local_sgd_end,
+    /// `model`'s gradients are not synchronised (accel_no_sync_begin), and every `local_sgd_steps`-th
+    /// accel_local_sgd_step (call it after each optimizer step) averages the model's parameters across
+    /// the ranks, in one all-reduce per dtype; buffers and optimizer state stay each rank's own. The
+    /// model must be prepared in a job of several processes (ACCEL_ERR_STATE); under ZeRO (any stage)
+    /// it is ACCEL_ERR_UNSUPPORTED, as Accelerate refuses DeepSpeed and FSDP; local_sgd_steps < 1 is
+    /// ACCEL_ERR_INVALID_ARGUMENT. With one process it only counts steps.
+    ///
+    /// Options (accel_local_sgd_set, before the first step), beyond Accelerate: outer_optimizer
+    /// (none: Accelerate's plain average; nesterov: DiLoCo's outer step: the change of the averaged
+    /// parameters since the last average is a gradient for an SGD with Nesterov momentum, outer_lr
+    /// 0.7, outer_momentum 0.9, from the parameters as they are when it is set).
+    pub fn accel_local_sgd_begin(
+        accelerator: *mut accel_accelerator,
+        model: *mut accel_model,
+        local_sgd_steps: i64,
+        out: *mut *mut accel_local_sgd,
+    ) -> accel_status;
+    /// Sets an option by key (see above).
+    pub fn accel_local_sgd_set(
+        local_sgd: *mut accel_local_sgd,
+        key: *const c_char,
+        value: *const c_char,
+    ) -> accel_status;
+    /// Counts an optimizer step; every local_sgd_steps-th averages (a collective: every rank calls it
+    /// alike).
+    pub fn accel_local_sgd_step(local_sgd: *mut accel_local_sgd) -> accel_status;
+    /// Averages once more unless the last step just did (so n steps average ceil(n / local_sgd_steps)
+    /// times; Accelerate always averages here), and ends no_sync. A collective when it averages. A
+    /// second end does nothing.
+    pub fn accel_local_sgd_end(local_sgd: *mut accel_local_sgd) -> accel_status;
+    /// How many times the parameters were averaged so far.
+    pub fn accel_local_sgd_average_count(
+        local_sgd: *const accel_local_sgd,
+        out: *mut i64,
+    ) -> accel_status;
+    /// Frees the handle; one not ended ends no_sync without averaging (no collective). NULL is a
+    /// no-op.
+    pub fn accel_local_sgd_free(local_sgd: *mut accel_local_sgd);
+    // Profiling
+    /// Accelerate's accelerator.profile(ProfileKwargs(...)) on LibTorch's profiler. Options
+    /// (accel_profiler_set, before start): activities ("cpu", "cuda" or "cpu,cuda"; default cpu),
+    /// torch.profiler's schedule (wait, warmup, active, repeat, skip_first: setting any gives a
+    /// schedule, with wait 0, warmup 0, active 1, repeat 0, skip_first 0 for the others; without one,
+    /// the whole block is one window), record_shapes, profile_memory, with_stack, with_flops,
+    /// with_modules (false), output_trace_dir (none).
+    ///
+    /// Between accel_profiler_start and accel_profiler_stop, LibTorch records the operators of the
+    /// calling thread (and of the intra-op threads it hands work to): call start, step and stop from
+    /// one thread (ACCEL_ERR_STATE otherwise), and accel_profiler_step at the start of each step (as
+    /// prof.step()). At stop, with output_trace_dir, every rank writes `profile_<rank>.json` there: the
+    /// last complete window as Chrome-trace JSON (chrome://tracing, Perfetto), made atomically; the
+    /// ranks then wait for each other (a collective), and the main process logs the window's summary
+    /// table at info level. Without a profiler nothing is recorded or written.
+    pub fn accel_profiler_new(
+        accelerator: *mut accel_accelerator,
+        out: *mut *mut accel_profiler,
+    ) -> accel_status;
+    /// Sets an option by key (see above).
+    pub fn accel_profiler_set(
+        profiler: *mut accel_profiler,
+        key: *const c_char,
+        value: *const c_char,
+    ) -> accel_status;
+    /// The trace-ready callback (NULL: none). `user_data` is passed back as it is.
+    pub fn accel_profiler_set_on_trace_ready(
+        profiler: *mut accel_profiler,
+        fn_: accel_trace_ready_fn,
+        user_data: *mut c_void,
+    ) -> accel_status;
+    /// Starts: step 0 of the schedule. ACCEL_ERR_STATE when started before, or when LibTorch's profiler
+    /// is already on in this thread.
+    pub fn accel_profiler_start(profiler: *mut accel_profiler) -> accel_status;
+    /// The next step begins (torch.profiler's prof.step()).
+    pub fn accel_profiler_step(profiler: *mut accel_profiler) -> accel_status;
+    /// The end of the profiled block (see above). A collective with an output_trace_dir.
+    pub fn accel_profiler_stop(profiler: *mut accel_profiler) -> accel_status;
+    /// The summary table of the last complete window (torch's key_averages().table()): a row per
+    /// operator with self and total CPU time and calls, sorted by `sort_by` (cpu_time_total,
+    /// self_cpu_time_total, count, name; NULL: cpu_time_total), at most `row_limit` rows (-1: all),
+    /// ending with "Self CPU time total: ...". Buffer convention.
+    pub fn accel_profiler_table(
+        profiler: *const accel_profiler,
+        sort_by: *const c_char,
+        row_limit: i64,
+        buf: *mut c_char,
+        capacity: usize,
+        out_size: *mut usize,
+    ) -> accel_status;
+    /// Writes the last complete window to `path` as Chrome-trace JSON (made atomically).
+    pub fn accel_profiler_export_chrome_trace(
+        profiler: *const accel_profiler,
+        path: *const c_char,
+    ) -> accel_status;
+    /// How many windows were complete (on_trace_ready calls) so far.
+    pub fn accel_profiler_window_count(
+        profiler: *const accel_profiler,
+        out: *mut i64,
+    ) -> accel_status;
+    /// Frees the profiler; one still running is stopped without writing anything, when freed on the
+    /// thread that started it. NULL is a no-op.
+    pub fn accel_profiler_free(profiler: *mut accel_profiler);
     // Checkpoints
     /// Accelerate's save_model: writes `model`'s parameters and buffers (plain names, no wrapper
     /// prefixes) as safetensors into directory `dir` (created if missing): model.safetensors, or, above
