@@ -27,10 +27,11 @@ search path. Failures throw `AccelError`. Arrays cross with their dimensions rev
 `Dataset(A)`'s `A[.., i]`, the `i`-th item of a stream's pass, line `i` of `text_lines_dataset`,
 the sample and field a batch's error names), a field (`set_field!`), a dimension
 (`pad_across_processes`'s `dim`), the entries of a per-rank `Vector` (`gather_object(acc, x)[r +
-1]` is rank `r`'s), the items `split_between_processes` picks. Ranks
-and epochs are not indices but the names the processes share with the launcher, the environment
-(`RANK`, `LOCAL_RANK`), Accelerate and its checkpoints, and MPI.jl: they count from 0
-(`process_index`, `local_process_index`, `broadcast_across`'s `from`, `set_epoch!`, `epoch`,
+1]` is rank `r`'s), the items `split_between_processes` picks, an optimizer's parameter group
+(`add_group!`; group 1 is PyTorch's `param_groups[0]`). Ranks and epochs are not indices but
+the names the processes share with the launcher, the environment (`RANK`, `LOCAL_RANK`),
+Accelerate and its checkpoints, and MPI.jl: they count from 0 (`process_index`,
+`local_process_index`, `broadcast_across`'s `from`, `on_process`'s rank, `set_epoch!`, `epoch`,
 `position`'s epoch, the epoch a `stream_dataset`'s factory is given). Counts
 (`skip_first_batches!`, `position`'s samples, `length`) are counts; a stream has no `length`
 (it throws; see `isstream`).
@@ -78,6 +79,8 @@ export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
        Accelerator, process_index, local_process_index, num_processes, is_main_process,
        is_local_main_process, device, distributed_type, mixed_precision, effective_config,
        wait_for_everyone, main_process_first, join_uneven_inputs, set_seed,
+       local_main_process_first, is_last_process, on_main_process, on_local_main_process,
+       on_last_process, on_process,
        gather, pad_across_processes, reduce_across, broadcast_across, gather_object, gather_bytes,
        gather_for_metrics, split_between_processes, set_trigger!, check_trigger,
        Dataset, RaggedField, idx_dataset, stream_dataset, text_lines_dataset, isstream,
@@ -87,7 +90,10 @@ export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
        add_parameter!, add_buffer!, forward, set_requires_grad!, check_torch,
        parameter_count, tensor_names, save_torchscript,
        Optimizer, Scheduler, step!, zero_grad!, lr, set_lr!, step_was_skipped,
+       add_group!, set_group!, group_count,
        prepare, accumulate_gradients!, sync_gradients, backward, clip_grad_norm!, clip_grad_value!,
+       no_sync, find_executable_batch_size, LocalSgd, finish!, average_count,
+       Profiler, profile, on_trace_ready!, start!, stop!, table, export_chrome_trace, window_count,
        save_model, load_checkpoint_in_model, save_state, load_state, register_for_checkpointing,
        init_trackers, log_values, end_training, AbstractTracker, add_tracker!, TrackedValues,
        log_message, log_level, set_log_level!, set_log_sink!
@@ -106,6 +112,8 @@ include("model.jl")
 include("optim.jl")
 include("accelerator.jl")
 include("collectives.jl")
+include("step_tools.jl")
+include("profiler.jl")
 include("checkpoint.jl")
 include("trackers.jl")
 include("logging.jl")
@@ -125,6 +133,8 @@ function __init__()
     TRACKER_FINISH_TRAMPOLINE[] = @cfunction(tracker_finish_trampoline, Int32, (Ptr{Cvoid},))
     LOG_SINK_TRAMPOLINE[] = @cfunction(log_sink_trampoline, Int32,
                                        (Int32, Int32, UInt32, Ptr{UInt8}, Ptr{Cvoid}))
+    BATCH_SIZE_TRAMPOLINE[] = @cfunction(batch_size_trampoline, Int32, (Ptr{Cvoid}, Int64))
+    TRACE_READY_TRAMPOLINE[] = @cfunction(trace_ready_trampoline, Int32, (Ptr{Cvoid}, Ptr{Cvoid}))
 end
 
 end # module

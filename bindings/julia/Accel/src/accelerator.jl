@@ -48,7 +48,11 @@ another.
 
 Queries: `process_index`, `local_process_index`, `num_processes` (ranks are identifiers the
 launcher, RANK and Accelerate share: they count from 0, see `Accel`), `is_main_process`,
-`is_local_main_process`, `device`, `distributed_type`, `mixed_precision`, `effective_config`.
+`is_local_main_process`, `is_last_process`, `device`, `distributed_type`, `mixed_precision`,
+`effective_config`; `on_main_process`, `on_local_main_process`, `on_last_process` and
+`on_process` run a block on one process.
+
+Around the step: `no_sync`, `find_executable_batch_size`, `LocalSgd`, `profile` (`Profiler`).
 
 Trackers (configuration keys `log_with`, `logging_dir`): `init_trackers`, `log_values`,
 `end_training`, and the program's own with `add_tracker!`.
@@ -158,6 +162,61 @@ function main_process_first(f, acc::Accelerator)
         @check accel_main_process_first_end(acc)
     end
     result
+end
+
+"""
+    local_main_process_first(f, acc)
+
+Runs `f()` on each machine's local main process first and on that machine's other processes once
+it is done (Accelerate's `local_main_process_first`: a download or a cache each machine makes
+once): `local_main_process_first(acc) do ... end`. A collective: every rank calls it. The end runs
+also when `f` throws (the others wait for it), and `f`'s exception goes on.
+"""
+function local_main_process_first(f, acc::Accelerator)
+    @check accel_local_main_process_first_begin(acc)
+    result = try
+        f()
+    finally
+        @check accel_local_main_process_first_end(acc)
+    end
+    result
+end
+
+"Whether this is the last process (rank `num_processes(acc) - 1`; Accelerate's `is_last_process`)."
+is_last_process(acc::Accelerator) =
+    @out Bool accel_is_last_process(acc)
+
+"""
+    on_main_process(f, acc)
+    on_local_main_process(f, acc)
+    on_last_process(f, acc)
+    on_process(f, acc, rank)
+
+Accelerate's decorators of the same names as do-blocks: `f()` runs on that process only (the
+main process, each machine's local main process, the last process, the process whose
+`process_index` is `rank`, from 0; a rank outside `0:num_processes(acc)-1` is
+`ERR_INVALID_ARGUMENT`), and its value is returned there; the others return `nothing`. Not a
+collective: `f` must not call one.
+
+    on_main_process(acc) do
+        println("only once")
+    end
+"""
+on_main_process(f, acc::Accelerator) = is_main_process(acc) ? f() : nothing
+
+"`f()` on each machine's local main process only (see `on_main_process`)."
+on_local_main_process(f, acc::Accelerator) = is_local_main_process(acc) ? f() : nothing
+
+"`f()` on the last process only (see `on_main_process`)."
+on_last_process(f, acc::Accelerator) = is_last_process(acc) ? f() : nothing
+
+"`f()` on the process whose `process_index` is `rank` only, from 0 (see `on_main_process`)."
+function on_process(f, acc::Accelerator, rank::Integer)
+    world = num_processes(acc)
+    0 <= rank < world || throw(AccelError(ERR_INVALID_ARGUMENT,
+        "on_process: $rank is not a rank: ranks count from 0, as process_index, " *
+        "here 0:$(world - 1)"))
+    process_index(acc) == rank ? f() : nothing
 end
 
 """
