@@ -1346,8 +1346,8 @@ ACCEL_API accel_status accel_optimizer_step_was_skipped(const accel_optimizer* o
  * set with accel_optimizer_set_group; each parameter steps with its group's options, also under
  * ZeRO. ACCEL_ERR_INVALID_ARGUMENT, naming the parameter, for a name that is not one of the
  * model's parameters (a buffer's, say), a name given twice, or one in another group already; also
- * for `count` 0. ACCEL_ERR_STATE once the optimizer is prepared, has stepped, or a scheduler was made
- * over it (make the groups first: the scheduler takes each group's base learning rate). A
+ * for `count` 0. ACCEL_ERR_STATE once the optimizer is prepared, has stepped, or a scheduler was
+ * made over it (make the groups first: the scheduler takes each group's base learning rate). A
  * checkpoint keeps each group's options and base rate; load_state needs the same groups (the same
  * number, each with as many parameters), as PyTorch's load_state_dict, else ACCEL_ERR_STATE.
  */
