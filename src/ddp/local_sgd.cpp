@@ -1,6 +1,7 @@
 #include "ddp/local_sgd.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <map>
 #include <utility>
@@ -95,7 +96,7 @@ void LocalSgd::average(prepare::Session& session) {
   const std::vector<at::Tensor> params = parameters_of(*model_);
   if (outer_.enabled && anchor_.empty())
     fail(Errc::internal, "local SGD: the outer step's anchor was not taken");
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   std::map<std::pair<int, std::string>, std::vector<size_t>> groups;
   for (size_t i = 0; i < params.size(); ++i)
     groups[{static_cast<int>(params[i].scalar_type()), params[i].device().str()}].push_back(i);

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
 
 #include "prepare/session.hpp"
 #include "runtime/seed.hpp"
@@ -29,7 +30,7 @@ void Rewind::restore() {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(state);
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& [p, saved] : gradients_) {
     at::Tensor& g = p.mutable_grad();
     if (saved.defined() && g.defined())

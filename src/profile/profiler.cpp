@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
+#include "compat/profiler_event.hpp"
 
 namespace accel::profile {
 namespace {
@@ -64,8 +65,8 @@ std::set<tp::ActivityType> activities_of(const Options& o) {
 Event event_of(const ta::KinetoEvent& k) {
   Event e;
   e.name = k.name();
-  e.start_us = k.startUs();
-  e.duration_us = k.durationUs();
+  e.start_us = compat::start_us(k);
+  e.duration_us = compat::duration_us(k);
   e.thread = k.startThreadId();
   e.device = k.deviceType() == c10::DeviceType::CUDA ? "cuda" : "cpu";
   if (k.hasShapes())

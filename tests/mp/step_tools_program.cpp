@@ -12,6 +12,7 @@
 //   step_tools_program local_first DIR
 #define ACCEL_WITH_TORCH
 #include <sys/resource.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/linear.h>
 #include <unistd.h>
