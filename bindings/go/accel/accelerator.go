@@ -81,7 +81,7 @@ type Accelerator struct {
 	h *handle[*C.accel_accelerator]
 	// Fixed for the accelerator's life: read once at New.
 	processIndex, localProcessIndex, numProcesses int
-	isMain, isLocalMain                           bool
+	isMain, isLocalMain, isLast                   bool
 	device                                        string
 	distributedType                               DistributedType
 	mixedPrecision                                Precision
@@ -157,7 +157,7 @@ func New(cfg *Config) (*Accelerator, error) {
 
 func (a *Accelerator) readPlace(p *C.accel_accelerator) error {
 	var rank, local, world C.int32_t
-	var isMain, isLocalMain C.bool
+	var isMain, isLocalMain, isLast C.bool
 	var dist C.accel_distribution
 	var mp C.accel_precision
 	err := errors.Join(
@@ -166,6 +166,7 @@ func (a *Accelerator) readPlace(p *C.accel_accelerator) error {
 		call(func() C.accel_status { return C.accel_num_processes(p, &world) }),
 		call(func() C.accel_status { return C.accel_is_main_process(p, &isMain) }),
 		call(func() C.accel_status { return C.accel_is_local_main_process(p, &isLocalMain) }),
+		call(func() C.accel_status { return C.accel_is_last_process(p, &isLast) }),
 		call(func() C.accel_status { return C.accel_distributed_type(p, &dist) }),
 		call(func() C.accel_status { return C.accel_mixed_precision(p, &mp) }))
 	if err != nil {
@@ -178,7 +179,7 @@ func (a *Accelerator) readPlace(p *C.accel_accelerator) error {
 		return err
 	}
 	a.processIndex, a.localProcessIndex, a.numProcesses = int(rank), int(local), int(world)
-	a.isMain, a.isLocalMain = bool(isMain), bool(isLocalMain)
+	a.isMain, a.isLocalMain, a.isLast = bool(isMain), bool(isLocalMain), bool(isLast)
 	a.device, a.distributedType, a.mixedPrecision = device, DistributedType(dist), Precision(mp)
 	return nil
 }
@@ -298,18 +299,11 @@ func (a *Accelerator) Printf(format string, args ...any) error {
 
 // MainProcessFirst runs f on the main process first and on the others once it is done
 // (Accelerate's main_process_first): a collective, every rank calls it. The others wait even
-// when f fails on the main process.
-func (a *Accelerator) MainProcessFirst(f func() error) (err error) {
-	if err := a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_main_process_first_begin(p) }); err != nil {
-		return err
-	}
-	defer func() {
-		end := a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_main_process_first_end(p) })
-		if err == nil {
-			err = end
-		}
-	}()
-	return f()
+// when f fails or panics on the main process (f's error comes first; a panic goes on after).
+func (a *Accelerator) MainProcessFirst(f func() error) error {
+	return a.scoped("MainProcessFirst", func(p *C.accel_accelerator) C.accel_status {
+		return C.accel_main_process_first_begin(p)
+	}, func(p *C.accel_accelerator) C.accel_status { return C.accel_main_process_first_end(p) }, f)
 }
 
 // EvenBatches is what JoinUnevenInputs does with the prepared dataloaders' even_batches.
@@ -421,7 +415,10 @@ func (a *Accelerator) Prepare(objects ...Preparable) error {
 
 // Accumulate opens a micro-step (Accelerate's accumulate()): with gradient_accumulation_steps K,
 // gradients synchronise and optimizers step on every K-th call and on the last batch of the
-// dataloader. Call it once per batch, before the forward.
+// dataloader. Call it once per batch, before the forward. Accelerate's GradientAccumulationPlugin
+// is the configuration's sync_each_batch (reduce gradients on every micro-step, step on sync
+// steps only; false), sync_with_dataloader (the dataloader's last batch syncs; true) and
+// adjust_scheduler (accepted, without effect as in Accelerate 1.15).
 func (a *Accelerator) Accumulate() error {
 	return a.do(func(p *C.accel_accelerator) C.accel_status { return C.accel_accumulate(p) })
 }

@@ -45,7 +45,9 @@ func (a *Accelerator) stateCall(dir string, f func(p *C.accel_accelerator, dir *
 // SaveState is Accelerate's save_state into dir: every prepared object, the random states and
 // the registered objects, with a manifest of sizes and checksums, written aside and renamed into
 // place when complete. An empty dir uses the project settings (project_dir with
-// automatic_checkpoint_naming). A collective.
+// automatic_checkpoint_naming). With several machines and the configuration's save_on_each_node,
+// each machine's local main process writes its own copy (no shared directory needed). A
+// collective.
 func (a *Accelerator) SaveState(dir string) error {
 	return a.stateCall(dir, func(p *C.accel_accelerator, d *C.char) C.accel_status { return C.accel_save_state(p, d) })
 }

@@ -4,8 +4,11 @@ package accel
 import "C"
 
 // Config holds settings by key: the keys and values of Accelerate's YAML configuration plus
-// libaccel's own (accel.h, "Configuration"). An explicit Set beats the environment, which beats
-// the file, which beats the defaults. New copies what it needs: close the Config after New.
+// libaccel's own (accel.h, "Configuration"), among them Accelerate's DataLoaderConfiguration
+// (split_batches, even_batches, data_seed, use_seedable_sampler), GradientAccumulationPlugin
+// (gradient_accumulation_steps, sync_each_batch, sync_with_dataloader, adjust_scheduler) and
+// save_on_each_node. An explicit Set beats the environment, which beats the file, which beats the
+// defaults. New copies what it needs: close the Config after New.
 type Config struct {
 	h *handle[*C.accel_config]
 }

@@ -12,10 +12,10 @@ import (
 // DataLoader (accel.h, "Dataloaders"): batch i of the epoch's (seeded) order goes to rank
 // i mod P, the last round is evened out, and 1 process x 64 sees what 2 x 32 see together.
 //
-// Options (Set, between epochs): batch_size (1), shuffle (false), seed (0), drop_last (false),
-// num_workers (0), prefetch_factor (2), split_batches, even_batches, device_placement,
-// group_by_length (false), dispatch_batches ("auto": true for a stream, the only kind of dataset
-// dispatched; see DatasetFromStream).
+// Options (Set, between epochs): batch_size (1), shuffle (false), seed (0, or the configuration's
+// data_seed), drop_last (false), num_workers (0), prefetch_factor (2), split_batches,
+// even_batches, device_placement, group_by_length (false), dispatch_batches ("auto": true for a
+// stream, the only kind of dataset dispatched; see DatasetFromStream).
 //
 // group_by_length (a dataset with a ragged field, DatasetFromRaggedFunc): the Hugging Face
 // Trainer's length grouping. The epoch's order (shuffled or not) is cut into megabatches of

@@ -30,8 +30,9 @@ func (s Status) Error() string { return s.String() }
 type Error struct {
 	Status  Status
 	Message string
-	// Cause is the error a dataset function, a checkpointed object, a tracker or the logger's
-	// slog.Handler returned (a *PanicError when it panicked); nil for failures inside the
+	// Cause is the error a dataset function, a checkpointed object, a tracker, the logger's
+	// slog.Handler or a profiler's trace-ready function returned (a *PanicError when it
+	// panicked, also for FindExecutableBatchSize's function); nil for failures inside the
 	// library.
 	Cause error
 }
@@ -55,8 +56,8 @@ func (e *Error) Is(target error) bool {
 func (e *Error) Unwrap() error { return e.Cause }
 
 // PanicError is a panic inside a Go function the library called (a dataset function on a worker
-// thread, a checkpoint or tracker callback, a slog.Handler), recovered there and returned as the
-// Cause of an ErrCallback.
+// thread, a checkpoint or tracker callback, a slog.Handler, a trace-ready function, the function
+// of FindExecutableBatchSize), recovered there and returned as the Cause of an ErrCallback.
 type PanicError struct {
 	Value any    // what was passed to panic
 	Stack []byte // the goroutine's stack where it panicked

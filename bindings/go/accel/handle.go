@@ -114,6 +114,15 @@ func (h *handle[T]) destroy() {
 		C.accel_dataset_free(p)
 	case *C.accel_dataloader:
 		C.accel_dataloader_free(p) // also stops the workers: the library's free closes first
+	case *C.accel_local_sgd:
+		C.accel_local_sgd_free(p) // one not ended ends no_sync without averaging
+	case *C.accel_profiler:
+		// Taken before the free, which may give the address to the next profiler made.
+		box := takeTraceReady(p)
+		C.accel_profiler_free(p)
+		if box != nil {
+			freeBox(box) // the library calls the trace-ready function no more
+		}
 	default:
 		panic("accel: a handle of no known type") // a bug of this package: every type is above
 	}

@@ -276,6 +276,8 @@ func runRole(role string) error {
 		return rankTrain()
 	case "equiv":
 		return rankEquiv()
+	case "step_tools":
+		return rankStepTools() // steptools_multiprocess_test.go
 	}
 	return fmt.Errorf("unknown role %q", role)
 }

@@ -38,7 +38,8 @@ func (o *Optimizer) do(f func(p *C.accel_optimizer) C.accel_status) error {
 	return do(o.ref(), "Optimizer", f)
 }
 
-// Set sets an option ("lr", 0.01); it takes effect at the next step.
+// Set sets an option ("lr", 0.01); it takes effect at the next step. It sets parameter group 0's
+// option and the default that groups made later start from (AddGroup, SetGroup).
 func (o *Optimizer) Set(key string, value any) error {
 	return use(o.ref(), "Optimizer", func(p *C.accel_optimizer) error {
 		return setOption(key, value, func(k, v *C.char) C.accel_status { return C.accel_optimizer_set(p, k, v) })
@@ -58,7 +59,7 @@ func (o *Optimizer) ZeroGrad() error {
 	return o.do(func(p *C.accel_optimizer) C.accel_status { return C.accel_optimizer_zero_grad(p) })
 }
 
-// LR is the current learning rate.
+// LR is the current learning rate (of parameter group 0: GroupLR for the others).
 func (o *Optimizer) LR() (float64, error) {
 	v, err := query(o.ref(), "Optimizer", func(p *C.accel_optimizer, out *C.double) C.accel_status {
 		return C.accel_optimizer_lr(p, out)
@@ -66,7 +67,7 @@ func (o *Optimizer) LR() (float64, error) {
 	return float64(v), err
 }
 
-// SetLR sets the learning rate.
+// SetLR sets the learning rate: group 0's and the default, as Set("lr", lr).
 func (o *Optimizer) SetLR(lr float64) error {
 	return o.do(func(p *C.accel_optimizer) C.accel_status { return C.accel_optimizer_set_lr(p, C.double(lr)) })
 }
@@ -78,6 +79,80 @@ func (o *Optimizer) StepWasSkipped() (bool, error) {
 		return C.accel_optimizer_step_was_skipped(p, out)
 	})
 	return bool(v), err
+}
+
+// AddGroup makes a parameter group of the parameters names (as Model.TensorNames lists them),
+// as PyTorch's param_groups: its options start from the optimizer's defaults of this moment
+// (what Set set) and are then set with SetGroup; each parameter steps with its group's options.
+// Group 0 holds every parameter no other group names. It returns the group's index (1, 2, ...).
+// A name that is not one of the model's parameters, one given twice or already in another group,
+// or no name at all is ErrInvalidArgument; ErrState once the optimizer is prepared, has stepped
+// or drives a scheduler: make the groups first (a scheduler takes each group's base rate).
+//
+//	decay, err := opt.AddGroup("fc1.weight", "fc2.weight") // the classic: no decay on biases
+//	opt.SetGroup(0, "weight_decay", 0)
+//	opt.SetGroup(decay, "weight_decay", 0.01)
+func (o *Optimizer) AddGroup(names ...string) (int, error) {
+	var group C.size_t
+	err := use(o.ref(), "Optimizer", func(p *C.accel_optimizer) error {
+		cs := make([]*C.char, len(names))
+		for i, name := range names {
+			c, free, err := cString(name, "a parameter name")
+			if err != nil {
+				return err
+			}
+			defer free()
+			cs[i] = c
+		}
+		var first **C.char
+		if len(cs) > 0 {
+			first = &cs[0] // C pointers in Go memory: cgo allows it
+		}
+		return call(func() C.accel_status { return C.accel_optimizer_add_group(p, first, C.size_t(len(cs)), &group) })
+	})
+	return int(group), err
+}
+
+// GroupCount is the number of parameter groups: 1 (group 0) plus one per AddGroup.
+func (o *Optimizer) GroupCount() (int, error) {
+	v, err := query(o.ref(), "Optimizer", func(p *C.accel_optimizer, out *C.size_t) C.accel_status {
+		return C.accel_optimizer_group_count(p, out)
+	})
+	return int(v), err
+}
+
+func checkGroup(group int) error {
+	if group < 0 {
+		return newError(ErrInvalidArgument, "parameter group %d: groups count from 0", group)
+	}
+	return nil
+}
+
+// SetGroup sets an option of parameter group group, with Set's keys and values (lr,
+// weight_decay, momentum, beta1, ...); it takes effect at the next step. Group 0's leaves the
+// defaults that later groups start from alone (Set sets both). A group that does not exist is
+// ErrInvalidArgument.
+func (o *Optimizer) SetGroup(group int, key string, value any) error {
+	if err := checkGroup(group); err != nil {
+		return err
+	}
+	return use(o.ref(), "Optimizer", func(p *C.accel_optimizer) error {
+		return setOption(key, value, func(k, v *C.char) C.accel_status {
+			return C.accel_optimizer_set_group(p, C.size_t(group), k, v)
+		})
+	})
+}
+
+// GroupLR is the current learning rate of parameter group group (a scheduler sets every
+// group's; LR is group 0's).
+func (o *Optimizer) GroupLR(group int) (float64, error) {
+	if err := checkGroup(group); err != nil {
+		return 0, err
+	}
+	v, err := query(o.ref(), "Optimizer", func(p *C.accel_optimizer, out *C.double) C.accel_status {
+		return C.accel_optimizer_group_lr(p, C.size_t(group), out)
+	})
+	return float64(v), err
 }
 
 // Close frees the optimizer handle (schedulers over it, and the accelerator once prepared, keep

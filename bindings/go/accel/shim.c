@@ -53,6 +53,17 @@ accel_status goaccel_set_log_sink(accel_accelerator* accelerator, uintptr_t* box
                             (accel_release_fn)goaccelRelease);
 }
 
+accel_status goaccel_find_executable_batch_size(accel_accelerator* accelerator, int64_t start,
+                                                uintptr_t* box, int64_t* out) {
+  return accel_find_executable_batch_size(accelerator, start,
+                                          (accel_batch_size_fn)goaccelBatchSize, box, out);
+}
+
+accel_status goaccel_profiler_set_on_trace_ready(accel_profiler* profiler, uintptr_t* box) {
+  return accel_profiler_set_on_trace_ready(
+      profiler, box ? (accel_trace_ready_fn)goaccelTraceReady : NULL, box);
+}
+
 uintptr_t goaccel_thread_id(void) { return (uintptr_t)pthread_self(); }
 
 accel_tensor* goaccel_tensor_from_data(const uint8_t* data, size_t size, accel_dtype dtype,

@@ -34,6 +34,12 @@ accel_status goaccel_register_for_checkpointing(accel_accelerator* accelerator, 
 accel_status goaccel_add_tracker(accel_accelerator* accelerator, const char* name, uintptr_t* box);
 /* The accelerator's log sink: goaccelLogSink. */
 accel_status goaccel_set_log_sink(accel_accelerator* accelerator, uintptr_t* box);
+/* find_executable_batch_size with goaccelBatchSize as the function; the box lives for the call. */
+accel_status goaccel_find_executable_batch_size(accel_accelerator* accelerator, int64_t start,
+                                                uintptr_t* box, int64_t* out);
+/* The profiler's trace-ready callback: goaccelTraceReady (NULL box: none). The library keeps the
+ * box without a release function: profiler.go frees it after the profiler or its replacement. */
+accel_status goaccel_profiler_set_on_trace_ready(accel_profiler* profiler, uintptr_t* box);
 /* The calling OS thread, as a number (pthread_self): trackers.go tells a tracker callback's own
  * call into the trackers from another goroutine's with it. */
 uintptr_t goaccel_thread_id(void);
