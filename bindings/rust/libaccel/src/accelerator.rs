@@ -298,14 +298,33 @@ impl Accelerator {
     }
 
     /// Runs `f` on the main process first and on the others once it is done (Accelerate's
-    /// `main_process_first`); a collective: every rank calls it.
+    /// `main_process_first`); a collective: every rank calls it. The end runs also when `f`
+    /// panics (the panic then resumes), so the other ranks are not left waiting for it.
     pub fn main_process_first<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
-        // SAFETY: live handle.
-        check(unsafe { sys::accel_main_process_first_begin(self.as_raw()) })?;
-        let result = f();
-        // SAFETY: live handle.
-        check(unsafe { sys::accel_main_process_first_end(self.as_raw()) })?;
-        Ok(result)
+        self.scoped(
+            // SAFETY: live handle.
+            |a| unsafe { sys::accel_main_process_first_begin(a) },
+            // SAFETY: live handle; closes the begin.
+            |a| unsafe { sys::accel_main_process_first_end(a) },
+            f,
+        )
+    }
+
+    /// `begin`, `f`, `end` (a begin/end pair of the header around a block): the end runs
+    /// whatever `f` does, and a panic of `f` resumes after it; a failed end is the error.
+    pub(crate) fn scoped<R>(
+        &self,
+        begin: impl FnOnce(*mut sys::accel_accelerator) -> sys::accel_status,
+        end: impl FnOnce(*mut sys::accel_accelerator) -> sys::accel_status,
+        f: impl FnOnce() -> R,
+    ) -> Result<R> {
+        check(begin(self.as_raw()))?;
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let ended = check(end(self.as_raw()));
+        match ran {
+            Err(payload) => std::panic::resume_unwind(payload),
+            Ok(value) => ended.map(|()| value),
+        }
     }
 
     /// Seeds LibTorch's generators and libaccel's own; `device_specific` adds the rank.

@@ -64,11 +64,18 @@
 //! the rank as a key-value, so the program's logger and its filters apply
 //! ([`Accelerator::log_to_stderr`] and [`Accelerator::set_log_sink`] send them elsewhere).
 //!
+//! Around the training step, as Accelerate's: [`Accelerator::no_sync`] keeps a model's
+//! gradients local for a block, [`LocalSgd`] (or [`Accelerator::local_sgd`]) averages the
+//! parameters every few steps instead of the gradients every step,
+//! [`Accelerator::find_executable_batch_size`] retries a closure with smaller batch sizes while it
+//! runs out of memory, [`Profiler`] records LibTorch's operators by schedule, and
+//! [`Accelerator::on_main_process`] and its siblings run a closure on one process.
+//!
 //! Every call returns [`Result`]; the [`Error`] carries the library's [`Status`] and message.
 //! Every handle type frees itself on drop, and may be dropped in any order (handles keep alive
 //! what they need). All types are `Send + Sync`, as the header's thread rules allow (but
-//! [`Values`], which the header gives one thread at a time: `Send` only); see each type for
-//! which calls the library serialises.
+//! [`Values`], which the header gives one thread at a time: `Send` only, and [`TraceWindow`],
+//! lent to a closure for one call); see each type for which calls the library serialises.
 #![warn(missing_docs)]
 
 mod accelerator;
@@ -84,7 +91,9 @@ mod model;
 mod optim;
 pub mod optimizers;
 mod options;
+mod profiler;
 pub mod schedules;
+mod step_tools;
 #[cfg(feature = "tch")]
 mod tch_interop;
 mod tensor;
@@ -103,6 +112,8 @@ pub use log;
 pub use logging::{LogLevel, LogRecord, Logger, LOG_TARGET};
 pub use model::{load_checkpoint_in_model, Model};
 pub use optim::{Optimizer, Scheduler};
+pub use profiler::{Activities, ProfileOptions, Profiler, TraceWindow};
+pub use step_tools::{BatchSizeError, LocalSgd};
 #[cfg(feature = "tch")]
 pub use tch_interop::{check_tch, TCH_TORCH_VERSION};
 pub use tensor::{Dtype, Element, Tensor};
@@ -133,6 +144,8 @@ const _: () = {
     send_sync::<Model>();
     send_sync::<Optimizer>();
     send_sync::<Scheduler>();
+    send_sync::<LocalSgd>();
+    send_sync::<Profiler>();
     send_sync::<Error>();
     send_sync::<Logger<'static>>();
     // Values: one thread at a time (accel.h), so it moves between threads but is not shared.

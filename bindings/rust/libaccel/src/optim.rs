@@ -42,7 +42,8 @@ impl Optimizer {
     }
 
     /// Sets an option (`lr`, `momentum`, `weight_decay`, `beta1`, ...: see `accel.h`, or the typed
-    /// [`optimizers`](crate::optimizers)).
+    /// [`optimizers`](crate::optimizers)): parameter group 0's, and the default that groups made
+    /// later start from ([`set_group`](Optimizer::set_group) sets another group's).
     pub fn set(&mut self, key: &str, value: impl Display) -> Result<()> {
         // SAFETY: live handle; the strings live for the call.
         set_option(key, &value, |k, v| unsafe {
@@ -63,13 +64,14 @@ impl Optimizer {
         check(unsafe { sys::accel_optimizer_zero_grad(self.as_raw()) })
     }
 
-    /// The current learning rate.
+    /// The current learning rate (parameter group 0's: [`group_lr`](Optimizer::group_lr) for
+    /// the others).
     pub fn lr(&self) -> Result<f64> {
         // SAFETY: live handle, valid out pointer.
         query(|out| unsafe { sys::accel_optimizer_lr(self.as_raw(), out) })
     }
 
-    /// Sets the learning rate.
+    /// Sets the learning rate, as [`set`](Optimizer::set) sets `lr` (group 0's and the default).
     pub fn set_lr(&mut self, lr: f64) -> Result<()> {
         // SAFETY: live handle.
         check(unsafe { sys::accel_optimizer_set_lr(self.as_raw(), lr) })
@@ -79,6 +81,63 @@ impl Optimizer {
     pub fn step_was_skipped(&self) -> Result<bool> {
         // SAFETY: live handle, valid out pointer.
         query(|out| unsafe { sys::accel_optimizer_step_was_skipped(self.as_raw(), out) })
+    }
+
+    /// Makes a parameter group (PyTorch's `param_groups`) of the parameters `names` (as
+    /// [`Model::tensor_names`] lists them) and returns its index (1, 2, ...). Group 0 holds every
+    /// parameter no other group names, with the options [`set`](Optimizer::set) sets; a new
+    /// group starts from those options as they are now, and
+    /// [`set_group`](Optimizer::set_group) changes its own. `InvalidArgument` for a name that is
+    /// not a parameter, is given twice or is in another group already, and for no names; `State`
+    /// once the optimizer is prepared, has stepped, or has a scheduler (make the groups first).
+    ///
+    /// ```
+    /// use libaccel::{layers::Linear, optimizers::AdamW, Model, Optimizer};
+    /// let mut model = Model::new()?;
+    /// model.add("fc", Linear::new(4, 2))?;
+    /// let mut opt = Optimizer::with(&model, AdamW::new().lr(1e-3).weight_decay(0.01))?;
+    /// let no_decay = opt.add_group(&["fc.bias"])?; // the classic: no weight decay on biases
+    /// opt.set_group(no_decay, "weight_decay", 0.0)?;
+    /// assert_eq!(opt.group_count()?, 2);
+    /// assert_eq!(opt.group_lr(no_decay)?, 1e-3);
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    pub fn add_group<S: AsRef<str>>(&mut self, names: &[S]) -> Result<usize> {
+        let names = names
+            .iter()
+            .map(|n| c_string(n.as_ref(), "name"))
+            .collect::<Result<Vec<_>>>()?;
+        let ptrs: Vec<*const std::ffi::c_char> = names.iter().map(|n| n.as_ptr()).collect();
+        // SAFETY: live handle; `ptrs` holds `ptrs.len()` NUL-terminated strings that live for
+        // the call; valid out pointer.
+        query(|out| unsafe {
+            sys::accel_optimizer_add_group(self.as_raw(), ptrs.as_ptr(), ptrs.len(), out)
+        })
+    }
+
+    /// The number of parameter groups: 1 (group 0) plus one per
+    /// [`add_group`](Optimizer::add_group).
+    pub fn group_count(&self) -> Result<usize> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_optimizer_group_count(self.as_raw(), out) })
+    }
+
+    /// Sets an option of parameter group `group`, with the keys of [`set`](Optimizer::set)
+    /// (`lr`, `weight_decay`, `momentum`, ...); takes effect at the next step. Group 0's here
+    /// leaves the defaults new groups start from alone. A group that does not exist is
+    /// `InvalidArgument`.
+    pub fn set_group(&mut self, group: usize, key: &str, value: impl Display) -> Result<()> {
+        // SAFETY: live handle; the strings live for the call.
+        set_option(key, &value, |k, v| unsafe {
+            sys::accel_optimizer_set_group(self.as_raw(), group, k, v)
+        })
+    }
+
+    /// The current learning rate of parameter group `group` ([`lr`](Optimizer::lr) is group
+    /// 0's; a scheduler sets every group's).
+    pub fn group_lr(&self, group: usize) -> Result<f64> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_optimizer_group_lr(self.as_raw(), group, out) })
     }
 }
 

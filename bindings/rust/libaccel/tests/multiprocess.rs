@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+use common::launch::{expect_line, launch, parameters_agree, run, run_tests, Check};
 use common::{repo_root, temp_dir, FASHION_MNIST};
 use libaccel::layers::Linear;
 use libaccel::optimizers::AdamW;
@@ -27,9 +28,6 @@ def forward(self, x):
 def training_step(self, x, y):
     return torch.cross_entropy_loss(self.forward(x), y.long())
 ";
-
-/// One parent-side test: Err with what went wrong.
-type Check = fn() -> Result<(), String>;
 
 fn main() {
     if let Ok(role) = std::env::var("ACCEL_RS_ROLE") {
@@ -64,37 +62,10 @@ fn main() {
             zero_stage_two_from_the_config_equals_stage_zero,
         ),
     ];
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let mut failed = 0;
-    for (name, test) in tests {
-        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        let start = std::time::Instant::now();
-        match test() {
-            Ok(()) => println!("test {name} ... ok ({:.1}s)", start.elapsed().as_secs_f64()),
-            Err(why) => {
-                println!("test {name} ... FAILED\n{why}\n");
-                failed += 1;
-            }
-        }
-    }
-    if failed > 0 {
-        println!("{failed} multi-process test(s) failed");
-        std::process::exit(1);
-    }
+    run_tests(tests);
 }
 
 // ---- the parent side -------------------------------------------------------------------------
-
-fn accel_cli() -> PathBuf {
-    std::env::var_os("ACCEL_CLI")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("build/bin/accel"))
-}
 
 /// An example of this crate, built by `cargo test` next to this test's binary.
 fn example(name: &str) -> Result<PathBuf, String> {
@@ -111,41 +82,6 @@ fn example(name: &str) -> Result<PathBuf, String> {
             "{} is missing: `cargo test` builds the examples (or `cargo build --examples`)",
             path.display()
         ))
-    }
-}
-
-/// Runs a command; its combined output when it exits 0.
-fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd
-        .env(
-            "HF_HOME",
-            std::env::temp_dir().join("libaccel-rs-no-hf-home"),
-        )
-        .output()
-        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if out.status.success() {
-        Ok(text)
-    } else {
-        Err(format!("{cmd:?} exited with {}:\n{text}", out.status))
-    }
-}
-
-fn launch(n: u32, program: &Path) -> Command {
-    let mut cmd = Command::new(accel_cli());
-    cmd.arg("launch").arg("-n").arg(n.to_string()).arg(program);
-    cmd
-}
-
-fn expect_line(output: &str, line: &str) -> Result<(), String> {
-    if output.lines().any(|l| l == line) {
-        Ok(())
-    } else {
-        Err(format!("no line {line:?} in:\n{output}"))
     }
 }
 
@@ -397,30 +333,6 @@ fn mlp(hidden: i64, inputs: i64, outputs: i64) -> libaccel::Result<Model> {
     model.add("fc2", Linear::new(hidden, outputs))?;
     model.define(MLP)?;
     Ok(model)
-}
-
-/// Every parameter equal on every rank (bit for bit: data parallelism keeps replicas identical).
-fn parameters_agree(acc: &Accelerator, model: &Model) -> Result<(), String> {
-    let world = acc.num_processes().map_err(|e| e.to_string())? as usize;
-    for name in model.tensor_names().map_err(|e| e.to_string())? {
-        let mine = model.tensor(&name).map_err(|e| e.to_string())?;
-        let n = mine.element_count().map_err(|e| e.to_string())? as usize;
-        let flat = Tensor::from_slice(
-            &mine.to_vec::<f32>().map_err(|e| e.to_string())?,
-            &[1, n as i64],
-        )
-        .map_err(|e| e.to_string())?;
-        let all = acc
-            .gather(&flat)
-            .and_then(|t| t.to_vec::<f32>())
-            .map_err(|e| e.to_string())?;
-        for r in 1..world {
-            if all[r * n..(r + 1) * n] != all[..n] {
-                return Err(format!("{name} differs between rank 0 and rank {r}"));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn rank_train() -> Result<(), String> {

@@ -6,6 +6,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use libaccel::{Config, DataLoader, Model};
 
+pub mod launch;
+
 /// Only one accelerator may exist in a process: tests that make one hold this lock.
 pub fn one_accelerator() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
