@@ -18,6 +18,7 @@ std::string to_json(const Manifest& m) {
   j["num_processes"] = m.num_processes;
   j["step"] = m.step;
   if (!m.save_id.empty()) j["save_id"] = m.save_id;
+  if (!m.machine_ranks.empty()) j["machine_ranks"] = m.machine_ranks;
   j["files"] = nlohmann::ordered_json::array();
   for (const auto& f : m.files)
     j["files"].push_back({{"path", f.path}, {"size", f.size}, {"crc32", f.crc32}});
@@ -58,6 +59,18 @@ Manifest parse_manifest(const std::string& text, const std::string& name) {
       return bad("save_id is not a non-empty string");
     m.save_id = j["save_id"].get<std::string>();
   }
+  if (j.contains("machine_ranks")) {
+    const auto& ranks = j["machine_ranks"];
+    if (!ranks.is_array() || ranks.empty())
+      return bad("machine_ranks is not a non-empty array of ranks");
+    for (const auto& r : ranks) {
+      if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() >= m.num_processes ||
+          (!m.machine_ranks.empty() && r.get<int64_t>() <= m.machine_ranks.back()))
+        return bad("machine_ranks must be ascending ranks below num_processes (" +
+                   std::to_string(m.num_processes) + ")");
+      m.machine_ranks.push_back(static_cast<int>(r.get<int64_t>()));
+    }
+  }
   if (!j.contains("files") || !j["files"].is_array()) return bad("files is missing");
   for (const auto& f : j["files"]) {
     if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||
@@ -72,6 +85,13 @@ Manifest parse_manifest(const std::string& text, const std::string& name) {
     m.files.push_back(std::move(e));
   }
   return m;
+}
+
+std::vector<int> ranks_held(const Manifest& m) {
+  if (!m.machine_ranks.empty()) return m.machine_ranks;
+  std::vector<int> all;
+  for (int r = 0; r < m.num_processes; ++r) all.push_back(r);
+  return all;
 }
 
 ManifestFile describe_file(const std::string& dir, const std::string& relative) {

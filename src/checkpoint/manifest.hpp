@@ -24,13 +24,20 @@ struct Manifest {
   // metadata), so that a load knows each part as this save's; empty in checkpoints of 0.2.4 and
   // before.
   std::string save_id;
+  // save_on_each_node with several machines: this machine-local copy holds the per-rank files
+  // (random states) of these ranks only, ascending; every other file is complete. Empty: every
+  // rank's (a directory all machines share, or one machine).
+  std::vector<int> machine_ranks;
   std::vector<ManifestFile> files;
 };
 
 std::string to_json(const Manifest& m);
-// Throws accel::Error(io) naming `name` for invalid JSON, a missing or mistyped field, or a path
-// that leaves the directory.
+// Throws accel::Error(io) naming `name` for invalid JSON, a missing or mistyped field, a path
+// that leaves the directory, or machine_ranks that are not ascending ranks below num_processes.
 Manifest parse_manifest(const std::string& text, const std::string& name);
+
+// The ranks whose per-rank files the checkpoint holds: machine_ranks, or 0..num_processes-1.
+std::vector<int> ranks_held(const Manifest& m);
 
 // Size and CRC-32 of a file. Throws accel::Error(io) when it cannot be read.
 ManifestFile describe_file(const std::string& dir, const std::string& relative);

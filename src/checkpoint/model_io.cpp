@@ -170,11 +170,15 @@ std::vector<std::string> save_model(const model::Model& m, const std::string& di
     for (const auto& [n, t] : shards[i]) index["weight_map"][n] = name;
   }
   const std::string path = dir + "/model.safetensors.index.json";
-  std::ofstream out(path + ".tmp");
+  // Named by the process: with save_on_each_node, machines that share `dir` write it alike.
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  std::ofstream out(tmp);
   out << index.dump(2) << "\n";
   out.close();
-  if (!out || std::rename((path + ".tmp").c_str(), path.c_str()) != 0)
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
     fail(Errc::io, "cannot write '" + path + "'");
+  }
   files.push_back(path);
   return files;
 }
@@ -182,10 +186,14 @@ std::vector<std::string> save_model(const model::Model& m, const std::string& di
 void save_model_from_main(runtime::Accelerator& acc, const model::Model& m, const std::string& dir,
                           const std::string& max_shard_size) {
   const uint64_t shard = parse_size(max_shard_size);  // the same text on every rank: fails alike
-  ops::run_on_main(acc, [&] {
+  const auto body = [&] {
     m.require_whole("accel_save_model");
     save_model(m, dir, shard);
-  });
+  };
+  if (ops::save_on_each_node(acc))
+    ops::run_on_local_main(acc, body);  // a copy on each machine
+  else
+    ops::run_on_main(acc, body);
 }
 
 void load_checkpoint_in_model(model::Model& m, const std::string& path) {

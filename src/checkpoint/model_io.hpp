@@ -35,6 +35,8 @@ std::vector<std::string> save_model(const model::Model& m, const std::string& di
 
 // The collective form (accel_save_model): the main process saves as above, with the shard size as
 // text ("10GB", "500MB", "1GiB"); every rank returns with its outcome (error class included).
+// With save_on_each_node on several machines, each machine's local main process saves, every rank
+// returning with the outcome of all.
 void save_model_from_main(runtime::Accelerator& acc, const model::Model& m, const std::string& dir,
                           const std::string& max_shard_size);
 

@@ -6,16 +6,21 @@
 #include <nlohmann/json.hpp>
 
 #include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 
 #include "checkpoint/atomic_dir.hpp"
@@ -202,6 +207,12 @@ void write_rank_files(prepare::Session& session, const std::string& work,
   const auto part = part_metadata(save_id, rank, acc.place().world_size);
   std::string error;
   try {
+    struct stat st;
+    if (stat(work.c_str(), &st) != 0)
+      fail(Errc::io, "'" + work + "', where the main process gathers this save, is not visible " +
+                         "to rank " + std::to_string(rank) +
+                         ": save_state needs a directory every machine shares, or " +
+                         "save_on_each_node (a copy on each machine)");
     write_safetensors(work + "/" + rng_file(rank), own.rng, part);
     for (size_t i = 0; i < optimizers.size(); ++i)
       if (optimizers[i]->sharded())
@@ -307,17 +318,19 @@ void write_custom_objects(prepare::Session& session, const std::string& work,
   }
 }
 
-// The main process's part: the shared files, then manifest.json listing every file of the save.
+// The main process's part (or a machine-local copy's owner's): the shared files, then
+// manifest.json listing every file of the save; `machine_ranks` as Manifest's (empty: all ranks).
 void write_main_files(prepare::Session& session, const std::string& work,
-                      const std::string& save_id) {
+                      const std::string& save_id, const std::vector<int>& machine_ranks) {
   auto& acc = session.accelerator();
   Manifest m;
   m.library_version = ACCEL_LIBRARY_VERSION;
   m.num_processes = acc.place().world_size;
   m.step = session.total_steps();
   m.save_id = save_id;
+  m.machine_ranks = machine_ranks;
   std::vector<std::string> files;
-  for (int r = 0; r < acc.place().world_size; ++r) files.push_back(rng_file(r));
+  for (int r : ranks_held(m)) files.push_back(rng_file(r));
   write_models(session, work, files);
   write_optimizers(session, work, files);
   write_schedulers(session, work, files);
@@ -329,22 +342,161 @@ void write_main_files(prepare::Session& session, const std::string& work,
   write_text(work + "/manifest.json", to_json(m));
 }
 
-void save_state_unguarded(prepare::Session& session, const std::string& dir) {
+// Where a save is written. One copy, the main process's, normally; with save_on_each_node on
+// several machines one per filesystem that the machines do not share: every machine's local main
+// process makes a partial directory of its own, dir.partial-r<rank>, holding a probe with a fresh
+// nonce, and every rank takes the lowest such directory it sees as its copy. Machines that do share
+// a directory so write one copy together, and no two processes ever make the same directory.
+struct Copies {
+  std::unique_ptr<AtomicDir> atomic;  // set on the owner of this rank's copy, which commits it
+  std::string work;                   // where this rank writes its per-rank files
+  std::vector<int> copy_of;           // save_on_each_node: every rank's copy, by its owner's rank
+};
+
+const char kProbe[] = ".libaccel-copy-probe";
+
+std::string copy_partial(const std::string& dir, size_t owner) {
+  return dir + ".partial-r" + std::to_string(owner);
+}
+
+// Never throws: every rank must reach the gather that follows.
+std::string fresh_nonce() {
+  unsigned a = 0, b = 0;
+  try {
+    std::random_device device;
+    a = device();
+    b = device();
+  } catch (const std::exception&) {
+    b = static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  char text[48];
+  std::snprintf(text, sizeof text, "%08x%08x-%ld", a, b, static_cast<long>(getpid()));
+  return text;
+}
+
+Copies main_copy(runtime::Accelerator& acc, const std::string& dir) {
+  Copies c;
+  const std::string partial_suffix = ".partial";
+  ops::run_on_main(acc, [&] { c.atomic = std::make_unique<AtomicDir>(dir, partial_suffix); });
+  c.work = dir + partial_suffix;
+  return c;
+}
+
+// The lowest local main process whose partial directory (and nonce) this rank sees, or -1.
+int visible_copy(const std::string& dir, const std::vector<std::string>& nonces) {
+  for (size_t r = 0; r < nonces.size(); ++r) {
+    if (nonces[r].empty()) continue;
+    std::ifstream in(copy_partial(dir, r) + "/" + kProbe, std::ios::binary);
+    const std::string got{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (in && got == nonces[r]) return static_cast<int>(r);
+  }
+  return -1;
+}
+
+Copies machine_copies(runtime::Accelerator& acc, const std::string& dir) {
+  Copies c;
+  const int rank = acc.place().rank;
+  const std::string nonce = acc.is_local_main_process() ? fresh_nonce() : "";
+  const auto nonces = ops::gather_object(acc.communicator(), nonce);
+  ops::run_on_local_main(acc, [&] {
+    c.atomic = std::make_unique<AtomicDir>(dir, copy_partial("", rank));
+    write_text(c.atomic->path() + "/" + kProbe, nonce);
+  });
+  const auto seen =
+      ops::gather_object(acc.communicator(), std::to_string(visible_copy(dir, nonces)));
+  for (size_t r = 0; r < seen.size(); ++r) {
+    long long owner = -1;
+    if (!parse_int(seen[r], &owner) || owner < 0)
+      fail(Errc::io, "save_state (save_on_each_node): rank " + std::to_string(r) +
+                         " sees none of the partial directories that the machines' local main " +
+                         "processes made beside '" + dir + "'");
+    c.copy_of.push_back(static_cast<int>(owner));
+  }
+  // Every rank has looked: the probe goes, and so does the directory of a local main process
+  // whose machine shares a lower one's.
+  c.work = copy_partial(dir, c.copy_of[rank]);
+  if (c.copy_of[rank] != rank)
+    c.atomic.reset();
+  else
+    std::remove((c.work + "/" + kProbe).c_str());
+  return c;
+}
+
+// The ranks whose per-rank files copy `owner` holds; empty when that is every rank.
+std::vector<int> ranks_of_copy(const Copies& c, int owner) {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < c.copy_of.size(); ++r)
+    if (c.copy_of[r] == owner) ranks.push_back(static_cast<int>(r));
+  if (ranks.size() == c.copy_of.size()) ranks.clear();
+  return ranks;
+}
+
+// Bytes of a file as a uint8 tensor; empty, with `error` set, when it cannot be read.
+at::Tensor file_bytes(const std::string& path, std::string& error) {
+  try {
+    const std::string bytes = read_file(path);
+    at::Tensor t = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+    std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+    return t;
+  } catch (const std::exception& e) {
+    error = e.what();
+    return at::empty({0}, at::kByte);
+  }
+}
+
+// With several copies, every copy needs every rank's part of a ZeRO-sharded optimizer state (a
+// load merges them all): each part travels from its rank, one at a time, to the owners of the
+// other copies, who write the bytes as they came. All ranks then agree on the outcome.
+void share_optimizer_parts(prepare::Session& session, const Copies& c) {
+  auto& acc = session.accelerator();
+  const int rank = acc.place().rank;
+  const auto& optimizers = session.optimizers();
+  std::string error;
+  for (size_t i = 0; i < optimizers.size(); ++i) {
+    if (!optimizers[i]->sharded()) continue;
+    for (int r = 0; r < acc.place().world_size; ++r) {
+      const std::string path = c.work + "/" + optimizer_shard_file(i, r);
+      at::Tensor bytes = at::empty({0}, at::kByte);
+      if (r == rank) bytes = file_bytes(path, error);
+      bytes = ops::broadcast(acc.communicator(), bytes, r);
+      if (!c.atomic || c.copy_of[r] == rank || !error.empty()) continue;
+      try {
+        write_text(path, std::string(static_cast<const char*>(bytes.data_ptr()),
+                                     static_cast<size_t>(bytes.numel())));
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+  }
+  ops::run_on_all(acc, [&] {
+    if (!error.empty())
+      fail(Errc::io, "save_state: copying the sharded optimizer states to every machine: " + error);
+  });
+}
+
+void save_state_unguarded(prepare::Session& session, const std::string& dir, bool each_node) {
   const prepare::Session::WholeParameters whole(session);  // stage 3 gathers them
   auto& acc = session.accelerator();
-  const std::string partial_suffix = ".partial";
-  std::unique_ptr<AtomicDir> atomic;
-  ops::run_on_main(acc, [&] { atomic = std::make_unique<AtomicDir>(dir, partial_suffix); });
-  const std::string work = dir + partial_suffix;
+  Copies c = each_node ? machine_copies(acc, dir) : main_copy(acc, dir);
   // Every rank's own random state, and its part of each sharded optimizer's state, into the
-  // directory the main process made, in parallel.
+  // directory its copy's owner made, in parallel.
   RankFiles own;
   const std::string mine = read_rank_files(session, own);
   const std::string save_id = agree_on_save_id(session, mine);
-  write_rank_files(session, work, save_id, own);
-  ops::run_on_main(acc, [&] {
-    write_main_files(session, work, save_id);
-    atomic->commit();
+  write_rank_files(session, c.work, save_id, own);
+  if (!each_node) {
+    ops::run_on_main(acc, [&] {
+      write_main_files(session, c.work, save_id, {});
+      c.atomic->commit();
+    });
+    return;
+  }
+  if (std::set<int>(c.copy_of.begin(), c.copy_of.end()).size() > 1)
+    share_optimizer_parts(session, c);
+  ops::run_on_all(acc, [&] {
+    if (!c.atomic) return;
+    write_main_files(session, c.work, save_id, ranks_of_copy(c, acc.place().rank));
+    c.atomic->commit();
   });
 }
 
@@ -500,14 +652,35 @@ void stage_training_state(prepare::Session& session, const Listing& files, Stage
   });
 }
 
-// Random states: this rank's own, or, for a rank the saving run did not have, rank 0's mixed with
-// the rank so that every new rank draws its own reproducible stream.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+// Every rank the checkpoint holds must have its random states listed (a machine-local copy of
+// save_on_each_node holds its machine's ranks' only).
+void expect_rank_files(const Listing& files, const Manifest& m) {
+  for (int r : ranks_held(m)) files.path_of(rng_file(r));
+}
+
+// Random states: this rank's own, or, for a rank the saving run did not have, the lowest held
+// rank's (rank 0's but in a machine-local copy) mixed with the rank so that every new rank draws
+// its own reproducible stream.
 void stage_random_states(prepare::Session& session, const Listing& files, const Manifest& m,
                          StagedLoad& st) {
   const int rank = session.accelerator().place().rank;
   const bool own = rank < m.num_processes;
-  const std::string rng_path = files.path_of(rng_file(own ? rank : 0));
-  check_part(rng_path, m, own ? rank : 0);
+  const auto held = ranks_held(m);
+  if (own && !std::binary_search(held.begin(), held.end(), rank))
+    fail(Errc::state, "the checkpoint '" + files.dir + "' is a machine-local copy " +
+                          "(save_on_each_node) with the random states of rank(s) " +
+                          rank_list(held) + " only, and this process is rank " +
+                          std::to_string(rank) + ": load it with each rank on the machine " +
+                          "that saved it");
+  const int from = own ? rank : held.front();
+  const std::string rng_path = files.path_of(rng_file(from));
+  check_part(rng_path, m, from);
   in_file(rng_path, [&] {
     const auto states = read_safetensors(rng_path);
     std::set<std::string> names;
@@ -542,6 +715,7 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
   files.expect_count("optimizers", "optimizer_", ".json", session.optimizers().size());
   files.expect_count("schedulers", "scheduler_", ".json", session.schedulers().size());
   files.expect_count("registered objects", "custom_", ".bin", custom.size());
+  expect_rank_files(files, m);
 
   for (size_t i = 0; i < models.size(); ++i) {
     const std::string path = files.path_of("model_" + std::to_string(i) + ".safetensors");
@@ -581,6 +755,21 @@ void apply_load(prepare::Session& session, StagedLoad& st, const Manifest& m) {
   }
 }
 
+// Every rank read the same save: with save_on_each_node each machine reads its own copy, and a
+// copy of another save (a save that failed on some machine only) must not be mixed in.
+void agree_on_save(runtime::Accelerator& acc, const Manifest& m, const std::string& dir) {
+  auto* comm = acc.communicator();
+  if (!comm) return;
+  const auto all = ops::gather_object(
+      comm, (m.save_id.empty() ? "(no id)" : m.save_id) + " of step " + std::to_string(m.step));
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      fail(Errc::state, "the checkpoint '" + dir + "' is not the same save on every rank: rank 0 " +
+                            "read save " + all[0] + ", rank " + std::to_string(r) + " save " +
+                            all[r] + " (machine-local copies of save_on_each_node from different " +
+                            "saves)");
+}
+
 // All or nothing: every file is read and checked against the live objects on every rank, and the
 // ranks agree, before anything is applied. Only the program's registered objects load earlier
 // than the rest is applied (their callbacks may fail; the header says so).
@@ -595,6 +784,7 @@ void load_state_unguarded(prepare::Session& session, const std::string& dir) {
     verify(dir, m);
     staged = stage_load(session, dir, m);
   });
+  agree_on_save(acc, m, dir);
   const auto& custom = session.custom_objects();
   ops::run_on_all(acc, [&] {
     for (size_t i = 0; i < custom.size(); ++i) {
@@ -639,11 +829,53 @@ std::vector<int64_t> existing(const std::string& dir) {
   return out;
 }
 
+// Work on the checkpoint directory's parent: the main process's, or with save_on_each_node every
+// machine's local main process's.
+template <class F>
+void on_writers(runtime::Accelerator& acc, bool each_node, F&& body) {
+  if (each_node)
+    ops::run_on_local_main(acc, body);
+  else
+    ops::run_on_main(acc, body);
+}
+
+// The checkpoint numbers present on every machine (each lists its own copies), ascending.
+std::vector<int64_t> present_everywhere(runtime::Accelerator& acc, const std::string& dir) {
+  std::string mine;
+  for (int64_t n : existing(dir)) mine += std::to_string(n) + ",";
+  std::vector<int64_t> common;
+  bool first = true;
+  for (const auto& theirs : ops::gather_object(acc.communicator(), mine)) {
+    std::vector<int64_t> listed;
+    for (size_t at = 0, comma; (comma = theirs.find(',', at)) != std::string::npos; at = comma + 1)
+      listed.push_back(std::stoll(theirs.substr(at, comma - at)));
+    if (!first) {
+      std::vector<int64_t> both;
+      std::set_intersection(common.begin(), common.end(), listed.begin(), listed.end(),
+                            std::back_inserter(both));
+      listed = std::move(both);
+    }
+    common = std::move(listed);
+    first = false;
+  }
+  return common;
+}
+
+// The number of the next automatic checkpoint: one past the newest present (on any machine).
+int64_t next_iteration(runtime::Accelerator& acc, const std::string& dir, bool each_node) {
+  const auto present = existing(dir);
+  int64_t next = present.empty() ? 0 : present.back() + 1;
+  if (each_node)
+    for (const auto& theirs : ops::gather_object(acc.communicator(), std::to_string(next)))
+      next = std::max<int64_t>(next, std::stoll(theirs));
+  return next;
+}
+
 }  // namespace
 
 void save_state(prepare::Session& session, const std::string& dir) {
   prepare::Session::CheckpointScope scope(session);
-  save_state_unguarded(session, dir);
+  save_state_unguarded(session, dir, ops::save_on_each_node(session.accelerator()));
 }
 
 void load_state(prepare::Session& session, const std::string& dir) {
@@ -655,16 +887,15 @@ void save_state_automatic(prepare::Session& session) {
   prepare::Session::CheckpointScope scope(session);
   const std::string dir = checkpoints_dir(session);
   auto& acc = session.accelerator();
+  const bool each_node = ops::save_on_each_node(acc);
   // project_dir and its missing parents too, as Accelerate's os.makedirs; a failure says why.
-  ops::run_on_main(acc, [&] { make_directories(dir, 0755); });
-  if (session.iteration < 0) {
-    const auto present = existing(dir);
-    session.iteration = present.empty() ? 0 : present.back() + 1;
-  }
-  save_state_unguarded(session, dir + "/checkpoint_" + std::to_string(session.iteration));
+  on_writers(acc, each_node, [&] { make_directories(dir, 0755); });
+  if (session.iteration < 0) session.iteration = next_iteration(acc, dir, each_node);
+  save_state_unguarded(session, dir + "/checkpoint_" + std::to_string(session.iteration),
+                       each_node);
   ++session.iteration;
   const int64_t limit = acc.settings().integer("total_limit");
-  ops::run_on_main(acc, [&] {
+  on_writers(acc, each_node, [&] {
     if (limit <= 0) return;
     auto present = existing(dir);
     while (static_cast<int64_t>(present.size()) > limit) {
@@ -677,8 +908,12 @@ void save_state_automatic(prepare::Session& session) {
 void load_state_automatic(prepare::Session& session) {
   prepare::Session::CheckpointScope scope(session);
   const std::string dir = checkpoints_dir(session);
-  const auto present = existing(dir);
-  if (present.empty()) fail(Errc::io, "there is no checkpoint in '" + dir + "'");
+  auto& acc = session.accelerator();
+  const bool each_node = ops::save_on_each_node(acc);
+  const auto present = each_node ? present_everywhere(acc, dir) : existing(dir);
+  if (present.empty())
+    fail(Errc::io, "there is no checkpoint in '" + dir + "'" +
+                       (each_node ? " that every machine holds (save_on_each_node)" : ""));
   load_state_unguarded(session, dir + "/checkpoint_" + std::to_string(present.back()));
   // Accelerate forgets this (its issue #3306): the next save must not overwrite the loaded one.
   session.iteration = present.back() + 1;

@@ -2,6 +2,8 @@
 // process waits; every rank returns alike, with the main process's error class and message.
 // run_on_all: every rank does its part, then they agree; if any rank failed, every rank fails (with
 // its own error, or the lowest failing rank's), so that no rank goes on alone.
+// run_on_local_main: run_on_all where only each machine's local main process does the work.
+// save_on_each_node: whether saves write one copy per machine (Accelerate's ProjectConfiguration).
 #pragma once
 
 #include <exception>
@@ -77,6 +79,31 @@ void run_on_all(runtime::Accelerator& acc, F&& body) {
     }
   }
   if (!error.empty()) fail(code, error);
+}
+
+template <class F>
+void run_on_local_main(runtime::Accelerator& acc, F&& body) {
+  run_on_all(acc, [&] {
+    if (acc.is_local_main_process()) body();
+  });
+}
+
+// Accelerate's save_on_each_node: true when the setting is on and the job spans several machines
+// (some rank is not on this one), so that each machine's local main process writes its own copy.
+// Collective then: every rank must have the same setting, or every rank fails with
+// Errc::config naming the ranks that differ. False (and no collective) on one machine.
+inline bool save_on_each_node(runtime::Accelerator& acc) {
+  const auto& place = acc.place();
+  auto* comm = acc.communicator();
+  if (!comm || place.world_size <= place.local_world_size) return false;
+  const bool mine = acc.settings().flag("save_on_each_node");
+  const auto all = gather_object(comm, mine ? "1" : "0");
+  std::string on, off;
+  for (size_t r = 0; r < all.size(); ++r) (all[r] == "1" ? on : off) += " " + std::to_string(r);
+  if (!on.empty() && !off.empty())
+    fail(Errc::config, "save_on_each_node differs between ranks: true on rank(s)" + on +
+                           ", false on rank(s)" + off + "; set it alike on every machine");
+  return mine;
 }
 
 }  // namespace accel::ops

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """libaccel programs under the engines clusters run, as they are: torchrun (static and standalone
 rendezvous, --max_restarts), Open MPI's mpirun, SLURM's srun, a Kubernetes training operator's
-variables, two machines in two network namespaces, and accel launch's own elastic restart.
+variables, two machines in two network namespaces (and their checkpoints with save_on_each_node,
+each machine seeing its own directory), and accel launch's own elastic restart.
 
     cluster_suite.py SCENARIO --build BUILD_DIR --source SOURCE_DIR
 
@@ -407,8 +408,9 @@ class Suite:
 
     # -- two machines ----------------------------------------------------------------------------
 
-    def launch_two_machines(self, net, program, env_of, timeout=240):
-        """accel launch on each namespace (machine i's environment from env_of(i)); returns the
+    def launch_two_machines(self, net, program, env_of, timeout=240, nproc=2, wrap=None):
+        """accel launch on each namespace (machine i's environment from env_of(i); nproc processes
+        in all; wrap(i, argv), when given, the command line machine i runs); returns the
         processes' return codes, outputs, and the (address, port) each machine's job processes
         listened on while it ran."""
         from stranger_suite import job_pids, listening
@@ -417,7 +419,9 @@ class Suite:
         for i in (0, 1):
             argv = [self.cli, "launch", "--num_machines", "2", "--machine_rank", str(i),
                     "--main_process_ip", net.addr[0], "--main_process_port", str(port),
-                    "-n", "2"] + program
+                    "-n", str(nproc)] + program
+            if wrap:
+                argv = wrap(i, argv)
             procs.append(net.popen(i, argv, env=env_of(i), text=True, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT))
         outs = [[], []]
@@ -498,6 +502,205 @@ class Suite:
                   "different tokens: machine 0 did not name the machine that never joined", both)
             print("  different tokens: refused and named on both machines")
 
+    # -- save_on_each_node: a checkpoint on each of two machines that share no directory --------
+
+    def each_node_run(self, net, mounts, mode_args, extra, expect_ok=True, program=None):
+        """each_node_program on two machines x 2 ranks; machine i sees the host directory
+        mounts[i] at self.node_dir (a bind mount in its own mount namespace: `ip netns exec`
+        gives each command one). Returns the outputs, both machines' lines together."""
+        def wrap(i, argv):
+            return ["sh", "-c", 'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh",
+                    mounts[i], self.node_dir] + argv
+        env = clean_env(dict({"ACCEL_RENDEZVOUS_TIMEOUT": "60", "ACCEL_JOB_TOKEN": self.token},
+                             **extra))
+        codes, outs, _ = self.launch_two_machines(
+            net, [program or os.path.join(self.build, "bin", "each_node_program")] + mode_args,
+            lambda i: env, nproc=4, wrap=wrap)
+        both = "\n".join(outs)
+        if expect_ok:
+            for i, code in enumerate(codes):
+                check(code == 0, "machine %d: each_node_program %s failed" % (i, mode_args[0]),
+                      both)
+        else:
+            check(all(c != 0 for c in codes), "each_node_program %s succeeded on a machine"
+                  % mode_args[0], both)
+        return both
+
+    @staticmethod
+    def sums_of(output, what):
+        found = dict((int(r), h) for r, h in re.findall(r"r(\d) %s ([0-9a-f]{16})" % what,
+                                                          output))
+        check(sorted(found) == [0, 1, 2, 3], "expected '%s' from ranks 0-3" % what, output)
+        return found
+
+    @staticmethod
+    def check_copy(path, want_ranks, optimizer_files, machine_ranks, output):
+        """A committed copy: its manifest lists exactly what is there (sizes, CRC-32), the model,
+        the optimizer files expected and the random states of want_ranks only."""
+        import json
+        import zlib
+        listing = sorted(os.listdir(path)) if os.path.isdir(path) else []
+        check("manifest.json" in listing, "%s: no manifest.json (holds %s)" % (path, listing),
+              output)
+        with open(os.path.join(path, "manifest.json")) as f:
+            m = json.load(f)
+        check(m.get("machine_ranks") == machine_ranks,
+              "%s: machine_ranks %r, expected %r" % (path, m.get("machine_ranks"), machine_ranks))
+        listed = sorted(e["path"] for e in m["files"])
+        check(listed == sorted(set(listing) - {"manifest.json"}),
+              "%s: the manifest lists %s, the directory holds %s" % (path, listed, listing))
+        for e in m["files"]:
+            with open(os.path.join(path, e["path"]), "rb") as f:
+                data = f.read()
+            check(len(data) == e["size"] and zlib.crc32(data) == e["crc32"],
+                  "%s/%s does not match the manifest" % (path, e["path"]))
+        rng = sorted(n for n in listing if n.startswith("random_states_"))
+        check(rng == ["random_states_%d.safetensors" % r for r in want_ranks],
+              "%s: random states %s, expected ranks %s" % (path, rng, want_ranks))
+        for name in ["model_0.safetensors", "optimizer_0.json"] + optimizer_files:
+            check(name in listing, "%s: %s is missing (holds %s)" % (path, name, listing))
+        check(not [n for n in listing if n.startswith("optimizer_0.rank_")
+                   and n not in optimizer_files],
+              "%s: unexpected optimizer parts in %s" % (path, listing))
+        return listing
+
+    def each_node_case(self, net, root, name, extra, optimizer_files):
+        """Saves after 5 steps on two machines with no shared directory, checks each machine's
+        copy, resumes on both and compares with an uninterrupted run, bitwise."""
+        mounts = [os.path.join(root, name, "machine%d" % i) for i in (0, 1)]
+        for d in mounts:
+            os.makedirs(d)
+        on = dict(extra, ACCEL_SAVE_ON_EACH_NODE="true")
+        ref = self.sums_of(self.each_node_run(net, mounts, ["train", "8"], on), "sum")
+        check(len(set(ref.values())) == 1, "%s: the ranks' parameters differ" % name)
+        out = self.each_node_run(net, mounts, ["save", self.node_dir + "/ckpt",
+                                               self.node_dir + "/model", "5"], on)
+        saved = self.sums_of(out, "sum")
+        for i, ranks in ((0, [0, 1]), (1, [2, 3])):
+            listing = self.check_copy(os.path.join(mounts[i], "ckpt"), ranks, optimizer_files,
+                                      ranks, out)
+            model = os.path.join(mounts[i], "model", "model.safetensors")
+            check(os.path.isfile(model), "%s: machine %d has no %s" % (name, i, model), out)
+            left = [n for n in os.listdir(mounts[i]) if ".partial" in n]
+            check(not left, "%s: machine %d kept %s" % (name, i, left), out)
+            print("  %s: machine %d's copy: %s" % (name, i, " ".join(listing)))
+        out = self.each_node_run(net, mounts, ["resume", self.node_dir + "/ckpt", "3"], on)
+        check(self.sums_of(out, "loaded") == saved,
+              "%s: parameters after load_state differ from the saved ones" % name, out)
+        check(self.sums_of(out, "sum") == ref, "%s: the resumed run's parameters differ from "
+              "the uninterrupted run's" % name, out)
+        print("  %s: load_state on both machines: parameters bitwise equal to the saved ones; "
+              "3 more steps bitwise equal to an uninterrupted run (%s)" % (name, ref[0]))
+        return mounts
+
+    def each_node_refusals(self, net, root, mounts):
+        """Machine-local copies loaded where they do not belong: on the other machine (whose
+        ranks' random states they lack), and two machines' copies of different saves."""
+        on = {"ACCEL_SAVE_ON_EACH_NODE": "true"}
+        out = self.each_node_run(net, mounts[::-1], ["resume", self.node_dir + "/ckpt", "0"], on,
+                                 expect_ok=False)
+        check("is a machine-local copy (save_on_each_node) with the random states of rank(s) 2, "
+              "3 only, and this process is rank 0" in out,
+              "machines swapped: load_state did not say whose copy it is", out)
+        print("  machines' copies swapped: every rank fails, naming the ranks each copy holds")
+        other = [os.path.join(root, "other", "machine%d" % i) for i in (0, 1)]
+        for d in other:
+            os.makedirs(d)
+        self.each_node_run(net, other, ["save", self.node_dir + "/ckpt", self.node_dir + "/model",
+                                        "4"], on)
+        out = self.each_node_run(net, [mounts[0], other[1]],
+                                 ["resume", self.node_dir + "/ckpt", "0"], on, expect_ok=False)
+        check("is not the same save on every rank" in out and "of step 5" in out and
+              "of step 4" in out, "copies of two saves: load_state did not refuse them", out)
+        print("  machine 0's copy of one save, machine 1's of another: every rank fails")
+
+    def each_node_automatic(self, net, root):
+        """accel_save_state(NULL) with automatic naming and total_limit 2 (fault_program train,
+        saving every 2 steps), each machine numbering and pruning its own copies; a second run
+        resumes from the newest on both machines, bitwise as an uninterrupted run."""
+        env = {"ACCEL_SAVE_ON_EACH_NODE": "true", "ACCEL_TOTAL_LIMIT": "2"}
+        runs = {}
+        for name, steps in (("ref", "6"), ("job", "4"), ("job", "6")):
+            mounts = [os.path.join(root, "auto-" + name, "machine%d" % i) for i in (0, 1)]
+            for d in mounts:
+                os.makedirs(d, exist_ok=True)
+            out = self.each_node_run(net, mounts, ["train", steps, "2", self.node_dir + "/project",
+                                                   "0", "mixed", "mlp16"], env, program=self.fault)
+            runs[name] = (out, mounts)
+        sums = [re.findall(r"r\d checksum ([0-9a-f]{16})", runs[n][0]) for n in ("ref", "job")]
+        check(len(sums[0]) == 4 and len(set(sums[0])) == 1 and sums[1] == sums[0],
+              "automatic naming: the resumed run differs from the uninterrupted one",
+              runs["job"][0])
+        check(len(re.findall(r"r\d loaded step=4", runs["job"][0])) == 4,
+              "automatic naming: not every rank resumed from step 4", runs["job"][0])
+        for i, m in enumerate(runs["job"][1]):
+            held = sorted(os.listdir(os.path.join(m, "project", "checkpoints")))
+            check(held == ["checkpoint_1", "checkpoint_2"],
+                  "automatic naming: machine %d holds %s" % (i, held), runs["job"][0])
+        print("  automatic naming, total_limit 2: each machine keeps checkpoint_1, checkpoint_2; "
+              "the resumed run is bitwise the uninterrupted one (%s)" % sums[0][0])
+
+    def scenario_save_on_each_node(self):
+        import netns_fixture
+        sys.path.insert(0, os.path.join(self.source, "tests", "security"))
+        reason = netns_fixture.why_unavailable()
+        if reason:
+            return "network namespaces cannot be made here: " + reason
+        with tempfile.TemporaryDirectory(prefix="accel-each-node-") as root:
+            self.node_dir = os.path.join(root, "node")  # where each machine sees its own disk
+            self.token = "each-node-%d" % random.getrandbits(48)
+            os.makedirs(self.node_dir)
+            with netns_fixture.NetnsPair() as net:
+                ddp = self.each_node_case(net, root, "ddp", {}, ["optimizer_0.safetensors"])
+                self.each_node_refusals(net, root, ddp)
+                self.each_node_automatic(net, root)
+                # ZeRO 2 (FSDP, FULL_STATE_DICT): the ranks' optimizer parts travel over the
+                # communicator, merged into one file in every machine's copy.
+                self.each_node_case(net, root, "zero2_full", {
+                    "ACCELERATE_USE_FSDP": "true", "FSDP_SHARDING_STRATEGY": "SHARD_GRAD_OP",
+                    "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}, ["optimizer_0.safetensors"])
+                # ZeRO 2 (DeepSpeed: one optimizer file per rank): every rank's part in every
+                # machine's copy.
+                self.each_node_case(net, root, "zero2_parts", {
+                    "ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"},
+                    ["optimizer_0.rank_%d.safetensors" % r for r in range(4)])
+                self.each_node_shared_and_off(net, root)
+
+    def each_node_shared_and_off(self, net, root):
+        # One directory both machines share, the setting on: one complete copy, written once.
+        shared = os.path.join(root, "shared")
+        os.makedirs(shared)
+        on = {"ACCEL_SAVE_ON_EACH_NODE": "true"}
+        out = self.each_node_run(net, [shared, shared], ["save", self.node_dir + "/ckpt",
+                                                         self.node_dir + "/model", "5"], on)
+        saved = self.sums_of(out, "sum")
+        self.check_copy(os.path.join(shared, "ckpt"), [0, 1, 2, 3], ["optimizer_0.safetensors"],
+                        None, out)
+        out = self.each_node_run(net, [shared, shared], ["resume", self.node_dir + "/ckpt",
+                                                         "0"], on)
+        check(self.sums_of(out, "loaded") == saved, "shared directory: load_state differs", out)
+        print("  shared directory, save_on_each_node on: one complete copy; it loads")
+        # The setting off, no shared directory: accel_save_model writes on machine 0 only, and
+        # save_state fails on every rank, saying why, leaving nothing behind.
+        mounts = [os.path.join(root, "off", "machine%d" % i) for i in (0, 1)]
+        for d in mounts:
+            os.makedirs(d)
+        self.each_node_run(net, mounts, ["model", self.node_dir + "/model", "2"], {})
+        held = [sorted(os.listdir(m)) for m in mounts]
+        check(held == [["model"], []] and os.listdir(os.path.join(mounts[0], "model")) ==
+              ["model.safetensors"], "save_on_each_node off: the machines hold %s" % held)
+        out = self.each_node_run(net, mounts, ["save", self.node_dir + "/ckpt",
+                                               self.node_dir + "/model2", "2"], {},
+                                 expect_ok=False)
+        check("not visible to rank 2" in out and "save_on_each_node" in out,
+              "save_on_each_node off: the failed save_state did not say why", out)
+        held = [sorted(os.listdir(m)) for m in mounts]
+        check(held == [["model"], []], "save_on_each_node off: the failed save left %s" % held,
+              out)
+        why = [l for l in out.splitlines() if "not visible to rank 2" in l]
+        print("  save_on_each_node off: save_model on machine 0 only; save_state without a "
+              "shared directory fails on every rank: %s" % why[0].strip()[:400])
+
     # -- bad input -------------------------------------------------------------------------------
 
     def expect_error(self, argv, env, words, limit, what):
@@ -563,7 +766,7 @@ def first_error(output):
 
 
 SCENARIOS = ["torchrun_static", "torchrun_standalone", "torchrun_c10d", "torchrun_max_restarts", "elastic_restart",
-             "mpirun", "srun", "kubernetes", "netns", "bad_input"]
+             "mpirun", "srun", "kubernetes", "netns", "save_on_each_node", "bad_input"]
 
 
 def main():
