@@ -279,6 +279,8 @@ typedef void (*accel_release_fn)(void* user_data);
  *                                processes (default true); false: once per accel_scheduler_step
  *   project_dir, automatic_checkpoint_naming, total_limit   where accel_save_state(acc, NULL) goes
  *                                ("", false, 0 = keep all), as Accelerate's ProjectConfiguration
+ *   save_on_each_node            ProjectConfiguration's: on several machines each machine's local
+ *                                main process writes its own copy of every checkpoint (false)
  *   log_with, logging_dir        the trackers a run writes and where ("Trackers" below; none, and
  *                                project_dir)
  *
@@ -1469,52 +1471,6 @@ ACCEL_API accel_status accel_clip_grad_norm(accel_accelerator* accelerator, acce
 ACCEL_API accel_status accel_clip_grad_value(accel_accelerator* accelerator, accel_model* model,
                                              double clip_value);
 
-/* ----------------------------------------------------------------------------------------------------
- * Checkpoints
- * -------------------------------------------------------------------------------------------------
- */
-
-/**
- * Accelerate's save_model: writes `model`'s parameters and buffers (plain names, no wrapper
- * prefixes) as safetensors into directory `dir` (created if missing): model.safetensors, or, above
- * `max_shard_size` ("10GB" when NULL; decimal units as Accelerate, "500MB", and binary "1GiB"), the
- * shards model-00001-of-0000N.safetensors filled greedily in parameter order plus
- * model.safetensors.index.json. Each file is written aside and renamed into place. Only the main
- * process writes; every process returns once it is written, with the main process's status (its
- * class and message).
- */
-ACCEL_API accel_status accel_save_model(accel_accelerator* accelerator, const accel_model* model,
-                                        const char* dir, const char* max_shard_size);
-
-/**
- * Accelerate's load_checkpoint_in_model: loads weights into `model` from a safetensors file, a
- * model.safetensors.index.json, or a directory holding either. Names, shapes and dtypes must
- * match: otherwise ACCEL_ERR_SHAPE lists the missing, unexpected and mismatched tensors and the
- * model is unchanged. A corrupt or truncated file is ACCEL_ERR_IO naming it and what is wrong.
- */
-ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const char* path);
-
-/**
- * Accelerate's save_state, language-neutral: writes into directory `dir` every prepared model
- * (safetensors), each optimizer's state tensors (safetensors) and options (JSON), each scheduler's
- * step count, the loss scaler, each prepared dataloader's cursor, the accumulation counter, the
- * configuration, one random-state file per process, the program's registered objects, and
- * manifest.json listing every file with its size and CRC-32. The directory is written as
- * `dir`.partial and renamed into place only when complete, so an interrupted save never harms a
- * previous checkpoint at `dir`. A collective: every process calls it.
- *
- * With `dir` NULL, the configuration's project settings decide (Accelerate's ProjectConfiguration):
- * automatic_checkpoint_naming true saves to project_dir/checkpoints/checkpoint_<n>, n counting up
- * from 0 (or from one past the newest checkpoint there), and total_limit > 0 keeps only the newest
- * total_limit of them; accel_load_state(acc, NULL) loads the newest and continues the numbering
- * after it.
- */
-ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const char* dir);
-
-/**
- * Restores a save_state directory into the prepared objects (the same numbers and kinds, prepared
- * in the same order). All or nothing: the manifest's sizes and checksums are verified, then every
- * file is read and every key, type, tensor name, shape and dtype is checked against the prepared
 /**
  * Accelerate's no_sync(model), as a begin/end pair: between them, accel_backward keeps `model`'s
  * gradients on this rank (they add up across backwards) and the first backward after the end
@@ -1616,7 +1572,8 @@ typedef struct accel_profiler accel_profiler;
 
 /** Called when a recorded window is complete (Accelerate's on_trace_ready); it may read the window
  * (accel_profiler_table, accel_profiler_export_chrome_trace). A status other than ACCEL_OK makes
- * the step (or stop) that completed the window fail with ACCEL_ERR_CALLBACK. */
+ * the step (or stop) that completed the window fail with ACCEL_ERR_CALLBACK; the next window is
+ * recorded all the same. */
 typedef accel_status (*accel_trace_ready_fn)(void* user_data, accel_profiler* profiler);
 
 /**
@@ -1676,6 +1633,57 @@ ACCEL_API accel_status accel_profiler_window_count(const accel_profiler* profile
  * thread that started it. NULL is a no-op. */
 ACCEL_API void accel_profiler_free(accel_profiler* profiler);
 
+/* ----------------------------------------------------------------------------------------------------
+ * Checkpoints
+ * -------------------------------------------------------------------------------------------------
+ */
+
+/**
+ * Accelerate's save_model: writes `model`'s parameters and buffers (plain names, no wrapper
+ * prefixes) as safetensors into directory `dir` (created if missing): model.safetensors, or, above
+ * `max_shard_size` ("10GB" when NULL; decimal units as Accelerate, "500MB", and binary "1GiB"), the
+ * shards model-00001-of-0000N.safetensors filled greedily in parameter order plus
+ * model.safetensors.index.json. Each file is written aside and renamed into place. Only the main
+ * process writes (with save_on_each_node on several machines, each machine's local main process);
+ * every process returns once it is written, with the main process's status (its class and
+ * message).
+ */
+ACCEL_API accel_status accel_save_model(accel_accelerator* accelerator, const accel_model* model,
+                                        const char* dir, const char* max_shard_size);
+
+/**
+ * Accelerate's load_checkpoint_in_model: loads weights into `model` from a safetensors file, a
+ * model.safetensors.index.json, or a directory holding either. Names, shapes and dtypes must
+ * match: otherwise ACCEL_ERR_SHAPE lists the missing, unexpected and mismatched tensors and the
+ * model is unchanged. A corrupt or truncated file is ACCEL_ERR_IO naming it and what is wrong.
+ */
+ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const char* path);
+
+/**
+ * Accelerate's save_state, language-neutral: writes into directory `dir` every prepared model
+ * (safetensors), each optimizer's state tensors (safetensors) and options (JSON), each scheduler's
+ * step count, the loss scaler, each prepared dataloader's cursor, the accumulation counter, the
+ * configuration, one random-state file per process, the program's registered objects, and
+ * manifest.json listing every file with its size and CRC-32. The directory is written as
+ * `dir`.partial and renamed into place only when complete, so an interrupted save never harms a
+ * previous checkpoint at `dir`. A collective: every process calls it. With save_on_each_node true
+ * on a job of several machines, each machine's local main process writes its own complete copy of
+ * `dir` (holding only that machine's processes' random-state files), so that machines need no
+ * shared directory; accel_load_state then reads on each machine the copy there (and refuses
+ * copies of different saves). Without it, `dir` must be one directory every machine sees.
+ *
+ * With `dir` NULL, the configuration's project settings decide (Accelerate's ProjectConfiguration):
+ * automatic_checkpoint_naming true saves to project_dir/checkpoints/checkpoint_<n>, n counting up
+ * from 0 (or from one past the newest checkpoint there), and total_limit > 0 keeps only the newest
+ * total_limit of them; accel_load_state(acc, NULL) loads the newest and continues the numbering
+ * after it.
+ */
+ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const char* dir);
+
+/**
+ * Restores a save_state directory into the prepared objects (the same numbers and kinds, prepared
+ * in the same order). All or nothing: the manifest's sizes and checksums are verified, then every
+ * file is read and every key, type, tensor name, shape and dtype is checked against the prepared
  * objects, on every process, before anything changes. A failure on any process fails the call on
  * every process, names the file (and the key or tensor), and leaves every model, optimizer,
  * scheduler, dataloader cursor, loss scaler and random state exactly as it was: an incomplete or

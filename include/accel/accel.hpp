@@ -1190,25 +1190,6 @@ class Accelerator {
       if (!h->error.empty()) message += ": " + std::exchange(h->error, std::string());
     throw Error(status, message);
   }
-  void init(const accel_config* config) {
-    accel_accelerator* a = nullptr;
-    detail::check(accel_init(config, &a));
-    h_ = detail::Handle<accel_accelerator, accel_accelerator_free>(a);
-  }
-  template <class F>
-  Tensor collective(F fn, const Tensor& t) {
-    accel_tensor* out = nullptr;
-    detail::check(fn(get(), t.get(), &out));
-    return Tensor(out);
-  }
-  detail::Handle<accel_accelerator, accel_accelerator_free> h_;
-  std::vector<detail::TrackerHolder*> trackers_;  // owned by the library until it releases them
-  detail::LogSinkHolder* log_sink_ = nullptr;     // the same
-  std::mt19937_64 rng_{std::random_device{}()};
-};
-
-inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset)
-    : source_(dataset.source()) {
   // begin(a); block(); end(a): the end also runs when `block` throws (whose exception then wins).
   template <class Begin, class End, class F>
   auto scoped(Begin begin, End end_fn, F& block) -> decltype(block()) {
@@ -1232,14 +1213,23 @@ inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset)
       return result;
     }
   }
-  accel_dataloader* l = nullptr;
-  detail::check(accel_dataloader_new(accelerator.get(), dataset.get(), &l));
-  h_ = detail::Handle<accel_dataloader, accel_dataloader_free>(l);
-}
+  void init(const accel_config* config) {
+    accel_accelerator* a = nullptr;
+    detail::check(accel_init(config, &a));
+    h_ = detail::Handle<accel_accelerator, accel_accelerator_free>(a);
+  }
+  template <class F>
+  Tensor collective(F fn, const Tensor& t) {
+    accel_tensor* out = nullptr;
+    detail::check(fn(get(), t.get(), &out));
+    return Tensor(out);
+  }
+  detail::Handle<accel_accelerator, accel_accelerator_free> h_;
+  std::vector<detail::TrackerHolder*> trackers_;  // owned by the library until it releases them
+  detail::LogSinkHolder* log_sink_ = nullptr;     // the same
+  std::mt19937_64 rng_{std::random_device{}()};
+};
 
-}  // namespace accel
-
-#endif  // ACCEL_ACCEL_HPP
 /**
  * Accelerate's LocalSGD (accel.h: accel_local_sgd_begin): the model's gradients stay local and
  * every `local_sgd_steps`-th step() averages its parameters. end() averages once more when needed;
@@ -1337,3 +1327,13 @@ class Profiler {
   Handle h_;
 };
 
+inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset)
+    : source_(dataset.source()) {
+  accel_dataloader* l = nullptr;
+  detail::check(accel_dataloader_new(accelerator.get(), dataset.get(), &l));
+  h_ = detail::Handle<accel_dataloader, accel_dataloader_free>(l);
+}
+
+}  // namespace accel
+
+#endif  // ACCEL_ACCEL_HPP

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
+#include <exception>
 #include <set>
 
 #include "common/error.hpp"
@@ -168,11 +169,17 @@ void Profiler::apply(Action from, std::optional<Action> to) {
   auto stop = [&] {
     if (t.stop) window = collect();
   };
+  // The program's function may fail; the next window still starts, and its error comes after.
+  std::exception_ptr failed;
   auto ready = [&] {
     if (!t.trace_ready) return;
     events_ = std::move(window);
     ++windows_;
-    if (ready_) ready_();
+    try {
+      if (ready_) ready_();
+    } catch (...) {
+      failed = std::current_exception();
+    }
   };
   if (t.stop_first) {
     stop();
@@ -183,6 +190,7 @@ void Profiler::apply(Action from, std::optional<Action> to) {
     stop();
     ready();
   }
+  if (failed) std::rethrow_exception(failed);
 }
 
 void Profiler::enable() {

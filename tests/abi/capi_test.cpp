@@ -51,6 +51,8 @@ struct Objects {
   accel_optimizer* optimizer = nullptr;
   accel_scheduler* scheduler = nullptr;
   accel_values* values = nullptr;
+  accel_local_sgd* local_sgd = nullptr;
+  accel_profiler* profiler = nullptr;
   Objects() {
     EXPECT_EQ(accel_model_new(&model), ACCEL_OK);
     EXPECT_EQ(accel_model_add_layer(model, "fc", "linear", "in_features=3 out_features=1"),
@@ -70,8 +72,12 @@ struct Objects {
     EXPECT_EQ(accel_dataloader_new(g_acc, dataset, &loader), ACCEL_OK);
     EXPECT_EQ(accel_values_new(&values), ACCEL_OK);
     EXPECT_EQ(accel_values_set_number(values, "loss", 0.5), ACCEL_OK);
+    EXPECT_EQ(accel_local_sgd_begin(g_acc, model, 2, &local_sgd), ACCEL_OK);
+    EXPECT_EQ(accel_profiler_new(g_acc, &profiler), ACCEL_OK);
   }
   ~Objects() {
+    accel_profiler_free(profiler);
+    accel_local_sgd_free(local_sgd);
     accel_values_free(values);
     accel_config_free(config);
     accel_tensor_free(tensor);
@@ -171,6 +177,11 @@ std::vector<Case> cases() {
   auto W = [](O o) { return o.wrong<accel_state_writer>(); };
   auto SA = [](O o) { return o.wrong<accel_sample>(); };
   auto V = [](O o) { return o.wrong<accel_values>(); };
+  auto LS = [](O o) { return o.wrong<accel_local_sgd>(); };
+  auto PR = [](O o) { return o.wrong<accel_profiler>(); };
+  static accel_local_sgd* ls_out;
+  static accel_profiler* pr_out;
+  static accel_batch_size_fn size_ok = [](void*, int64_t) -> accel_status { return ACCEL_OK; };
   static accel_tracker_log_fn log_noop = [](const accel_values*, int64_t, void*) -> int32_t {
     return 0;
   };
@@ -865,6 +876,111 @@ std::vector<Case> cases() {
        {null("accelerator", [](O) { return accel_log_message(nullptr, ACCEL_LOG_INFO, 0, "m"); }),
         wrong("accelerator", [A](O o) { return accel_log_message(A(o), ACCEL_LOG_INFO, 0, "m"); }),
         null("message", [](O) { return accel_log_message(g_acc, ACCEL_LOG_INFO, 0, nullptr); })}},
+      {"accel_local_main_process_first_begin",
+       {null("accelerator", [](O) { return accel_local_main_process_first_begin(nullptr); }),
+        wrong("accelerator", [A](O o) { return accel_local_main_process_first_begin(A(o)); })}},
+      {"accel_local_main_process_first_end",
+       {null("accelerator", [](O) { return accel_local_main_process_first_end(nullptr); }),
+        wrong("accelerator", [A](O o) { return accel_local_main_process_first_end(A(o)); })}},
+      {"accel_is_last_process",
+       {null("accelerator", [](O) { return accel_is_last_process(nullptr, &b); }),
+        wrong("accelerator", [A](O o) { return accel_is_last_process(A(o), &b); }),
+        null("out", [](O) { return accel_is_last_process(g_acc, nullptr); })}},
+      {"accel_no_sync_begin",
+       {null("accelerator", [](O o) { return accel_no_sync_begin(nullptr, o.model); }),
+        wrong("accelerator", [A](O o) { return accel_no_sync_begin(A(o), o.model); }),
+        null("model", [](O) { return accel_no_sync_begin(g_acc, nullptr); }),
+        wrong("model", [M](O o) { return accel_no_sync_begin(g_acc, M(o)); })}},
+      {"accel_no_sync_end",
+       {null("accelerator", [](O o) { return accel_no_sync_end(nullptr, o.model); }),
+        wrong("accelerator", [A](O o) { return accel_no_sync_end(A(o), o.model); }),
+        null("model", [](O) { return accel_no_sync_end(g_acc, nullptr); }),
+        wrong("model", [M](O o) { return accel_no_sync_end(g_acc, M(o)); })}},
+      {"accel_find_executable_batch_size",
+       {null(
+            "accelerator",
+            [](O) { return accel_find_executable_batch_size(nullptr, 8, size_ok, nullptr, &i64); }),
+        wrong(
+            "accelerator",
+            [A](O o) { return accel_find_executable_batch_size(A(o), 8, size_ok, nullptr, &i64); }),
+        null("fn",
+             [](O) { return accel_find_executable_batch_size(g_acc, 8, nullptr, nullptr, &i64); }),
+        null("out_batch_size",
+             [](O) {
+               return accel_find_executable_batch_size(g_acc, 8, size_ok, nullptr, nullptr);
+             })}},
+      {"accel_local_sgd_begin",
+       {null("accelerator",
+             [](O o) { return accel_local_sgd_begin(nullptr, o.model, 2, &ls_out); }),
+        wrong("accelerator", [A](O o) { return accel_local_sgd_begin(A(o), o.model, 2, &ls_out); }),
+        null("model", [](O) { return accel_local_sgd_begin(g_acc, nullptr, 2, &ls_out); }),
+        wrong("model", [M](O o) { return accel_local_sgd_begin(g_acc, M(o), 2, &ls_out); }),
+        null("out", [](O o) { return accel_local_sgd_begin(g_acc, o.model, 2, nullptr); })}},
+      {"accel_local_sgd_set",
+       {null("local_sgd", [](O) { return accel_local_sgd_set(nullptr, "outer_lr", "1"); }),
+        wrong("local_sgd", [LS](O o) { return accel_local_sgd_set(LS(o), "outer_lr", "1"); }),
+        null("key", [](O o) { return accel_local_sgd_set(o.local_sgd, nullptr, "1"); }),
+        null("value", [](O o) { return accel_local_sgd_set(o.local_sgd, "outer_lr", nullptr); })}},
+      {"accel_local_sgd_step",
+       {null("local_sgd", [](O) { return accel_local_sgd_step(nullptr); }),
+        wrong("local_sgd", [LS](O o) { return accel_local_sgd_step(LS(o)); })}},
+      {"accel_local_sgd_end",
+       {null("local_sgd", [](O) { return accel_local_sgd_end(nullptr); }),
+        wrong("local_sgd", [LS](O o) { return accel_local_sgd_end(LS(o)); })}},
+      {"accel_local_sgd_average_count",
+       {null("local_sgd", [](O) { return accel_local_sgd_average_count(nullptr, &i64); }),
+        wrong("local_sgd", [LS](O o) { return accel_local_sgd_average_count(LS(o), &i64); }),
+        null("out", [](O o) { return accel_local_sgd_average_count(o.local_sgd, nullptr); })}},
+      {"accel_local_sgd_free",
+       {wrong("local_sgd",
+              [LS](O o) {
+                accel_local_sgd_free(LS(o));
+                return accel_last_error_status();
+              })}},
+      {"accel_profiler_new",
+       {null("accelerator", [](O) { return accel_profiler_new(nullptr, &pr_out); }),
+        wrong("accelerator", [A](O o) { return accel_profiler_new(A(o), &pr_out); }),
+        null("out", [](O) { return accel_profiler_new(g_acc, nullptr); })}},
+      {"accel_profiler_set",
+       {null("profiler", [](O) { return accel_profiler_set(nullptr, "wait", "1"); }),
+        wrong("profiler", [PR](O o) { return accel_profiler_set(PR(o), "wait", "1"); }),
+        null("key", [](O o) { return accel_profiler_set(o.profiler, nullptr, "1"); }),
+        null("value", [](O o) { return accel_profiler_set(o.profiler, "wait", nullptr); })}},
+      {"accel_profiler_set_on_trace_ready",
+       {null("profiler",
+             [](O) { return accel_profiler_set_on_trace_ready(nullptr, nullptr, nullptr); }),
+        wrong("profiler",
+              [PR](O o) { return accel_profiler_set_on_trace_ready(PR(o), nullptr, nullptr); })}},
+      {"accel_profiler_start",
+       {null("profiler", [](O) { return accel_profiler_start(nullptr); }),
+        wrong("profiler", [PR](O o) { return accel_profiler_start(PR(o)); })}},
+      {"accel_profiler_step",
+       {null("profiler", [](O) { return accel_profiler_step(nullptr); }),
+        wrong("profiler", [PR](O o) { return accel_profiler_step(PR(o)); })}},
+      {"accel_profiler_stop",
+       {null("profiler", [](O) { return accel_profiler_stop(nullptr); }),
+        wrong("profiler", [PR](O o) { return accel_profiler_stop(PR(o)); })}},
+      {"accel_profiler_table",
+       {null("profiler",
+             [](O) { return accel_profiler_table(nullptr, nullptr, -1, text, 8, &st); }),
+        wrong("profiler",
+              [PR](O o) { return accel_profiler_table(PR(o), nullptr, -1, text, 8, &st); })}},
+      {"accel_profiler_export_chrome_trace",
+       {null("profiler",
+             [](O) { return accel_profiler_export_chrome_trace(nullptr, "/tmp/x.json"); }),
+        wrong("profiler",
+              [PR](O o) { return accel_profiler_export_chrome_trace(PR(o), "/tmp/x.json"); }),
+        null("path", [](O o) { return accel_profiler_export_chrome_trace(o.profiler, nullptr); })}},
+      {"accel_profiler_window_count",
+       {null("profiler", [](O) { return accel_profiler_window_count(nullptr, &i64); }),
+        wrong("profiler", [PR](O o) { return accel_profiler_window_count(PR(o), &i64); }),
+        null("out", [](O o) { return accel_profiler_window_count(o.profiler, nullptr); })}},
+      {"accel_profiler_free",
+       {wrong("profiler",
+              [PR](O o) {
+                accel_profiler_free(PR(o));
+                return accel_last_error_status();
+              })}},
   };
 }
 

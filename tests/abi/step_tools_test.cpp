@@ -285,7 +285,14 @@ TEST(Profiler, BadUseIsAClearError) {
   std::thread([&] { from_thread = accel_profiler_step(p); }).join();
   EXPECT_EQ(from_thread, ACCEL_ERR_STATE);
   EXPECT_EQ(accel_profiler_step(p), ACCEL_ERR_CALLBACK);  // the window of step 0 is complete
-  accel_profiler_free(p);                                 // running: stopped without a trace
+  // The next window was started all the same: the next step completes it and reports again.
+  EXPECT_EQ(accel_profiler_step(p), ACCEL_ERR_CALLBACK);
+  int64_t windows = 0;
+  OK(accel_profiler_window_count(p, &windows));
+  EXPECT_EQ(windows, 2);
+  OK(accel_profiler_set_on_trace_ready(p, nullptr, nullptr));
+  OK(accel_profiler_step(p));
+  accel_profiler_free(p);  // running: stopped without a trace
   accel_profiler_free(nullptr);
   EXPECT_EQ(accel_profiler_start(nullptr), ACCEL_ERR_INVALID_ARGUMENT);
 }
@@ -415,10 +422,14 @@ TEST(GradientAccumulationPlugin, AdjustSchedulerChangesNothingAsInAccelerate) {
   // Accelerate 1.15.0 with GradientAccumulationPlugin(num_steps=2, adjust_scheduler=True or
   // False), OneCycleLR(max_lr=1, total_steps=4), 8 micro-steps: get_last_lr() after each (its
   // to_kwargs drops adjust_scheduler's default, which GradientState then reads as False).
-  const std::vector<double> accelerate = {0.040000000000000036, 0.811745653949763,
-                                          0.811745653949763,    0.28306099820869923,
-                                          0.28306099820869923,  4e-06,
-                                          4e-06,                0.2830609982086991};
+  const std::vector<double> accelerate = {0.040000000000000036,
+                                          0.811745653949763,
+                                          0.811745653949763,
+                                          0.28306099820869923,
+                                          0.28306099820869923,
+                                          4e-06,
+                                          4e-06,
+                                          0.2830609982086991};
   for (const char* adjust : {"true", "false"}) {
     const auto rates = one_cycle_rates(adjust);
     ASSERT_EQ(rates.size(), accelerate.size());

@@ -10,6 +10,10 @@
 //   step_tools_program no_sync
 //   step_tools_program profile DIR
 //   step_tools_program local_first DIR
+//   step_tools_program sizes      one process; per stdin line "START LIMIT": the sizes tried when
+//                                 those above LIMIT run out of memory, and the result
+//   step_tools_program windows    one process; per stdin line "WAIT WARMUP ACTIVE REPEAT SKIP
+//                                 STEPS": how many windows the profiler completes
 #define ACCEL_WITH_TORCH
 #include <sys/resource.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -23,6 +27,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -305,6 +311,46 @@ int local_first(const std::string& dir) {
   return 0;
 }
 
+int sizes() {
+  accel::Accelerator acc;
+  for (long long start = 0, limit = 0; std::cin >> start >> limit;) {
+    std::string tried;
+    try {
+      const int64_t size = acc.find_executable_batch_size(
+          [&](int64_t n) {
+            tried += " " + std::to_string(n);
+            if (n > limit) throw accel::Error(ACCEL_ERR_OUT_OF_MEMORY, "fake");
+          },
+          start);
+      std::printf("tried%s -> %lld\n", tried.c_str(), static_cast<long long>(size));
+    } catch (const accel::Error& e) {
+      std::printf("tried%s -> error %s\n", tried.c_str(), e.what());
+    }
+  }
+  return 0;
+}
+
+int windows() {
+  accel::Accelerator acc;
+  for (std::string line; std::getline(std::cin, line);) {
+    std::istringstream in(line);
+    std::string wait, warmup, active, repeat, skip;
+    int steps = 0;
+    if (!(in >> wait >> warmup >> active >> repeat >> skip >> steps)) continue;
+    accel::Profiler prof(acc);
+    prof.set("wait", wait).set("warmup", warmup).set("active", active);
+    prof.set("repeat", repeat).set("skip_first", skip);
+    prof.start();
+    for (int i = 0; i < steps; ++i) {
+      prof.step();
+      torch::ones({3}).sum();
+    }
+    prof.stop();
+    std::printf("%lld\n", static_cast<long long>(prof.window_count()));
+  }
+  return 0;
+}
+
 int dispatch(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   auto arg = [&](int i) { return i < argc ? std::string(argv[i]) : std::string(); };
@@ -319,6 +365,8 @@ int dispatch(int argc, char** argv) {
   if (mode == "no_sync") return no_sync();
   if (mode == "profile") return profile(arg(2));
   if (mode == "local_first") return local_first(arg(2));
+  if (mode == "sizes") return sizes();
+  if (mode == "windows") return windows();
   std::fprintf(stderr, "step_tools_program: unknown mode '%s'\n", mode.c_str());
   return 64;
 }

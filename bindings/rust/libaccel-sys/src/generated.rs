@@ -273,7 +273,8 @@ pub type accel_batch_size_fn =
     Option<unsafe extern "C" fn(user_data: *mut c_void, batch_size: i64) -> accel_status>;
 /// Called when a recorded window is complete (Accelerate's on_trace_ready); it may read the window
 /// (accel_profiler_table, accel_profiler_export_chrome_trace). A status other than ACCEL_OK makes
-/// the step (or stop) that completed the window fail with ACCEL_ERR_CALLBACK.
+/// the step (or stop) that completed the window fail with ACCEL_ERR_CALLBACK; the next window is
+/// recorded all the same.
 pub type accel_trace_ready_fn = Option<
     unsafe extern "C" fn(user_data: *mut c_void, profiler: *mut accel_profiler) -> accel_status,
 >;
@@ -1389,8 +1390,9 @@ extern "C" {
     /// `max_shard_size` ("10GB" when NULL; decimal units as Accelerate, "500MB", and binary "1GiB"), the
     /// shards model-00001-of-0000N.safetensors filled greedily in parameter order plus
     /// model.safetensors.index.json. Each file is written aside and renamed into place. Only the main
-    /// process writes; every process returns once it is written, with the main process's status (its
-    /// class and message).
+    /// process writes (with save_on_each_node on several machines, each machine's local main process);
+    /// every process returns once it is written, with the main process's status (its class and
+    /// message).
     pub fn accel_save_model(
         accelerator: *mut accel_accelerator,
         model: *const accel_model,
@@ -1411,7 +1413,11 @@ extern "C" {
     /// configuration, one random-state file per process, the program's registered objects, and
     /// manifest.json listing every file with its size and CRC-32. The directory is written as
     /// `dir`.partial and renamed into place only when complete, so an interrupted save never harms a
-    /// previous checkpoint at `dir`. A collective: every process calls it.
+    /// previous checkpoint at `dir`. A collective: every process calls it. With save_on_each_node true
+    /// on a job of several machines, each machine's local main process writes its own complete copy of
+    /// `dir` (holding only that machine's processes' random-state files), so that machines need no
+    /// shared directory; accel_load_state then reads on each machine the copy there (and refuses
+    /// copies of different saves). Without it, `dir` must be one directory every machine sees.
     ///
     /// With `dir` NULL, the configuration's project settings decide (Accelerate's ProjectConfiguration):
     /// automatic_checkpoint_naming true saves to project_dir/checkpoints/checkpoint_<n>, n counting up
