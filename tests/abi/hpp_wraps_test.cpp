@@ -1,5 +1,5 @@
-// accel.hpp's wrappers of the C functions it gained for issue 49 (bindings/left_out.txt lists
-// the ones it still leaves out): one process, each against what the C function returns.
+// accel.hpp's wrappers of the C functions it gained for issues 49 and 50 (bindings/left_out.txt
+// lists the ones it still leaves out): one process, each against what the C function returns.
 #include <accel/accel.hpp>
 
 #include <gtest/gtest.h>
@@ -52,4 +52,109 @@ TEST(CppWraps, DataLoaderCursor) {
   EXPECT_EQ(dl.position(), std::make_pair(int64_t{4}, int64_t{2}));
   dl.close();
   EXPECT_THROW(dl.next(), accel::Error);
+}
+
+// The step helpers of issue 50 through accel.hpp, in one process.
+
+TEST(CppWraps, ClipGradValueClampsEveryGradient) {
+  accel::Accelerator acc;
+  accel::Model model;
+  model.add_layer("fc", "linear", "in_features=2 out_features=1");
+  model.define("def loss(self, x):\n    return self.fc.forward(x).sum()\n");
+  accel::Optimizer opt(model, "sgd");
+  opt.set("lr", "1.0");
+  acc.prepare(model, opt);
+  const auto before = model.tensor("fc.weight").to_vector<float>();
+  const auto bias_before = model.tensor("fc.bias").to_vector<float>();
+  // d(sum(x w + b))/dw = sum of x's rows = (3, -0.2); /db = 2 rows = 2.
+  auto x = accel::Tensor::from_data<float>({1.0f, -0.1f, 2.0f, -0.1f}, {2, 2});
+  acc.backward(model.call("loss", {&x})[0]);
+  acc.clip_grad_value(model, 0.5);
+  opt.step();  // lr 1: the parameters move by exactly the clipped gradients
+  const auto after = model.tensor("fc.weight").to_vector<float>();
+  EXPECT_FLOAT_EQ(before[0] - after[0], 0.5f);
+  EXPECT_NEAR(before[1] - after[1], -0.2f, 1e-6);
+  EXPECT_FLOAT_EQ(bias_before[0] - model.tensor("fc.bias").to_vector<float>()[0], 0.5f);
+}
+
+TEST(CppWraps, FindExecutableBatchSize) {
+  accel::Accelerator acc;
+  std::vector<int64_t> tried;
+  const int64_t size = acc.find_executable_batch_size([&](int64_t n) {
+    tried.push_back(n);
+    if (n > 8) throw accel::Error(ACCEL_ERR_OUT_OF_MEMORY, "fake");
+  });
+  EXPECT_EQ(size, 8);
+  EXPECT_EQ(tried, (std::vector<int64_t>{128, 115, 103, 92, 82, 73, 65, 58, 52, 46, 41, 36,
+                                         32,  28,  25,  22, 19, 17, 15, 13, 11, 9,  8}));
+  // std::bad_alloc counts as out of memory; another exception comes back as it was thrown.
+  EXPECT_EQ(acc.find_executable_batch_size(
+                [](int64_t n) {
+                  if (n > 3) throw std::bad_alloc();
+                },
+                4),
+            3);
+  struct Mine : std::runtime_error {
+    Mine() : std::runtime_error("mine") {}
+  };
+  EXPECT_THROW(acc.find_executable_batch_size([](int64_t) { throw Mine(); }), Mine);
+  try {
+    acc.find_executable_batch_size([](int64_t) {}, 0);
+    ADD_FAILURE() << "a start of 0 ran";
+  } catch (const accel::Error& e) {
+    EXPECT_EQ(e.status(), ACCEL_ERR_OUT_OF_MEMORY);
+    EXPECT_NE(std::string(e.what()).find("No executable batch size found, reached zero."),
+              std::string::npos);
+  }
+}
+
+TEST(CppWraps, NoSyncLocalSgdAndTheProcessHelpers) {
+  accel::Accelerator acc;
+  accel::Model model;
+  model.add_layer("fc", "linear", "in_features=2 out_features=1");
+  EXPECT_EQ(acc.no_sync(model, [&] { return acc.no_sync(model, [] { return 7; }); }), 7);
+  EXPECT_THROW(acc.no_sync(model, []() -> int { throw std::runtime_error("x"); }),
+               std::runtime_error);
+  accel::LocalSgd local(acc, model, 2);
+  local.set("outer_optimizer", "nesterov");
+  for (int i = 0; i < 5; ++i) local.step();
+  local.end();
+  EXPECT_EQ(local.average_count(), 0);  // one process: nothing to average
+  EXPECT_THROW(accel::LocalSgd(acc, model, 0), accel::Error);
+  EXPECT_TRUE(acc.is_last_process());
+  int ran = 0;
+  acc.on_main_process([&] { ++ran; });
+  acc.on_local_main_process([&] { ++ran; });
+  acc.on_last_process([&] { ++ran; });
+  acc.on_process(0, [&] { ++ran; });
+  acc.on_process(1, [&] { ran += 100; });
+  EXPECT_EQ(ran, 4);
+  EXPECT_EQ(acc.local_main_process_first([] { return 5; }), 5);
+}
+
+TEST(CppWraps, ProfilerWindowsTableAndACallbacksException) {
+  accel::Accelerator acc;
+  accel::Profiler prof(acc);
+  int windows = 0;
+  prof.set("wait", "1").set("warmup", "1").set("active", "2").set("repeat", "2");
+  prof.on_trace_ready([&](accel::Profiler& p) {
+    ++windows;
+    EXPECT_NE(p.table().find("Self CPU time total:"), std::string::npos);
+  });
+  prof.start();
+  auto x = accel::Tensor::from_data<float>({1, 2, 3}, {3});
+  for (int i = 0; i < 20; ++i) {
+    prof.step();
+    acc.reduce(x);
+  }
+  prof.stop();
+  EXPECT_EQ(windows, 2);
+  EXPECT_EQ(prof.window_count(), 2);
+  accel::Profiler failing(acc);
+  failing.set("active", "1").on_trace_ready([](accel::Profiler&) {
+    throw std::logic_error("from the callback");
+  });
+  failing.start();
+  EXPECT_THROW(failing.step(), std::logic_error);
+  EXPECT_THROW(failing.step(), std::logic_error);  // the next window was recorded all the same
 }
