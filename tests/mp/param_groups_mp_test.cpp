@@ -2,6 +2,7 @@
 // `accel launch`): ZeRO stages 1 and 2 step each parameter with its own group's options, as stage
 // 0 does, and the groups' options and rates resume from save_state, sharded or not.
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,25 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "run_command.hpp"
+
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-Result run(const std::string& command) {
-  Result r;
-  FILE* p = popen(
-      ("export HF_HOME=/nonexistent-hf-home OMP_NUM_THREADS=1; " + command + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+using mp_test::Result;
+using mp_test::run;
 
 // Accelerate's launcher's words for ZeRO stage N (empty: stage 0).
 std::string stage(int n) {

@@ -53,6 +53,19 @@ torch::nn::Linear fp64_linear() {
   return lin;
 }
 
+// The model's forward on rank `rank`'s batch of `step` (the accelerator's forward scope), its
+// MSE loss and accel's backward.
+void backward_of(accel::Accelerator& acc, accel::Model& model, torch::nn::Linear& lin, int rank,
+                 int step) {
+  auto [x, y] = data_of(rank, step);
+  torch::Tensor loss;
+  {
+    auto scope = model.forward();
+    loss = F::mse_loss(lin->forward(x), y);
+  }
+  acc.backward(loss);
+}
+
 void print_params(const std::vector<torch::Tensor>& params) {
   for (size_t i = 0; i < params.size(); ++i) {
     std::printf("param %zu", i);
@@ -128,13 +141,7 @@ int local_sgd(int64_t every, int steps, const std::string& outer) {
     ls->set("outer_optimizer", outer);
   }
   for (int step = 0; step < steps; ++step) {
-    auto [x, y] = data_of(acc.process_index(), step);
-    torch::Tensor loss;
-    {
-      auto scope = model.forward();
-      loss = F::mse_loss(lin->forward(x), y);
-    }
-    acc.backward(loss);
+    backward_of(acc, model, lin, acc.process_index(), step);
     opt.step();
     opt.zero_grad();
     if (ls) ls->step();
@@ -215,13 +222,7 @@ int sync_each_batch(const std::string& on) {
   acc.prepare(model, opt);
   for (int step = 0; step < 4; ++step) {
     acc.accumulate();
-    auto [x, y] = data_of(acc.process_index(), step);
-    torch::Tensor loss;
-    {
-      auto scope = model.forward();
-      loss = F::mse_loss(lin->forward(x), y);
-    }
-    acc.backward(loss);
+    backward_of(acc, model, lin, acc.process_index(), step);
     std::printf("grad %d %d %.17g\n", acc.process_index(), step, grad_sum(lin));
     opt.step();
     opt.zero_grad();
@@ -239,13 +240,8 @@ int no_sync() {
   acc.prepare(model);
   const int rank = acc.process_index();
   auto backward = [&](int step) {
+    backward_of(acc, model, lin, rank, step);
     auto [x, y] = data_of(rank, step);
-    torch::Tensor loss;
-    {
-      auto scope = model.forward();
-      loss = F::mse_loss(lin->forward(x), y);
-    }
-    acc.backward(loss);
     F::mse_loss(reference->forward(x), y).backward();  // this rank's own sum, in LibTorch alone
   };
   acc.no_sync(model, [&] {
@@ -279,13 +275,7 @@ int profile(const std::string& dir) {
   prof.start();
   for (int step = 0; step < 3; ++step) {
     prof.step();
-    auto [x, y] = data_of(acc.process_index(), step);
-    torch::Tensor loss;
-    {
-      auto scope = model.forward();
-      loss = F::mse_loss(lin->forward(x), y);
-    }
-    acc.backward(loss);
+    backward_of(acc, model, lin, acc.process_index(), step);
   }
   prof.stop();
   std::printf("rank %d windows %lld\n", acc.process_index(),

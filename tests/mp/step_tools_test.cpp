@@ -1,6 +1,7 @@
 // find_executable_batch_size, LocalSGD, sync_each_batch, no_sync, the profiler and the per-process
 // helpers on real processes over Gloo, started by `accel launch` (step_tools_program.cpp).
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,25 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "run_command.hpp"
+
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-Result run(const std::string& command) {
-  Result r;
-  FILE* p = popen(
-      ("export HF_HOME=/nonexistent-hf-home OMP_NUM_THREADS=1; " + command + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+using mp_test::Result;
+using mp_test::run;
 
 Result launch(int n, const std::string& args) {
   return run(std::string(ACCEL_CLI) + " launch -n " + std::to_string(n) + " " + STEP_TOOLS_PROGRAM +
