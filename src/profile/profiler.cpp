@@ -162,7 +162,7 @@ void Profiler::stop() {
   apply(action_, std::nullopt);
 }
 
-// torch.profiler's _transit_action: preparing has nothing to do here (no device tracer warms up).
+// torch.profiler's _transit_action.
 void Profiler::apply(Action from, std::optional<Action> to) {
   const Transition t = transition(from, to);
   std::vector<Event> window;
@@ -184,8 +184,10 @@ void Profiler::apply(Action from, std::optional<Action> to) {
   if (t.stop_first) {
     stop();
     ready();
+    if (t.prepare) prepare();
     if (t.start) enable();
   } else {
+    if (t.prepare) prepare();
     if (t.start) enable();
     stop();
     ready();
@@ -193,7 +195,21 @@ void Profiler::apply(Action from, std::optional<Action> to) {
   if (failed) std::rethrow_exception(failed);
 }
 
+// torch.profiler's prepare_trace: Kineto (LibTorch 2.x's wheels) must be prepared before a trace
+// starts, or it crashes; Debian's 1.13 has no Kineto and only checks the configuration.
+void Profiler::prepare() {
+  if (prepared_) return;
+  try {
+    ta::prepareProfiler(config_of(options_), activities_of(options_));
+  } catch (const c10::Error& e) {
+    fail(Errc::torch,
+         std::string("LibTorch's profiler could not be prepared: ") + e.what_without_backtrace());
+  }
+  prepared_ = true;
+}
+
 void Profiler::enable() {
+  prepare();
   try {
     ta::enableProfiler(config_of(options_), activities_of(options_));
   } catch (const c10::Error& e) {
@@ -204,7 +220,7 @@ void Profiler::enable() {
 }
 
 std::vector<Event> Profiler::collect() {
-  recording_ = false;
+  recording_ = prepared_ = false;
   std::unique_ptr<ta::ProfilerResult> result;
   try {
     result = ta::disableProfiler();

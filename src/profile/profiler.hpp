@@ -59,12 +59,13 @@ class Profiler {
  private:
   void apply(Action from, std::optional<Action> to);
   void check_thread(const char* what) const;
+  void prepare();
   void enable();
   std::vector<Event> collect();  // stops LibTorch's profiler: the window's events
 
   Options options_;
   TraceReady ready_;
-  bool running_ = false, stopped_ = false, recording_ = false;
+  bool running_ = false, stopped_ = false, recording_ = false, prepared_ = false;
   int64_t step_ = 0, windows_ = 0;
   Action action_ = Action::kNone;
   std::thread::id thread_;
