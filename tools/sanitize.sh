@@ -200,6 +200,9 @@ canary() {
 #                                          libaccel's paths in it (ragged callbacks on a worker,
 #                                          padding, grouping, split, gather) run in Ragged.*,
 #                                          Stream.*, TextInference.* and TextData.*, which ASan runs.
+#   step_tools.accelerate_differential    its time is Python Accelerate's and torch.profiler's; the
+#                                          batch-size search and the profiler it drives run
+#                                          instrumented in FindBatchSize.*, Profiler.* and CppWraps.*.
 #   cli.accelerate_roundtrip              its time is Python Accelerate's (~30 s); the config reader
 #                                          and writer it drives run instrumented in Config.* and
 #                                          cli.config_questionnaire.
@@ -210,7 +213,7 @@ canary() {
 #                                          program again (~26 s under ASan), with every tracker
 #                                          on; the trackers' writers run instrumented in
 #                                          Trackers.* and MultiProcess.Logger*.
-ASAN_SKIP='^(MallocTuning\.FreedStepMemoryIsReused|MultiProcess\.RanksAlreadyStartedAreStoppedWhenALaterRankCannotStart|faults\.suite|cluster\..*|data\.accelerate_differential|example\.text_lm_.*|example\.train_fashion_mnist_2proc_tensorboard|cli\.accelerate_roundtrip|bench\.quick_smoke)$'
+ASAN_SKIP='^(MallocTuning\.FreedStepMemoryIsReused|MultiProcess\.RanksAlreadyStartedAreStoppedWhenALaterRankCannotStart|faults\.suite|cluster\..*|data\.accelerate_differential|step_tools\.accelerate_differential|example\.text_lm_.*|example\.train_fashion_mnist_2proc_tensorboard|cli\.accelerate_roundtrip|bench\.quick_smoke)$'
 # Label `slow` (the two-epoch accuracy bars, tools/test.sh --all): not repeated under either
 # sanitizer. The same programs, code paths and threads run in the 300-step learning checks
 # (example.train_fashion_mnist_2proc_learns); a second epoch adds minutes of the same

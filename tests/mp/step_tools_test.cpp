@@ -77,6 +77,8 @@ TEST(BatchSizeSearch, TwoRanksAgreeOnTheSizeBothCanRunInOneCollectivePerTry) {
 }
 
 TEST(BatchSizeSearch, RealOutOfMemoryUnderDifferentLimitsSettlesOnOneSizeThatFits) {
+  if (ACCEL_TEST_SANITIZED)
+    GTEST_SKIP() << "a sanitizer's shadow memory and allocator do not live under RLIMIT_AS";
   // Rank 0 may use 512 MiB more than it has mapped, rank 1 48 MiB: a try of n MiB fails on rank
   // 1 first, and both go on with a size rank 1 could allocate.
   const Result r = launch(2, "batch_real 512 48");
