@@ -1659,6 +1659,54 @@ ACCEL_API accel_status accel_save_model(accel_accelerator* accelerator, const ac
  */
 ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const char* path);
 
+/** What accel_load_pretrained found and did. */
+typedef struct accel_load_report accel_load_report;
+
+/**
+ * Loads a pretrained checkpoint into `model` as Hugging Face transformers' from_pretrained does
+ * (4.4x): from a safetensors file, an index or a directory, as accel_load_checkpoint_in_model.
+ * `options` (NULL: none) is "key=value" pairs as accel_model_add_layer's spec:
+ *   strict (false)               anything missing, unexpected or mismatched is an error
+ *                                (ACCEL_ERR_INVALID_ARGUMENT, or ACCEL_ERR_SHAPE for shapes);
+ *                                otherwise missing tensors keep their initialisation and checkpoint
+ *                                tensors the model lacks are left (the fine-tune of a new head)
+ *   base_model_prefix (none)     transformers' rule, decided once per load: a checkpoint of the base
+ *                                model ("encoder.x") loads into a model holding it under the prefix
+ *                                ("bert.encoder.x"), and a task checkpoint ("bert.x") into the base
+ *                                model ("x")
+ *   ignore_mismatched_sizes (false)  not strict: a tensor of another shape keeps the model's and is
+ *                                reported; otherwise any shape mismatch is ACCEL_ERR_SHAPE
+ *   model_name ("the model"), architecture_matches (false)  for the report's words: unexpected
+ *                                tensors are a warning when the checkpoint was made for this very
+ *                                architecture (transformers' config.architectures), otherwise info
+ * Floating checkpoint tensors are cast to the model's dtype (fp16 and bf16 into fp32 and back); a
+ * floating tensor for an integer one, or the other way, is ACCEL_ERR_DTYPE. Tensors of the model
+ * that share storage (tied weights) count as loaded when one of them is. All or nothing: on any
+ * error the model is unchanged. `*out_report` (may be NULL) receives the report, which
+ * accel_load_report_keys and accel_load_report_text read.
+ */
+ACCEL_API accel_status accel_load_pretrained(accel_model* model, const char* path,
+                                             const char* options, accel_load_report** out_report);
+
+/**
+ * The names of one kind in a report, sorted, in the checkpoint's naming (transformers' keys):
+ * `kind` "missing" (the model's tensors no checkpoint tensor filled), "unexpected" (checkpoint
+ * tensors not used) or "mismatched" (ignored for their shape).
+ */
+ACCEL_API accel_status accel_load_report_keys(const accel_load_report* report, const char* kind,
+                                              accel_bytes_list** out);
+
+/**
+ * transformers' messages about the load, in its order and words, one per line block, each
+ * starting with "WARNING: " or "INFO: " (its logger's levels); `warnings_only` leaves out the
+ * INFO ones (transformers' default verbosity). Buffer convention.
+ */
+ACCEL_API accel_status accel_load_report_text(const accel_load_report* report, bool warnings_only,
+                                              char* buf, size_t capacity, size_t* out_size);
+
+/** Frees a report. NULL is a no-op. */
+ACCEL_API void accel_load_report_free(accel_load_report* report);
+
 /**
  * Accelerate's save_state, language-neutral: writes into directory `dir` every prepared model
  * (safetensors), each optimizer's state tensors (safetensors) and options (JSON), each scheduler's

@@ -102,6 +102,9 @@ int32_t run_callback(F&& f, OnError&& on_error) noexcept {
   return -1;
 }
 
+// The items of a bytes list the caller owns (freed here).
+inline std::vector<std::string> take_bytes_list(accel_bytes_list* raw);
+
 // One owned handle; the destructor frees it.
 template <class T, void (*Free)(T*)>
 class Handle {
@@ -126,6 +129,18 @@ class Handle {
  private:
   T* p_ = nullptr;
 };
+
+inline std::vector<std::string> take_bytes_list(accel_bytes_list* raw) {
+  Handle<accel_bytes_list, accel_bytes_list_free> list(raw);
+  std::vector<std::string> out(query<size_t>(accel_bytes_list_count, list.get()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const void* data = nullptr;
+    size_t size = 0;
+    check(accel_bytes_list_get(list.get(), i, &data, &size));
+    out[i].assign(static_cast<const char*>(data), size);
+  }
+  return out;
+}
 
 template <class T>
 constexpr accel_dtype dtype_of() {
@@ -392,6 +407,33 @@ class Model {
   }
   void save_torchscript(const std::string& path) const {
     detail::check(accel_model_save_torchscript(get(), path.c_str()));
+  }
+  /** What load_pretrained did: the names transformers reports, and its messages. */
+  struct LoadReport {
+    std::vector<std::string> missing, unexpected, mismatched;
+    std::string warnings;  // transformers' WARNING messages (text() with INFO ones too)
+    std::string text;
+  };
+  /** A pretrained checkpoint loaded as transformers does (accel.h: accel_load_pretrained);
+   *  options as "strict=false base_model_prefix=bert". */
+  LoadReport load_pretrained(const std::string& path, const std::string& options = "") {
+    accel_load_report* raw = nullptr;
+    detail::check(accel_load_pretrained(get(), path.c_str(), options.c_str(), &raw));
+    detail::Handle<accel_load_report, accel_load_report_free> report(raw);
+    LoadReport out;
+    auto keys = [&](const char* kind) {
+      accel_bytes_list* list = nullptr;
+      detail::check(accel_load_report_keys(report.get(), kind, &list));
+      return detail::take_bytes_list(list);
+    };
+    out.missing = keys("missing");
+    out.unexpected = keys("unexpected");
+    out.mismatched = keys("mismatched");
+    for (const bool warnings_only : {true, false})
+      (warnings_only ? out.warnings : out.text) = detail::text([&](char* b, size_t c, size_t* n) {
+        return accel_load_report_text(report.get(), warnings_only, b, c, n);
+      });
+    return out;
   }
   /** Accelerate's load_checkpoint_in_model. */
   void load_checkpoint(const std::string& path) {
@@ -1001,15 +1043,7 @@ class Accelerator {
   std::vector<std::string> gather_object(const std::string& bytes) {
     accel_bytes_list* raw = nullptr;
     detail::check(accel_gather_object(get(), bytes.data(), bytes.size(), &raw));
-    detail::Handle<accel_bytes_list, accel_bytes_list_free> list(raw);
-    std::vector<std::string> out(detail::query<size_t>(accel_bytes_list_count, list.get()));
-    for (size_t i = 0; i < out.size(); ++i) {
-      const void* data = nullptr;
-      size_t size = 0;
-      detail::check(accel_bytes_list_get(list.get(), i, &data, &size));
-      out[i].assign(static_cast<const char*>(data), size);
-    }
-    return out;
+    return detail::take_bytes_list(raw);
   }
   Tensor reduce(const Tensor& t, accel_reduction reduction = ACCEL_REDUCE_SUM) {
     accel_tensor* out = nullptr;

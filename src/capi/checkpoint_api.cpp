@@ -48,6 +48,58 @@ ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const 
   });
 }
 
+ACCEL_API accel_status accel_load_pretrained(accel_model* model, const char* path,
+                                             const char* options, accel_load_report** out_report) {
+  return guarded([&] {
+    checked(model, "model");
+    require(path, "path");
+    const auto parsed = accel::checkpoint::parse_pretrained_options(options ? options : "");
+    auto report = std::make_unique<accel_load_report>();
+    {
+      FamilyLock lock(model->family);
+      report->load = accel::checkpoint::load_pretrained(*model->model, path, parsed);
+    }
+    if (out_report) *out_report = report.release();
+  });
+}
+
+ACCEL_API accel_status accel_load_report_keys(const accel_load_report* report, const char* kind,
+                                              accel_bytes_list** out) {
+  return guarded([&] {
+    checked(report, "report");
+    require(kind, "kind");
+    require(out, "out");
+    const auto& plan = report->load.plan;
+    auto list = std::make_unique<accel_bytes_list>();
+    const std::string k = kind;
+    if (k == "missing")
+      list->items = plan.missing;
+    else if (k == "unexpected")
+      list->items = plan.unexpected;
+    else if (k == "mismatched")
+      for (const auto& m : plan.mismatched) list->items.push_back(m.key);
+    else
+      fail(Errc::invalid_argument, "kind '" + k + "' is none of missing, unexpected, mismatched");
+    *out = list.release();
+  });
+}
+
+ACCEL_API accel_status accel_load_report_text(const accel_load_report* report, bool warnings_only,
+                                              char* buf, size_t capacity, size_t* out_size) {
+  return guarded([&] {
+    checked(report, "report");
+    std::string text;
+    for (const auto& line : report->load.report)
+      if (line.warning || !warnings_only)
+        text += (line.warning ? "WARNING: " : "INFO: ") + line.text + "\n";
+    accel::capi::write_text(text, buf, capacity, out_size);
+  });
+}
+
+ACCEL_API void accel_load_report_free(accel_load_report* report) {
+  accel::capi::free_handle(report, "report");
+}
+
 ACCEL_API accel_status accel_save_state(accel_accelerator* accelerator, const char* dir) {
   return guarded([&] {
     auto& core = accel::capi::core_of(accelerator);

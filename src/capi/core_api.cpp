@@ -80,6 +80,8 @@ const char* tag_name(uint32_t tag) noexcept {
       return "accel_local_sgd";
     case Tag::kProfiler:
       return "accel_profiler";
+    case Tag::kLoadReport:
+      return "accel_load_report";
     case Tag::kValues:
       return "accel_values";
     case Tag::kFreed:

@@ -54,6 +54,7 @@ enum class Tag : uint32_t {
   kValues = 0xACC1000Du,
   kLocalSgd = 0xACC1000Eu,
   kProfiler = 0xACC1000Fu,
+  kLoadReport = 0xACC10010u,
   kFreed = 0xACC1DEADu,
 };
 

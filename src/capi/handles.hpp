@@ -12,6 +12,7 @@
 #include "accelerator/accelerator.hpp"
 #include "capi/family.hpp"
 #include "capi/guard.hpp"
+#include "checkpoint/pretrained.hpp"
 #include "config/config.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
@@ -121,7 +122,16 @@ struct accel_profiler {
   std::weak_ptr<accel::prepare::Session> session;
 };
 
+struct accel_load_report {
+  uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kLoadReport);
+  accel::checkpoint::PretrainedLoad load;
+};
+
 namespace accel::capi {
+template <>
+inline Tag tag_of<accel_load_report>() {
+  return Tag::kLoadReport;
+}
 template <>
 inline Tag tag_of<accel_local_sgd>() {
   return Tag::kLocalSgd;

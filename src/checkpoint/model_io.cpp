@@ -206,7 +206,7 @@ void apply_weights(const StagedWeights& staged) {
   for (const auto& [live, value] : staged) at::Tensor(live).copy_(value);
 }
 
-StagedWeights stage_checkpoint_for_model(const model::Model& m, const std::string& path) {
+std::vector<std::string> checkpoint_files(const std::string& path) {
   std::vector<std::string> files;
   std::string index_path;
   if (is_directory(path)) {
@@ -245,6 +245,19 @@ StagedWeights stage_checkpoint_for_model(const model::Model& m, const std::strin
     }
     files.assign(unique.begin(), unique.end());
   }
+  return files;
+}
+
+std::string safetensors_dtype(at::ScalarType t) {
+  return dtype_name(t);
+}
+
+NamedTensors model_state(const model::Model& m) {
+  return state_of(m);
+}
+
+StagedWeights stage_checkpoint_for_model(const model::Model& m, const std::string& path) {
+  const std::vector<std::string> files = checkpoint_files(path);
   std::map<std::string, at::Tensor> loaded;
   for (const auto& f : files)
     for (auto& [n, t] : read_safetensors(f)) loaded[n] = std::move(t);

@@ -45,6 +45,14 @@ void save_model_from_main(runtime::Accelerator& acc, const model::Model& m, cons
 // and nothing is changed.
 void load_checkpoint_in_model(model::Model& m, const std::string& path);
 
+// The safetensors files a checkpoint path names: a file, an index JSON (its shards, each once) or
+// a directory holding model.safetensors or model.safetensors.index.json. Throws accel::Error(io).
+std::vector<std::string> checkpoint_files(const std::string& path);
+// safetensors' name of a dtype (F32, BF16, I64, ...); accel::Error(dtype) for one it lacks.
+std::string safetensors_dtype(at::ScalarType t);
+// A model's tensors as a checkpoint holds them: parameters, then buffers.
+NamedTensors model_state(const model::Model& m);
+
 // The two halves of load_checkpoint_in_model, for load_state, which checks every file before it
 // changes anything: each live tensor of `m` paired with the checked value read for it; applying
 // copies them in and cannot fail.

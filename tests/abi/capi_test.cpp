@@ -179,6 +179,7 @@ std::vector<Case> cases() {
   auto V = [](O o) { return o.wrong<accel_values>(); };
   auto LS = [](O o) { return o.wrong<accel_local_sgd>(); };
   auto PR = [](O o) { return o.wrong<accel_profiler>(); };
+  auto LR = [](O o) { return o.wrong<accel_load_report>(); };
   static accel_local_sgd* ls_out;
   static accel_profiler* pr_out;
   static accel_batch_size_fn size_ok = [](void*, int64_t) -> accel_status { return ACCEL_OK; };
@@ -975,6 +976,23 @@ std::vector<Case> cases() {
        {null("profiler", [](O) { return accel_profiler_window_count(nullptr, &i64); }),
         wrong("profiler", [PR](O o) { return accel_profiler_window_count(PR(o), &i64); }),
         null("out", [](O o) { return accel_profiler_window_count(o.profiler, nullptr); })}},
+      {"accel_load_pretrained",
+       {null("model", [](O) { return accel_load_pretrained(nullptr, "/x", nullptr, nullptr); }),
+        wrong("model", [M](O o) { return accel_load_pretrained(M(o), "/x", nullptr, nullptr); }),
+        null("path",
+             [](O o) { return accel_load_pretrained(o.model, nullptr, nullptr, nullptr); })}},
+      {"accel_load_report_keys",
+       {null("report", [](O) { return accel_load_report_keys(nullptr, "missing", &l_out); }),
+        wrong("report", [LR](O o) { return accel_load_report_keys(LR(o), "missing", &l_out); })}},
+      {"accel_load_report_text",
+       {null("report", [](O) { return accel_load_report_text(nullptr, false, text, 8, &st); }),
+        wrong("report", [LR](O o) { return accel_load_report_text(LR(o), false, text, 8, &st); })}},
+      {"accel_load_report_free",
+       {wrong("report",
+              [LR](O o) {
+                accel_load_report_free(LR(o));
+                return accel_last_error_status();
+              })}},
       {"accel_profiler_free",
        {wrong("profiler",
               [PR](O o) {

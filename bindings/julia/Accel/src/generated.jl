@@ -18,6 +18,7 @@ const accel_optimizer = Cvoid
 const accel_scheduler = Cvoid
 const accel_local_sgd = Cvoid
 const accel_profiler = Cvoid
+const accel_load_report = Cvoid
 const accel_state_writer = Cvoid
 const accel_values = Cvoid
 
@@ -90,7 +91,8 @@ const SYMBOLS = (
     :accel_profiler_set_on_trace_ready, :accel_profiler_start, :accel_profiler_step,
     :accel_profiler_stop, :accel_profiler_table, :accel_profiler_export_chrome_trace,
     :accel_profiler_window_count, :accel_profiler_free, :accel_save_model,
-    :accel_load_checkpoint_in_model, :accel_save_state, :accel_load_state,
+    :accel_load_checkpoint_in_model, :accel_load_pretrained, :accel_load_report_keys,
+    :accel_load_report_text, :accel_load_report_free, :accel_save_state, :accel_load_state,
     :accel_state_writer_write, :accel_register_for_checkpointing, :accel_values_new,
     :accel_values_free, :accel_values_set_number, :accel_values_set_text, :accel_values_count,
     :accel_values_get, :accel_init_trackers, :accel_log, :accel_end_training, :accel_add_tracker,
@@ -246,6 +248,10 @@ const fp_accel_profiler_window_count = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_profiler_free = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_save_model = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_load_checkpoint_in_model = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_load_pretrained = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_load_report_keys = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_load_report_text = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_load_report_free = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_save_state = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_load_state = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_state_writer_write = Ref{Ptr{Cvoid}}(C_NULL)
@@ -1148,6 +1154,30 @@ accel_load_checkpoint_in_model(model, path) =
     ccall(fp_accel_load_checkpoint_in_model[], accel_status,
           (Ptr{accel_model}, Cstring),
           model, path)
+
+# accel_status accel_load_pretrained(accel_model* model, const char* path, const char* options, accel_load_report** out_report)
+accel_load_pretrained(model, path, options, out_report) =
+    ccall(fp_accel_load_pretrained[], accel_status,
+          (Ptr{accel_model}, Cstring, Cstring, Ptr{Ptr{accel_load_report}}),
+          model, path, options, out_report)
+
+# accel_status accel_load_report_keys(const accel_load_report* report, const char* kind, accel_bytes_list** out)
+accel_load_report_keys(report, kind, out) =
+    ccall(fp_accel_load_report_keys[], accel_status,
+          (Ptr{accel_load_report}, Cstring, Ptr{Ptr{accel_bytes_list}}),
+          report, kind, out)
+
+# accel_status accel_load_report_text(const accel_load_report* report, bool warnings_only, char* buf, size_t capacity, size_t* out_size)
+accel_load_report_text(report, warnings_only, buf, capacity, out_size) =
+    ccall(fp_accel_load_report_text[], accel_status,
+          (Ptr{accel_load_report}, Bool, Ptr{UInt8}, Csize_t, Ptr{Csize_t}),
+          report, warnings_only, buf, capacity, out_size)
+
+# void accel_load_report_free(accel_load_report* report)
+accel_load_report_free(report) =
+    ccall(fp_accel_load_report_free[], Cvoid,
+          (Ptr{accel_load_report},),
+          report)
 
 # accel_status accel_save_state(accel_accelerator* accelerator, const char* dir)
 accel_save_state(accelerator, dir) =

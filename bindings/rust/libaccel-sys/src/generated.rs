@@ -188,6 +188,12 @@ pub struct accel_profiler {
     _data: [u8; 0],
     _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
 }
+/// What accel_load_pretrained found and did.
+#[repr(C)]
+pub struct accel_load_report {
+    _data: [u8; 0],
+    _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+}
 /// Where a checkpoint save callback writes its bytes (see accel_register_for_checkpointing).
 #[repr(C)]
 pub struct accel_state_writer {
@@ -1407,6 +1413,53 @@ extern "C" {
         model: *mut accel_model,
         path: *const c_char,
     ) -> accel_status;
+    /// Loads a pretrained checkpoint into `model` as Hugging Face transformers' from_pretrained does
+    /// (4.4x): from a safetensors file, an index or a directory, as accel_load_checkpoint_in_model.
+    /// `options` (NULL: none) is "key=value" pairs as accel_model_add_layer's spec:
+    ///   strict (false)               anything missing, unexpected or mismatched is an error
+    ///                                (ACCEL_ERR_INVALID_ARGUMENT, or ACCEL_ERR_SHAPE for shapes);
+    ///                                otherwise missing tensors keep their initialisation and checkpoint
+    ///                                tensors the model lacks are left (the fine-tune of a new head)
+    ///   base_model_prefix (none)     transformers' rule, decided once per load: a checkpoint of the base
+    ///                                model ("encoder.x") loads into a model holding it under the prefix
+    ///                                ("bert.encoder.x"), and a task checkpoint ("bert.x") into the base
+    ///                                model ("x")
+    ///   ignore_mismatched_sizes (false)  not strict: a tensor of another shape keeps the model's and is
+    ///                                reported; otherwise any shape mismatch is ACCEL_ERR_SHAPE
+    ///   model_name ("the model"), architecture_matches (false)  for the report's words: unexpected
+    ///                                tensors are a warning when the checkpoint was made for this very
+    ///                                architecture (transformers' config.architectures), otherwise info
+    /// Floating checkpoint tensors are cast to the model's dtype (fp16 and bf16 into fp32 and back); a
+    /// floating tensor for an integer one, or the other way, is ACCEL_ERR_DTYPE. Tensors of the model
+    /// that share storage (tied weights) count as loaded when one of them is. All or nothing: on any
+    /// error the model is unchanged. `*out_report` (may be NULL) receives the report, which
+    /// accel_load_report_keys and accel_load_report_text read.
+    pub fn accel_load_pretrained(
+        model: *mut accel_model,
+        path: *const c_char,
+        options: *const c_char,
+        out_report: *mut *mut accel_load_report,
+    ) -> accel_status;
+    /// The names of one kind in a report, sorted, in the checkpoint's naming (transformers' keys):
+    /// `kind` "missing" (the model's tensors no checkpoint tensor filled), "unexpected" (checkpoint
+    /// tensors not used) or "mismatched" (ignored for their shape).
+    pub fn accel_load_report_keys(
+        report: *const accel_load_report,
+        kind: *const c_char,
+        out: *mut *mut accel_bytes_list,
+    ) -> accel_status;
+    /// transformers' messages about the load, in its order and words, one per line block, each
+    /// starting with "WARNING: " or "INFO: " (its logger's levels); `warnings_only` leaves out the
+    /// INFO ones (transformers' default verbosity). Buffer convention.
+    pub fn accel_load_report_text(
+        report: *const accel_load_report,
+        warnings_only: bool,
+        buf: *mut c_char,
+        capacity: usize,
+        out_size: *mut usize,
+    ) -> accel_status;
+    /// Frees a report. NULL is a no-op.
+    pub fn accel_load_report_free(report: *mut accel_load_report);
     /// Accelerate's save_state, language-neutral: writes into directory `dir` every prepared model
     /// (safetensors), each optimizer's state tensors (safetensors) and options (JSON), each scheduler's
     /// step count, the loss scaler, each prepared dataloader's cursor, the accumulation counter, the

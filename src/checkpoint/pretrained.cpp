@@ -1,0 +1,92 @@
+#include "checkpoint/pretrained.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <map>
+
+#include "checkpoint/model_io.hpp"
+#include "common/error.hpp"
+#include "model/model.hpp"
+
+namespace accel::checkpoint {
+namespace {
+
+bool flag(const std::string& key, const std::string& value) {
+  if (value == "true" || value == "1") return true;
+  if (value == "false" || value == "0") return false;
+  fail(Errc::invalid_argument, "load option " + key + ": '" + value + "' is not true or false");
+}
+
+std::vector<TensorSpec> specs_of(const NamedTensors& tensors) {
+  std::vector<TensorSpec> out;
+  for (const auto& [name, t] : tensors)
+    out.push_back({name, t.sizes().vec(), safetensors_dtype(t.scalar_type())});
+  return out;
+}
+
+// The model's tensors that share one storage (tied weights), as groups of names.
+std::vector<std::vector<std::string>> tied_groups(const NamedTensors& state) {
+  std::map<const void*, std::vector<std::string>> by_storage;
+  for (const auto& [name, t] : state)
+    if (t.defined() && t.numel() > 0) by_storage[t.storage().data()].push_back(name);
+  std::vector<std::vector<std::string>> groups;
+  for (auto& [ptr, names] : by_storage)
+    if (names.size() > 1) groups.push_back(names);
+  return groups;
+}
+
+}  // namespace
+
+PretrainedOptions parse_pretrained_options(const std::string& spec) {
+  std::map<std::string, std::string> map;
+  try {
+    map = model::parse_spec(spec);
+  } catch (const accel::Error& e) {
+    fail(Errc::invalid_argument, std::string("load options: ") + e.what());
+  }
+  PretrainedOptions o;
+  for (const auto& [key, value] : map) {
+    if (key == "strict")
+      o.load.strict = flag(key, value);
+    else if (key == "base_model_prefix")
+      o.load.base_model_prefix = value;
+    else if (key == "ignore_mismatched_sizes")
+      o.load.ignore_mismatched_sizes = flag(key, value);
+    else if (key == "model_name")
+      o.model_name = value;
+    else if (key == "architecture_matches")
+      o.architecture_matches = flag(key, value);
+    else
+      fail(Errc::invalid_argument,
+           "unknown load option '" + key +
+               "'; known: strict, base_model_prefix, ignore_mismatched_sizes, model_name, "
+               "architecture_matches");
+  }
+  return o;
+}
+
+PretrainedLoad load_pretrained(model::Model& m, const std::string& path,
+                               const PretrainedOptions& options) {
+  m.require_whole("accel_load_pretrained");
+  std::map<std::string, at::Tensor> loaded;
+  for (const auto& f : checkpoint_files(path))
+    for (auto& [n, t] : read_safetensors(f)) loaded[n] = std::move(t);
+  const NamedTensors state = model_state(m);
+  NamedTensors checkpoint(loaded.begin(), loaded.end());
+  LoadOptions load = options.load;
+  load.tied = tied_groups(state);
+  PretrainedLoad out;
+  out.plan = plan_load(specs_of(state), specs_of(checkpoint), load);
+  std::map<std::string, at::Tensor> live(state.begin(), state.end());
+  StagedWeights staged;  // converted before anything changes
+  for (const auto& [model_name, checkpoint_name] : out.plan.copies) {
+    const at::Tensor& target = live.at(model_name);
+    staged.emplace_back(target, loaded.at(checkpoint_name).to(target.scalar_type()));
+  }
+  apply_weights(staged);
+  out.report = load_report(out.plan, options.model_name, path, options.architecture_matches);
+  return out;
+}
+
+}  // namespace accel::checkpoint
