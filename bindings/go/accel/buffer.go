@@ -102,3 +102,22 @@ func setOption(key string, value any, set func(key, value *C.char) C.accel_statu
 	defer freeValue()
 	return call(func() C.accel_status { return set(k, v) })
 }
+
+// takeBytesList copies the entries of a list the library returned, and frees the list.
+func takeBytesList(list *C.accel_bytes_list) ([][]byte, error) {
+	defer C.accel_bytes_list_free(list)
+	var count C.size_t
+	if err := call(func() C.accel_status { return C.accel_bytes_list_count(list, &count) }); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, int(count))
+	for i := range out {
+		var data unsafe.Pointer
+		var size C.size_t
+		if err := call(func() C.accel_status { return C.accel_bytes_list_get(list, C.size_t(i), &data, &size) }); err != nil {
+			return nil, err
+		}
+		out[i] = append([]byte{}, unsafe.Slice((*byte)(data), int(size))...)
+	}
+	return out, nil
+}

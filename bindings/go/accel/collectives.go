@@ -72,19 +72,5 @@ func (a *Accelerator) GatherObject(data []byte) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer C.accel_bytes_list_free(list)
-	var count C.size_t
-	if err := call(func() C.accel_status { return C.accel_bytes_list_count(list, &count) }); err != nil {
-		return nil, err
-	}
-	out := make([][]byte, int(count))
-	for i := range out {
-		var data unsafe.Pointer
-		var size C.size_t
-		if err := call(func() C.accel_status { return C.accel_bytes_list_get(list, C.size_t(i), &data, &size) }); err != nil {
-			return nil, err
-		}
-		out[i] = append([]byte{}, unsafe.Slice((*byte)(data), int(size))...)
-	}
-	return out, nil
+	return takeBytesList(list)
 }
