@@ -25,6 +25,100 @@ function load_checkpoint_in_model(model::Model, path::AbstractString)
 end
 
 """
+    LoadReport
+
+What `load_pretrained!` found and did, in the checkpoint's naming (transformers' keys), each list
+sorted: `missing` (the model's tensors no checkpoint tensor filled: they keep their
+initialisation), `unexpected` (checkpoint tensors not used), `mismatched` (left for their shape
+with `ignore_mismatched_sizes`); `warnings`, transformers' WARNING messages (what its default
+verbosity shows, "" when none), and `text`, all its messages, each starting with "WARNING: " or
+"INFO: ".
+"""
+struct LoadReport
+    missing::Vector{String}
+    unexpected::Vector{String}
+    mismatched::Vector{String}
+    warnings::String
+    text::String
+end
+
+function Base.show(io::IO, ::MIME"text/plain", r::LoadReport)
+    print(io, "LoadReport: ", length(r.missing), " missing, ", length(r.unexpected),
+          " unexpected, ", length(r.mismatched), " mismatched")
+    for (label, names) in (("missing", r.missing), ("unexpected", r.unexpected),
+                           ("mismatched", r.mismatched))
+        isempty(names) || print(io, "\n  ", label, ": ", join(names, ", "))
+    end
+end
+
+"""
+    load_pretrained!(model, path; strict = false, base_model_prefix = nothing,
+                     ignore_mismatched_sizes = false, model_name = nothing,
+                     architecture_matches = false) -> LoadReport
+    load_pretrained!(model, path, options::AbstractString) -> LoadReport
+
+Loads a pretrained checkpoint (a safetensors file, an index, or a directory holding either) into
+`model` as transformers' from_pretrained does, and reports what it did (`LoadReport`):
+
+- not `strict`: the model's tensors the checkpoint lacks keep their initialisation (`missing`)
+  and checkpoint tensors the model lacks are left (`unexpected`), the fine-tune of a new head;
+  `strict = true` makes any of them an error (`ERR_INVALID_ARGUMENT`, `ERR_SHAPE` for shapes);
+- `base_model_prefix` ("bert"): a checkpoint of the base model ("encoder.x") loads into a model
+  holding it under the prefix ("bert.encoder.x"), and a task checkpoint ("bert.x") into the base
+  model ("x");
+- `ignore_mismatched_sizes`: a tensor of another shape keeps the model's and is reported, where
+  otherwise it is `ERR_SHAPE`;
+- `model_name` ("the model") and `architecture_matches` (the checkpoint was made for this very
+  architecture: unexpected tensors are then a warning, else info) only word the report.
+
+Floating tensors are cast to the model's dtype (fp16 and bf16 into fp32 and back); a floating
+tensor for an integer one, or the other way, is `ERR_DTYPE`. All or nothing: on any error the
+model is unchanged. A missing or corrupt file is `ERR_IO`. The string form takes the options as
+the library writes them, `"strict=false base_model_prefix=bert"`.
+
+    report = load_pretrained!(model, "bert-base/model.safetensors"; base_model_prefix = "bert")
+    isempty(report.warnings) || @warn report.warnings
+"""
+function load_pretrained!(model::Model, path::AbstractString;
+                          strict::Bool = false,
+                          base_model_prefix::Union{Nothing,AbstractString} = nothing,
+                          ignore_mismatched_sizes::Bool = false,
+                          model_name::Union{Nothing,AbstractString} = nothing,
+                          architecture_matches::Bool = false)
+    options = Pair{String,Any}["strict" => strict,
+                               "ignore_mismatched_sizes" => ignore_mismatched_sizes,
+                               "architecture_matches" => architecture_matches]
+    base_model_prefix === nothing || push!(options, "base_model_prefix" => base_model_prefix)
+    model_name === nothing || push!(options, "model_name" => model_name)
+    load_pretrained!(model, path, join((load_option(key, value) for (key, value) in options), " "))
+end
+
+function load_pretrained!(model::Model, path::AbstractString, options::AbstractString)
+    report = @out Ptr{Cvoid} accel_load_pretrained(model, c_text(path), c_text(options))
+    try
+        names(kind) =
+            String.(take_bytes_list(@out(Ptr{Cvoid}, accel_load_report_keys(report, kind))))
+        messages(warnings_only) = read_text() do buffer, capacity, size
+            @acall accel_load_report_text(report, warnings_only, buffer, capacity, size)
+        end
+        LoadReport(names("missing"), names("unexpected"), names("mismatched"),
+                   messages(true), messages(false))
+    finally
+        @acall accel_load_report_free(report)
+    end
+end
+
+# "key=value" of the options string; a value the library would split (a space, a comma) is refused
+# here rather than read as another option.
+function load_option(key, value)
+    text = c_text(value)
+    any(c -> c in (' ', ',', '\t', '\n'), text) &&
+        throw(ArgumentError("load_pretrained! option $key=$(repr(text)): the library's " *
+                            "options hold no spaces, commas, tabs or newlines"))
+    "$key=$text"
+end
+
+"""
     save_state(acc, dir = nothing)
     load_state(acc, dir = nothing)
 

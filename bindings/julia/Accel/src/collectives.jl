@@ -137,7 +137,11 @@ Every rank's bytes (any length, may differ), in rank order: rank `r`'s at `[r + 
 """
 function gather_bytes(acc::Accelerator, data::AbstractVector{UInt8})
     bytes = Vector{UInt8}(data)
-    list = @out Ptr{Cvoid} accel_gather_object(acc, bytes, length(bytes))
+    take_bytes_list(@out(Ptr{Cvoid}, accel_gather_object(acc, bytes, length(bytes))))
+end
+
+# The entries of an accel_bytes_list the library returned, copied; the list is freed.
+function take_bytes_list(list::Ptr{Cvoid})
     try
         count = @out Csize_t accel_bytes_list_count(list)
         map(0:Int(count)-1) do i

@@ -23,6 +23,7 @@ results = @testset CountingTestSet "Accel.jl" begin
     include("tensors.jl")
     include("config.jl")
     include("models.jl")
+    include("pretrained.jl")
     include("param_groups.jl")
     include("clip_grad.jl")
     include("datasets.jl")
