@@ -9,7 +9,7 @@ use crate::callback::{resolve_all, FailureSlot};
 use crate::config::Config;
 use crate::data::{DataLoader, DataLoaderOptions, Dataset};
 use crate::error::{check, Error, Result, Status};
-use crate::ffi::{c_string, ensure_supported_library, make, query, read_text};
+use crate::ffi::{c_string, ensure_supported_library, make, query, read_text, take_bytes_list};
 use crate::model::Model;
 use crate::optim::{Optimizer, Scheduler};
 use crate::tensor::Tensor;
@@ -412,26 +412,7 @@ impl Accelerator {
         let list = make(|out| unsafe {
             sys::accel_gather_object(self.as_raw(), data.as_ptr().cast(), data.len(), out)
         })?;
-        struct Guard(*mut sys::accel_bytes_list);
-        impl Drop for Guard {
-            fn drop(&mut self) {
-                // SAFETY: the list is ours.
-                unsafe { sys::accel_bytes_list_free(self.0) }
-            }
-        }
-        let list = Guard(list);
-        // SAFETY: live list, valid out pointer.
-        let count = query(|out| unsafe { sys::accel_bytes_list_count(list.0, out) })?;
-        (0..count)
-            .map(|i| {
-                let mut data: *const std::ffi::c_void = std::ptr::null();
-                let mut size = 0usize;
-                // SAFETY: `i` in range; the bytes stay valid until the list is freed.
-                check(unsafe { sys::accel_bytes_list_get(list.0, i, &mut data, &mut size) })?;
-                // SAFETY: `data` points at `size` bytes (never NULL).
-                Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) }.to_vec())
-            })
-            .collect()
+        take_bytes_list(list)
     }
 
     /// Gathers like [`gather`](Accelerator::gather) and drops the samples duplicated to even

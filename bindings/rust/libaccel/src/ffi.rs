@@ -143,3 +143,28 @@ macro_rules! owned_handle {
     };
 }
 pub(crate) use owned_handle;
+
+/// Takes a bytes list the library made (the caller owns it): its entries copied out, in order,
+/// and the list freed, whatever happens.
+pub(crate) fn take_bytes_list(list: *mut sys::accel_bytes_list) -> Result<Vec<Vec<u8>>> {
+    struct Guard(*mut sys::accel_bytes_list);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            // SAFETY: the list is ours and freed once, here.
+            unsafe { sys::accel_bytes_list_free(self.0) }
+        }
+    }
+    let list = Guard(list);
+    // SAFETY: live list, valid out pointer.
+    let count = query(|out| unsafe { sys::accel_bytes_list_count(list.0, out) })?;
+    (0..count)
+        .map(|i| {
+            let mut data: *const std::ffi::c_void = std::ptr::null();
+            let mut size = 0usize;
+            // SAFETY: `i` in range; the bytes stay valid until the list is freed.
+            check(unsafe { sys::accel_bytes_list_get(list.0, i, &mut data, &mut size) })?;
+            // SAFETY: `data` points at `size` bytes (never NULL).
+            Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) }.to_vec())
+        })
+        .collect()
+}

@@ -71,6 +71,11 @@
 //! runs out of memory, [`Profiler`] records LibTorch's operators by schedule, and
 //! [`Accelerator::on_main_process`] and its siblings run a closure on one process.
 //!
+//! Pretrained weights as transformers' `from_pretrained` loads them: [`Model::load_pretrained`]
+//! with [`PretrainedOptions`] (not strict, `base_model_prefix`, `ignore_mismatched_sizes`) reads a
+//! safetensors checkpoint and returns a [`LoadReport`] (missing, unexpected and mismatched names,
+//! transformers' warnings).
+//!
 //! Every call returns [`Result`]; the [`Error`] carries the library's [`Status`] and message.
 //! Every handle type frees itself on drop, and may be dropped in any order (handles keep alive
 //! what they need). All types are `Send + Sync`, as the header's thread rules allow (but
@@ -91,6 +96,7 @@ mod model;
 mod optim;
 pub mod optimizers;
 mod options;
+mod pretrained;
 mod profiler;
 pub mod schedules;
 mod step_tools;
@@ -112,6 +118,7 @@ pub use log;
 pub use logging::{LogLevel, LogRecord, Logger, LOG_TARGET};
 pub use model::{load_checkpoint_in_model, Model};
 pub use optim::{Optimizer, Scheduler};
+pub use pretrained::{LoadReport, PretrainedOptions};
 pub use profiler::{Activities, ProfileOptions, Profiler, TraceWindow};
 pub use step_tools::{BatchSizeError, LocalSgd};
 #[cfg(feature = "tch")]
