@@ -3,9 +3,11 @@
 // GradientAccumulationPlugin and DataLoaderConfiguration options, the per-process helpers.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -260,13 +262,26 @@ TEST(Profiler, ScheduleCallsTraceReadyAsTorchDoesAndWritesNothingWithoutADirecto
   for (auto [k, v] : {std::pair{"wait", "1"}, {"warmup", "1"}, {"active", "2"}, {"repeat", "2"}})
     OK(accel_profiler_set(p, k, v));
   OK(accel_profiler_set_on_trace_ready(p, count_windows, &windows));
+  // In an empty working directory: without output_trace_dir nothing may appear there.
+  const std::string dir = temp_dir("cwd");
+  ASSERT_EQ(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str()), 0);
+  char previous[4096];
+  ASSERT_NE(getcwd(previous, sizeof previous), nullptr);
+  ASSERT_EQ(chdir(dir.c_str()), 0);
   OK(accel_profiler_start(p));
   for (int i = 0; i < 20; ++i) {
     OK(accel_profiler_step(p));
     some_work(m);
   }
   OK(accel_profiler_stop(p));
+  ASSERT_EQ(chdir(previous), 0);
   EXPECT_EQ(windows, 2);  // min(20 / 4, repeat 2)
+  DIR* d = opendir(dir.c_str());
+  ASSERT_NE(d, nullptr);
+  int entries = 0;
+  while (const dirent* e = readdir(d)) entries += e->d_name[0] != '.';
+  closedir(d);
+  EXPECT_EQ(entries, 0) << "the profiler wrote into " << dir;
   accel_profiler_free(p);
   accel_model_free(m);
 }

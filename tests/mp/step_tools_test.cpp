@@ -191,8 +191,13 @@ TEST(Profiler, EachRankWritesItsChromeTraceWithAtenEvents) {
   EXPECT_NE(r.output.find("Self CPU time total:"), std::string::npos)
       << "the main process logs the table\n"
       << r.output;
-  const Result off = launch(2, "local_first " + temp_dir("off"));
-  EXPECT_EQ(run("ls " + temp_dir("off") + " | wc -l").output, "0\n");
+  // Profiled without an output_trace_dir, from an empty working directory: nothing is written.
+  const std::string off = temp_dir("off");
+  const Result quiet = run("cd '" + off + "' && " + std::string(ACCEL_CLI) + " launch -n 2 " +
+                           STEP_TOOLS_PROGRAM + " profile ''");
+  ASSERT_EQ(quiet.code, 0) << quiet.output;
+  EXPECT_NE(quiet.output.find("rank 1 windows 1"), std::string::npos) << quiet.output;
+  EXPECT_EQ(run("ls -A '" + off + "' | wc -l").output, "0\n");
 }
 
 TEST(PerProcess, LocalMainFirstRunsBeforeTheOthersAndTheHelpersPickTheirProcess) {
