@@ -44,9 +44,10 @@ class Error : public std::runtime_error {
 // Whether LibTorch's (or a device's) error message says memory ran out: the statements
 // Accelerate's should_reduce_batch_size looks for (CUDA/HIP/XPU, MPS, cuDNN, CPU).
 inline bool is_out_of_memory_message(const char* message) {
+  // " out of memory." also covers CUDA's "CUDA out of memory. Tried to allocate ...".
   for (const char* s :
        {" out of memory.", "MPS backend out of memory", "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
-        "DefaultCPUAllocator: can't allocate memory", "CUDA out of memory"})
+        "DefaultCPUAllocator: can't allocate memory"})
     if (std::strstr(message, s)) return true;
   return false;
 }

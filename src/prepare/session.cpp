@@ -63,7 +63,10 @@ void bind_unprepared(optim::Optimizer& optimizer, const model::Model& m) {
   if (!optimizer.bound()) optimizer.bind(trainable_parameters(m));
 }
 
-Session::Session(std::unique_ptr<runtime::Accelerator> accelerator) : acc_(std::move(accelerator)) {
+Session::Session(std::unique_ptr<runtime::Accelerator> accelerator)
+    : acc_(std::move(accelerator)),
+      sync_each_batch_(acc_->settings().flag("sync_each_batch")),
+      sync_with_dataloader_(acc_->settings().flag("sync_with_dataloader")) {
   if (acc_->mixed_precision() == runtime::MixedPrecision::kFp16) {
     scaler_ = std::make_unique<optim::GradScaler>();
     // Stage 2: each rank checks only the gradients it owns; all must skip alike.
@@ -341,7 +344,7 @@ void Session::accumulate() {
   ++total_steps_;
   const int64_t steps = acc_->gradient_accumulation_steps();
   const auto active = acc_->gradient_state()->active();
-  if (active && active->end_of_dataloader && acc_->settings().flag("sync_with_dataloader")) {
+  if (active && active->end_of_dataloader && sync_with_dataloader_) {
     micro_step_ = 0;
     sync_gradients_ = true;
   } else {
@@ -370,7 +373,7 @@ void Session::backward(const at::Tensor& loss) {
   if (join_.enabled && sync_gradients_) join_count_step();
   // GradientAccumulationPlugin's sync_each_batch: every micro-step reduces (less memory held by
   // unsynchronised gradients), while optimizers still step on sync steps only.
-  const bool reduce_now = sync_gradients_ || acc_->settings().flag("sync_each_batch");
+  const bool reduce_now = sync_gradients_ || sync_each_batch_;
   // In prepare order, the same on every rank: the buckets left to launch go out in one order.
   for (const auto& m : model_order_)
     if (auto it = syncs_.find(m.get()); it != syncs_.end())

@@ -220,6 +220,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<CustomObject> custom_;
   bool checkpointing_ = false;
   bool sync_gradients_ = true;
+  // GradientAccumulationPlugin's options, fixed at accel_init (read on every micro-step).
+  const bool sync_each_batch_, sync_with_dataloader_;
   int64_t micro_step_ = 0;
   int64_t total_steps_ = 0;
 };
