@@ -15,6 +15,9 @@ import random
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tracker_readers import SKIPPED, python_with  # noqa: E402
+
 ACCELERATE_SIDE = r'''
 import sys, warnings
 import torch, torch.profiler as P
@@ -89,13 +92,12 @@ def compare(name, cases, ours, theirs):
 
 def main():
     program = sys.argv[1]
-    python = os.environ.get("ACCEL_TEST_ACCELERATE_PYTHON", sys.executable)
-    probe = subprocess.run([python, "-c", "import accelerate; print(accelerate.__version__)"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        print(f"skipped: {python} cannot import accelerate (tools/setup.sh makes build/accelerate-venv)")
-        return 77
-    print(f"Python Accelerate {probe.stdout.strip()} ({python})")
+    python = python_with(["accelerate"])
+    if python is None:
+        return SKIPPED
+    version = subprocess.run([python, "-c", "import accelerate; print(accelerate.__version__)"],
+                             capture_output=True, text=True).stdout.strip()
+    print(f"Python Accelerate {version} ({python})")
     ok = True
     for mode, cases in (("sizes", size_cases()), ("windows", schedule_cases())):
         ours = run(["env", "-u", "WORLD_SIZE", "-u", "RANK", program, mode], cases)

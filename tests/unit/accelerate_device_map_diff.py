@@ -17,6 +17,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tracker_readers import SKIPPED, python_with  # noqa: E402
+
 ACCELERATE_SIDE = r'''
 import json, random, sys, warnings, logging
 import torch, torch.nn as nn
@@ -179,13 +182,12 @@ for model, max_memory, no_split, fallback in cases:
 
 def main():
     probe = sys.argv[1]
-    python = os.environ.get("ACCEL_TEST_ACCELERATE_PYTHON", sys.executable)
-    check = subprocess.run([python, "-c", "import accelerate, torch; print(accelerate.__version__)"],
-                           capture_output=True, text=True)
-    if check.returncode != 0:
-        print(f"skipped: {python} cannot import accelerate and torch (tools/setup.sh makes build/accelerate-venv)")
-        return 77
-    print(f"Python Accelerate {check.stdout.strip()} ({python})")
+    python = python_with(["accelerate", "torch"])
+    if python is None:
+        return SKIPPED
+    version = subprocess.run([python, "-c", "import accelerate; print(accelerate.__version__)"],
+                             capture_output=True, text=True).stdout.strip()
+    print(f"Python Accelerate {version} ({python})")
     ok = True
     for which in ("accelerate", "600"):
         made = subprocess.run([python, "-c", ACCELERATE_SIDE, which], capture_output=True, text=True,
