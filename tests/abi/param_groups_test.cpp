@@ -14,33 +14,12 @@
 
 #include "accel/accel.h"
 #include "accelerator_env.hpp"
+#include "torch_reference.hpp"
 
 namespace {
 
 const char* const kNames[] = {"fc1.weight", "fc1.bias",   "ln.weight",
                               "ln.bias",    "fc2.weight", "fc2.bias"};
-
-// Runs Python with torch and returns the numbers it prints.
-std::vector<double> python_numbers(const std::string& code) {
-  static int calls = 0;
-  const std::string path = ::testing::TempDir() + "param_groups_" + std::to_string(getpid()) + "_" +
-                           std::to_string(calls++) + ".py";
-  FILE* f = fopen(path.c_str(), "w");
-  fputs(("import torch\n" + code).c_str(), f);
-  fclose(f);
-  FILE* p = popen(("/usr/bin/python3 " + path + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(p ? pclose(p) : -1, 0) << "python3-torch is needed (tools/setup.sh installs it):\n"
-                                   << out;
-  std::remove(path.c_str());
-  std::vector<double> values;
-  std::istringstream in(out);
-  for (double v; in >> v;) values.push_back(v);
-  return values;
-}
 
 std::vector<float> values(const accel_model* m, const char* name) {
   accel_tensor* t = nullptr;
