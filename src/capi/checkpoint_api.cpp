@@ -2,6 +2,7 @@
 // checkpointed objects.
 #include "capi/handles.hpp"
 #include "checkpoint/model_io.hpp"
+#include "checkpoint/sharded_load.hpp"
 
 using accel::Errc;
 using accel::fail;
@@ -22,6 +23,12 @@ struct Release {
     if (armed && fn) fn(user_data);
   }
 };
+
+// The session a model was prepared with, or null: not prepared, or its accelerator freed (then
+// the load is the plain one, which refuses parameters ZeRO stage 3 released).
+std::shared_ptr<accel::prepare::Session> prepared_session(const accel_model* model) {
+  return model->prepared ? model->session.lock() : nullptr;
+}
 
 }  // namespace
 
@@ -44,7 +51,10 @@ ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const 
     checked(model, "model");
     require(path, "path");
     FamilyLock lock(model->family);
-    accel::checkpoint::load_checkpoint_in_model(*model->model, path);
+    const auto session = prepared_session(model);
+    accel::checkpoint::load_planned(
+        session.get(), *model->model, "accel_load_checkpoint_in_model",
+        [&] { return accel::checkpoint::plan_strict_load(*model->model, path); });
   });
 }
 
@@ -57,7 +67,10 @@ ACCEL_API accel_status accel_load_pretrained(accel_model* model, const char* pat
     auto report = std::make_unique<accel_load_report>();
     {
       FamilyLock lock(model->family);
-      report->load = accel::checkpoint::load_pretrained(*model->model, path, parsed);
+      const auto session = prepared_session(model);
+      accel::checkpoint::load_planned(session.get(), *model->model, "accel_load_pretrained", [&] {
+        return accel::checkpoint::plan_pretrained(*model->model, path, parsed, &report->load);
+      });
     }
     if (out_report) *out_report = report.release();
   });

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "checkpoint/safetensors.hpp"
+#include "checkpoint/tensor_reader.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
 #include "ops/main_process.hpp"
@@ -32,12 +33,6 @@ std::string dtype_name(at::ScalarType t) {
   for (const auto& [ours, name] : kDtypes)
     if (ours == t) return name;
   fail(Errc::dtype, std::string("dtype ") + c10::toString(t) + " has no safetensors equivalent");
-}
-
-at::ScalarType scalar_type(const std::string& name, const std::string& file) {
-  for (const auto& [ours, n] : kDtypes)
-    if (name == n) return ours;
-  fail(Errc::io, "safetensors file '" + file + "': dtype " + name + " is not supported here");
 }
 
 bool is_directory(const std::string& path) {
@@ -101,15 +96,9 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 }
 
 NamedTensors read_safetensors(const std::string& path) {
-  const std::string bytes = read_file(path);
-  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-  const Header h = parse_header(p, bytes.size(), bytes.size(), path);
+  TensorReader reader({path});
   NamedTensors out;
-  for (const auto& e : h.tensors) {
-    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(scalar_type(e.dtype, path)));
-    std::memcpy(t.data_ptr(), p + h.data_start + e.begin, e.end - e.begin);
-    out.emplace_back(e.name, std::move(t));
-  }
+  for (const auto& spec : reader.specs()) out.emplace_back(spec.name, reader.read(spec.name));
   return out;
 }
 
@@ -198,7 +187,40 @@ void save_model_from_main(runtime::Accelerator& acc, const model::Model& m, cons
 
 void load_checkpoint_in_model(model::Model& m, const std::string& path) {
   m.require_whole("accel_load_checkpoint_in_model");
-  apply_weights(stage_checkpoint_for_model(m, path));
+  PlannedLoad planned = plan_strict_load(m, path);
+  write_planned(m, planned);
+}
+
+bool held_here(const at::Tensor& t) {
+  return t.numel() == 0 || t.storage().nbytes() > 0;
+}
+
+// Written in place as read: staging the whole model first would cost a second model in memory,
+// the very thing this avoids. Every failure that can be known before the bytes (a missing or
+// unreadable shard, a corrupt or truncated file, an unknown dtype, a mismatch) was caught by the
+// reader and the plan before this runs; what remains is a read failing midway (an I/O error, a
+// file changed after it was checked), reported with what was already loaded.
+void write_planned(const model::Model& m, PlannedLoad& planned) {
+  std::map<std::string, at::Tensor> live;
+  for (auto& [n, t] : state_of(m)) live.emplace(n, std::move(t));
+  size_t done = 0;
+  std::string first;
+  for (const auto& [model_name, checkpoint_name] : planned.copies) {
+    const at::Tensor& target = live.at(model_name);
+    if (!held_here(target)) continue;  // ZeRO stage 3: another rank owns it
+    try {
+      planned.reader->read_into(checkpoint_name, target);
+    } catch (const accel::Error& e) {
+      fail(e.code(), std::string(e.what()) + "; the model is partly loaded: " +
+                         std::to_string(done) + " tensor(s) were read into it" +
+                         (first.empty() ? ""
+                                        : " ('" + first + "' to the one before '" + model_name +
+                                              "', in the load's order)") +
+                         ", '" + model_name + "' and those after it keep their values; load again");
+    }
+    if (first.empty()) first = model_name;
+    ++done;
+  }
 }
 
 void apply_weights(const StagedWeights& staged) {
@@ -252,41 +274,70 @@ std::string safetensors_dtype(at::ScalarType t) {
   return dtype_name(t);
 }
 
+at::ScalarType torch_dtype(const std::string& dtype, const std::string& file) {
+  for (const auto& [ours, n] : kDtypes)
+    if (dtype == n) return ours;
+  fail(Errc::io, "safetensors file '" + file + "': dtype " + dtype + " is not supported here");
+}
+
 NamedTensors model_state(const model::Model& m) {
   return state_of(m);
 }
 
-StagedWeights stage_checkpoint_for_model(const model::Model& m, const std::string& path) {
-  const std::vector<std::string> files = checkpoint_files(path);
-  std::map<std::string, at::Tensor> loaded;
-  for (const auto& f : files)
-    for (auto& [n, t] : read_safetensors(f)) loaded[n] = std::move(t);
+namespace {
 
+// load_checkpoint_in_model's rule: every name, shape and dtype matches, or accel::Error(shape)
+// lists what does not.
+void check_strict(const NamedTensors& state, const std::vector<TensorSpec>& specs,
+                  const std::string& path) {
+  std::map<std::string, const TensorSpec*> loaded;
+  for (const auto& spec : specs) loaded[spec.name] = &spec;
   std::string missing, mismatched, unexpected;
-  const NamedTensors state = state_of(m);
   std::set<std::string> known;
   for (const auto& [n, t] : state) {
     known.insert(n);
     auto it = loaded.find(n);
     if (it == loaded.end()) {
       missing += (missing.empty() ? "" : ", ") + n;
-    } else if (it->second.sizes() != t.sizes() || it->second.scalar_type() != t.scalar_type()) {
+      continue;
+    }
+    const TensorSpec& c = *it->second;
+    const at::ScalarType type = torch_dtype(c.dtype, path);
+    if (c.shape != t.sizes().vec() || type != t.scalar_type()) {
       std::ostringstream d;
       d.imbue(std::locale::classic());  // sizes as [1000, 3], not the host locale's [1.000, 3]
-      d << n << " (checkpoint " << c10::toString(it->second.scalar_type()) << it->second.sizes()
-        << ", model " << c10::toString(t.scalar_type()) << t.sizes() << ")";
+      d << n << " (checkpoint " << c10::toString(type) << at::IntArrayRef(c.shape) << ", model "
+        << c10::toString(t.scalar_type()) << t.sizes() << ")";
       mismatched += (mismatched.empty() ? "" : ", ") + d.str();
     }
   }
-  for (const auto& [n, t] : loaded)
+  for (const auto& [n, spec] : loaded)
     if (!known.count(n)) unexpected += (unexpected.empty() ? "" : ", ") + n;
   if (!missing.empty() || !mismatched.empty() || !unexpected.empty())
     fail(Errc::shape, "the checkpoint '" + path + "' does not match the model:" +
                           (missing.empty() ? "" : " missing: " + missing + ";") +
                           (unexpected.empty() ? "" : " unexpected: " + unexpected + ";") +
                           (mismatched.empty() ? "" : " shape/dtype mismatch: " + mismatched + ";"));
-  StagedWeights staged;
-  for (const auto& [n, t] : state) staged.emplace_back(t, std::move(loaded.at(n)));
+}
+
+}  // namespace
+
+PlannedLoad plan_strict_load(const model::Model& m, const std::string& path) {
+  PlannedLoad planned;
+  planned.reader = std::make_shared<TensorReader>(checkpoint_files(path));
+  const NamedTensors state = state_of(m);
+  check_strict(state, planned.reader->specs(), path);
+  for (const auto& [n, t] : state) planned.copies.emplace_back(n, n);
+  return planned;
+}
+
+StagedWeights stage_checkpoint_for_model(const model::Model& m, const std::string& path) {
+  PlannedLoad planned = plan_strict_load(m, path);
+  std::map<std::string, at::Tensor> live;
+  for (auto& [n, t] : state_of(m)) live.emplace(n, std::move(t));
+  StagedWeights staged;  // load_state checks every file before it changes anything
+  for (const auto& [model_name, checkpoint_name] : planned.copies)
+    staged.emplace_back(live.at(model_name), planned.reader->read(checkpoint_name));
   return staged;
 }
 

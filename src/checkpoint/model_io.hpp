@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,16 +41,36 @@ std::vector<std::string> save_model(const model::Model& m, const std::string& di
 void save_model_from_main(runtime::Accelerator& acc, const model::Model& m, const std::string& dir,
                           const std::string& max_shard_size);
 
-// Loads a file, an index JSON or a directory holding either into `m`. Every name, shape and dtype
-// must match; otherwise accel::Error(shape) lists the missing, unexpected and mismatched tensors
-// and nothing is changed.
+// Loads a file, an index JSON or a directory holding either into `m`, each tensor read straight
+// into place (write_planned). Every name, shape and dtype must match; otherwise
+// accel::Error(shape) lists the missing, unexpected and mismatched tensors and nothing is changed.
 void load_checkpoint_in_model(model::Model& m, const std::string& path);
+
+class TensorReader;
+// A load decided before any tensor's bytes are read: the checkpoint's files open and their headers
+// checked (TensorReader), and which checkpoint tensor goes into which of the model's tensors.
+struct PlannedLoad {
+  std::shared_ptr<TensorReader> reader;
+  std::vector<std::pair<std::string, std::string>> copies;  // (model tensor, checkpoint tensor)
+};
+// load_checkpoint_in_model's plan: every name, shape and dtype must match (accel::Error(shape)
+// listing what does not; io for the files).
+PlannedLoad plan_strict_load(const model::Model& m, const std::string& path);
+// Reads each planned tensor straight into the model's tensor, converting where the dtypes differ,
+// one tensor in memory at a time; tensors this rank does not hold (ZeRO stage 3 released them:
+// held_here) are neither read nor written. A read failing midway is accel::Error(io) saying how
+// many tensors were already loaded and that the model is partly loaded.
+void write_planned(const model::Model& m, PlannedLoad& planned);
+// Whether this rank holds `t`'s values (ZeRO stage 3 releases the storage of what it does not own).
+bool held_here(const at::Tensor& t);
 
 // The safetensors files a checkpoint path names: a file, an index JSON (its shards, each once) or
 // a directory holding model.safetensors or model.safetensors.index.json. Throws accel::Error(io).
 std::vector<std::string> checkpoint_files(const std::string& path);
 // safetensors' name of a dtype (F32, BF16, I64, ...); accel::Error(dtype) for one it lacks.
 std::string safetensors_dtype(at::ScalarType t);
+// The LibTorch dtype of a safetensors dtype name; accel::Error(io) naming `file` for one it lacks.
+at::ScalarType torch_dtype(const std::string& dtype, const std::string& file);
 // A model's tensors as a checkpoint holds them: parameters, then buffers.
 NamedTensors model_state(const model::Model& m);
 

@@ -1,11 +1,11 @@
 #include "checkpoint/pretrained.hpp"
 
 #include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
 
 #include <map>
 
 #include "checkpoint/model_io.hpp"
+#include "checkpoint/tensor_reader.hpp"
 #include "common/error.hpp"
 #include "model/model.hpp"
 
@@ -28,8 +28,10 @@ std::vector<TensorSpec> specs_of(const NamedTensors& tensors) {
 // The model's tensors that share one storage (tied weights), as groups of names.
 std::vector<std::vector<std::string>> tied_groups(const NamedTensors& state) {
   std::map<const void*, std::vector<std::string>> by_storage;
+  // Storage released by ZeRO stage 3 (no data) ties nothing: shared storage stays whole there.
   for (const auto& [name, t] : state)
-    if (t.defined() && t.numel() > 0) by_storage[t.storage().data()].push_back(name);
+    if (t.defined() && t.numel() > 0 && t.storage().nbytes() > 0)
+      by_storage[t.storage().data()].push_back(name);
   std::vector<std::vector<std::string>> groups;
   for (auto& [ptr, names] : by_storage)
     if (names.size() > 1) groups.push_back(names);
@@ -66,26 +68,25 @@ PretrainedOptions parse_pretrained_options(const std::string& spec) {
   return o;
 }
 
+PlannedLoad plan_pretrained(const model::Model& m, const std::string& path,
+                            const PretrainedOptions& options, PretrainedLoad* out) {
+  PlannedLoad planned;
+  planned.reader = std::make_shared<TensorReader>(checkpoint_files(path));
+  const NamedTensors state = model_state(m);
+  LoadOptions load = options.load;
+  load.tied = tied_groups(state);
+  out->plan = plan_load(specs_of(state), planned.reader->specs(), load);
+  planned.copies = out->plan.copies;  // cast to the model's dtype as they are read
+  out->report = load_report(out->plan, options.model_name, path, options.architecture_matches);
+  return planned;
+}
+
 PretrainedLoad load_pretrained(model::Model& m, const std::string& path,
                                const PretrainedOptions& options) {
   m.require_whole("accel_load_pretrained");
-  std::map<std::string, at::Tensor> loaded;
-  for (const auto& f : checkpoint_files(path))
-    for (auto& [n, t] : read_safetensors(f)) loaded[n] = std::move(t);
-  const NamedTensors state = model_state(m);
-  NamedTensors checkpoint(loaded.begin(), loaded.end());
-  LoadOptions load = options.load;
-  load.tied = tied_groups(state);
   PretrainedLoad out;
-  out.plan = plan_load(specs_of(state), specs_of(checkpoint), load);
-  std::map<std::string, at::Tensor> live(state.begin(), state.end());
-  StagedWeights staged;  // converted before anything changes
-  for (const auto& [model_name, checkpoint_name] : out.plan.copies) {
-    const at::Tensor& target = live.at(model_name);
-    staged.emplace_back(target, loaded.at(checkpoint_name).to(target.scalar_type()));
-  }
-  apply_weights(staged);
-  out.report = load_report(out.plan, options.model_name, path, options.architecture_matches);
+  PlannedLoad planned = plan_pretrained(m, path, options, &out);
+  write_planned(m, planned);
   return out;
 }
 

@@ -7,15 +7,13 @@
 #include <vector>
 
 #include "checkpoint/load_plan.hpp"
-
-namespace accel::model {
-class Model;
-}
+#include "checkpoint/model_io.hpp"
 
 namespace accel::checkpoint {
 
 struct PretrainedOptions {
-  LoadOptions load{"", false};           // not strict, as from_pretrained; tied groups: the model's
+  LoadOptions load{
+      "", false, false, {}};             // not strict, as from_pretrained; tied groups: the model's
   std::string model_name = "the model";  // the name the report gives the model
   bool architecture_matches = false;     // unexpected tensors a warning (else info)
 };
@@ -29,8 +27,16 @@ struct PretrainedLoad {
 // ignore_mismatched_sizes, model_name, architecture_matches. Throws invalid_argument.
 PretrainedOptions parse_pretrained_options(const std::string& spec);
 
-// All or nothing: every file is read and every tensor checked and converted before the model
-// changes. Throws accel::Error (io: files; shape, dtype, invalid_argument: see plan_load).
+// Every file opened and its header checked, and the plan made, before any tensor's bytes are read
+// (model_io.hpp's write_planned then reads each into place, cast to the model's dtype). Fills
+// `out` (plan and report). Throws accel::Error (io: files; shape, dtype, invalid_argument: see
+// plan_load).
+PlannedLoad plan_pretrained(const model::Model& m, const std::string& path,
+                            const PretrainedOptions& options, PretrainedLoad* out);
+
+// plan_pretrained then write_planned, into a model whole on this process. Any error found before
+// the bytes (files, headers, dtypes, the plan's) leaves the model unchanged; a read failing midway
+// leaves it partly loaded and says so (write_planned).
 PretrainedLoad load_pretrained(model::Model& m, const std::string& path,
                                const PretrainedOptions& options);
 

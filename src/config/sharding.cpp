@@ -205,7 +205,8 @@ void fsdp_features(const Section& s, int version, ShardingPlan* plan) {
                   "activation checkpointing is not supported by libaccel; set it to false");
   if (s.has("fsdp_ignored_modules") && !s.at("fsdp_ignored_modules").empty())
     s.unsupported("fsdp_ignored_modules", "ignored modules are not supported by libaccel");
-  if (s.flag("fsdp_cpu_ram_efficient_loading", false) && !s.flag("fsdp_sync_module_states", true))
+  plan->cpu_ram_efficient_loading = s.flag("fsdp_cpu_ram_efficient_loading", false);
+  if (plan->cpu_ram_efficient_loading && !s.flag("fsdp_sync_module_states", true))
     s.bad("fsdp_sync_module_states",
           "false contradicts fsdp_cpu_ram_efficient_loading: true (the ranks without the "
           "weights need them synchronised, as Accelerate requires)");
@@ -339,7 +340,8 @@ void from_accelerate_environment(const EnvMap& env, Section* fsdp, Section* deep
       {"FSDP_FORWARD_PREFETCH", "fsdp_forward_prefetch"},
       {"FSDP_BACKWARD_PREFETCH", "fsdp_backward_prefetch"},
       {"FSDP_OFFLOAD_PARAMS", "fsdp_offload_params"},
-      {"FSDP_ACTIVATION_CHECKPOINTING", "fsdp_activation_checkpointing"}};
+      {"FSDP_ACTIVATION_CHECKPOINTING", "fsdp_activation_checkpointing"},
+      {"FSDP_CPU_RAM_EFFICIENT_LOADING", "fsdp_cpu_ram_efficient_loading"}};
   for (const auto& [var, key] : fsdp_vars)
     if (const auto* v = get(var); v && !fsdp->has(key)) {
       fsdp->values[key] = *v;

@@ -34,6 +34,10 @@ struct ShardingPlan {
   // other than NO_PREFETCH), where the transport overlaps compute.
   bool forward_prefetch = false;
   bool backward_prefetch = true;
+  // Stage 3: a checkpoint loaded after prepare is read by each rank for the parameters it owns
+  // alone (fsdp_cpu_ram_efficient_loading); otherwise every rank gathers the whole model and reads
+  // the whole checkpoint, as Accelerate loads without it (checkpoint/sharded_load.hpp).
+  bool cpu_ram_efficient_loading = false;
   // deepspeed_config.gradient_accumulation_steps where it sets the job's accumulation (nothing set
   // the top-level key: Accelerate's launcher exports it as ACCELERATE_GRADIENT_ACCUMULATION_STEPS);
   // 0 where it does not.

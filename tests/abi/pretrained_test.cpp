@@ -6,6 +6,7 @@
 #include <accel/accel.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -19,8 +20,8 @@ struct Stored {
   std::string bytes;
 };
 
-// A safetensors file written by hand: the header JSON, then the tensors' bytes in order.
-std::string write_safetensors(const std::string& name, const std::vector<Stored>& tensors) {
+// A safetensors file written by hand at `path`: the header JSON, then the tensors' bytes in order.
+void write_safetensors_at(const std::string& path, const std::vector<Stored>& tensors) {
   std::string header = "{", data;
   for (const auto& t : tensors) {
     std::string shape;
@@ -32,12 +33,16 @@ std::string write_safetensors(const std::string& name, const std::vector<Stored>
     data += t.bytes;
   }
   header += "}";
-  const std::string path =
-      ::testing::TempDir() + name + "_" + std::to_string(getpid()) + ".safetensors";
-  std::ofstream out(path, std::ios::binary);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
   const uint64_t n = header.size();
   out.write(reinterpret_cast<const char*>(&n), 8);
   out << header << data;
+}
+
+std::string write_safetensors(const std::string& name, const std::vector<Stored>& tensors) {
+  const std::string path =
+      ::testing::TempDir() + name + "_" + std::to_string(getpid()) + ".safetensors";
+  write_safetensors_at(path, tensors);
   return path;
 }
 
@@ -130,6 +135,85 @@ TEST(LoadPretrained, StrictAndBadInputsFailWithTheModelUnchanged) {
   EXPECT_EQ(accel_load_report_keys(report, "lost", &list), ACCEL_ERR_INVALID_ARGUMENT);
   accel_load_report_free(report);
   accel_load_report_free(nullptr);
+}
+
+// Loading reads each tensor straight into place, so every failure that can be known before the
+// bytes is found before the first tensor is written: a sharded checkpoint whose first shard is
+// good and whose second is truncated, corrupt, missing or of an unknown dtype, or a shape
+// mismatch, leaves both tensors as they were, through both entry points.
+TEST(LoadPretrained, ShardedLoadsReadInPlaceAndBadShardsChangeNothing) {
+  const std::string dir = ::testing::TempDir() + "inplace_" + std::to_string(getpid());
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  std::vector<accel::Tensor> keep;
+  keep.push_back(accel::Tensor::from_data<float>({7, 7}, {2}));
+  keep.push_back(accel::Tensor::from_data<float>({8, 8, 8}, {3}));
+  for (auto& t : keep) t.set_requires_grad(true);
+  accel::Model m;
+  m.add_parameter("a", keep[0]);
+  m.add_parameter("b", keep[1]);
+  const std::string index = dir + "/model.safetensors.index.json";
+  std::ofstream(index) << R"({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}})";
+  const Stored a{"a", "F32", {2}, bytes_of(std::vector<float>{1.5F, -2})};
+  const Stored b32{"b", "F32", {3}, bytes_of(std::vector<float>{3, 4, 5})};
+  const std::vector<uint16_t> b_bf16 = {0x4040, 0x4080, 0x40A0};  // 3, 4, 5
+  const Stored b16{"b", "BF16", {3}, bytes_of(b_bf16)};
+  write_safetensors_at(dir + "/s1.safetensors", {a});
+  auto unchanged = [&](const std::string& what) {
+    EXPECT_EQ(m.tensor("a").to_vector<float>(), (std::vector<float>{7, 7})) << what;
+    EXPECT_EQ(m.tensor("b").to_vector<float>(), (std::vector<float>{8, 8, 8})) << what;
+  };
+  auto both_fail = [&](accel_status want, const std::string& message, const std::string& what) {
+    EXPECT_EQ(accel_load_checkpoint_in_model(m.get(), index.c_str()), want) << what;
+    EXPECT_NE(std::string(accel_last_error_message()).find(message), std::string::npos)
+        << what << ": " << accel_last_error_message();
+    unchanged(what);
+    EXPECT_EQ(accel_load_pretrained(m.get(), index.c_str(), nullptr, nullptr), want) << what;
+    EXPECT_NE(std::string(accel_last_error_message()).find(message), std::string::npos)
+        << what << ": " << accel_last_error_message();
+    unchanged(what);
+  };
+  // The second shard's bytes, good and then spoiled one way after another.
+  write_safetensors_at(dir + "/s2.safetensors", {b32});
+  std::string good;
+  {
+    std::ifstream in(dir + "/s2.safetensors", std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto put = [&](const std::string& bytes) {
+    std::ofstream(dir + "/s2.safetensors", std::ios::binary | std::ios::trunc) << bytes;
+  };
+  put(good.substr(0, good.size() - 4));
+  both_fail(ACCEL_ERR_IO, "s2.safetensors", "a truncated shard");
+  std::string corrupt = good;
+  corrupt[9] = '[';  // the JSON's opening brace
+  put(corrupt);
+  both_fail(ACCEL_ERR_IO, "not valid JSON", "a corrupt header");
+  std::remove((dir + "/s2.safetensors").c_str());
+  both_fail(ACCEL_ERR_IO, "s2.safetensors", "a missing shard");
+  write_safetensors_at(dir + "/s2.safetensors", {{"b", "F7", {3}, "abc"}});
+  both_fail(ACCEL_ERR_IO, "unknown dtype 'F7'", "an unknown dtype");
+  write_safetensors_at(dir + "/s2.safetensors", {{"b", "U16", {3}, "abcdef"}});
+  both_fail(ACCEL_ERR_IO, "dtype U16 is not supported", "a dtype LibTorch lacks");
+  // A shape mismatch: strict (both entry points), and not strict without ignore_mismatched_sizes.
+  write_safetensors_at(dir + "/s2.safetensors",
+                       {{"b", "F32", {4}, bytes_of(std::vector<float>{1, 2, 3, 4})}});
+  both_fail(ACCEL_ERR_SHAPE, "b", "a shape mismatch");
+  EXPECT_EQ(accel_load_pretrained(m.get(), index.c_str(), "strict=true", nullptr), ACCEL_ERR_SHAPE);
+  unchanged("a strict shape mismatch");
+  // Ignored: the other tensor loads, the mismatched one keeps its values.
+  const auto ignored = m.load_pretrained(index, "ignore_mismatched_sizes=true");
+  EXPECT_EQ(ignored.mismatched, (std::vector<std::string>{"b"}));
+  EXPECT_EQ(m.tensor("a").to_vector<float>(), (std::vector<float>{1.5F, -2}));
+  EXPECT_EQ(m.tensor("b").to_vector<float>(), (std::vector<float>{8, 8, 8}));
+  // Good shards: fp32 read straight in, bf16 converted into the fp32 tensor.
+  write_safetensors_at(dir + "/s2.safetensors", {b16});
+  m.load_pretrained(index, "strict=true");
+  EXPECT_EQ(m.tensor("b").to_vector<float>(), (std::vector<float>{3, 4, 5}));
+  write_safetensors_at(dir + "/s2.safetensors",
+                       {{"b", "F32", {3}, bytes_of(std::vector<float>{6, 7, 8})}});
+  EXPECT_EQ(accel_load_checkpoint_in_model(m.get(), index.c_str()), ACCEL_OK);
+  EXPECT_EQ(m.tensor("b").to_vector<float>(), (std::vector<float>{6, 7, 8}));
+  EXPECT_EQ(m.tensor("a").to_vector<float>(), (std::vector<float>{1.5F, -2}));
 }
 
 }  // namespace
