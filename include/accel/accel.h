@@ -1656,6 +1656,9 @@ ACCEL_API accel_status accel_save_model(accel_accelerator* accelerator, const ac
  * model.safetensors.index.json, or a directory holding either. Names, shapes and dtypes must
  * match: otherwise ACCEL_ERR_SHAPE lists the missing, unexpected and mismatched tensors and the
  * model is unchanged. A corrupt or truncated file is ACCEL_ERR_IO naming it and what is wrong.
+ * Each tensor is read straight into place after every file's header is checked; a read failing
+ * midway is ACCEL_ERR_IO saying the model is partly loaded. On a model prepared under ZeRO stage 3
+ * every rank calls it (fsdp_cpu_ram_efficient_loading: each rank reads only what it owns).
  */
 ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const char* path);
 
@@ -1681,8 +1684,10 @@ typedef struct accel_load_report accel_load_report;
  *                                architecture (transformers' config.architectures), otherwise info
  * Floating checkpoint tensors are cast to the model's dtype (fp16 and bf16 into fp32 and back); a
  * floating tensor for an integer one, or the other way, is ACCEL_ERR_DTYPE. Tensors of the model
- * that share storage (tied weights) count as loaded when one of them is. All or nothing: on any
- * error the model is unchanged. `*out_report` (may be NULL) receives the report, which
+ * that share storage (tied weights) count as loaded when one of them is. On any error found
+ * before the tensors' bytes are read (files, headers, dtypes, the plan) the model is unchanged; a
+ * read failing midway is ACCEL_ERR_IO saying it is partly loaded. Under ZeRO stage 3, as
+ * accel_load_checkpoint_in_model. `*out_report` (may be NULL) receives the report, which
  * accel_load_report_keys and accel_load_report_text read.
  */
 ACCEL_API accel_status accel_load_pretrained(accel_model* model, const char* path,
