@@ -98,7 +98,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 NamedTensors read_safetensors(const std::string& path) {
   TensorReader reader({path});
   NamedTensors out;
-  for (const auto& spec : reader.specs()) out.emplace_back(spec.name, reader.read(spec.name));
+  for (const auto& name : reader.names_in_data_order()) out.emplace_back(name, reader.read(name));
   return out;
 }
 

@@ -91,6 +91,17 @@ std::vector<TensorSpec> TensorReader::specs() const {
   return out;
 }
 
+std::vector<std::string> TensorReader::names_in_data_order() const {
+  std::vector<std::string> out;
+  for (size_t f = 0; f < files_.size(); ++f)
+    for (size_t e = 0; e < files_[f].header.tensors.size(); ++e) {
+      const auto& name = files_[f].header.tensors[e].name;
+      const Where& w = where_.at(name);
+      if (w.file == f && w.entry == e) out.push_back(name);  // a later file's wins
+    }
+  return out;
+}
+
 void TensorReader::pread_all(const File& f, void* out, uint64_t bytes, uint64_t offset,
                              const std::string& tensor) {
   auto* p = static_cast<char*>(out);

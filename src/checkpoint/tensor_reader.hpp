@@ -29,6 +29,8 @@ class TensorReader {
 
   // Every tensor's name, shape and dtype, in name order.
   std::vector<TensorSpec> specs() const;
+  // The tensors' names in the files' data order (file by file), each once.
+  std::vector<std::string> names_in_data_order() const;
   bool has(const std::string& name) const { return where_.count(name) > 0; }
   // The bytes of tensor data read so far (headers not counted).
   uint64_t bytes_read() const { return bytes_read_; }
