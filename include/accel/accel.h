@@ -98,9 +98,9 @@
  *
  * Threads
  *  - Every function may be called from any thread. Which calls may run at the same time:
- *  - accel_config, accel_tensor, accel_tensor_list, accel_bytes_list, accel_dataset: any calls,
- *    on the same handle or on different ones, at once (a config's writes are serialised inside;
- *    the others are not changed by any function of this interface).
+ *  - accel_config, accel_tensor, accel_tensor_list, accel_bytes_list, accel_dataset,
+ *    accel_tokenizer: any calls, on the same handle or on different ones, at once (a config's
+ *    writes are serialised inside; the others are not changed by any function of this interface).
  *  - A training family is an accelerator together with every model, optimizer and scheduler
  *    prepared with it; before preparation, a model together with the optimizers and schedulers
  *    made over it is a family of its own, and accel_prepare joins it to the accelerator's. The
@@ -1779,6 +1779,73 @@ ACCEL_API accel_status accel_register_for_checkpointing(accel_accelerator* accel
                                                         accel_state_save_fn save,
                                                         accel_state_load_fn load, void* user_data,
                                                         accel_release_fn release);
+
+/* ----------------------------------------------------------------------------------------------------
+ * Tokenizers
+ *
+ * Hugging Face's BERT WordPiece tokenizer, with the ids its `tokenizers` library (0.19.1) gives:
+ * the special tokens of tokenizer.json's added_tokens matched in the raw text first; between them
+ * BertNormalizer (clean_text, handle_chinese_chars, strip_accents, lowercase), BertPreTokenizer
+ * and WordPiece (greedy longest match, "##" continuations, [UNK] for a word of more than
+ * max_input_chars_per_word characters or with no match); then the post-processor's template,
+ * [CLS] text [SEP]. tokenizer.json's own truncation and padding settings are ignored (as
+ * sentence-transformers ignores them): the calls say their max_length, and a batch is padded to its
+ * longest row. A tokenizer is immutable once loaded: any calls on it may run at once from any
+ * threads.
+ * -------------------------------------------------------------------------------------------------
+ */
+
+/** A loaded tokenizer. */
+typedef struct accel_tokenizer accel_tokenizer;
+
+/**
+ * Loads a tokenizer from `path`: a tokenizer.json file, a vocab.txt file (read as transformers'
+ * BertTokenizerFast reads it, with tokenizer_config.json beside it when there is one:
+ * do_lower_case, tokenize_chinese_chars, strip_accents, the special tokens' names), or a directory
+ * holding either (tokenizer.json preferred), such as a sentence-transformers model folder. A
+ * missing or unreadable file or corrupt JSON is ACCEL_ERR_IO; a tokenizer of another kind (a BPE,
+ * Unigram or WordLevel model, a normalizer or pre-tokenizer other than BERT's, a post-processor
+ * other than TemplateProcessing or BertProcessing, an added token with normalized, lstrip, rstrip
+ * or single_word set) is ACCEL_ERR_INVALID_ARGUMENT naming what is not supported.
+ */
+ACCEL_API accel_status accel_tokenizer_load(const char* path, accel_tokenizer** out);
+
+/**
+ * The token ids of `text` (UTF-8; invalid UTF-8 is ACCEL_ERR_INVALID_ARGUMENT naming the byte
+ * offset, where Python's tokenizers, which takes str, never sees such bytes), with [CLS] first and
+ * [SEP] last. `max_length` counts them: 0 is no truncation; otherwise the text's tokens are cut at
+ * the end so that at most `max_length` ids come back (sentence-transformers' MiniLM uses 256); a
+ * max_length below the number of special tokens (2) is ACCEL_ERR_INVALID_ARGUMENT. Buffer
+ * convention (capacity in elements): `*out_count` receives the number of ids.
+ */
+ACCEL_API accel_status accel_tokenizer_encode(const accel_tokenizer* tok, const char* text,
+                                              size_t max_length, int64_t* ids, size_t capacity,
+                                              size_t* out_count);
+
+/**
+ * Encodes `count` texts (count >= 1) as accel_tokenizer_encode does and returns them as
+ * sentence-transformers feeds a model: `*input_ids` an int64 tensor [count, longest], each row
+ * padded on the right with the [PAD] token's id (tokenizer.json's padding pad_token, else "[PAD]";
+ * a tokenizer without one is ACCEL_ERR_INVALID_ARGUMENT), and `*attention_mask` an int64 tensor of
+ * the same shape, 1 for a token and 0 for padding. Both are new CPU tensors the caller frees.
+ * Any text's error fails the call naming the text's index; nothing is returned then.
+ */
+ACCEL_API accel_status accel_tokenizer_encode_batch(const accel_tokenizer* tok,
+                                                    const char* const* texts, size_t count,
+                                                    size_t max_length, accel_tensor** input_ids,
+                                                    accel_tensor** attention_mask);
+
+/** The id of `token` (an added token or a vocabulary entry, e.g. "[CLS]"); none is
+ * ACCEL_ERR_INVALID_ARGUMENT. */
+ACCEL_API accel_status accel_tokenizer_token_id(const accel_tokenizer* tok, const char* token,
+                                                int64_t* out);
+
+/** The number of distinct tokens, vocabulary and added tokens together (tokenizers'
+ * get_vocab_size()): 30522 for MiniLM. */
+ACCEL_API accel_status accel_tokenizer_vocab_size(const accel_tokenizer* tok, size_t* out);
+
+/** Frees a tokenizer. NULL is a no-op. Waits for nothing. */
+ACCEL_API void accel_tokenizer_free(accel_tokenizer* tok);
 
 /* ----------------------------------------------------------------------------------------------------
  * Trackers

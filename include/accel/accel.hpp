@@ -1368,6 +1368,59 @@ inline DataLoader::DataLoader(const Accelerator& accelerator, Dataset& dataset)
   h_ = detail::Handle<accel_dataloader, accel_dataloader_free>(l);
 }
 
+/**
+ * Hugging Face's BERT WordPiece tokenizer (accel.h, "Tokenizers"): the ids tokenizers 0.19.1
+ * gives, [CLS] and [SEP] included. Immutable: share one across threads freely.
+ */
+class Tokenizer {
+ public:
+  /** tokenizer.json, vocab.txt or a model directory (accel_tokenizer_load). */
+  static Tokenizer load(const std::string& path) {
+    accel_tokenizer* t = nullptr;
+    detail::check(accel_tokenizer_load(path.c_str(), &t));
+    Tokenizer out;
+    out.h_ = Handle(t);
+    return out;
+  }
+  /** The ids of `text`; max_length counts [CLS] and [SEP], 0 is no truncation. */
+  std::vector<int64_t> encode(const std::string& text, size_t max_length = 0) const {
+    std::vector<int64_t> ids(64);
+    size_t n = 0;
+    accel_status s = accel_tokenizer_encode(get(), text.c_str(), max_length, ids.data(),
+                                            ids.size(), &n);
+    if (s == ACCEL_ERR_BUFFER_TOO_SMALL) {
+      ids.resize(n);
+      s = accel_tokenizer_encode(get(), text.c_str(), max_length, ids.data(), ids.size(), &n);
+    }
+    detail::check(s);
+    ids.resize(n);
+    return ids;
+  }
+  /** input_ids and attention_mask, int64 [texts, longest], padded on the right with [PAD]. */
+  std::pair<Tensor, Tensor> encode_batch(const std::vector<std::string>& texts,
+                                         size_t max_length = 0) const {
+    std::vector<const char*> raw;
+    raw.reserve(texts.size());
+    for (const auto& t : texts) raw.push_back(t.c_str());
+    accel_tensor *ids = nullptr, *mask = nullptr;
+    detail::check(
+        accel_tokenizer_encode_batch(get(), raw.data(), raw.size(), max_length, &ids, &mask));
+    return {Tensor(ids), Tensor(mask)};
+  }
+  /** The id of `token` ("[CLS]"); throws Error(ACCEL_ERR_INVALID_ARGUMENT) for none. */
+  int64_t token_id(const std::string& token) const {
+    int64_t id = 0;
+    detail::check(accel_tokenizer_token_id(get(), token.c_str(), &id));
+    return id;
+  }
+  size_t vocab_size() const { return detail::query<size_t>(accel_tokenizer_vocab_size, get()); }
+  accel_tokenizer* get() const { return h_.get(); }
+
+ private:
+  using Handle = detail::Handle<accel_tokenizer, accel_tokenizer_free>;
+  Handle h_;
+};
+
 }  // namespace accel
 
 #endif  // ACCEL_ACCEL_HPP

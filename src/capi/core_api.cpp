@@ -82,6 +82,8 @@ const char* tag_name(uint32_t tag) noexcept {
       return "accel_profiler";
     case Tag::kLoadReport:
       return "accel_load_report";
+    case Tag::kTokenizer:
+      return "accel_tokenizer";
     case Tag::kValues:
       return "accel_values";
     case Tag::kFreed:

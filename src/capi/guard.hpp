@@ -55,6 +55,7 @@ enum class Tag : uint32_t {
   kLocalSgd = 0xACC1000Eu,
   kProfiler = 0xACC1000Fu,
   kLoadReport = 0xACC10010u,
+  kTokenizer = 0xACC10011u,
   kFreed = 0xACC1DEADu,
 };
 

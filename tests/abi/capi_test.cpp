@@ -6,7 +6,10 @@
 
 #include <dlfcn.h>
 #include <sched.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -39,6 +42,16 @@ void expect_status(accel_status got, accel_status want, const std::string& what,
   }
 }
 
+// A WordPiece tokenizer from a vocab.txt of a few words, written here.
+accel_tokenizer* tiny_tokenizer() {
+  const std::string path = "/tmp/accel_capi_test_vocab_" + std::to_string(::getpid()) + ".txt";
+  std::ofstream(path) << "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n##s\n,\n";
+  accel_tokenizer* tok = nullptr;
+  EXPECT_EQ(accel_tokenizer_load(path.c_str(), &tok), ACCEL_OK) << accel_last_error_message();
+  std::remove(path.c_str());
+  return tok;
+}
+
 // The objects the table below calls functions on.
 struct Objects {
   accel_config* config = nullptr;
@@ -53,6 +66,7 @@ struct Objects {
   accel_values* values = nullptr;
   accel_local_sgd* local_sgd = nullptr;
   accel_profiler* profiler = nullptr;
+  accel_tokenizer* tokenizer = nullptr;
   Objects() {
     EXPECT_EQ(accel_model_new(&model), ACCEL_OK);
     EXPECT_EQ(accel_model_add_layer(model, "fc", "linear", "in_features=3 out_features=1"),
@@ -74,8 +88,10 @@ struct Objects {
     EXPECT_EQ(accel_values_set_number(values, "loss", 0.5), ACCEL_OK);
     EXPECT_EQ(accel_local_sgd_begin(g_acc, model, 2, &local_sgd), ACCEL_OK);
     EXPECT_EQ(accel_profiler_new(g_acc, &profiler), ACCEL_OK);
+    tokenizer = tiny_tokenizer();
   }
   ~Objects() {
+    accel_tokenizer_free(tokenizer);
     accel_profiler_free(profiler);
     accel_local_sgd_free(local_sgd);
     accel_values_free(values);
@@ -180,6 +196,8 @@ std::vector<Case> cases() {
   auto LS = [](O o) { return o.wrong<accel_local_sgd>(); };
   auto PR = [](O o) { return o.wrong<accel_profiler>(); };
   auto LR = [](O o) { return o.wrong<accel_load_report>(); };
+  auto TK = [](O o) { return o.wrong<accel_tokenizer>(); };
+  static const char* two_texts[] = {"hello", "world"};
   static accel_local_sgd* ls_out;
   static accel_profiler* pr_out;
   static accel_batch_size_fn size_ok = [](void*, int64_t) -> accel_status { return ACCEL_OK; };
@@ -993,6 +1011,53 @@ std::vector<Case> cases() {
                 accel_load_report_free(LR(o));
                 return accel_last_error_status();
               })}},
+      {"accel_tokenizer_load",
+       {null("path", [](O) { return accel_tokenizer_load(nullptr, nullptr); }),
+        null("out", [](O) { return accel_tokenizer_load("/nonexistent", nullptr); })}},
+      {"accel_tokenizer_encode",
+       {null("tok", [](O) { return accel_tokenizer_encode(nullptr, "hi", 0, idx, 4, &st); }),
+        wrong("tok", [TK](O o) { return accel_tokenizer_encode(TK(o), "hi", 0, idx, 4, &st); }),
+        null("text",
+             [](O o) { return accel_tokenizer_encode(o.tokenizer, nullptr, 0, idx, 4, &st); }),
+        null("out_count",
+             [](O o) { return accel_tokenizer_encode(o.tokenizer, "hi", 0, idx, 4, nullptr); })}},
+      {"accel_tokenizer_encode_batch",
+       {null("tok",
+             [](O) {
+               return accel_tokenizer_encode_batch(nullptr, two_texts, 2, 0, &t_out, &t_out);
+             }),
+        wrong("tok",
+              [TK](O o) {
+                return accel_tokenizer_encode_batch(TK(o), two_texts, 2, 0, &t_out, &t_out);
+              }),
+        null("texts",
+             [](O o) {
+               return accel_tokenizer_encode_batch(o.tokenizer, nullptr, 2, 0, &t_out, &t_out);
+             }),
+        null("input_ids",
+             [](O o) {
+               return accel_tokenizer_encode_batch(o.tokenizer, two_texts, 2, 0, nullptr, &t_out);
+             }),
+        null("attention_mask",
+             [](O o) {
+               return accel_tokenizer_encode_batch(o.tokenizer, two_texts, 2, 0, &t_out, nullptr);
+             })}},
+      {"accel_tokenizer_token_id",
+       {null("tok", [](O) { return accel_tokenizer_token_id(nullptr, "[CLS]", &i64); }),
+        wrong("tok", [TK](O o) { return accel_tokenizer_token_id(TK(o), "[CLS]", &i64); }),
+        null("token", [](O o) { return accel_tokenizer_token_id(o.tokenizer, nullptr, &i64); }),
+        null("out", [](O o) { return accel_tokenizer_token_id(o.tokenizer, "[CLS]", nullptr); })}},
+      query(
+          "accel_tokenizer_vocab_size", "tok", TK, [](O o) { return o.tokenizer; },
+          [](const accel_tokenizer* t, bool out) {
+            return accel_tokenizer_vocab_size(t, out ? &st : nullptr);
+          }),
+      {"accel_tokenizer_free",
+       {wrong("tok",
+              [TK](O o) {
+                accel_tokenizer_free(TK(o));
+                return accel_last_error_status();
+              })}},
       {"accel_profiler_free",
        {wrong("profiler",
               [PR](O o) {
@@ -1425,4 +1490,76 @@ TEST(CApi, CollectivesInAWorldOfOne) {
   expect_status(accel_bytes_list_get(l, 1, &data, &size), ACCEL_ERR_INVALID_ARGUMENT, "index",
                 "out of range");
   accel_bytes_list_free(l);
+}
+
+// The tokenizer's calls as a binding sees them: the buffer convention, the batch tensors, errors.
+TEST(CApi, TokenizerEncodeAndBatch) {
+  accel_tokenizer* tok = tiny_tokenizer();
+  ASSERT_NE(tok, nullptr);
+  int64_t ids[8] = {0};
+  size_t n = 0;
+  // Too small: the needed count, nothing written; then the ids.
+  expect_status(accel_tokenizer_encode(tok, "Hello, worlds", 0, ids, 2, &n),
+                ACCEL_ERR_BUFFER_TOO_SMALL, "small buffer", "6 are needed");
+  EXPECT_EQ(n, 6u);
+  EXPECT_EQ(ids[0], 0);
+  ASSERT_EQ(accel_tokenizer_encode(tok, "Hello, worlds", 0, ids, 8, &n), ACCEL_OK);
+  EXPECT_EQ(std::vector<int64_t>(ids, ids + n), (std::vector<int64_t>{2, 5, 8, 6, 7, 3}));
+  ASSERT_EQ(accel_tokenizer_encode(tok, "Hello, worlds", 4, ids, 8, &n), ACCEL_OK);
+  EXPECT_EQ(std::vector<int64_t>(ids, ids + n), (std::vector<int64_t>{2, 5, 8, 3}));
+  expect_status(accel_tokenizer_encode(tok, "hello", 1, ids, 8, &n), ACCEL_ERR_INVALID_ARGUMENT,
+                "max_length 1", "max_length 1");
+  expect_status(accel_tokenizer_encode(tok, "he\xC3llo", 0, ids, 8, &n), ACCEL_ERR_INVALID_ARGUMENT,
+                "bad UTF-8", "not valid UTF-8");
+  // A batch: padded on the right to the longest row, with its mask.
+  const char* texts[] = {"hello", "Hello, worlds"};
+  accel_tensor *input_ids = nullptr, *mask = nullptr;
+  ASSERT_EQ(accel_tokenizer_encode_batch(tok, texts, 2, 0, &input_ids, &mask), ACCEL_OK);
+  std::vector<int64_t> got(12), got_mask(12);
+  size_t size = 0;
+  ASSERT_EQ(accel_tensor_to_data(input_ids, got.data(), 12 * sizeof(int64_t), &size), ACCEL_OK);
+  ASSERT_EQ(accel_tensor_to_data(mask, got_mask.data(), 12 * sizeof(int64_t), &size), ACCEL_OK);
+  EXPECT_EQ(got, (std::vector<int64_t>{2, 5, 3, 0, 0, 0, 2, 5, 8, 6, 7, 3}));
+  EXPECT_EQ(got_mask, (std::vector<int64_t>{1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1}));
+  int64_t shape[2];
+  ASSERT_EQ(accel_tensor_shape(input_ids, shape, 2, &n), ACCEL_OK);
+  EXPECT_EQ(std::vector<int64_t>(shape, shape + 2), (std::vector<int64_t>{2, 6}));
+  accel_tensor_free(input_ids);
+  accel_tensor_free(mask);
+  const char* bad[] = {"fine", "not \xFF fine"};
+  input_ids = mask = nullptr;
+  expect_status(accel_tokenizer_encode_batch(tok, bad, 2, 0, &input_ids, &mask),
+                ACCEL_ERR_INVALID_ARGUMENT, "bad text", "texts[1]");
+  EXPECT_EQ(input_ids, nullptr);
+  expect_status(accel_tokenizer_encode_batch(tok, texts, 0, 0, &input_ids, &mask),
+                ACCEL_ERR_INVALID_ARGUMENT, "count 0", "count is 0");
+  int64_t id = -1;
+  ASSERT_EQ(accel_tokenizer_token_id(tok, "[SEP]", &id), ACCEL_OK);
+  EXPECT_EQ(id, 3);
+  expect_status(accel_tokenizer_token_id(tok, "nope", &id), ACCEL_ERR_INVALID_ARGUMENT,
+                "unknown token", "nope");
+  size_t vocab = 0;
+  ASSERT_EQ(accel_tokenizer_vocab_size(tok, &vocab), ACCEL_OK);
+  EXPECT_EQ(vocab, 9u);
+  accel_tokenizer* none = nullptr;
+  expect_status(accel_tokenizer_load("/nonexistent/tokenizer.json", &none), ACCEL_ERR_IO,
+                "missing file", "/nonexistent");
+  EXPECT_EQ(none, nullptr);
+  // One tokenizer, several threads at once; freed on another thread than it was made on.
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&] {
+      for (int k = 0; k < 200; ++k) {
+        int64_t mine[8];
+        size_t count = 0;
+        if (accel_tokenizer_encode(tok, "Hello, worlds", 0, mine, 8, &count) != ACCEL_OK ||
+            count != 6 || mine[3] != 6)
+          ++wrong;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  accel_tokenizer_free(nullptr);
+  std::thread([tok] { accel_tokenizer_free(tok); }).join();
 }

@@ -3,6 +3,10 @@
 #include <accel/accel.hpp>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 
 TEST(CppWraps, VersionAccelerator) {
   EXPECT_EQ(accel::version_number(), accel_version_number());
@@ -157,4 +161,30 @@ TEST(CppWraps, ProfilerWindowsTableAndACallbacksException) {
   failing.start();
   EXPECT_THROW(failing.step(), std::logic_error);
   EXPECT_THROW(failing.step(), std::logic_error);  // the next window was recorded all the same
+}
+
+TEST(CppWraps, Tokenizer) {
+  const std::string path = "/tmp/accel_hpp_wraps_vocab_" + std::to_string(::getpid()) + ".txt";
+  std::ofstream(path) << "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld\n##s\n";
+  auto tok = accel::Tokenizer::load(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(tok.encode("Hello worlds"), (std::vector<int64_t>{2, 4, 5, 6, 3}));
+  EXPECT_EQ(tok.encode("Hello worlds", 3), (std::vector<int64_t>{2, 4, 3}));
+  // More ids than encode's first buffer holds: the second call sizes it.
+  std::string long_text;
+  for (int i = 0; i < 100; ++i) long_text += "hello ";
+  EXPECT_EQ(tok.encode(long_text).size(), 102u);
+  auto [ids, mask] = tok.encode_batch({"hello", "worlds hello"});
+  EXPECT_EQ(ids.shape(), (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(ids.to_vector<int64_t>(), (std::vector<int64_t>{2, 4, 3, 0, 0, 2, 5, 6, 4, 3}));
+  EXPECT_EQ(mask.to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 1, 0, 0, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(tok.token_id("[SEP]"), 3);
+  EXPECT_EQ(tok.vocab_size(), 7u);
+  try {
+    tok.token_id("nope");
+    ADD_FAILURE() << "no exception";
+  } catch (const accel::Error& e) {
+    EXPECT_EQ(e.status(), ACCEL_ERR_INVALID_ARGUMENT);
+  }
+  EXPECT_THROW(accel::Tokenizer::load("/nonexistent/vocab.txt"), accel::Error);
 }

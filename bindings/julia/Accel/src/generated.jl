@@ -20,6 +20,7 @@ const accel_local_sgd = Cvoid
 const accel_profiler = Cvoid
 const accel_load_report = Cvoid
 const accel_state_writer = Cvoid
+const accel_tokenizer = Cvoid
 const accel_values = Cvoid
 
 # The enumeration types: integers, the values are the ACCEL_* constants.
@@ -93,10 +94,12 @@ const SYMBOLS = (
     :accel_profiler_window_count, :accel_profiler_free, :accel_save_model,
     :accel_load_checkpoint_in_model, :accel_load_pretrained, :accel_load_report_keys,
     :accel_load_report_text, :accel_load_report_free, :accel_save_state, :accel_load_state,
-    :accel_state_writer_write, :accel_register_for_checkpointing, :accel_values_new,
-    :accel_values_free, :accel_values_set_number, :accel_values_set_text, :accel_values_count,
-    :accel_values_get, :accel_init_trackers, :accel_log, :accel_end_training, :accel_add_tracker,
-    :accel_set_log_sink, :accel_get_log_level, :accel_set_log_level, :accel_log_message,
+    :accel_state_writer_write, :accel_register_for_checkpointing, :accel_tokenizer_load,
+    :accel_tokenizer_encode, :accel_tokenizer_encode_batch, :accel_tokenizer_token_id,
+    :accel_tokenizer_vocab_size, :accel_tokenizer_free, :accel_values_new, :accel_values_free,
+    :accel_values_set_number, :accel_values_set_text, :accel_values_count, :accel_values_get,
+    :accel_init_trackers, :accel_log, :accel_end_training, :accel_add_tracker, :accel_set_log_sink,
+    :accel_get_log_level, :accel_set_log_level, :accel_log_message,
 )
 
 # The function pointers, filled by load_library.
@@ -256,6 +259,12 @@ const fp_accel_save_state = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_load_state = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_state_writer_write = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_register_for_checkpointing = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_tokenizer_load = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_tokenizer_encode = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_tokenizer_encode_batch = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_tokenizer_token_id = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_tokenizer_vocab_size = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_tokenizer_free = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_values_new = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_values_free = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_values_set_number = Ref{Ptr{Cvoid}}(C_NULL)
@@ -1202,6 +1211,41 @@ accel_register_for_checkpointing(accelerator, save, load, user_data, release) =
     ccall(fp_accel_register_for_checkpointing[], accel_status,
           (Ptr{accel_accelerator}, accel_state_save_fn, accel_state_load_fn, Ptr{Cvoid}, accel_release_fn),
           accelerator, save, load, user_data, release)
+
+# ---- Tokenizers
+
+# accel_status accel_tokenizer_load(const char* path, accel_tokenizer** out)
+accel_tokenizer_load(path, out) =
+    ccall(fp_accel_tokenizer_load[], accel_status,
+          (Cstring, Ptr{Ptr{accel_tokenizer}}),
+          path, out)
+
+# accel_status accel_tokenizer_encode(const accel_tokenizer* tok, const char* text, size_t max_length, int64_t* ids, size_t capacity, size_t* out_count)
+accel_tokenizer_encode(tok, text, max_length, ids, capacity, out_count) =
+    ccall(fp_accel_tokenizer_encode[], accel_status,
+          (Ptr{accel_tokenizer}, Cstring, Csize_t, Ptr{Int64}, Csize_t, Ptr{Csize_t}),
+          tok, text, max_length, ids, capacity, out_count)
+
+# accel_status accel_tokenizer_encode_batch(const accel_tokenizer* tok, const char* const* texts, size_t count, size_t max_length, accel_tensor** input_ids, accel_tensor** attention_mask)
+accel_tokenizer_encode_batch(tok, texts, count, max_length, input_ids, attention_mask) =
+    ccall(fp_accel_tokenizer_encode_batch[], accel_status,
+          (Ptr{accel_tokenizer}, Ptr{Ptr{UInt8}}, Csize_t, Csize_t, Ptr{Ptr{accel_tensor}}, Ptr{Ptr{accel_tensor}}),
+          tok, texts, count, max_length, input_ids, attention_mask)
+
+# accel_status accel_tokenizer_token_id(const accel_tokenizer* tok, const char* token, int64_t* out)
+accel_tokenizer_token_id(tok, token, out) =
+    ccall(fp_accel_tokenizer_token_id[], accel_status,
+          (Ptr{accel_tokenizer}, Cstring, Ptr{Int64}),
+          tok, token, out)
+
+# accel_status accel_tokenizer_vocab_size(const accel_tokenizer* tok, size_t* out)
+accel_tokenizer_vocab_size(tok, out) =
+    ccall(fp_accel_tokenizer_vocab_size[], accel_status,
+          (Ptr{accel_tokenizer}, Ptr{Csize_t}),
+          tok, out)
+
+# void accel_tokenizer_free(accel_tokenizer* tok)
+accel_tokenizer_free(tok) = ccall(fp_accel_tokenizer_free[], Cvoid, (Ptr{accel_tokenizer},), tok)
 
 # ---- Trackers
 

@@ -200,6 +200,12 @@ pub struct accel_state_writer {
     _data: [u8; 0],
     _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
 }
+/// A loaded tokenizer.
+#[repr(C)]
+pub struct accel_tokenizer {
+    _data: [u8; 0],
+    _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+}
 /// Named values to log: numbers (double, NaN and infinities included) and texts, in the order
 /// first set. Not thread-safe: one thread at a time per object.
 #[repr(C)]
@@ -1525,6 +1531,60 @@ extern "C" {
         user_data: *mut c_void,
         release: accel_release_fn,
     ) -> accel_status;
+    // Tokenizers
+    /// Loads a tokenizer from `path`: a tokenizer.json file, a vocab.txt file (read as transformers'
+    /// BertTokenizerFast reads it, with tokenizer_config.json beside it when there is one:
+    /// do_lower_case, tokenize_chinese_chars, strip_accents, the special tokens' names), or a directory
+    /// holding either (tokenizer.json preferred), such as a sentence-transformers model folder. A
+    /// missing or unreadable file or corrupt JSON is ACCEL_ERR_IO; a tokenizer of another kind (a BPE,
+    /// Unigram or WordLevel model, a normalizer or pre-tokenizer other than BERT's, a post-processor
+    /// other than TemplateProcessing or BertProcessing, an added token with normalized, lstrip, rstrip
+    /// or single_word set) is ACCEL_ERR_INVALID_ARGUMENT naming what is not supported.
+    pub fn accel_tokenizer_load(
+        path: *const c_char,
+        out: *mut *mut accel_tokenizer,
+    ) -> accel_status;
+    /// The token ids of `text` (UTF-8; invalid UTF-8 is ACCEL_ERR_INVALID_ARGUMENT naming the byte
+    /// offset, where Python's tokenizers, which takes str, never sees such bytes), with \[CLS\] first and
+    /// \[SEP\] last. `max_length` counts them: 0 is no truncation; otherwise the text's tokens are cut at
+    /// the end so that at most `max_length` ids come back (sentence-transformers' MiniLM uses 256); a
+    /// max_length below the number of special tokens (2) is ACCEL_ERR_INVALID_ARGUMENT. Buffer
+    /// convention (capacity in elements): `*out_count` receives the number of ids.
+    pub fn accel_tokenizer_encode(
+        tok: *const accel_tokenizer,
+        text: *const c_char,
+        max_length: usize,
+        ids: *mut i64,
+        capacity: usize,
+        out_count: *mut usize,
+    ) -> accel_status;
+    /// Encodes `count` texts (count >= 1) as accel_tokenizer_encode does and returns them as
+    /// sentence-transformers feeds a model: `*input_ids` an int64 tensor \[count, longest\], each row
+    /// padded on the right with the \[PAD\] token's id (tokenizer.json's padding pad_token, else "\[PAD\]";
+    /// a tokenizer without one is ACCEL_ERR_INVALID_ARGUMENT), and `*attention_mask` an int64 tensor of
+    /// the same shape, 1 for a token and 0 for padding. Both are new CPU tensors the caller frees.
+    /// Any text's error fails the call naming the text's index; nothing is returned then.
+    pub fn accel_tokenizer_encode_batch(
+        tok: *const accel_tokenizer,
+        texts: *const *const c_char,
+        count: usize,
+        max_length: usize,
+        input_ids: *mut *mut accel_tensor,
+        attention_mask: *mut *mut accel_tensor,
+    ) -> accel_status;
+    /// The id of `token` (an added token or a vocabulary entry, e.g. "\[CLS\]"); none is
+    /// ACCEL_ERR_INVALID_ARGUMENT.
+    pub fn accel_tokenizer_token_id(
+        tok: *const accel_tokenizer,
+        token: *const c_char,
+        out: *mut i64,
+    ) -> accel_status;
+    /// The number of distinct tokens, vocabulary and added tokens together (tokenizers'
+    /// get_vocab_size()): 30522 for MiniLM.
+    pub fn accel_tokenizer_vocab_size(tok: *const accel_tokenizer, out: *mut usize)
+        -> accel_status;
+    /// Frees a tokenizer. NULL is a no-op. Waits for nothing.
+    pub fn accel_tokenizer_free(tok: *mut accel_tokenizer);
     // Trackers
     /// Creates an empty set of values. Free with accel_values_free.
     pub fn accel_values_new(out: *mut *mut accel_values) -> accel_status;
