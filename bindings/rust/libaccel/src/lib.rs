@@ -76,6 +76,10 @@
 //! safetensors checkpoint and returns a [`LoadReport`] (missing, unexpected and mismatched names,
 //! transformers' warnings).
 //!
+//! Text for pretrained models: [`Tokenizer`] is Hugging Face's BERT WordPiece tokenizer (the ids
+//! its `tokenizers` library gives, as for sentence-transformers' all-MiniLM-L6-v2), one text at a
+//! time or a padded batch with its attention mask.
+//!
 //! Every call returns [`Result`]; the [`Error`] carries the library's [`Status`] and message.
 //! Every handle type frees itself on drop, and may be dropped in any order (handles keep alive
 //! what they need). All types are `Send + Sync`, as the header's thread rules allow (but
@@ -103,6 +107,7 @@ mod step_tools;
 #[cfg(feature = "tch")]
 mod tch_interop;
 mod tensor;
+mod tokenizer;
 mod tracking;
 
 pub use accelerator::{Accelerator, DistributedType, Precision, Prepare, Reduction, StateWriter};
@@ -124,6 +129,7 @@ pub use step_tools::{BatchSizeError, LocalSgd};
 #[cfg(feature = "tch")]
 pub use tch_interop::{check_tch, TCH_TORCH_VERSION};
 pub use tensor::{Dtype, Element, Tensor};
+pub use tokenizer::Tokenizer;
 pub use tracking::{Tracker, Value, Values, ValuesRef};
 
 /// The version of the library actually loaded, e.g. `"0.2.4"`.
@@ -153,6 +159,7 @@ const _: () = {
     send_sync::<Scheduler>();
     send_sync::<LocalSgd>();
     send_sync::<Profiler>();
+    send_sync::<Tokenizer>();
     send_sync::<Error>();
     send_sync::<Logger<'static>>();
     // Values: one thread at a time (accel.h), so it moves between threads but is not shared.
