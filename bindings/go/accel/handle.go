@@ -114,6 +114,8 @@ func (h *handle[T]) destroy() {
 		C.accel_dataset_free(p)
 	case *C.accel_dataloader:
 		C.accel_dataloader_free(p) // also stops the workers: the library's free closes first
+	case *C.accel_tokenizer:
+		C.accel_tokenizer_free(p)
 	case *C.accel_local_sgd:
 		C.accel_local_sgd_free(p) // one not ended ends no_sync without averaging
 	case *C.accel_profiler:
