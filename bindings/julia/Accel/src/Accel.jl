@@ -96,6 +96,7 @@ export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
        Profiler, profile, on_trace_ready!, start!, stop!, table, export_chrome_trace, window_count,
        save_model, load_checkpoint_in_model, save_state, load_state, register_for_checkpointing,
        load_pretrained!, LoadReport,
+       Tokenizer, encode, encode_batch, token_id, vocab_size,
        init_trackers, log_values, end_training, AbstractTracker, add_tracker!, TrackedValues,
        log_message, log_level, set_log_level!, set_log_sink!
 
@@ -116,6 +117,7 @@ include("collectives.jl")
 include("step_tools.jl")
 include("profiler.jl")
 include("checkpoint.jl")
+include("tokenizer.jl")
 include("trackers.jl")
 include("logging.jl")
 
