@@ -80,7 +80,9 @@ type LoadReport struct {
 // holding either (as LoadCheckpointInModel). Floating checkpoint tensors are cast to the model's
 // dtype (fp16 and bf16 into fp32 and back); a floating tensor for an integer one, or the other
 // way, is ErrDType. Tensors that share storage (tied weights) count as loaded when one of them
-// is. An unreadable file is ErrIO. All or nothing: on any error the model is unchanged.
+// is. An unreadable file is ErrIO. On any error found before the tensors' bytes are read
+// (files, headers, dtypes, the plan) the model is unchanged; a read failing midway is ErrIO
+// saying the model is partly loaded.
 func (m *Model) LoadPretrained(path string, opts PretrainedOptions) (LoadReport, error) {
 	spec, err := opts.spec()
 	if err != nil {

@@ -72,8 +72,9 @@ Loads a pretrained checkpoint (a safetensors file, an index, or a directory hold
   architecture: unexpected tensors are then a warning, else info) only word the report.
 
 Floating tensors are cast to the model's dtype (fp16 and bf16 into fp32 and back); a floating
-tensor for an integer one, or the other way, is `ERR_DTYPE`. All or nothing: on any error the
-model is unchanged. A missing or corrupt file is `ERR_IO`. The string form takes the options as
+tensor for an integer one, or the other way, is `ERR_DTYPE`. On any error found before the
+tensors' bytes are read (files, headers, dtypes, the plan) the model is unchanged; a read failing
+midway is `ERR_IO` saying the model is partly loaded. A missing or corrupt file is `ERR_IO`. The string form takes the options as
 the library writes them, `"strict=false base_model_prefix=bert"`.
 
     report = load_pretrained!(model, "bert-base/model.safetensors"; base_model_prefix = "bert")

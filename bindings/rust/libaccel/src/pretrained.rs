@@ -147,7 +147,9 @@ impl Model {
     /// Floating checkpoint tensors are cast to the model's dtype (fp16 and bf16 into fp32 and
     /// back); a floating tensor for an integer one, or the other way, is [`Status::Dtype`].
     /// Tensors that share storage (tied weights) count as loaded when one of them is. An
-    /// unreadable file is [`Status::Io`]. All or nothing: on any error the model is unchanged.
+    /// unreadable file is [`Status::Io`]. On any error found before the tensors' bytes are read
+    /// (files, headers, dtypes, the plan) the model is unchanged; a read failing midway is
+    /// [`Status::Io`] saying the model is partly loaded.
     pub fn load_pretrained(
         &mut self,
         path: impl AsRef<Path>,
