@@ -1,5 +1,6 @@
 // `accel`: the command line. `launch` runs N ranks of any program with the torchrun-compatible
-// environment; `env` describes this machine; `config` shows or writes Accelerate's configuration.
+// environment; `env` describes this machine; `config` shows or writes Accelerate's configuration;
+// `estimate-memory` and `merge-weights` work on checkpoints.
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/utsname.h>
@@ -21,6 +22,7 @@
 #include <sstream>
 
 #include "accel/accel.h"
+#include "checkpoint_commands.hpp"
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "compat/torch_version.hpp"
@@ -390,6 +392,8 @@ int main(int argc, char** argv) {
   env->add_option("--config_file,--config-file", env_config, "Configuration file to show");
 
   const auto config = accel::cli::add_config_command(app);
+  const auto estimate = accel::cli::add_estimate_memory_command(app);
+  const auto merge = accel::cli::add_merge_weights_command(app);
 
   try {
     app.parse(argc, argv);
@@ -412,6 +416,8 @@ int main(int argc, char** argv) {
     if (*test) return run_test(test_options, LaunchRuntime{});
     if (*env) return run_env(env_config);
     if (config.command->parsed()) return config.run();
+    if (estimate.command->parsed()) return estimate.run();
+    if (merge.command->parsed()) return merge.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "accel %s: %s\n", app.get_subcommands().front()->get_name().c_str(),
                  e.what());
