@@ -13,6 +13,8 @@
  *    model, by their names ("conv1.weight"); the forward stays the module's own, run inside
  *    model.forward() (a scope) for mixed precision and buffer broadcast. See accel.h, "Models of
  *    the host's own tensors".
+ *  - accel::to_meta(module) empties a module's tensors in place (init_empty_weights) for a load to
+ *    fill; accel::materialize(t, value) fills one the load did not.
  *  - accel::check_torch() (called by both) refuses a program whose LibTorch is not the very build
  *    libaccel runs on, naming both: LibTorch objects cannot cross between two builds.
  */
@@ -39,6 +41,7 @@
 
 #ifdef ACCEL_WITH_TORCH
 #include <c10/core/CPUAllocator.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 #if __has_include(<torch/headeronly/version.h>)
 #include <torch/headeronly/version.h>
@@ -191,6 +194,49 @@ inline void check_torch() {
   static const std::string message = status == ACCEL_OK ? "" : accel_last_error_message();
   if (status != ACCEL_OK) throw Error(status, message);
 }
+
+namespace detail {
+// Tensor::set_data's body without its type check, which refuses meta on either side (LibTorch
+// 1.13 and 2.x): `t` takes `value`'s storage, dtype and device in place (the same tensor object,
+// its autograd identity kept).
+inline void swap_data(const ::torch::Tensor& t, const ::torch::Tensor& value) {
+  if (t.sizes() != value.sizes())
+    throw Error(ACCEL_ERR_SHAPE, "accel: a tensor's data swapped for data of another shape");
+  if (auto* meta = ::torch::autograd::impl::get_autograd_meta(t)) {
+    std::lock_guard<std::mutex> lock(meta->mutex_);
+    meta->grad_accumulator_.reset();  // as set_data when the device changes
+  }
+  t.unsafeGetTensorImpl()->shallow_copy_from(value.detach().getIntrusivePtr());
+}
+}  // namespace detail
+
+/**
+ * Empties `module`'s parameters and buffers in place (Accelerate's init_empty_weights for a
+ * module already built): each keeps its object, name, shape, dtype and requires_grad, and its
+ * storage is dropped for LibTorch's meta device. LibTorch's own module.to(torch::kMeta) throws
+ * (its set_data refuses a meta tensor, 1.13 and 2.x). Empty each block right after building it
+ * and the peak is one block, not the model. Lend it with Model::from_module, then
+ * load_pretrained/load_checkpoint fills the module's own tensors.
+ */
+inline void to_meta(::torch::nn::Module& module) {
+  ::torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters(/*recurse=*/true))
+    if (p.defined() && !p.is_meta())
+      detail::swap_data(p, ::torch::empty(p.sizes(), p.options().device(::torch::kMeta)));
+  for (auto& b : module.buffers(/*recurse=*/true))
+    if (b.defined() && !b.is_meta())
+      detail::swap_data(b, ::torch::empty(b.sizes(), b.options().device(::torch::kMeta)));
+}
+
+/**
+ * Fills the empty (meta) tensor `t` with `value` in place, as a load does: for a host's tensor a
+ * checkpoint lacked (the host initialises it itself). Throws Error(ACCEL_ERR_STATE) when `t` is
+ * not empty, Error(ACCEL_ERR_SHAPE) when the shapes differ.
+ */
+inline void materialize(const ::torch::Tensor& t, const ::torch::Tensor& value) {
+  if (!t.is_meta()) throw Error(ACCEL_ERR_STATE, "accel::materialize: the tensor is not empty");
+  detail::swap_data(t, value);
+}
 #endif
 
 /** A tensor handle (a LibTorch tensor underneath). */
@@ -332,6 +378,15 @@ class Model {
     detail::check(accel_model_new(&m));
     h_ = Handle(m);
   }
+  /**
+   * A model whose layers are built without their weights (accel_model_new_empty, Accelerate's
+   * init_empty_weights), filled by load_pretrained or load_checkpoint.
+   */
+  static Model new_empty(bool include_buffers = false) {
+    accel_model* m = nullptr;
+    detail::check(accel_model_new_empty(include_buffers, &m));
+    return Model(m);
+  }
   static Model load_torchscript(const std::string& path) {
     accel_model* m = nullptr;
     detail::check(accel_model_load_torchscript(path.c_str(), &m));
@@ -446,7 +501,9 @@ class Model {
    * their dotted names), no copy: training changes the module's tensors in place. The module's
    * forward stays the host's; run it inside forward(). A frozen parameter (requires_grad off) is
    * lent as a buffer: saved and loaded by its name, copied from rank 0, never stepped. An undefined
-   * buffer (an optional one left empty) is skipped, as torch.nn does.
+   * buffer (an optional one left empty) is skipped, as torch.nn does. A module emptied with
+   * accel::to_meta is lent empty: load_pretrained or load_checkpoint then fills the module's own
+   * tensors in place, so its forward uses the loaded weights.
    */
   static Model from_module(::torch::nn::Module& module) {
     check_torch();

@@ -60,6 +60,7 @@ ACCEL_API accel_status accel_model_forward_begin(accel_model* model) {
   return guarded([&] {
     checked(model, "model");
     FamilyLock lock(model->family);
+    model->model->require_filled("accel_model_forward_begin");
     if (auto session = live_session(model))
       session->forward_begin(*model->model);
     else

@@ -32,6 +32,16 @@ ACCEL_API accel_status accel_model_new(accel_model** out) {
   });
 }
 
+ACCEL_API accel_status accel_model_new_empty(bool include_buffers, accel_model** out) {
+  return guarded([&] {
+    require(out, "out");
+    auto h = std::make_unique<accel_model>();
+    h->model = std::make_shared<accel::model::Model>(accel::model::EmptyInit{include_buffers});
+    h->family = std::make_shared<accel::capi::Family>();
+    *out = h.release();
+  });
+}
+
 ACCEL_API accel_status accel_model_load_torchscript(const char* path, accel_model** out) {
   return guarded([&] {
     require(path, "path");
@@ -128,6 +138,7 @@ ACCEL_API accel_status accel_model_tensor(const accel_model* model, const char* 
     require(out, "out");
     FamilyLock lock(model->family);
     model->model->require_whole("accel_model_tensor", name);
+    model->model->require_filled("accel_model_tensor", name);
     for (const auto& [n, t] : model->model->named_tensors())
       if (n == name) {
         *out = accel::capi::new_tensor(t.detach().clone());

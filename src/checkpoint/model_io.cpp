@@ -18,6 +18,7 @@
 #include "checkpoint/tensor_reader.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
+#include "model/materialize.hpp"
 #include "ops/main_process.hpp"
 
 namespace accel::checkpoint {
@@ -127,6 +128,7 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 
 std::vector<std::string> save_model(const model::Model& m, const std::string& dir,
                                     uint64_t max_shard_bytes) {
+  m.require_filled("saving the model");
   make_directories(dir, 0755);  // as Accelerate's os.makedirs(exist_ok=True)
   const NamedTensors state = state_of(m);
   // Greedy in parameter order: a tensor that does not fit starts the next shard.
@@ -200,16 +202,25 @@ bool held_here(const at::Tensor& t) {
 // unreadable shard, a corrupt or truncated file, an unknown dtype, a mismatch) was caught by the
 // reader and the plan before this runs; what remains is a read failing midway (an I/O error, a
 // file changed after it was checked), reported with what was already loaded.
-void write_planned(const model::Model& m, PlannedLoad& planned) {
+void write_planned(model::Model& m, PlannedLoad& planned) {
   std::map<std::string, at::Tensor> live;
   for (auto& [n, t] : state_of(m)) live.emplace(n, std::move(t));
   size_t done = 0;
   std::string first;
   for (const auto& [model_name, checkpoint_name] : planned.copies) {
     const at::Tensor& target = live.at(model_name);
-    if (!held_here(target)) continue;  // ZeRO stage 3: another rank owns it
     try {
-      planned.reader->read_into(checkpoint_name, target);
+      if (model::is_empty(target)) {
+        // Built empty: this tensor's storage is made now, read into, then given to it in place.
+        // A tensor named twice (tied) is filled by the first copy and read into by the next.
+        at::Tensor value = at::empty(target.sizes(), target.options().device(at::kCPU));
+        planned.reader->read_into(checkpoint_name, value);
+        m.fill(target, value);
+      } else if (held_here(target)) {  // not held: ZeRO stage 3, another rank owns it
+        planned.reader->read_into(checkpoint_name, target);
+      } else {
+        continue;
+      }
     } catch (const accel::Error& e) {
       fail(e.code(), std::string(e.what()) + "; the model is partly loaded: " +
                          std::to_string(done) + " tensor(s) were read into it" +
@@ -221,6 +232,10 @@ void write_planned(const model::Model& m, PlannedLoad& planned) {
     if (first.empty()) first = model_name;
     ++done;
   }
+  // An empty build's tensors the checkpoint had no value for (a new head, a size ignored as
+  // mismatched): their layer's own initialisation now, as transformers initialises the weights
+  // a low_cpu_mem_usage load left missing.
+  m.initialize_empty();
 }
 
 void apply_weights(const StagedWeights& staged) {

@@ -58,9 +58,12 @@ struct PlannedLoad {
 PlannedLoad plan_strict_load(const model::Model& m, const std::string& path);
 // Reads each planned tensor straight into the model's tensor, converting where the dtypes differ,
 // one tensor in memory at a time; tensors this rank does not hold (ZeRO stage 3 released them:
-// held_here) are neither read nor written. A read failing midway is accel::Error(io) saying how
-// many tensors were already loaded and that the model is partly loaded.
-void write_planned(const model::Model& m, PlannedLoad& planned);
+// held_here) are neither read nor written. An empty (meta) tensor is allocated, read into and
+// filled in place (model::Model::fill); after the last read, the model's empty tensors the plan
+// did not fill get their layer's initialisation (model::Model::initialize_empty). A read failing
+// midway is accel::Error(io) saying how many tensors were already loaded and that the model is
+// partly loaded (an empty tensor not yet read stays empty).
+void write_planned(model::Model& m, PlannedLoad& planned);
 // Whether this rank holds `t`'s values (ZeRO stage 3 releases the storage of what it does not own).
 bool held_here(const at::Tensor& t);
 

@@ -29,8 +29,9 @@ std::vector<TensorSpec> specs_of(const NamedTensors& tensors) {
 std::vector<std::vector<std::string>> tied_groups(const NamedTensors& state) {
   std::map<const void*, std::vector<std::string>> by_storage;
   // Storage released by ZeRO stage 3 (no data) ties nothing: shared storage stays whole there.
+  // Nor do empty (meta) tensors: their storages have no memory, so all would look alike.
   for (const auto& [name, t] : state)
-    if (t.defined() && t.numel() > 0 && t.storage().nbytes() > 0)
+    if (t.defined() && !t.is_meta() && t.numel() > 0 && t.storage().nbytes() > 0)
       by_storage[t.storage().data()].push_back(name);
   std::vector<std::vector<std::string>> groups;
   for (auto& [ptr, names] : by_storage)

@@ -100,10 +100,16 @@ void HostTensors::admit(const std::string& name, const at::Tensor& t, bool is_pa
          what +
              " requires grad: a tensor that is trained is a parameter (accel_model_add_parameter)");
   }
-  if (!existing.empty() && existing.front().second.device() != t.device())
-    fail(Errc::invalid_argument,
-         what + " is on " + t.device().str() + " but '" + existing.front().first + "' is on " +
-             existing.front().second.device().str() + ": a model's tensors are on one device");
+  // An empty (meta) tensor has no device of its own yet: a load fills it on the CPU.
+  if (!t.is_meta())
+    for (const auto& [other_name, other] : existing) {
+      if (other.is_meta()) continue;
+      if (other.device() != t.device())
+        fail(Errc::invalid_argument, what + " is on " + t.device().str() + " but '" + other_name +
+                                         "' is on " + other.device().str() +
+                                         ": a model's tensors are on one device");
+      break;
+    }
   const auto memory = memory_of(t);
   for (const auto& [other_name, other] : existing)
     if (overlap(memory, memory_of(other)))

@@ -21,8 +21,9 @@ class HostTensors {
   // Checks `t` as parameter (or buffer) `name` of a model whose tensors are `existing`, and
   // records it. accel::Error(invalid_argument) when it is undefined, not strided, a parameter that
   // is not a floating-point autograd leaf requiring grad, a buffer that requires grad, on another
-  // device than `existing`, or sharing memory with a tensor of this model or of any other model's
-  // host tensors (the same storage, or storages over overlapping memory, as from_blob makes).
+  // device than `existing` (empty, meta, tensors are on none: they go with any), or sharing memory
+  // with a tensor of this model or of any other model's host tensors (the same storage, or storages
+  // over overlapping memory, as from_blob makes).
   void admit(const std::string& name, const at::Tensor& t, bool is_parameter,
              const std::vector<std::pair<std::string, at::Tensor>>& existing);
   // Takes back the last admit (its registration failed further on).

@@ -13,6 +13,7 @@
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
+#include "model/materialize.hpp"
 
 namespace accel::model {
 
@@ -113,19 +114,57 @@ torch::jit::Module new_module(const std::string& cls) {
   return m;
 }
 
-void add_parameter(torch::jit::Module& m, const std::string& name, at::Tensor t) {
-  m.register_parameter(name, t.requires_grad_(true), /*is_buffer=*/false);
-}
+// A layer's tensors as its builder declares them, each with its initialisation (torch.nn's for
+// that layer): allocated and initialised at once, in declaration order (so the random stream is
+// torch.nn's), or, in an empty build, left on the meta device with the initialisation kept for a
+// load that finds no value for it.
+class Layer {
+ public:
+  Layer(const std::string& cls, const EmptyInit* empty) : module_(new_module(cls)), empty_(empty) {}
+  void parameter(const std::string& name, at::IntArrayRef shape, const Init& init) {
+    module_.register_parameter(name, make(name, shape, at::kFloat, init, true).requires_grad_(true),
+                               /*is_buffer=*/false);
+  }
+  void buffer(const std::string& name, at::IntArrayRef shape, at::ScalarType dtype,
+              const Init& init) {
+    const bool meta = empty_ && empty_->include_buffers;
+    module_.register_buffer(name, make(name, shape, dtype, init, meta));
+  }
+  torch::jit::Module& module() { return module_; }
+  std::vector<std::pair<std::string, Init>>& inits() { return inits_; }
+
+ private:
+  at::Tensor make(const std::string& name, at::IntArrayRef shape, at::ScalarType dtype,
+                  const Init& init, bool meta_if_empty) {
+    const auto options = at::TensorOptions().dtype(dtype);
+    if (empty_ && meta_if_empty) {
+      inits_.emplace_back(name, init);
+      return at::empty(shape, options.device(at::kMeta));
+    }
+    at::Tensor t = at::empty(shape, options);
+    torch::NoGradGuard no_grad;
+    init(t);
+    return t;
+  }
+  torch::jit::Module module_;
+  const EmptyInit* empty_;
+  std::vector<std::pair<std::string, Init>> inits_;
+};
 
 // torch.nn.Linear's and ConvNd's reset_parameters: kaiming_uniform_(a=sqrt(5)) for the weight and
 // U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias.
-void init_like_torch(at::Tensor& weight, at::Tensor* bias, int64_t fan_in) {
-  torch::NoGradGuard no_grad;
-  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
-  if (bias) {
-    const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
-    torch::nn::init::uniform_(*bias, -bound, bound);
-  }
+void kaiming(at::Tensor& w) {
+  torch::nn::init::kaiming_uniform_(w, std::sqrt(5.0));
+}
+Init fan_in_uniform(int64_t fan_in) {
+  const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+  return [bound](at::Tensor& b) { torch::nn::init::uniform_(b, -bound, bound); };
+}
+void ones(at::Tensor& t) {
+  t.fill_(1);
+}
+void zeros(at::Tensor& t) {
+  t.zero_();
 }
 
 // A double as a TorchScript float literal. format_real, not an ostream: under a global C++ locale
@@ -139,22 +178,18 @@ std::string fmt(double v) {
 
 // The layer kinds of the catalogue (Model::add_layer), each built by its own function from its
 // options; each builder reads its options with `s` and calls s.finish with the keys it knows.
-torch::jit::Module build_linear(Spec& s) {
+void build_linear(Spec& s, Layer& l) {
   const int64_t in = s.integer("in_features"), out = s.integer("out_features");
   const bool bias = s.flag("bias", true);
   s.finish("in_features, out_features, bias");
-  auto m = new_module("Linear");
-  at::Tensor w = at::empty({out, in});
-  at::Tensor b = at::empty({out});
-  init_like_torch(w, bias ? &b : nullptr, in);
-  add_parameter(m, "weight", w);
-  if (bias) add_parameter(m, "bias", b);
-  m.define(bias ? "def forward(self, x):\n    return torch.linear(x, self.weight, self.bias)\n"
-                : "def forward(self, x):\n    return torch.linear(x, self.weight)\n");
-  return m;
+  l.parameter("weight", {out, in}, kaiming);
+  if (bias) l.parameter("bias", {out}, fan_in_uniform(in));
+  l.module().define(
+      bias ? "def forward(self, x):\n    return torch.linear(x, self.weight, self.bias)\n"
+           : "def forward(self, x):\n    return torch.linear(x, self.weight)\n");
 }
 
-torch::jit::Module build_conv2d(Spec& s) {
+void build_conv2d(Spec& s, Layer& l) {
   const int64_t in = s.integer("in_channels"), out = s.integer("out_channels");
   const int64_t k = s.integer("kernel_size"), stride = s.integer("stride", 1);
   const int64_t pad = s.integer("padding", 0), dil = s.integer("dilation", 1);
@@ -163,90 +198,82 @@ torch::jit::Module build_conv2d(Spec& s) {
   s.finish("in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias");
   if (groups < 1 || in % groups || out % groups)
     fail(Errc::invalid_argument, "conv2d layer: channels must divide by groups");
-  auto m = new_module("Conv2d");
-  at::Tensor w = at::empty({out, in / groups, k, k});
-  at::Tensor b = at::empty({out});
-  init_like_torch(w, bias ? &b : nullptr, in / groups * k * k);
-  add_parameter(m, "weight", w);
-  if (bias) add_parameter(m, "bias", b);
+  l.parameter("weight", {out, in / groups, k, k}, kaiming);
+  if (bias) l.parameter("bias", {out}, fan_in_uniform(in / groups * k * k));
   const std::string geo = "[" + std::to_string(stride) + ", " + std::to_string(stride) + "], [" +
                           std::to_string(pad) + ", " + std::to_string(pad) + "], [" +
                           std::to_string(dil) + ", " + std::to_string(dil) + "], " +
                           std::to_string(groups);
-  m.define("def forward(self, x):\n    return torch.conv2d(x, self.weight, " +
-           std::string(bias ? "self.bias" : "None") + ", " + geo + ")\n");
-  return m;
+  l.module().define("def forward(self, x):\n    return torch.conv2d(x, self.weight, " +
+                    std::string(bias ? "self.bias" : "None") + ", " + geo + ")\n");
 }
 
-torch::jit::Module build_batch_norm2d(Spec& s) {
+void build_batch_norm2d(Spec& s, Layer& l) {
   const int64_t n = s.integer("num_features");
   const double eps = s.real("eps", 1e-5), momentum = s.real("momentum", 0.1);
   s.finish("num_features, eps, momentum");
-  auto m = new_module("BatchNorm2d");
-  add_parameter(m, "weight", at::ones({n}));
-  add_parameter(m, "bias", at::zeros({n}));
-  m.register_buffer("running_mean", at::zeros({n}));
-  m.register_buffer("running_var", at::ones({n}));
-  m.register_buffer("num_batches_tracked", at::zeros({}, at::kLong));
-  m.define(
+  l.parameter("weight", {n}, ones);
+  l.parameter("bias", {n}, zeros);
+  l.buffer("running_mean", {n}, at::kFloat, zeros);
+  l.buffer("running_var", {n}, at::kFloat, ones);
+  l.buffer("num_batches_tracked", {}, at::kLong, zeros);
+  l.module().define(
       "def forward(self, x):\n"
       "    if self.training:\n"
       "        self.num_batches_tracked.add_(1)\n"
       "    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, "
       "self.running_var, self.training, " +
       fmt(momentum) + ", " + fmt(eps) + ", False)\n");
-  return m;
 }
 
-torch::jit::Module build_layer_norm(Spec& s) {
+void build_layer_norm(Spec& s, Layer& l) {
   const int64_t n = s.integer("normalized_shape");
   const double eps = s.real("eps", 1e-5);
   s.finish("normalized_shape, eps");
-  auto m = new_module("LayerNorm");
-  add_parameter(m, "weight", at::ones({n}));
-  add_parameter(m, "bias", at::zeros({n}));
+  l.parameter("weight", {n}, ones);
+  l.parameter("bias", {n}, zeros);
   // Under autocast a bf16 input meets fp32 weights, which 1.13's CPU kernel refuses; 2.x's
   // autocast runs layer_norm in fp32, and so does this.
-  m.define(
+  l.module().define(
       "def forward(self, x):\n    if x.dtype != self.weight.dtype:\n"
       "        x = x.to(self.weight.dtype)\n    return torch.layer_norm(x, [" +
       std::to_string(n) + "], self.weight, self.bias, " + fmt(eps) + ")\n");
-  return m;
 }
 
-torch::jit::Module build_embedding(Spec& s) {
+void build_embedding(Spec& s, Layer& l) {
   const int64_t num = s.integer("num_embeddings"), dim = s.integer("embedding_dim");
   s.finish("num_embeddings, embedding_dim");
-  auto m = new_module("Embedding");
-  at::Tensor w = at::empty({num, dim});
-  {
-    torch::NoGradGuard no_grad;
-    torch::nn::init::normal_(w);  // torch.nn.Embedding: N(0, 1)
-  }
-  add_parameter(m, "weight", w);
-  m.define("def forward(self, x):\n    return torch.embedding(self.weight, x)\n");
-  return m;
+  // torch.nn.Embedding: N(0, 1)
+  l.parameter("weight", {num, dim}, [](at::Tensor& w) { torch::nn::init::normal_(w); });
+  l.module().define("def forward(self, x):\n    return torch.embedding(self.weight, x)\n");
 }
 
 // The catalogue: one row a layer kind, in the order the unknown-kind error lists them. A new kind:
 // its builder above and a row here.
 struct LayerRow {
   const char* kind;
-  torch::jit::Module (*build)(Spec& s);
+  const char* cls;
+  void (*build)(Spec& s, Layer& l);
 };
 const LayerRow kLayers[] = {
-    {"linear", build_linear},
-    {"conv2d", build_conv2d},
-    {"batch_norm2d", build_batch_norm2d},
-    {"layer_norm", build_layer_norm},
-    {"embedding", build_embedding},
+    {"linear", "Linear", build_linear},
+    {"conv2d", "Conv2d", build_conv2d},
+    {"batch_norm2d", "BatchNorm2d", build_batch_norm2d},
+    {"layer_norm", "LayerNorm", build_layer_norm},
+    {"embedding", "Embedding", build_embedding},
 };
 
-torch::jit::Module make_layer(const std::string& kind, const std::string& text) {
+// The layer, and for an empty build the initialisation of each tensor left empty.
+std::pair<torch::jit::Module, std::vector<std::pair<std::string, Init>>> make_layer(
+    const std::string& kind, const std::string& text, const EmptyInit* empty) {
   Spec s(kind, text);
   std::string known;
   for (const LayerRow& row : kLayers) {
-    if (kind == row.kind) return row.build(s);
+    if (kind == row.kind) {
+      Layer l(row.cls, empty);
+      row.build(s, l);
+      return {l.module(), std::move(l.inits())};
+    }
     known += (known.empty() ? "" : ", ") + std::string(row.kind);
   }
   fail(Errc::invalid_argument, "unknown layer kind '" + kind + "'; the catalogue has " + known);
@@ -280,6 +307,10 @@ Model::Model() : module_(std::make_unique<torch::jit::Module>(new_module("Model"
   configure_jit_once();
 }
 
+Model::Model(EmptyInit empty) : Model() {
+  empty_ = empty;
+}
+
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
@@ -301,9 +332,11 @@ void Model::add_layer(const std::string& name, const std::string& kind, const st
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
       fail(Errc::invalid_argument, "layer name '" + name + "' is not an identifier");
   if (module_->hasattr(name)) fail(Errc::invalid_argument, "the model already has '" + name + "'");
-  torch::jit::Module layer = make_layer(kind, spec);
+  auto [layer, inits] = make_layer(kind, spec, empty_ ? &*empty_ : nullptr);
   layer.train(module_->is_training());
   module_->register_module(name, layer);
+  for (auto& [tensor, init] : inits) inits_[name + "." + tensor] = std::move(init);
+  if (!inits.empty()) may_be_empty_ = true;
   ++revision_;
 }
 
@@ -334,6 +367,7 @@ void Model::add_host_tensor(const std::string& name, const at::Tensor& t, bool i
   if (made_from == path.size() - 1 && parent.hasattr(path.back()))
     fail(Errc::invalid_argument, "the model already has '" + name + "'");
   host_.admit(name, t, /*is_parameter=*/!is_buffer, named_tensors());
+  if (is_empty(t)) may_be_empty_ = true;
   try {
     for (size_t i = made_from; i + 1 < path.size(); ++i) {
       torch::jit::Module sub = new_module("HostModule");
@@ -374,8 +408,50 @@ void Model::require_whole(const std::string& what, const std::string& name) cons
   }
 }
 
+void Model::require_filled(const std::string& what, const std::string& name) const {
+  if (!may_be_empty_) return;
+  size_t count = 0;
+  std::string first;
+  for (const auto& [n, t] : named_tensors()) {
+    if ((!name.empty() && n != name) || !is_empty(t)) continue;
+    if (first.empty()) first = n;
+    ++count;
+  }
+  if (count == 0) {
+    if (name.empty()) may_be_empty_ = false;
+    return;
+  }
+  fail(Errc::state,
+       what + ": '" + first + "'" +
+           (count > 1 ? " and " + std::to_string(count - 1) + " other tensor(s)" : "") +
+           " of the model " + (count > 1 ? "are" : "is") +
+           " still empty (built without its weights, on the meta device): " + how_to_fill());
+}
+
+void Model::fill(const at::Tensor& t, const at::Tensor& value) {
+  materialize(t, value);
+}
+
+std::vector<std::string> Model::initialize_empty() {
+  std::vector<std::string> done;
+  if (inits_.empty()) return done;
+  for (const auto& [n, t] : named_tensors()) {
+    const auto it = inits_.find(n);
+    if (it == inits_.end() || !is_empty(t)) continue;
+    at::Tensor value = at::empty(t.sizes(), t.options().device(at::kCPU));
+    {
+      torch::NoGradGuard no_grad;
+      it->second(value);
+    }
+    materialize(t, value);
+    done.push_back(n);
+  }
+  return done;
+}
+
 std::vector<at::Tensor> Model::call(const std::string& method,
                                     const std::vector<at::Tensor>& inputs) {
+  require_filled("the model's '" + method + "'");
   auto m = module_->find_method(method);
   if (!m && !host_.empty())
     fail(Errc::invalid_argument,
@@ -455,6 +531,7 @@ int64_t Model::num_parameters() const {
 
 void Model::save(const std::string& path) const {
   require_whole("saving the model as TorchScript");
+  require_filled("saving the model as TorchScript");
   if (!host_.empty())
     fail(Errc::state,
          "a model of host-owned tensors has no TorchScript code to save: its forward is the "
@@ -473,6 +550,7 @@ void Model::save(const std::string& path) const {
 }
 
 void Model::to(const std::string& device) {
+  require_filled("moving the model to " + device);
   module_->to(at::Device(device));
 }
 

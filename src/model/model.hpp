@@ -4,8 +4,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,10 +20,23 @@ struct Module;
 
 namespace accel::model {
 
+// Accelerate's init_empty_weights: layers added to the model get their parameters on the meta
+// device (a shape and a dtype, no storage); buffers too with include_buffers, else they are made
+// and initialised on the CPU as usual (Accelerate's default, ACCELERATE_INIT_INCLUDE_BUFFERS).
+struct EmptyInit {
+  bool include_buffers = false;
+};
+
+// How a layer initialises one of its tensors (torch.nn's reset_parameters for it), applied to an
+// allocated tensor of its shape and dtype.
+using Init = std::function<void(at::Tensor&)>;
+
 class Model {
  public:
   // An empty module to which layers and methods are added.
   Model();
+  // The same, its layers built empty (EmptyInit): filled later by a load (fill, initialize_empty).
+  explicit Model(EmptyInit empty);
   // A TorchScript archive (torch.jit.save, tch-rs, or save()). Throws accel::Error(io) naming the
   // path.
   static std::unique_ptr<Model> load(const std::string& path);
@@ -64,11 +79,25 @@ class Model {
   // is not on this rank: ZeRO stage 3 released it (see zero/param_shard.hpp).
   void require_whole(const std::string& what, const std::string& name = "") const;
 
+  // accel::Error(state), naming it, `what` and how to fill it, when a tensor (`name`; every one
+  // when empty) is still empty (meta: an empty build, an emptied host tensor). Free once the model
+  // was found full.
+  void require_filled(const std::string& what, const std::string& name = "") const;
+  // Gives the empty tensor `t` of this model `value` in place (materialize.hpp).
+  void fill(const at::Tensor& t, const at::Tensor& value);
+  // Every tensor still empty whose layer's initialisation is known (an empty build's layers) is
+  // allocated on the CPU and initialised as its layer would have at build time; returns their
+  // names. Host and archive tensors have none: they stay empty.
+  std::vector<std::string> initialize_empty();
+
  private:
   std::unique_ptr<torch::jit::Module> module_;
   HostTensors host_;
   bool loaded_ = false;  // from an archive: its submodules may share class types
   uint64_t revision_ = 0;
+  std::optional<EmptyInit> empty_;     // layers are built empty
+  std::map<std::string, Init> inits_;  // the empty layer tensors' initialisations, by name
+  mutable bool may_be_empty_ = false;  // false once a check found every tensor filled
 };
 
 // Parses "a=1 b=2,c=3" into a map; throws accel::Error(invalid_argument) naming a malformed entry.

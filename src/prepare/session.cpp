@@ -60,7 +60,10 @@ std::vector<at::Tensor> trainable_parameters(const model::Model& m) {
 }
 
 void bind_unprepared(optim::Optimizer& optimizer, const model::Model& m) {
-  if (!optimizer.bound()) optimizer.bind(trainable_parameters(m));
+  if (!optimizer.bound()) {
+    m.require_filled("the optimizer over the model");
+    optimizer.bind(trainable_parameters(m));
+  }
 }
 
 Session::Session(std::unique_ptr<runtime::Accelerator> accelerator)
@@ -167,6 +170,7 @@ std::shared_ptr<data::DataLoader> Session::make_dataloader(
 
 void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_placement) {
   if (models_.count(m.get())) return;
+  m->require_filled("accel_prepare");
   if (device_placement) {
     m->to(acc_->device());  // host tensors move in place, as Module.to
     placed_.insert(m.get());
@@ -217,6 +221,9 @@ void Session::shard_parameters(model::Model& m, const std::vector<at::Tensor>& p
     }
   }
   param_shards_[&m] = std::move(shard);
+  // The storage the shard just released sits in the tensor allocator's cache (malloc_tuning)
+  // until the first optimizer step: give it back now, so a rank holds its part from here on.
+  runtime::release_cached_tensor_memory();
 }
 
 zero::ParamShard* Session::param_shard_of(const model::Model& m) const {
@@ -420,9 +427,19 @@ void Session::optimizer_step(optim::Optimizer& o) {
   } else {
     o.step();
   }
-  // Stages 1-2 take every parameter from its owner; stage 3 leaves them with their owners.
-  if (auto it = shards_.find(&o); it != shards_.end() && stepped && acc_->sharding().stage < 3)
-    it->second->gather_parameters();
+  // Stages 1-2 take every parameter from its owner. Stage 3 leaves the parameters it shards with
+  // their owners (each unit gathers them for its forward) and takes the others, which stay whole
+  // on every rank (the host's, tied ones), from theirs.
+  if (auto it = shards_.find(&o); it != shards_.end() && stepped) {
+    if (acc_->sharding().stage < 3)
+      it->second->gather_parameters();
+    else
+      it->second->gather_parameters([this](const at::Tensor& p) {
+        for (const auto& [model, shard] : param_shards_)
+          if (shard->shards(p)) return false;
+        return true;
+      });
+  }
   runtime::tensor_memory_step_ended();
 }
 

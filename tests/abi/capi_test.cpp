@@ -598,6 +598,8 @@ std::vector<Case> cases() {
        {null("loader", [](O) { return accel_dataloader_close(nullptr); }),
         wrong("loader", [DL](O o) { return accel_dataloader_close(DL(o)); })}},
       {"accel_model_new", {null("out", [](O) { return accel_model_new(nullptr); })}},
+      {"accel_model_new_empty",
+       {null("out", [](O) { return accel_model_new_empty(false, nullptr); })}},
       {"accel_model_load_torchscript",
        {null("path", [](O) { return accel_model_load_torchscript(nullptr, &m_out); }),
         null("out", [](O) { return accel_model_load_torchscript("/nonexistent.pt", nullptr); })}},

@@ -74,10 +74,10 @@ const SYMBOLS = (
     :accel_dataloader_set_epoch, :accel_dataloader_epoch, :accel_dataloader_end_of_epoch,
     :accel_dataloader_remainder, :accel_dataloader_skip_first_batches, :accel_dataloader_position,
     :accel_dataloader_set_position, :accel_dataloader_close, :accel_dataloader_free,
-    :accel_gather_for_metrics, :accel_model_new, :accel_model_load_torchscript,
-    :accel_model_add_layer, :accel_model_define, :accel_model_call, :accel_model_train,
-    :accel_model_parameter_element_count, :accel_model_tensor_count, :accel_model_tensor_name,
-    :accel_model_tensor, :accel_model_save_torchscript, :accel_model_free,
+    :accel_gather_for_metrics, :accel_model_new, :accel_model_new_empty,
+    :accel_model_load_torchscript, :accel_model_add_layer, :accel_model_define, :accel_model_call,
+    :accel_model_train, :accel_model_parameter_element_count, :accel_model_tensor_count,
+    :accel_model_tensor_name, :accel_model_tensor, :accel_model_save_torchscript, :accel_model_free,
     :accel_model_add_parameter, :accel_model_add_buffer, :accel_model_forward_begin,
     :accel_model_forward_end, :accel_optimizer_new, :accel_optimizer_set, :accel_optimizer_step,
     :accel_optimizer_zero_grad, :accel_optimizer_lr, :accel_optimizer_set_lr,
@@ -192,6 +192,7 @@ const fp_accel_dataloader_close = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_dataloader_free = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_gather_for_metrics = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_model_new = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_model_new_empty = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_model_load_torchscript = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_model_add_layer = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_model_define = Ref{Ptr{Cvoid}}(C_NULL)
@@ -798,6 +799,12 @@ accel_gather_for_metrics(accelerator, tensor, out) =
 
 # accel_status accel_model_new(accel_model** out)
 accel_model_new(out) = ccall(fp_accel_model_new[], accel_status, (Ptr{Ptr{accel_model}},), out)
+
+# accel_status accel_model_new_empty(bool include_buffers, accel_model** out)
+accel_model_new_empty(include_buffers, out) =
+    ccall(fp_accel_model_new_empty[], accel_status,
+          (Bool, Ptr{Ptr{accel_model}}),
+          include_buffers, out)
 
 # accel_status accel_model_load_torchscript(const char* path, accel_model** out)
 accel_model_load_torchscript(path, out) =

@@ -969,6 +969,22 @@ extern "C" {
     // Models
     /// An empty model (train mode) to add layers and methods to.
     pub fn accel_model_new(out: *mut *mut accel_model) -> accel_status;
+    /// An empty model (train mode) whose layers are built without their weights, as Accelerate's
+    /// init_empty_weights: accel_model_add_layer gives each parameter a shape and a dtype on LibTorch's
+    /// meta device and allocates nothing (1000 x linear 10000 x 10000, 100 billion parameters, takes a
+    /// few megabytes); buffers (batch-norm statistics) are made on the CPU as usual unless
+    /// `include_buffers`. accel_load_pretrained and accel_load_checkpoint_in_model then fill the model
+    /// tensor by tensor, each allocated once and read straight into place, so a load never holds the
+    /// model twice; a tensor the checkpoint lacks (a not-strict load: a new head) gets its layer's own
+    /// initialisation at the end of the load, as transformers initialises the weights missing after a
+    /// low_cpu_mem_usage load. Until a tensor is filled, whatever needs its values is ACCEL_ERR_STATE
+    /// naming it and saying how to fill it: accel_model_call, accel_model_tensor, accel_prepare,
+    /// accel_optimizer_step, accel_save_model, accel_model_save_torchscript. The other functions
+    /// (accel_model_define, accel_model_tensor_count/_name, accel_model_parameter_element_count) work
+    /// as for any model. TorchScript archives have no empty load: LibTorch's torch::jit::load reads every
+    /// tensor of the archive even with the meta device as its map location (docs/checkpoints.md).
+    pub fn accel_model_new_empty(include_buffers: bool, out: *mut *mut accel_model)
+        -> accel_status;
     /// Loads a TorchScript archive. An unreadable or invalid file is ACCEL_ERR_IO naming it.
     pub fn accel_model_load_torchscript(
         path: *const c_char,
@@ -1054,7 +1070,8 @@ extern "C" {
     /// digits and '_' ("fc1.weight", "layers.0.bias"), the names torch.nn gives, used as they are in
     /// checkpoints. The tensor must be a floating-point autograd leaf that requires grad
     /// (accel_tensor_set_requires_grad, or requires_grad_() in LibTorch), dense, on the same device as
-    /// the model's other tensors, and share storage with no other tensor of this model nor with any
+    /// the model's other tensors (an empty tensor, on LibTorch's meta device, goes with any: a load
+    /// fills it in place, the host's own tensor object, as accel_model_new_empty's), and share storage with no other tensor of this model nor with any
     /// tensor lent to another model (tied weights, views, the same tensor twice): each is
     /// ACCEL_ERR_INVALID_ARGUMENT naming the tensor, as is a name the model has already. A prepared
     /// model takes no new tensors (ACCEL_ERR_STATE), nor does a model loaded from a TorchScript archive
