@@ -40,6 +40,26 @@ func NewModel() (*Model, error) {
 	return newModel(out), nil
 }
 
+// NewEmptyModel returns an empty model whose layers are built without their weights (Accelerate's
+// init_empty_weights): each parameter AddLayer makes has a shape and a dtype on LibTorch's meta
+// device and no memory; buffers too with includeBuffers, else they are made on the CPU as usual.
+// LoadPretrained or LoadCheckpointInModel then fills each tensor in place, read straight from the
+// file; a tensor a not-strict load lacks gets its layer's initialisation. Until then whatever
+// needs a tensor's values (Tensor, Call, Prepare, an optimizer step, saving) is ErrState naming
+// it.
+func NewEmptyModel(includeBuffers bool) (*Model, error) {
+	if err := checkVersion(); err != nil {
+		return nil, err
+	}
+	var out *C.accel_model
+	if err := call(func() C.accel_status {
+		return C.accel_model_new_empty(C.bool(includeBuffers), &out)
+	}); err != nil {
+		return nil, err
+	}
+	return newModel(out), nil
+}
+
 // LoadTorchScript loads a TorchScript archive (torch.jit.save, SaveTorchScript). An unreadable
 // or invalid file is ErrIO naming it.
 func LoadTorchScript(path string) (*Model, error) {

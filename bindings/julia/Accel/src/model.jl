@@ -28,6 +28,19 @@ end
 Model() = Model(@out(Ptr{Cvoid}, accel_model_new()))
 Model(f::Function) = with_handle(f, Model())
 
+"""
+    empty_model(; include_buffers = false) -> Model
+
+A `Model` whose layers are built without their weights (Accelerate's `init_empty_weights`): each
+parameter `add_layer!` makes has a shape and a dtype on LibTorch's meta device and no memory;
+buffers too with `include_buffers`, else they are made on the CPU as usual. `load_pretrained!` or
+`load_checkpoint_in_model` then fills each tensor in place, read straight from the file; a tensor
+a not-strict load lacks gets its layer's initialisation. Until then whatever needs a tensor's
+values (`m[name]`, calling it, `prepare`, an optimizer step, saving) throws `ERR_STATE` naming it.
+"""
+empty_model(; include_buffers::Bool = false) =
+    Model(@out(Ptr{Cvoid}, accel_model_new_empty(include_buffers)))
+
 free_handle(::Model, p) = @acall accel_model_free(p)
 
 """

@@ -104,3 +104,20 @@ values_of(m, name) = Tensor(t -> vec(Array(t)), m[name])   # the copy is closed
     @test values_of(m, "bert.encoder.weight") == Float32[1, 2, 3, 4]
     close(m)
 end
+
+@testset "empty_model: built without weights, filled by a load" begin
+    dir = mktempdir()
+    # fc.weight F32 2x2 = 1,2,3,4 (row-major) and fc.bias F32 [2] = 5,6: a linear layer 2 -> 2.
+    path = write_safetensors(joinpath(dir, "model.safetensors"),
+                             [("fc.weight", "F32", [2, 2], little_endian_bytes(Float32[1, 2, 3, 4])),
+                              ("fc.bias", "F32", [2], little_endian_bytes(Float32[5, 6]))])
+    m = empty_model()
+    add_layer!(m, "fc", :linear; in_features = 2, out_features = 2)
+    @test parameter_count(m) == 6
+    e = error_of(() -> m["fc.weight"])
+    @test e !== nothing && e.status == Accel.ERR_STATE && occursin("still empty", e.message)
+    load_checkpoint_in_model(m, path)
+    @test values_of(m, "fc.weight") == Float32[1, 2, 3, 4]
+    @test values_of(m, "fc.bias") == Float32[5, 6]
+    close(m)
+end

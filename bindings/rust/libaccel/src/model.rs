@@ -45,6 +45,23 @@ impl Model {
         Ok(unsafe { Model::from_raw(raw) }.expect("non-null"))
     }
 
+    /// An empty model whose layers are built without their weights (Accelerate's
+    /// `init_empty_weights`): each parameter [`add_layer`](Model::add_layer) makes has a shape
+    /// and a dtype on LibTorch's meta device and no memory; buffers too with `include_buffers`,
+    /// else they are made on the CPU as usual. [`load_pretrained`](Model::load_pretrained) or
+    /// [`load_checkpoint_in_model`](crate::load_checkpoint_in_model) then fills each tensor in
+    /// place, read straight from the file; a tensor a not-strict load lacks gets its layer's
+    /// initialisation. Until then whatever needs a tensor's values ([`tensor`](Model::tensor),
+    /// [`call`](Model::call), prepare, an optimizer step, saving) is [`Status::State`](crate::Status)
+    /// naming it. tch 0.24's `Device` has no meta variant, so a `VarStore` cannot be lent empty.
+    pub fn new_empty(include_buffers: bool) -> Result<Model> {
+        ensure_supported_library()?;
+        // SAFETY: valid out pointer.
+        let raw = make(|out| unsafe { sys::accel_model_new_empty(include_buffers, out) })?;
+        // SAFETY: a new handle nothing else owns.
+        Ok(unsafe { Model::from_raw(raw) }.expect("non-null"))
+    }
+
     /// Loads a TorchScript archive.
     pub fn load_torchscript(path: impl AsRef<Path>) -> Result<Model> {
         ensure_supported_library()?;
