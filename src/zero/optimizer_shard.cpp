@@ -13,8 +13,17 @@ OptimizerShard::OptimizerShard(runtime::Communicator& comm, std::vector<at::Tens
   for (int o : owner_) owned_.push_back(o == comm_.rank());
 }
 
-void OptimizerShard::gather_parameters(int64_t chunk_bytes) {
-  gather_from_owners(comm_, params_, owner_, chunk_bytes);
+void OptimizerShard::gather_parameters(const std::function<bool(const at::Tensor&)>& which,
+                                       int64_t chunk_bytes) {
+  if (!which) return gather_from_owners(comm_, params_, owner_, chunk_bytes);
+  std::vector<at::Tensor> params;
+  std::vector<int> owners;
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (which(params_[k])) {
+      params.push_back(params_[k]);
+      owners.push_back(owner_[k]);
+    }
+  if (!params.empty()) gather_from_owners(comm_, params, owners, chunk_bytes);
 }
 
 }  // namespace accel::zero

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <vector>
 
 #include "runtime/communicator.hpp"
@@ -21,9 +22,11 @@ class OptimizerShard {
 
   const std::vector<int>& owners() const { return owner_; }
 
-  // After the owners stepped: every parameter everywhere holds its owner's bytes (see
-  // gather_from_owners). A collective: every rank calls it after every optimizer step, in order.
-  void gather_parameters(int64_t chunk_bytes = int64_t{8} << 20);
+  // After the owners stepped: every parameter (or each one `which` selects, the same on every
+  // rank) everywhere holds its owner's bytes (see gather_from_owners). A collective: every rank
+  // calls it after every optimizer step, in order.
+  void gather_parameters(const std::function<bool(const at::Tensor&)>& which = {},
+                         int64_t chunk_bytes = int64_t{8} << 20);
 
  private:
   runtime::Communicator& comm_;

@@ -113,13 +113,14 @@ ParamShard::ParamShard(runtime::Communicator& comm, model::Model& model,
       forward_prefetch_(plan.forward_prefetch && comm.overlaps_compute()),
       backward_prefetch_(plan.backward_prefetch && comm.overlaps_compute()) {
   const auto all = model_.named_tensors();
-  std::vector<bool> sharded(params_.size(), false);
+  sharded_.assign(params_.size(), false);
   bool any = false;
   for (size_t k = 0; k < params_.size(); ++k) {
     bytes_.push_back(params_[k].storage().nbytes());
     // The host's parameters stay whole: its own code reads them.
-    sharded[k] = model_.host_tensors().empty() && shardable(params_[k], all);
-    any = any || sharded[k];
+    sharded_[k] = model_.host_tensors().empty() && shardable(params_[k], all);
+    if (sharded_[k]) sharded_impls_.insert(params_[k].unsafeGetTensorImpl());
+    any = any || sharded_[k];
   }
   if (any) {
     // Fresh copies of the methods (sharing the tensors): a method already run keeps the plan it
@@ -140,7 +141,7 @@ ParamShard::ParamShard(runtime::Communicator& comm, model::Model& model,
     for (size_t k : plan_.units[u].params) {
       unit_of_[k] = u;
       ++unit.trainable;
-      if (!sharded[k]) continue;
+      if (!sharded_[k]) continue;
       unit.sharded.push_back(params_[k]);
       unit.owners.push_back(owners_[k]);
       if (owners_[k] != comm_.rank()) unit.foreign.push_back(k);
@@ -153,6 +154,10 @@ ParamShard::ParamShard(runtime::Communicator& comm, model::Model& model,
   }
   hooks_ = std::make_unique<ddp::GradientHooks>(params_, [this](size_t k) { on_gradient(k); });
   release_all();
+}
+
+bool ParamShard::shards(const at::Tensor& p) const {
+  return sharded_impls_.count(p.unsafeGetTensorImpl()) > 0;
 }
 
 ParamShard::~ParamShard() {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "config/sharding.hpp"
@@ -47,6 +48,9 @@ class ParamShard {
   ParamShard& operator=(const ParamShard&) = delete;
 
   const UnitPlan& units() const { return plan_; }
+  // Whether `p` is one of the parameters this shard releases between uses (the others, such as the
+  // host's, stay whole on every rank and need their owner's value after each optimizer step).
+  bool shards(const at::Tensor& p) const;
   // "forward and backward", "backward", ... : where the next unit is prefetched ("none" over a
   // transport that does not overlap compute).
   std::string prefetching() const;
@@ -103,6 +107,8 @@ class ParamShard {
   UnitPlan plan_;
   std::vector<Unit> units_;
   std::vector<size_t> unit_of_;                         // of each parameter
+  std::vector<bool> sharded_;                           // of each parameter
+  std::unordered_set<const void*> sharded_impls_;       // their TensorImpls, for shards()
   std::vector<size_t> bytes_;                           // each parameter's storage size when whole
   std::vector<std::unique_ptr<OwnerGather>> stranded_;  // failed gathers, kept referenced
   uint64_t instrumented_revision_ = 0;

@@ -323,10 +323,12 @@ std::string zero_stage(int n) {
 }
 }  // namespace
 
-TEST(MultiProcess, ZeroStagesOneAndTwoEqualStageZeroAfterFiftyAdamWStepsOnTwoAndFourRanks) {
+TEST(MultiProcess, ZeroStagesOneToThreeEqualStageZeroAfterFiftyAdamWStepsOnTwoAndFourRanks) {
   // Each rank steps only the parameters it owns (and at stage 2 keeps only their gradients); the
   // clipping norm is over every rank's part; the program checks the ranks agree bit for bit.
   // Stage 2 reduces every micro-step, so it is also run with accumulation against stage 0's.
+  // Stage 3 keeps the host's tensors whole on every rank: each step must still bring every rank
+  // the owners' new values (it once left them with their owners).
   struct Case {
     int stage, processes;
     std::string extra;
@@ -339,10 +341,11 @@ TEST(MultiProcess, ZeroStagesOneAndTwoEqualStageZeroAfterFiftyAdamWStepsOnTwoAnd
   // bf16 autocast in the forward (the gradients, and so the sharded steps, are fp32 all the same);
   // 10 steps: autocast on a CPU is slow.
   const std::string bf16 = "ACCELERATE_MIXED_PRECISION=bf16 ";
-  std::vector<Case> cases{{1, 2, ""}, {2, 2, ""}, {2, 2, accumulate}, {1, 2, wide, 10}};
+  std::vector<Case> cases{{1, 2, ""}, {2, 2, ""}, {2, 2, accumulate}, {1, 2, wide, 10}, {3, 2, ""}};
   // A sanitizer build's short course: the 4-process runs exercise no other code path of ours, nor
   // does autocast (LibTorch's).
-  if (!kSanitized) cases.insert(cases.end(), {{2, 2, bf16, 10}, {1, 4, ""}, {2, 4, ""}});
+  if (!kSanitized)
+    cases.insert(cases.end(), {{2, 2, bf16, 10}, {1, 4, ""}, {2, 4, ""}, {3, 4, ""}});
   std::map<std::string, Result> baselines;  // stage 0's run, by program arguments and environment
   for (const Case& c : cases) {
     const std::string args = std::to_string(64 / c.processes) + " adamw " + std::to_string(c.steps);
