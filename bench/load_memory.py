@@ -7,13 +7,16 @@ same file with `cat FILE > /dev/null`. Run on demand, never as a test:
 
 Writes the checkpoint (one safetensors file, and a torch.save copy for torch.load) into --dir,
 removed at the end. Rows: libaccel's accel_load_pretrained and accel_load_checkpoint_in_model on 1
-process, and on 2 processes under ZeRO stage 3 (FSDP FULL_SHARD) with and without
-fsdp_cpu_ram_efficient_loading (bench/load_memory.c); PyTorch 1.13's torch.load + load_state_dict
+process into a model built as usual and into one built empty (accel_model_new_empty, Accelerate's
+init_empty_weights), and on 2 processes under ZeRO stage 3 (FSDP FULL_SHARD) with and without
+fsdp_cpu_ram_efficient_loading, and once with libaccel's tensor allocator on (malloc_tuning, the
+default) (bench/load_memory.c); PyTorch 1.13's torch.load + load_state_dict
 (Debian's python3) and safetensors.torch.load_file + load_state_dict (the test venv, when present)
 (bench/load_memory_ref.py). For each: the resident size before the load, its peak during the load
 alone (VmHWM reset just before the call), the growth (peak - before), the largest rank's, and the
 load's throughput. The page cache is warm for every row (the file was just written and read), so
-throughput compares in-memory work, not the disk.
+throughput compares in-memory work, not the disk. Last, the time and RSS growth of building
+Accelerate's test_init_empty_weights_very_large_model empty (1000 x Linear(10000, 10000)).
 """
 import argparse
 import json
@@ -78,36 +81,50 @@ def main():
             rows.append(("libaccel %s" % name, 1,
                          bench_lines(launch + ["1", prog, "load", ckpt] + sizes + [loader],
                                      env_for())))
+            rows.append(("libaccel %s into an empty model (accel_model_new_empty)" % name, 1,
+                         bench_lines(launch + ["1", prog, "load", ckpt] + sizes +
+                                     [loader, "empty"], env_for())))
             for efficient in ("true", "false"):
                 extra = dict(fsdp, FSDP_CPU_RAM_EFFICIENT_LOADING=efficient)
                 rows.append(("libaccel %s, ZeRO-3, cpu_ram_efficient_loading %s" % (name, efficient),
                              2, bench_lines(launch + ["2", prog, "load", ckpt] + sizes + [loader],
                                             env_for(extra))))
+        # The resident size a stage-3 rank keeps after prepare with the tensor allocator on.
+        extra = dict(fsdp, FSDP_CPU_RAM_EFFICIENT_LOADING="true", ACCEL_MALLOC_TUNING="true")
+        rows.append(("libaccel accel_load_checkpoint_in_model, ZeRO-3, efficient loading, "
+                     "malloc_tuning on", 2,
+                     bench_lines(launch + ["2", prog, "load", ckpt] + sizes + ["checkpoint"],
+                                 env_for(extra))))
         ref = os.path.join(ROOT, "bench", "load_memory_ref.py")
         rows.append(("PyTorch torch.load + load_state_dict", 1,
                      bench_lines([PYTHON, ref, "torch.load", pt] + sizes, env_for())))
         if os.path.exists(VENV):
             rows.append(("PyTorch safetensors load_file + load_state_dict", 1,
                          bench_lines([VENV, ref, "safetensors", st] + sizes, env_for())))
+        huge = bench_lines([prog, "build", "1000", "10000"], env_for())[0]
     finally:
         shutil.rmtree(args.dir, ignore_errors=True)
     print("model %.1f MB (%d x Linear(%d, %d), fp32), largest tensor %.1f MB" %
           (model_mb, args.layers, args.width, args.width, largest_mb))
-    print("| route | processes | RSS before (MB) | peak during the load (MB) | growth (MB) | "
-          "growth target: largest tensor + 64 (MB) | seconds | GB/s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| route | processes | build (s) | RSS before (MB) | peak during the load (MB) | "
+          "growth (MB) | growth target: largest tensor + 64 (MB) | seconds | GB/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, n, lines in rows:
         worst = max(lines, key=lambda l: l.get("peak_mb", 0) - l.get("rss_before_mb", 0))
         secs = max(l["seconds"] for l in lines)
         gbs = model_mb * 2**20 / 1e9 / secs
+        build = ("%.3f" % max(l["build_seconds"] for l in lines)) if "build_seconds" in worst \
+            else "-"
         if "peak_mb" not in worst:
-            print("| %s | %d | - | - | - | - | %.3f | %.2f |" % (name, n, secs, gbs))
+            print("| %s | %d | - | - | - | - | - | %.3f | %.2f |" % (name, n, secs, gbs))
             continue
         growth = worst["peak_mb"] - worst["rss_before_mb"]
-        print("| %s | %d | %.0f | %.0f | %.0f | %.0f | %.3f | %.2f |" %
-              (name, n, worst["rss_before_mb"], worst["peak_mb"], growth, largest_mb + 64, secs,
-               gbs))
-    print(json.dumps({name: lines for name, n, lines in rows}))
+        print("| %s | %d | %s | %.0f | %.0f | %.0f | %.0f | %.3f | %.2f |" %
+              (name, n, build, worst["rss_before_mb"], worst["peak_mb"], growth, largest_mb + 64,
+               secs, gbs))
+    print("empty build of 1000 x Linear(10000, 10000) (100 B parameters): %.3f s, RSS +%.1f MB" %
+          (huge["seconds"], huge["rss_growth_mb"]))
+    print(json.dumps({"rows": {name: lines for name, n, lines in rows}, "empty_build": huge}))
 
 
 if __name__ == "__main__":
