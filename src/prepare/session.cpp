@@ -427,9 +427,19 @@ void Session::optimizer_step(optim::Optimizer& o) {
   } else {
     o.step();
   }
-  // Stages 1-2 take every parameter from its owner; stage 3 leaves them with their owners.
-  if (auto it = shards_.find(&o); it != shards_.end() && stepped && acc_->sharding().stage < 3)
-    it->second->gather_parameters();
+  // Stages 1-2 take every parameter from its owner. Stage 3 leaves the parameters it shards with
+  // their owners (each unit gathers them for its forward) and takes the others, which stay whole
+  // on every rank (the host's, tied ones), from theirs.
+  if (auto it = shards_.find(&o); it != shards_.end() && stepped) {
+    if (acc_->sharding().stage < 3)
+      it->second->gather_parameters();
+    else
+      it->second->gather_parameters([this](const at::Tensor& p) {
+        for (const auto& [model, shard] : param_shards_)
+          if (shard->shards(p)) return false;
+        return true;
+      });
+  }
   runtime::tensor_memory_step_ended();
 }
 
