@@ -176,6 +176,23 @@ TEST(EmptyInit, TensorsANotStrictLoadLacksGetTheirLayersInitialisation) {
   EXPECT_TRUE(same_bytes(m.tensor("head.bias"), Tensor(b)));
   Tensor x = Tensor::from_data<float>({1, 2, 3, 4}, {1, 4});
   EXPECT_NO_THROW(m.call("forward", {&x}));
+  EXPECT_NO_THROW(acc.prepare(m));  // filled: nothing left empty
+}
+
+TEST(EmptyInit, ASizeIgnoredAsMismatchedGetsItsLayersInitialisation) {
+  auto acc = make_accelerator();
+  accel::Model source;
+  source.add_layer("fc", "linear", "in_features=4 out_features=5");  // 5 outputs, not 3
+  const std::string dir = temp_dir("mismatch");
+  acc.save_model(source, dir);
+  accel::Model m = layers(accel::Model::new_empty());
+  EXPECT_EQ(accel_load_pretrained(m.get(), dir.c_str(), "", nullptr), ACCEL_ERR_SHAPE);
+  const auto report = m.load_pretrained(dir, "ignore_mismatched_sizes=true");
+  EXPECT_EQ(report.mismatched, (std::vector<std::string>{"fc.bias", "fc.weight"}));
+  const auto w = m.tensor("fc.weight").to_vector<float>();  // kaiming_uniform(a=sqrt(5)): 1/2
+  EXPECT_EQ(w.size(), 12u);
+  for (float v : w) EXPECT_LE(std::abs(v), 0.5f);
+  EXPECT_NE(w, std::vector<float>(12, 0.0f));
 }
 
 struct Net : torch::nn::Module {
