@@ -107,8 +107,9 @@ class Spec {
   std::vector<std::string> used_;
 };
 
-torch::jit::Module new_module(const std::string& cls) {
-  torch::jit::Module m(c10::QualifiedName("__torch__.accel." + cls));
+torch::jit::Module new_module(const std::string& cls,
+                              const std::shared_ptr<torch::jit::CompilationUnit>& cu) {
+  torch::jit::Module m(c10::QualifiedName("__torch__.accel." + cls), cu, /*shouldMangle=*/true);
   // eval()/train() silently do nothing on a module without this attribute.
   m.register_attribute("training", c10::BoolType::get(), true);
   return m;
@@ -120,7 +121,9 @@ torch::jit::Module new_module(const std::string& cls) {
 // load that finds no value for it.
 class Layer {
  public:
-  Layer(const std::string& cls, const EmptyInit* empty) : module_(new_module(cls)), empty_(empty) {}
+  Layer(const std::string& cls, const std::shared_ptr<torch::jit::CompilationUnit>& cu,
+        const EmptyInit* empty)
+      : module_(new_module(cls, cu)), empty_(empty) {}
   void parameter(const std::string& name, at::IntArrayRef shape, const Init& init) {
     module_.register_parameter(name, make(name, shape, at::kFloat, init, true).requires_grad_(true),
                                /*is_buffer=*/false);
@@ -265,12 +268,13 @@ const LayerRow kLayers[] = {
 
 // The layer, and for an empty build the initialisation of each tensor left empty.
 std::pair<torch::jit::Module, std::vector<std::pair<std::string, Init>>> make_layer(
-    const std::string& kind, const std::string& text, const EmptyInit* empty) {
+    const std::string& kind, const std::string& text,
+    const std::shared_ptr<torch::jit::CompilationUnit>& cu, const EmptyInit* empty) {
   Spec s(kind, text);
   std::string known;
   for (const LayerRow& row : kLayers) {
     if (kind == row.kind) {
-      Layer l(row.cls, empty);
+      Layer l(row.cls, cu, empty);
       row.build(s, l);
       return {l.module(), std::move(l.inits())};
     }
@@ -303,7 +307,9 @@ std::map<std::string, std::string> parse_spec(const std::string& spec) {
   return out;
 }
 
-Model::Model() : module_(std::make_unique<torch::jit::Module>(new_module("Model"))) {
+Model::Model()
+    : cu_(std::make_shared<torch::jit::CompilationUnit>()),
+      module_(std::make_unique<torch::jit::Module>(new_module("Model", cu_))) {
   configure_jit_once();
 }
 
@@ -332,7 +338,7 @@ void Model::add_layer(const std::string& name, const std::string& kind, const st
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
       fail(Errc::invalid_argument, "layer name '" + name + "' is not an identifier");
   if (module_->hasattr(name)) fail(Errc::invalid_argument, "the model already has '" + name + "'");
-  auto [layer, inits] = make_layer(kind, spec, empty_ ? &*empty_ : nullptr);
+  auto [layer, inits] = make_layer(kind, spec, cu_, empty_ ? &*empty_ : nullptr);
   layer.train(module_->is_training());
   module_->register_module(name, layer);
   for (auto& [tensor, init] : inits) inits_[name + "." + tensor] = std::move(init);
@@ -370,7 +376,7 @@ void Model::add_host_tensor(const std::string& name, const at::Tensor& t, bool i
   if (is_empty(t)) may_be_empty_ = true;
   try {
     for (size_t i = made_from; i + 1 < path.size(); ++i) {
-      torch::jit::Module sub = new_module("HostModule");
+      torch::jit::Module sub = new_module("HostModule", cu_);
       sub.train(module_->is_training());
       parent.register_module(path[i], sub);
       parent = sub;

@@ -16,7 +16,8 @@
 
 namespace torch::jit {
 struct Module;
-}
+struct CompilationUnit;
+}  // namespace torch::jit
 
 namespace accel::model {
 
@@ -91,6 +92,11 @@ class Model {
   std::vector<std::string> initialize_empty();
 
  private:
+  // The class types of the modules built here, each of its own name (mangled: Linear,
+  // ___torch_mangle_1.Linear, ...). One name for many types, each in a compilation unit of its
+  // own, made LibTorch 1.13's alias analysis grow exponentially with the layers a method calls
+  // (a forward through 28 layers took 12 GB to compile).
+  std::shared_ptr<torch::jit::CompilationUnit> cu_;
   std::unique_ptr<torch::jit::Module> module_;
   HostTensors host_;
   bool loaded_ = false;  // from an archive: its submodules may share class types
