@@ -94,12 +94,13 @@ const SYMBOLS = (
     :accel_profiler_window_count, :accel_profiler_free, :accel_save_model,
     :accel_load_checkpoint_in_model, :accel_load_pretrained, :accel_load_report_keys,
     :accel_load_report_text, :accel_load_report_free, :accel_save_state, :accel_load_state,
-    :accel_state_writer_write, :accel_register_for_checkpointing, :accel_tokenizer_load,
-    :accel_tokenizer_encode, :accel_tokenizer_encode_batch, :accel_tokenizer_token_id,
-    :accel_tokenizer_vocab_size, :accel_tokenizer_free, :accel_values_new, :accel_values_free,
-    :accel_values_set_number, :accel_values_set_text, :accel_values_count, :accel_values_get,
-    :accel_init_trackers, :accel_log, :accel_end_training, :accel_add_tracker, :accel_set_log_sink,
-    :accel_get_log_level, :accel_set_log_level, :accel_log_message,
+    :accel_state_writer_write, :accel_register_for_checkpointing, :accel_infer_device_map,
+    :accel_tokenizer_load, :accel_tokenizer_encode, :accel_tokenizer_encode_batch,
+    :accel_tokenizer_token_id, :accel_tokenizer_vocab_size, :accel_tokenizer_free,
+    :accel_values_new, :accel_values_free, :accel_values_set_number, :accel_values_set_text,
+    :accel_values_count, :accel_values_get, :accel_init_trackers, :accel_log, :accel_end_training,
+    :accel_add_tracker, :accel_set_log_sink, :accel_get_log_level, :accel_set_log_level,
+    :accel_log_message,
 )
 
 # The function pointers, filled by load_library.
@@ -260,6 +261,7 @@ const fp_accel_save_state = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_load_state = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_state_writer_write = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_register_for_checkpointing = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_infer_device_map = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_tokenizer_load = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_tokenizer_encode = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_tokenizer_encode_batch = Ref{Ptr{Cvoid}}(C_NULL)
@@ -1218,6 +1220,14 @@ accel_register_for_checkpointing(accelerator, save, load, user_data, release) =
     ccall(fp_accel_register_for_checkpointing[], accel_status,
           (Ptr{accel_accelerator}, accel_state_save_fn, accel_state_load_fn, Ptr{Cvoid}, accel_release_fn),
           accelerator, save, load, user_data, release)
+
+# ---- Big-model inference
+
+# accel_status accel_infer_device_map(const accel_model* model, const char* options, accel_bytes_list** out)
+accel_infer_device_map(model, options, out) =
+    ccall(fp_accel_infer_device_map[], accel_status,
+          (Ptr{accel_model}, Cstring, Ptr{Ptr{accel_bytes_list}}),
+          model, options, out)
 
 # ---- Tokenizers
 

@@ -1548,6 +1548,26 @@ extern "C" {
         user_data: *mut c_void,
         release: accel_release_fn,
     ) -> accel_status;
+    // Big-model inference
+    /// Accelerate's infer_auto_device_map (1.15) for `model`: where each module's weights go, "cpu" or
+    /// "disk", greedily in module order, keeping room on the cpu for the largest layer, never splitting
+    /// a module of a no-split class, keeping tied parameters (tensors sharing storage) together. Module
+    /// sizes are those of the model's parameters and buffers (an empty model's as they will be loaded);
+    /// a class is a catalogue layer's ("Linear", "LayerNorm", ...) or a TorchScript class's unqualified
+    /// name. `options`: key=value pairs separated by spaces or ';', lists inside a value by ',':
+    ///   max_memory (required)        "cpu:SIZE" (SIZE: "200MB", "1GiB", a byte count) and "disk" (modules
+    ///                                may be offloaded), e.g. max_memory=cpu:200MB,disk
+    ///   no_split_module_classes      class names, e.g. no_split_module_classes=Block,Attention
+    ///   fallback_allocation (false)  Accelerate's fallback_allocation
+    /// `*out` receives "module.path=cpu" / "=disk" lines in Accelerate's order, the root named "" (a
+    /// model that fits whole is one line, "=cpu"). A map that needs disk when max_memory names none is
+    /// ACCEL_ERR_OUT_OF_MEMORY naming the bytes the model needs, the cpu budget, and what would have
+    /// gone to disk; a malformed option is ACCEL_ERR_INVALID_ARGUMENT.
+    pub fn accel_infer_device_map(
+        model: *const accel_model,
+        options: *const c_char,
+        out: *mut *mut accel_bytes_list,
+    ) -> accel_status;
     // Tokenizers
     /// Loads a tokenizer from `path`: a tokenizer.json file, a vocab.txt file (read as transformers'
     /// BertTokenizerFast reads it, with tokenizer_config.json beside it when there is one:
