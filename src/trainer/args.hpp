@@ -1,0 +1,66 @@
+// The Trainer's settings, named and checked as transformers 4.40's TrainingArguments (the subset
+// issue 52 uses), set from key=value text like libaccel's other options, and the step counts a
+// run derives from them (Trainer._inner_training_loop's arithmetic). Pure: no LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace accel::trainer {
+
+// transformers' IntervalStrategy; `best` is the save strategy later transformers added (save
+// when an evaluation gives a new best metric).
+enum class Interval { no, steps, epoch, best };
+
+const char* interval_name(Interval i);
+
+struct TrainingArgs {
+  long long max_steps = -1;  // > 0 wins over num_train_epochs
+  double num_train_epochs = 3.0;
+  Interval logging_strategy = Interval::steps;
+  double logging_steps = 500;  // below 1: a fraction of max_steps (rounded up)
+  bool logging_first_step = false;
+  Interval eval_strategy = Interval::no;
+  std::optional<double> eval_steps;  // unset or 0: logging_steps (under eval_strategy=steps)
+  double eval_delay = 0;             // steps, or epochs under eval_strategy=epoch
+  Interval save_strategy = Interval::steps;
+  double save_steps = 500;
+  std::optional<long long> save_total_limit;
+  bool load_best_model_at_end = false;
+  std::optional<std::string> metric_for_best_model;
+  std::optional<bool> greater_is_better;
+  long long early_stopping_patience = 0;  // 0: no early stopping
+  double early_stopping_threshold = 0;
+  long long gradient_accumulation_steps = 1;
+  double max_grad_norm = 1.0;
+  std::string resume_from_checkpoint;  // "" none, "latest", or a checkpoint directory
+  std::string output_dir = "trainer_output";
+
+  // One setting; an unknown key or a bad value is an invalid_argument error naming both.
+  void set(const std::string& key, const std::string& value);
+  // Settings as "key=value" items separated by commas, semicolons or new lines.
+  void set_all(const std::string& text);
+  // TrainingArguments.__post_init__'s defaults and checks (same messages), then the early
+  // stopping ones. Call once, after the last set().
+  void finalize();
+
+  // metric_for_best_model with the "eval_" prefix the Trainer adds ("" when unset).
+  std::string metric_key() const;
+};
+
+// The counts a run derives (Trainer._inner_training_loop): batches_per_epoch is the training
+// loader's length, absent for a loader without one (then max_steps must be set).
+struct Plan {
+  long long max_steps = 0;
+  long long num_train_epochs = 0;
+  long long update_steps_per_epoch = 0;
+  long long logging_steps = 500;
+  long long eval_steps = 500;
+  long long save_steps = 500;
+};
+
+Plan make_plan(const TrainingArgs& args, std::optional<long long> batches_per_epoch);
+
+}  // namespace accel::trainer
