@@ -53,7 +53,9 @@ std::string py_interval(Interval i) {
 }
 
 // A number in transformers' messages: as the user would have passed it to Python ("50", "0.1").
-std::string py_num(double v) { return format_real(v); }
+std::string py_num(double v) {
+  return format_real(v);
+}
 
 }  // namespace
 
@@ -204,6 +206,22 @@ void TrainingArgs::finalize() {
       fail(Errc::invalid_argument, "early_stopping_patience needs metric_for_best_model");
     if (eval_strategy == Interval::no)
       fail(Errc::invalid_argument, "early_stopping_patience needs eval_strategy steps or epoch");
+    // The best metric it compares with is recorded when a save follows an evaluation, so saves
+    // must fall on evaluations (what load_best_model_at_end's checks ensure); otherwise it would
+    // never stop, silently (transformers #16620).
+    const bool saves_follow = save_strategy == Interval::best ||
+                              (save_strategy == eval_strategy &&
+                               (eval_strategy != Interval::steps ||
+                                (eval_steps && std::fmod(save_steps, *eval_steps) == 0)));
+    if (!saves_follow)
+      fail(Errc::invalid_argument,
+           std::string("early_stopping_patience compares each evaluation with the best metric, "
+                       "recorded when a checkpoint is saved after an evaluation; save_strategy=") +
+               interval_name(save_strategy) + " (save_steps " + py_num(save_steps) +
+               ") never saves after eval_strategy=" + interval_name(eval_strategy) +
+               "'s evaluations (eval_steps " + py_num(eval_steps.value_or(0)) +
+               "): use save_strategy=best, or the same strategy with save_steps a multiple of "
+               "eval_steps");
   }
 }
 

@@ -43,7 +43,9 @@ struct TrainingArgs {
   // Settings as "key=value" items separated by commas, semicolons or new lines.
   void set_all(const std::string& text);
   // TrainingArguments.__post_init__'s defaults and checks (same messages), then the early
-  // stopping ones. Call once, after the last set().
+  // stopping ones: a metric, evaluations, and saves that follow evaluations (the best metric is
+  // recorded at those); load_best_model_at_end is not needed (transformers PR #35101). Call
+  // once, after the last set().
   void finalize();
 
   // metric_for_best_model with the "eval_" prefix the Trainer adds ("" when unset).

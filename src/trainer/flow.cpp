@@ -72,6 +72,12 @@ bool update_best(const TrainingArgs& args, TrainerState& state,
   return true;
 }
 
+bool is_new_best(const TrainingArgs& args, const TrainerState& state,
+                 const std::map<std::string, double>& metrics) {
+  const double value = metric_to_check(args, metrics);
+  return !state.best_metric || better(args, value, state.best_metric->value());
+}
+
 std::string checkpoint_dir(const TrainingArgs& args, const TrainerState& state) {
   std::string dir = args.output_dir;
   if (!dir.empty() && dir.back() != '/') dir += '/';  // os.path.join

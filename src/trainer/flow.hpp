@@ -58,6 +58,11 @@ class EarlyStopping {
 bool update_best(const TrainingArgs& args, TrainerState& state,
                  const std::map<std::string, double>* metrics, const std::string& checkpoint_dir);
 
+// save_strategy=best's decision after an evaluation (later transformers' SaveStrategy.BEST):
+// save when the metrics beat state.best_metric, or there is none yet.
+bool is_new_best(const TrainingArgs& args, const TrainerState& state,
+                 const std::map<std::string, double>& metrics);
+
 // The checkpoint directory of the current step: output_dir/checkpoint-N.
 std::string checkpoint_dir(const TrainingArgs& args, const TrainerState& state);
 

@@ -82,9 +82,25 @@ TEST(TrainerArgs, TransformersChecks) {
   EXPECT_NE(error_of("early_stopping_patience=2, metric_for_best_model=loss").find("eval_strategy"),
             std::string::npos);
   EXPECT_NE(error_of("save_strategy=best").find("metric_for_best_model"), std::string::npos);
-  // Early stopping no longer needs load_best_model_at_end (transformers PR #35101).
-  EXPECT_EQ(error_of("early_stopping_patience=2, metric_for_best_model=loss, eval_strategy=epoch"),
+  // Early stopping no longer needs load_best_model_at_end (transformers PR #35101), but saves
+  // that record the best it compares with (#16620: without them it never stopped).
+  EXPECT_EQ(error_of("early_stopping_patience=2, metric_for_best_model=loss, eval_strategy=epoch,"
+                     "save_strategy=epoch"),
             "");
+  EXPECT_EQ(error_of("early_stopping_patience=2, metric_for_best_model=loss, eval_strategy=steps,"
+                     "eval_steps=10, save_steps=30"),
+            "");
+  EXPECT_EQ(error_of("early_stopping_patience=2, metric_for_best_model=f1, eval_strategy=epoch,"
+                     "save_strategy=best"),
+            "");
+  EXPECT_NE(error_of("early_stopping_patience=2, metric_for_best_model=loss, eval_strategy=epoch")
+                .find("save_strategy=steps (save_steps 500) never saves after "
+                      "eval_strategy=epoch's evaluations"),
+            std::string::npos);
+  EXPECT_NE(error_of("early_stopping_patience=2, metric_for_best_model=loss, eval_strategy=steps,"
+                     "eval_steps=10, save_steps=25")
+                .find("never saves after"),
+            std::string::npos);
 }
 
 TEST(TrainerArgs, PlanFollowsTheTrainersArithmetic) {
@@ -135,7 +151,7 @@ TEST(TrainerFlow, StepAndEpochDecisions) {
 
 TEST(TrainerFlow, EarlyStoppingAndBest) {
   auto a = args_of(
-      "eval_strategy=steps, eval_steps=1, metric_for_best_model=accuracy,"
+      "eval_strategy=steps, eval_steps=1, save_steps=1, metric_for_best_model=accuracy,"
       "early_stopping_patience=2, early_stopping_threshold=0.01");
   TrainerState s;
   EarlyStopping es(2, 0.01);
@@ -163,6 +179,10 @@ TEST(TrainerFlow, EarlyStoppingAndBest) {
               std::string::npos);
   }
   EXPECT_FALSE(update_best(a, s, nullptr, "x"));
+  // save_strategy=best saves exactly when update_best would record a new best.
+  EXPECT_FALSE(is_new_best(a, s, {{"eval_accuracy", 0.7}}));
+  EXPECT_TRUE(is_new_best(a, s, {{"eval_accuracy", 0.71}}));
+  EXPECT_TRUE(is_new_best(a, TrainerState(), {{"eval_accuracy", 0.0}}));
 }
 
 TEST(TrainerRotation, KeepsTheBestAndTheNewest) {
