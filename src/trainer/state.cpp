@@ -1,5 +1,8 @@
 #include "trainer/state.hpp"
 
+#include <limits>
+#include <string>
+
 #include "common/error.hpp"
 #include "trainer/python_json.hpp"
 
@@ -15,9 +18,51 @@ nlohmann::json number_json(const Number& n) {
   fail(Errc::io, "trainer_state.json: '" + key + "' " + why);
 }
 
+// Python's json writes NaN, Infinity and -Infinity bare (a diverged loss, an fp16 overflow's
+// grad_norm); JSON has no such numbers, so they are read as these marked strings first.
+const char* const kNonFinite[] = {"NaN", "Infinity", "-Infinity"};
+const std::string kMark = "\x01nonfinite:";  // as parsed from kMarkJson
+const std::string kMarkJson = "\\u0001nonfinite:";
+
+std::string mark_non_finite(const std::string& text) {
+  std::string out;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size())
+        out += text[++i];
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (const char* word : kNonFinite) {
+      const size_t n = std::char_traits<char>::length(word);
+      if (text.compare(i, n, word) == 0) {
+        out += "\"" + kMarkJson + word + "\"";
+        i += n - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
 Number number_of(const std::string& key, const nlohmann::json& v) {
   if (v.is_number_integer()) return Number::of_int(v.get<int64_t>());
   if (v.is_number_float()) return Number::of_real(v.get<double>());
+  if (v.is_string() && v.get<std::string>().rfind(kMark, 0) == 0) {
+    const std::string word = v.get<std::string>().substr(kMark.size());
+    const double inf = std::numeric_limits<double>::infinity();
+    return Number::of_real(word == "NaN"        ? std::numeric_limits<double>::quiet_NaN()
+                           : word == "Infinity" ? inf
+                                                : -inf);
+  }
   malformed(key, "is not a number");
 }
 
@@ -84,7 +129,7 @@ std::string TrainerState::to_json() const {
 TrainerState TrainerState::from_json(const std::string& text) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = nlohmann::json::parse(mark_non_finite(text));
   } catch (const nlohmann::json::exception& e) {
     fail(Errc::io, std::string("trainer_state.json is not JSON: ") + e.what());
   }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <limits>
 #include <string>
 
 #include "common/error.hpp"
@@ -20,6 +21,14 @@ namespace {
 
 using namespace accel::trainer;
 using nlohmann::json;
+
+// A number of the case; NaN and infinities come as Python's repr() text ("nan", "inf").
+double num(const json& v) {
+  if (!v.is_string()) return v.get<double>();
+  const std::string t = v;
+  const double inf = std::numeric_limits<double>::infinity();
+  return t == "nan" ? std::numeric_limits<double>::quiet_NaN() : t == "inf" ? inf : -inf;
+}
 
 std::string flags(const TrainerControl& c) {
   return std::string(c.should_log ? "L" : "") + (c.should_evaluate ? "E" : "") +
@@ -90,7 +99,7 @@ struct Run {
         ++total_batches;
         if (step % accum == 0) control.step_begin();
         window.add(losses[k % losses.size()].get<float>(), state.global_step);
-        const double grad_norm = in["grad_norms"][k % in["grad_norms"].size()];
+        const double grad_norm = num(in["grad_norms"][k % in["grad_norms"].size()]);
         const double lr = in["lrs"][k % in["lrs"].size()];
         ++k;
         const bool short_epoch = batches <= accum && step + 1 == batches;
@@ -105,7 +114,7 @@ struct Run {
       }
       on_epoch_end(args, state, control);
       out["events"].push_back("e" + std::to_string(epoch) + ":" + flags(control));
-      log_save_evaluate(in["grad_norms"][0], in["lrs"][0]);
+      log_save_evaluate(num(in["grad_norms"][0]), in["lrs"][0]);
       if (control.should_training_stop) break;
     }
     json end = json::array();

@@ -3,6 +3,9 @@
 // transformers_trainer_diff.py compares the same pieces with transformers 4.40.2 itself.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "common/error.hpp"
 #include "trainer/args.hpp"
 #include "trainer/flow.hpp"
@@ -266,6 +269,17 @@ TEST(TrainerState, JsonAsPythonWritesIt) {
   EXPECT_EQ(TrainerState::from_json(text).to_json(), text);
   EXPECT_THROW(TrainerState::from_json("{\"global_step\": 1.5}"), accel::Error);
   EXPECT_THROW(TrainerState::from_json("[1"), accel::Error);
+  // NaN and infinities as Python writes them, read back and written again.
+  const auto odd = TrainerState::from_json(
+      "{\"best_metric\": NaN, \"log_history\": [{\"grad_norm\": Infinity, \"loss\": -Infinity, "
+      "\"step\": 1}], \"trial_name\": \"NaN\"}");
+  EXPECT_TRUE(std::isnan(odd.best_metric->value()));
+  EXPECT_EQ(odd.log_history[0].at("grad_norm").value(), std::numeric_limits<double>::infinity());
+  const std::string again = odd.to_json();
+  EXPECT_NE(again.find("\"best_metric\": NaN,"), std::string::npos);
+  EXPECT_NE(again.find("\"loss\": -Infinity,"), std::string::npos);
+  EXPECT_NE(again.find("\"trial_name\": \"NaN\""), std::string::npos);
+  EXPECT_EQ(TrainerState::from_json(again).to_json(), again);
   // Keys of a newer transformers are kept.
   const auto newer = TrainerState::from_json("{\"stateful_callbacks\": {\"a\": 1}}");
   EXPECT_NE(newer.to_json().find("\"stateful_callbacks\": {\n    \"a\": 1\n  }"),
