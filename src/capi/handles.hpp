@@ -48,12 +48,18 @@ struct accel_accelerator {
 
 // `family` is set when the handle is made and never changes (the family itself may be joined to
 // an accelerator's); `session` and `prepared` change under the family lock only.
+namespace accel::bigmodel {
+class DiskOffload;
+}
+
 struct accel_model {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kModel);
   std::shared_ptr<accel::model::Model> model;
   std::shared_ptr<accel::capi::Family> family;
   std::weak_ptr<accel::prepare::Session> session;
   bool prepared = false;
+  // Set by accel_dispatch_model (inference only); after `model`, so that it goes first.
+  std::shared_ptr<accel::bigmodel::DiskOffload> dispatch;
 };
 
 struct accel_optimizer {

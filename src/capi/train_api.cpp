@@ -1,5 +1,6 @@
 // accel_model_*, accel_optimizer_*, accel_scheduler_*, accel_prepare, accel_accumulate,
 // accel_backward and clipping.
+#include "bigmodel/disk_offload.hpp"
 #include "capi/handles.hpp"
 
 using accel::Errc;
@@ -88,7 +89,10 @@ ACCEL_API accel_status accel_model_call(accel_model* model, const char* method,
     auto list = std::make_unique<accel_tensor_list>();
     FamilyLock lock(model->family);
     auto session = live_session(model);
-    if (!session) model->model->require_whole("accel_model_call");
+    if (model->dispatch)
+      model->dispatch->prepare_call(*model->model);  // its released tensors come with the hooks
+    else if (!session)
+      model->model->require_whole("accel_model_call");
     list->items =
         session ? session->call(*model->model, method, in) : model->model->call(method, in);
     *out = list.release();
@@ -137,6 +141,7 @@ ACCEL_API accel_status accel_model_tensor(const accel_model* model, const char* 
     require(name, "name");
     require(out, "out");
     FamilyLock lock(model->family);
+    if (model->dispatch) model->dispatch->refuse_offloaded("accel_model_tensor", name);
     model->model->require_whole("accel_model_tensor", name);
     model->model->require_filled("accel_model_tensor", name);
     for (const auto& [n, t] : model->model->named_tensors())
@@ -168,6 +173,10 @@ ACCEL_API accel_status accel_optimizer_new(accel_model* model, const char* kind,
     checked(model, "model");
     require(kind, "kind");
     require(out, "out");
+    if (model->dispatch)
+      fail(Errc::state,
+           "accel_optimizer_new: the model was dispatched with accel_dispatch_model, which is for "
+           "inference only");
     auto h = std::make_unique<accel_optimizer>();
     h->optimizer = std::make_shared<accel::optim::Optimizer>(kind);
     // The names parameter groups are made from, in the order the optimizer is bound in
@@ -351,6 +360,10 @@ ACCEL_API accel_status accel_prepare(accel_accelerator* accelerator, void* const
       switch (static_cast<accel::capi::Tag>(tag)) {
         case accel::capi::Tag::kModel:
           models.push_back(static_cast<accel_model*>(objects[i]));
+          if (models.back()->dispatch)
+            fail(Errc::state, param +
+                                  ": the model was dispatched with accel_dispatch_model, "
+                                  "which is for inference only");
           sorted.models.push_back(models.back()->model);
           break;
         case accel::capi::Tag::kOptimizer:

@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "ddp/buckets.hpp"
 #include "zero/owner_gather.hpp"
+#include "zero/unit_observer.hpp"
 
 namespace accel::zero {
 
@@ -35,8 +36,26 @@ std::optional<Registered> find_unit(const c10::IValue& module) {
   return it->second;
 }
 
+// Units of another user of the hooks (unit_observer.hpp).
+struct Observed {
+  UnitObserver* observer;
+  size_t unit;
+};
+std::unordered_map<const void*, Observed> g_observed;
+
+std::optional<Observed> find_observed(const c10::IValue& module) {
+  if (!module.isObject()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const auto it = g_observed.find(module.toObject().get());
+  if (it == g_observed.end()) return std::nullopt;
+  return it->second;
+}
+
 void unit_enter(const c10::IValue& module) {
-  if (const auto r = find_unit(module)) r->shard->enter(r->unit);
+  if (const auto r = find_unit(module))
+    r->shard->enter(r->unit);
+  else if (const auto o = find_observed(module))
+    o->observer->enter(o->unit);
 }
 
 // The unit's output, unchanged; when backward reaches it, the unit is gathered again (a tensor
@@ -44,7 +63,10 @@ void unit_enter(const c10::IValue& module) {
 // in place).
 at::Tensor unit_exit(const c10::IValue& module, const at::Tensor& output) {
   const auto r = find_unit(module);
-  if (!r) return output;
+  if (!r) {
+    const auto o = find_observed(module);
+    return o ? o->observer->exit(o->unit, output) : output;
+  }
   r->shard->exit(r->unit);
   if (at::GradMode::is_enabled() && output.requires_grad())
     output.register_hook([module](const at::Tensor&) {
@@ -102,6 +124,16 @@ bool shardable(const at::Tensor& p, const std::vector<std::pair<std::string, at:
 }
 
 }  // namespace
+
+void observe_unit(const void* object, UnitObserver* observer, size_t unit) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_observed[object] = {observer, unit};
+}
+
+void forget_unit(const void* object) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_observed.erase(object);
+}
 
 ParamShard::ParamShard(runtime::Communicator& comm, model::Model& model,
                        std::vector<at::Tensor> params, std::vector<int> owners,

@@ -95,12 +95,12 @@ const SYMBOLS = (
     :accel_load_checkpoint_in_model, :accel_load_pretrained, :accel_load_report_keys,
     :accel_load_report_text, :accel_load_report_free, :accel_save_state, :accel_load_state,
     :accel_state_writer_write, :accel_register_for_checkpointing, :accel_infer_device_map,
-    :accel_tokenizer_load, :accel_tokenizer_encode, :accel_tokenizer_encode_batch,
-    :accel_tokenizer_token_id, :accel_tokenizer_vocab_size, :accel_tokenizer_free,
-    :accel_values_new, :accel_values_free, :accel_values_set_number, :accel_values_set_text,
-    :accel_values_count, :accel_values_get, :accel_init_trackers, :accel_log, :accel_end_training,
-    :accel_add_tracker, :accel_set_log_sink, :accel_get_log_level, :accel_set_log_level,
-    :accel_log_message,
+    :accel_dispatch_model, :accel_tokenizer_load, :accel_tokenizer_encode,
+    :accel_tokenizer_encode_batch, :accel_tokenizer_token_id, :accel_tokenizer_vocab_size,
+    :accel_tokenizer_free, :accel_values_new, :accel_values_free, :accel_values_set_number,
+    :accel_values_set_text, :accel_values_count, :accel_values_get, :accel_init_trackers,
+    :accel_log, :accel_end_training, :accel_add_tracker, :accel_set_log_sink, :accel_get_log_level,
+    :accel_set_log_level, :accel_log_message,
 )
 
 # The function pointers, filled by load_library.
@@ -262,6 +262,7 @@ const fp_accel_load_state = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_state_writer_write = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_register_for_checkpointing = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_infer_device_map = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_dispatch_model = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_tokenizer_load = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_tokenizer_encode = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_tokenizer_encode_batch = Ref{Ptr{Cvoid}}(C_NULL)
@@ -1228,6 +1229,12 @@ accel_infer_device_map(model, options, out) =
     ccall(fp_accel_infer_device_map[], accel_status,
           (Ptr{accel_model}, Cstring, Ptr{Ptr{accel_bytes_list}}),
           model, options, out)
+
+# accel_status accel_dispatch_model(accel_model* model, const char* checkpoint, const char* device_map_or_options)
+accel_dispatch_model(model, checkpoint, device_map_or_options) =
+    ccall(fp_accel_dispatch_model[], accel_status,
+          (Ptr{accel_model}, Cstring, Cstring),
+          model, checkpoint, device_map_or_options)
 
 # ---- Tokenizers
 

@@ -1568,6 +1568,33 @@ extern "C" {
         options: *const c_char,
         out: *mut *mut accel_bytes_list,
     ) -> accel_status;
+    /// Accelerate's dispatch_model with disk offload, on the CPU (load_checkpoint_and_dispatch): loads
+    /// `model`'s tensors from `checkpoint` (a safetensors file, a sharded index or a directory, as
+    /// accel_load_checkpoint_in_model), those mapped to "cpu" once; those mapped to "disk" keep no
+    /// storage, and just before each forward of their module (Accelerate's AlignDevicesHook
+    /// pre_forward) are read from the checkpoint's file (pread, no copy to .dat files) into one buffer
+    /// every offloaded module reuses in turn, then dropped after it (post_forward). The memory of a
+    /// forward is then the cpu tensors, the largest offloaded module, and the activations.
+    /// `device_map_or_options`: "module=cpu|disk" lines (accel_infer_device_map's, separated by newlines,
+    /// spaces or ';'; every tensor placed by its longest entry), or accel_infer_device_map's options
+    /// (they name max_memory), from which the map is computed. An offloaded module is one called from a
+    /// method of its parent and returning one tensor (as ZeRO stage 3's units); a tensor of the root
+    /// itself stays loaded. For catalogue models (also built empty) and TorchScript models.
+    /// Inference only: every parameter stops requiring grad, a forward whose offloaded module's output
+    /// requires grad is ACCEL_ERR_UNSUPPORTED, and accel_optimizer_new and accel_prepare refuse the
+    /// model (ACCEL_ERR_STATE); accel_model_tensor refuses an offloaded tensor naming it
+    /// (ACCEL_ERR_STATE). Errors found before anything is read leave the model unchanged: a missing
+    /// file (ACCEL_ERR_IO), a tensor the map does not place or the checkpoint lacks
+    /// (ACCEL_ERR_INVALID_ARGUMENT), a shape (ACCEL_ERR_SHAPE) or kind of dtype (ACCEL_ERR_DTYPE) that
+    /// differs, a module that cannot be followed or a tied tensor mapped to disk
+    /// (ACCEL_ERR_UNSUPPORTED), a model prepared or dispatched already (ACCEL_ERR_STATE), a host
+    /// module (ACCEL_ERR_UNSUPPORTED); a read failing midway leaves the cpu tensors partly loaded and
+    /// says so.
+    pub fn accel_dispatch_model(
+        model: *mut accel_model,
+        checkpoint: *const c_char,
+        device_map_or_options: *const c_char,
+    ) -> accel_status;
     // Tokenizers
     /// Loads a tokenizer from `path`: a tokenizer.json file, a vocab.txt file (read as transformers'
     /// BertTokenizerFast reads it, with tokenizer_config.json beside it when there is one:
