@@ -57,6 +57,59 @@ std::string py_num(double v) {
   return format_real(v);
 }
 
+// load_best_model_at_end's checks (transformers' messages): saves must fall on evaluations.
+void check_load_best(const TrainingArgs& a) {
+  if (a.eval_strategy != a.save_strategy)
+    fail(Errc::invalid_argument,
+         "--load_best_model_at_end requires the save and eval strategy to match, but found\n- "
+         "Evaluation strategy: " +
+             py_interval(a.eval_strategy) + "\n- Save strategy: " + py_interval(a.save_strategy));
+  const double e = a.eval_steps.value_or(0);
+  if (a.eval_strategy == Interval::steps && std::fmod(a.save_steps, e) != 0) {
+    if (e < 1 || a.save_steps < 1) {
+      if (!(e < 1 && a.save_steps < 1))
+        fail(Errc::invalid_argument,
+             "--load_best_model_at_end requires the saving steps to be a multiple of the "
+             "evaluation steps, which cannot get guaranteed when mixing ratio and absolute steps "
+             "for save_steps " +
+                 py_num(a.save_steps) + " and eval_steps " + py_num(e) + ".");
+      if (std::fmod(a.save_steps * 1000000, e * 1000000) != 0)
+        fail(Errc::invalid_argument,
+             "--load_best_model_at_end requires the saving steps to be a multiple of the "
+             "evaluation steps, but found " +
+                 py_num(a.save_steps) + ", which is not a multiple of " + py_num(e) + ".");
+    }
+    // transformers 4.40 raises this one too when the scaled ratios do divide (its code falls
+    // through); kept, so a setting it refuses is refused here.
+    fail(Errc::invalid_argument,
+         "--load_best_model_at_end requires the saving steps to be a round multiple of the "
+         "evaluation steps, but found " +
+             py_num(a.save_steps) + ", which is not a round multiple of " + py_num(e) + ".");
+  }
+}
+
+// EarlyStoppingCallback.on_train_begin's asserts, as errors, but load_best_model_at_end is not
+// required (transformers PR #35101); saves must still fall on evaluations, since the best
+// metric it compares with is recorded there (otherwise it never stops, silently: #16620).
+void check_early_stopping(const TrainingArgs& a) {
+  if (!a.metric_for_best_model)
+    fail(Errc::invalid_argument, "early_stopping_patience needs metric_for_best_model");
+  if (a.eval_strategy == Interval::no)
+    fail(Errc::invalid_argument, "early_stopping_patience needs eval_strategy steps or epoch");
+  const bool saves_follow = a.save_strategy == Interval::best ||
+                            (a.save_strategy == a.eval_strategy &&
+                             (a.eval_strategy != Interval::steps ||
+                              (a.eval_steps && std::fmod(a.save_steps, *a.eval_steps) == 0)));
+  if (!saves_follow)
+    fail(Errc::invalid_argument,
+         std::string("early_stopping_patience compares each evaluation with the best metric, "
+                     "recorded when a checkpoint is saved after an evaluation; save_strategy=") +
+             interval_name(a.save_strategy) + " (save_steps " + py_num(a.save_steps) +
+             ") never saves after eval_strategy=" + interval_name(a.eval_strategy) +
+             "'s evaluations (eval_steps " + py_num(a.eval_steps.value_or(0)) +
+             "): use save_strategy=best, or the same strategy with save_steps a multiple of "
+             "eval_steps");
+}
 }  // namespace
 
 const char* interval_name(Interval i) {
@@ -167,62 +220,11 @@ void TrainingArgs::finalize() {
   if (save_strategy == Interval::steps) whole("save_steps", save_steps);
   if (save_strategy == Interval::best && !metric_for_best_model)
     fail(Errc::invalid_argument, "save_strategy=best needs metric_for_best_model");
-  if (load_best_model_at_end && save_strategy != Interval::best) {
-    if (eval_strategy != save_strategy)
-      fail(Errc::invalid_argument,
-           "--load_best_model_at_end requires the save and eval strategy to match, but found\n- "
-           "Evaluation strategy: " +
-               py_interval(eval_strategy) + "\n- Save strategy: " + py_interval(save_strategy));
-    const double e = eval_steps.value_or(0);
-    if (eval_strategy == Interval::steps && std::fmod(save_steps, e) != 0) {
-      if (e < 1 || save_steps < 1) {
-        if (!(e < 1 && save_steps < 1))
-          fail(Errc::invalid_argument,
-               "--load_best_model_at_end requires the saving steps to be a multiple of the "
-               "evaluation steps, which cannot get guaranteed when mixing ratio and absolute steps "
-               "for save_steps " +
-                   py_num(save_steps) + " and eval_steps " + py_num(e) + ".");
-        if (std::fmod(save_steps * 1000000, e * 1000000) != 0)
-          fail(Errc::invalid_argument,
-               "--load_best_model_at_end requires the saving steps to be a multiple of the "
-               "evaluation steps, but found " +
-                   py_num(save_steps) + ", which is not a multiple of " + py_num(e) + ".");
-      }
-      // transformers 4.40 raises this one too when the scaled ratios do divide (its code falls
-      // through); kept, so a setting it refuses is refused here.
-      fail(Errc::invalid_argument,
-           "--load_best_model_at_end requires the saving steps to be a round multiple of the "
-           "evaluation steps, but found " +
-               py_num(save_steps) + ", which is not a round multiple of " + py_num(e) + ".");
-    }
-  }
+  if (load_best_model_at_end && save_strategy != Interval::best) check_load_best(*this);
   if (load_best_model_at_end && !metric_for_best_model) metric_for_best_model = "loss";
   if (!greater_is_better && metric_for_best_model)
     greater_is_better = *metric_for_best_model != "loss" && *metric_for_best_model != "eval_loss";
-  // EarlyStoppingCallback.on_train_begin's asserts, as errors; load_best_model_at_end is not
-  // required (transformers PR #35101): the best metric is kept at each evaluation regardless.
-  if (early_stopping_patience > 0) {
-    if (!metric_for_best_model)
-      fail(Errc::invalid_argument, "early_stopping_patience needs metric_for_best_model");
-    if (eval_strategy == Interval::no)
-      fail(Errc::invalid_argument, "early_stopping_patience needs eval_strategy steps or epoch");
-    // The best metric it compares with is recorded when a save follows an evaluation, so saves
-    // must fall on evaluations (what load_best_model_at_end's checks ensure); otherwise it would
-    // never stop, silently (transformers #16620).
-    const bool saves_follow = save_strategy == Interval::best ||
-                              (save_strategy == eval_strategy &&
-                               (eval_strategy != Interval::steps ||
-                                (eval_steps && std::fmod(save_steps, *eval_steps) == 0)));
-    if (!saves_follow)
-      fail(Errc::invalid_argument,
-           std::string("early_stopping_patience compares each evaluation with the best metric, "
-                       "recorded when a checkpoint is saved after an evaluation; save_strategy=") +
-               interval_name(save_strategy) + " (save_steps " + py_num(save_steps) +
-               ") never saves after eval_strategy=" + interval_name(eval_strategy) +
-               "'s evaluations (eval_steps " + py_num(eval_steps.value_or(0)) +
-               "): use save_strategy=best, or the same strategy with save_steps a multiple of "
-               "eval_steps");
-  }
+  if (early_stopping_patience > 0) check_early_stopping(*this);
 }
 
 std::string TrainingArgs::metric_key() const {
