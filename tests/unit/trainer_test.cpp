@@ -285,3 +285,57 @@ TEST(TrainerState, JsonAsPythonWritesIt) {
   EXPECT_NE(newer.to_json().find("\"stateful_callbacks\": {\n    \"a\": 1\n  }"),
             std::string::npos);
 }
+
+// A trainer_state.json transformers 4.40.2 wrote (TrainerState.save_to_json), kept here so the
+// check runs without the venv too.
+const char* const kTransformersState = R"({
+  "best_metric": 0.8125,
+  "best_model_checkpoint": "out/checkpoint-8",
+  "epoch": 1.3333333333333333,
+  "eval_steps": 4,
+  "global_step": 8,
+  "is_hyper_param_search": false,
+  "is_local_process_zero": true,
+  "is_world_process_zero": true,
+  "log_history": [
+    {
+      "epoch": 0.6666666666666666,
+      "grad_norm": NaN,
+      "learning_rate": 4.1666666666666665e-05,
+      "loss": 2.3026,
+      "step": 4
+    },
+    {
+      "epoch": 1.3333333333333333,
+      "eval_accuracy": 0.8125,
+      "eval_loss": 1.9,
+      "eval_runtime": 0.0123,
+      "step": 8
+    }
+  ],
+  "logging_steps": 4,
+  "max_steps": 12,
+  "num_input_tokens_seen": 0,
+  "num_train_epochs": 2,
+  "save_steps": 4,
+  "total_flos": 1234567890123.0,
+  "train_batch_size": 16,
+  "trial_name": null,
+  "trial_params": null
+}
+)";
+
+TEST(TrainerState, ReadsWhatTransformersWrote) {
+  const auto s = TrainerState::from_json(kTransformersState);
+  EXPECT_EQ(s.global_step, 8);
+  EXPECT_EQ(s.epoch->value(), 4.0 / 3.0);
+  EXPECT_EQ(*s.train_batch_size, 16);
+  EXPECT_EQ(s.best_metric->value(), 0.8125);
+  EXPECT_EQ(*s.best_model_checkpoint, "out/checkpoint-8");
+  ASSERT_EQ(s.log_history.size(), 2u);
+  EXPECT_TRUE(std::isnan(s.log_history[0].at("grad_norm").value()));
+  EXPECT_EQ(s.log_history[1].at("eval_runtime").value(), 0.0123);
+  EXPECT_TRUE(s.log_history[1].at("step").is_int);
+  EXPECT_FALSE(s.total_flos.is_int);
+  EXPECT_EQ(s.to_json(), kTransformersState);
+}
