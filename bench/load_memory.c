@@ -8,6 +8,8 @@
  *   load_memory write DIR LAYERS WIDTH            the model (seed 1) saved as DIR (one file)
  *   load_memory load DIR LAYERS WIDTH pretrained|checkpoint [empty]
  *   load_memory build LAYERS WIDTH                an empty build alone (accel_model_new_empty)
+ *   load_memory dispatch DIR LAYERS WIDTH PERCENT an empty model dispatched (disk offload) with
+ *                                                 PERCENT % of it as the cpu budget, then forwards
  *
  * `load` builds the model (seed 2), prepares it (under stage 3 each rank then keeps its own
  * parameters), resets the process's peak RSS (/proc/self/clear_refs 5), calls
@@ -23,6 +25,15 @@
  *   BENCH {"layers":...,"width":...,"seconds":...,"rss_growth_mb":...}
  *
  * for Accelerate's test_init_empty_weights_very_large_model (1000 x 10000: 100 B parameters).
+ * `dispatch` (accel_dispatch_model, max_memory=cpu:BUDGET,disk) runs one forward of a batch of 8,
+ * resets the peak, runs a second and prints
+ *
+ *   BENCH {"dispatch_percent":...,"budget_mb":...,"largest_unit_mb":...,"activations_mb":...,
+ *          "peak_anon_mb":...,"bound_mb":...,...}
+ *
+ * peak_anon_mb is VmHWM less RssFile and RssShmem (the kernel keeps no peak of RssAnon alone; the
+ * checkpoint is read with pread, so its pages are not mapped); bound_mb is budget + largest unit +
+ * activations + 64 MB, what the forward should stay under, the process's own memory included.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,12 +98,57 @@ static int build_alone(int layers, int width) {
   return 0;
 }
 
+/* One forward of a batch of 8 through `model`, the output freed. */
+static void forward_once(accel_model* model, accel_tensor* x) {
+  accel_tensor* y = call_one(model, "forward", &x, 1);
+  accel_tensor_free(y);
+}
+
+static int dispatch_forward(const char* dir, int layers, int width, int percent) {
+  const double layer = (double)width * width * 4 + (double)width * 4, mb = 1024.0 * 1024.0;
+  const long long budget = (long long)(layer * layers * percent / 100);
+  char options[96];
+  snprintf(options, sizeof options, "max_memory=cpu:%lld,disk", budget);
+  accel_model* model = build(layers, width, 1, 1);
+  float* data = calloc((size_t)8 * width, sizeof(float));
+  for (int i = 0; i < 8 * width; ++i) data[i] = (float)(i % 17) / 17.0f;
+  const int64_t shape[2] = {8, width};
+  accel_tensor* x = NULL;
+  CHECK(accel_tensor_from_data(data, (size_t)8 * width * 4, ACCEL_DTYPE_F32, shape, 2, &x));
+  free(data);
+  const double t0 = mono();
+  CHECK(accel_dispatch_model(model, dir, options));
+  const double dispatch_seconds = mono() - t0, anon_dispatched = status_mb("RssAnon");
+  forward_once(model, x); /* compiles the method */
+  if (reset_peak() != 0) {
+    fprintf(stderr, "cannot reset the peak RSS (/proc/self/clear_refs)\n");
+    return 1;
+  }
+  const double t1 = mono();
+  forward_once(model, x);
+  const double seconds = mono() - t1;
+  const double peak = status_mb("VmHWM") - status_mb("RssFile") - status_mb("RssShmem");
+  const double activations = 2.0 * 8 * width * 4 / mb;
+  printf(
+      "BENCH {\"dispatch_percent\":%d,\"budget_mb\":%.1f,\"largest_unit_mb\":%.1f,"
+      "\"activations_mb\":%.2f,\"peak_anon_mb\":%.1f,\"bound_mb\":%.1f,"
+      "\"anon_after_dispatch_mb\":%.1f,\"dispatch_seconds\":%.3f,\"forward_seconds\":%.3f}\n",
+      percent, budget / mb, layer / mb, activations, peak,
+      budget / mb + layer / mb + activations + 64, anon_dispatched, dispatch_seconds, seconds);
+  accel_tensor_free(x);
+  accel_model_free(model);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 4 && !strcmp(argv[1], "build")) return build_alone(atoi(argv[2]), atoi(argv[3]));
+  if (argc == 6 && !strcmp(argv[1], "dispatch"))
+    return dispatch_forward(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
   if (argc < 5 || (strcmp(argv[1], "write") && argc != 6 && argc != 7)) {
     fprintf(stderr,
             "usage: load_memory write|load DIR LAYERS WIDTH [pretrained|checkpoint [empty]]\n"
-            "       load_memory build LAYERS WIDTH\n");
+            "       load_memory build LAYERS WIDTH\n"
+            "       load_memory dispatch DIR LAYERS WIDTH PERCENT\n");
     return 64;
   }
   const int empty = argc == 7 && !strcmp(argv[6], "empty");

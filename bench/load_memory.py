@@ -16,7 +16,9 @@ default) (bench/load_memory.c); PyTorch 1.13's torch.load + load_state_dict
 alone (VmHWM reset just before the call), the growth (peak - before), the largest rank's, and the
 load's throughput. The page cache is warm for every row (the file was just written and read), so
 throughput compares in-memory work, not the disk. Last, the time and RSS growth of building
-Accelerate's test_init_empty_weights_very_large_model empty (1000 x Linear(10000, 10000)).
+Accelerate's test_init_empty_weights_very_large_model empty (1000 x Linear(10000, 10000)), and the
+peak anonymous memory of a forward through the model dispatched with disk offload
+(accel_dispatch_model) with 25 % and 10 % of it as the cpu budget.
 """
 import argparse
 import json
@@ -102,6 +104,10 @@ def main():
             rows.append(("PyTorch safetensors load_file + load_state_dict", 1,
                          bench_lines([VENV, ref, "safetensors", st] + sizes, env_for())))
         huge = bench_lines([prog, "build", "1000", "10000"], env_for())[0]
+        # Disk offload (accel_dispatch_model): an empty model with a quarter, then a tenth, of
+        # itself as the cpu budget; its forward's peak against budget + largest unit + 64 MB.
+        dispatch = [bench_lines([prog, "dispatch", ckpt] + sizes + [str(p)], env_for())[0]
+                    for p in (25, 10)]
     finally:
         shutil.rmtree(args.dir, ignore_errors=True)
     print("model %.1f MB (%d x Linear(%d, %d), fp32), largest tensor %.1f MB" %
@@ -124,7 +130,13 @@ def main():
                secs, gbs))
     print("empty build of 1000 x Linear(10000, 10000) (100 B parameters): %.3f s, RSS +%.1f MB" %
           (huge["seconds"], huge["rss_growth_mb"]))
-    print(json.dumps({"rows": {name: lines for name, n, lines in rows}, "empty_build": huge}))
+    for d in dispatch:
+        print("dispatched forward, cpu budget %d %% (%.0f MB), largest unit %.0f MB: peak anonymous "
+              "memory %.0f MB, bound (budget + unit + activations + 64) %.0f MB, %.3f s" %
+              (d["dispatch_percent"], d["budget_mb"], d["largest_unit_mb"], d["peak_anon_mb"],
+               d["bound_mb"], d["forward_seconds"]))
+    print(json.dumps({"rows": {name: lines for name, n, lines in rows}, "empty_build": huge,
+                      "dispatch": dispatch}))
 
 
 if __name__ == "__main__":
