@@ -267,4 +267,13 @@ Plan make_plan(const TrainingArgs& args, std::optional<long long> batches_per_ep
   return p;
 }
 
+ResumePoint resume_point(const TrainingArgs& args, const Plan& plan, long long global_step) {
+  if (global_step < 0 || global_step > plan.max_steps)
+    fail(Errc::invalid_argument, "trainer: a checkpoint at step " + std::to_string(global_step) +
+                                     " is outside this run's " + std::to_string(plan.max_steps) +
+                                     " steps");
+  return {global_step / plan.update_steps_per_epoch,
+          global_step % plan.update_steps_per_epoch * args.gradient_accumulation_steps};
+}
+
 }  // namespace accel::trainer

@@ -65,4 +65,13 @@ struct Plan {
 
 Plan make_plan(const TrainingArgs& args, std::optional<long long> batches_per_epoch);
 
+// Where a run resumed at `global_step` picks up (Trainer._inner_training_loop): the epochs done,
+// and the batches of the current epoch to skip (its update steps times the accumulation).
+struct ResumePoint {
+  long long epochs_trained = 0;
+  long long batches_to_skip = 0;
+};
+
+ResumePoint resume_point(const TrainingArgs& args, const Plan& plan, long long global_step);
+
 }  // namespace accel::trainer

@@ -122,6 +122,13 @@ TEST(TrainerArgs, PlanFollowsTheTrainersArithmetic) {
   p = make_plan(args_of("max_steps=23"), std::nullopt);
   EXPECT_EQ(p.update_steps_per_epoch, 23);
   EXPECT_THROW(make_plan(args_of(""), std::nullopt), accel::Error);
+  // Resuming at step 37 of 10 update steps (40 batches, accumulation 4) per epoch.
+  const auto a4 = args_of("num_train_epochs=5, gradient_accumulation_steps=4");
+  const auto p4 = make_plan(a4, std::optional<long long>(42));
+  const auto r = resume_point(a4, p4, 37);
+  EXPECT_EQ(r.epochs_trained, 3);
+  EXPECT_EQ(r.batches_to_skip, 28);
+  EXPECT_THROW(resume_point(a4, p4, 51), accel::Error);
 }
 
 TEST(TrainerFlow, StepAndEpochDecisions) {
