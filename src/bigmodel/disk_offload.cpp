@@ -120,6 +120,12 @@ DiskOffload::DiskOffload(model::Model& model, const DeviceMap& map, const std::s
   plan(model, map, cpu);
   std::vector<std::string> names;
   for (const auto& u : units_) names.push_back(u.name);
+  // One unit in the buffer at a time: an offloaded module inside another would evict it mid-call.
+  for (const auto& outer : names)
+    for (const auto& inner : names)
+      if (inner.rfind(outer + ".", 0) == 0)
+        fail(Errc::unsupported, "module '" + inner + "' is inside module '" + outer +
+                                    "', and both are offloaded to disk: map the outer one whole");
   check_followable(model.module(), names);
   for (auto& u : units_) {
     size_t offset = 0;

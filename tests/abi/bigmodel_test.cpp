@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <torch/script.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -375,6 +376,59 @@ TEST(DispatchModel, TorchScriptModelsAndMethodsDefinedLater) {
     return v;
   };
   EXPECT_TRUE(same_bits(head_of(m), head_of(full)));
+  accel_tensor_free(x);
+  accel_model_free(m);
+  accel_model_free(full);
+  for (const auto& p : {path, archive}) std::remove(p.c_str());
+}
+
+// Two blocks of two matrix modules each, in TorchScript (as a transformer's blocks of layers),
+// saved as an archive.
+void save_blocks(const std::string& path) {
+  torch::manual_seed(3);
+  torch::jit::Module root("Net");
+  for (const char* b : {"blk0", "blk1"}) {
+    torch::jit::Module block(std::string("Block_") + b);
+    for (const char* m : {"a", "b"}) {
+      torch::jit::Module inner(std::string("Mat_") + b + m);
+      inner.register_parameter("w", torch::randn({16, 16}), false);
+      inner.define("def forward(self, x):\n    return torch.mm(x, self.w)\n");
+      block.register_module(m, inner);
+    }
+    block.define("def forward(self, x):\n    return self.b.forward(self.a.forward(x))\n");
+    root.register_module(b, block);
+  }
+  root.define("def forward(self, x):\n    return self.blk1.forward(self.blk0.forward(x))\n");
+  root.save(path);
+}
+
+// A block offloaded whole: its tensors are its children's; an offloaded module inside another
+// offloaded one is refused, the model unchanged.
+TEST(DispatchModel, NestedModulesOffloadWholeBlocks) {
+  const std::string archive = temp_file("blocks") + ".pt", path = temp_file("blocks");
+  save_blocks(archive);
+  accel_model* full = nullptr;
+  ASSERT_EQ(accel_model_load_torchscript(archive.c_str(), &full), ACCEL_OK);
+  write_safetensors(path, tensors_of(full));
+  accel_tensor* x = input(4, 16, 0.1f);
+  const auto expected = call(full, x);
+
+  accel_model* m = nullptr;
+  ASSERT_EQ(accel_model_load_torchscript(archive.c_str(), &m), ACCEL_OK);
+  auto [status, message] =
+      failure(accel_dispatch_model(m, path.c_str(), "blk0=disk blk0.a=disk blk1=cpu"));
+  EXPECT_EQ(status, ACCEL_ERR_UNSUPPORTED);
+  EXPECT_NE(message.find("'blk0.a' is inside module 'blk0'"), std::string::npos) << message;
+  EXPECT_TRUE(same_bits(call(m, x), expected));
+  ASSERT_EQ(accel_dispatch_model(m, path.c_str(), "blk0=disk blk1=cpu"), ACCEL_OK)
+      << accel_last_error_message();
+  EXPECT_TRUE(same_bits(call(m, x), expected));
+  accel_tensor* t = nullptr;
+  std::tie(status, message) = failure(accel_model_tensor(m, "blk0.b.w", &t));
+  EXPECT_EQ(status, ACCEL_ERR_STATE);
+  EXPECT_NE(message.find("forward of 'blk0'"), std::string::npos) << message;
+  EXPECT_EQ(accel_model_tensor(m, "blk1.b.w", &t), ACCEL_OK);
+  accel_tensor_free(t);
   accel_tensor_free(x);
   accel_model_free(m);
   accel_model_free(full);
