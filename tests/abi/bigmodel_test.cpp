@@ -435,4 +435,25 @@ TEST(DispatchModel, NestedModulesOffloadWholeBlocks) {
   for (const auto& p : {path, archive}) std::remove(p.c_str());
 }
 
+// No cpu at all: Accelerate maps the root to disk, and each top-level module is offloaded.
+TEST(DispatchModel, EverythingOnDisk) {
+  accel_model* full = chain(4, 32, false);
+  const std::string path = temp_file("all_disk");
+  write_safetensors(path, tensors_of(full));
+  accel_tensor* x = input(2, 32, 0.1f);
+  const auto expected = call(full, x);
+  accel_model* m = chain(4, 32, true);
+  EXPECT_EQ(device_map(m, "max_memory=cpu:0,disk"), std::vector<std::string>{"=disk"});
+  ASSERT_EQ(accel_dispatch_model(m, path.c_str(), "max_memory=cpu:0,disk"), ACCEL_OK)
+      << accel_last_error_message();
+  EXPECT_TRUE(same_bits(call(m, x), expected));
+  accel_tensor* t = nullptr;
+  for (const char* name : {"l0.weight", "l3.bias"})
+    EXPECT_EQ(accel_model_tensor(m, name, &t), ACCEL_ERR_STATE) << name;
+  accel_tensor_free(x);
+  accel_model_free(m);
+  accel_model_free(full);
+  std::remove(path.c_str());
+}
+
 }  // namespace
