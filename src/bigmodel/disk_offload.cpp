@@ -275,7 +275,7 @@ void DiskOffload::release(Unit& u) noexcept {
 void DiskOffload::refuse_offloaded(const std::string& what, const std::string& name) const {
   for (const auto& u : units_)
     for (const auto& t : u.tensors)
-      if (t.name == name)
+      if (t.name == name || name.empty())
         fail(Errc::state, what + ": '" + name +
                               "' is offloaded to disk (accel_dispatch_model): it is read from the "
                               "checkpoint just before each forward of '" +

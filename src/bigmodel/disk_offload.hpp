@@ -41,7 +41,8 @@ class DiskOffload : public zero::UnitObserver {
   void enter(size_t unit) override;
   at::Tensor exit(size_t unit, const at::Tensor& output) override;
 
-  // accel::Error(state), naming it and `what`, when tensor `name` is offloaded to disk.
+  // accel::Error(state), naming it and `what`, when tensor `name` (any, when empty) is offloaded
+  // to disk.
   void refuse_offloaded(const std::string& what, const std::string& name) const;
   // The reused buffer's size: the largest unit's bytes.
   size_t buffer_bytes() const { return buffer_bytes_; }

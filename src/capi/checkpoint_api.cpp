@@ -1,5 +1,6 @@
 // accel_save_model, accel_load_checkpoint_in_model, save_state/load_state and the program's own
 // checkpointed objects.
+#include "bigmodel/disk_offload.hpp"
 #include "capi/handles.hpp"
 #include "checkpoint/model_io.hpp"
 #include "checkpoint/sharded_load.hpp"
@@ -42,6 +43,7 @@ ACCEL_API accel_status accel_save_model(accel_accelerator* accelerator, const ac
     require(dir, "dir");
     FamilyLock lock(accelerator->family);  // the accelerator's family first, always
     FamilyLock model_lock(model->family);
+    if (model->dispatch) model->dispatch->refuse_offloaded("accel_save_model", "");
     core.save_model(*model->model, dir, max_shard_size ? max_shard_size : "10GB");
   });
 }
@@ -51,6 +53,7 @@ ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const 
     checked(model, "model");
     require(path, "path");
     FamilyLock lock(model->family);
+    if (model->dispatch) model->dispatch->refuse_offloaded("accel_load_checkpoint_in_model", "");
     const auto session = prepared_session(model);
     accel::checkpoint::load_planned(
         session.get(), *model->model, "accel_load_checkpoint_in_model",
@@ -67,6 +70,7 @@ ACCEL_API accel_status accel_load_pretrained(accel_model* model, const char* pat
     auto report = std::make_unique<accel_load_report>();
     {
       FamilyLock lock(model->family);
+      if (model->dispatch) model->dispatch->refuse_offloaded("accel_load_pretrained", "");
       const auto session = prepared_session(model);
       accel::checkpoint::load_planned(session.get(), *model->model, "accel_load_pretrained", [&] {
         return accel::checkpoint::plan_pretrained(*model->model, path, parsed, &report->load);

@@ -159,6 +159,7 @@ ACCEL_API accel_status accel_model_save_torchscript(const accel_model* model, co
     checked(model, "model");
     require(path, "path");
     FamilyLock lock(model->family);
+    if (model->dispatch) model->dispatch->refuse_offloaded("accel_model_save_torchscript", "");
     model->model->save(path);
   });
 }

@@ -258,6 +258,18 @@ TEST(DispatchModel, OutputsAreTheFullModelsBitwise) {
 
   accel_optimizer* opt = nullptr;
   EXPECT_EQ(accel_optimizer_new(m, "sgd", &opt), ACCEL_ERR_STATE);
+  // What needs every weight says that the model is dispatched.
+  for (auto status_of :
+       {+[](accel_model*d, const char*p) { return accel_load_checkpoint_in_model(d, p); },
+        +[](accel_model*d, const char*p) { return accel_load_pretrained(d, p, nullptr, nullptr); },
+        +[](accel_model*d, const char*) {
+          return accel_model_save_torchscript(d, "/tmp/never.pt");
+        }}) {
+    std::tie(status, message) = failure(status_of(m, path.c_str()));
+    EXPECT_EQ(status, ACCEL_ERR_STATE);
+    EXPECT_NE(message.find("is offloaded to disk (accel_dispatch_model)"), std::string::npos)
+        << message;
+  }
   EXPECT_EQ(accel_dispatch_model(m, path.c_str(), quarter(512).c_str()), ACCEL_ERR_STATE);
   // Inference only: an input that requires grad would need the dropped weights in backward.
   ASSERT_EQ(accel_tensor_set_requires_grad(x, true), ACCEL_OK);
