@@ -1582,8 +1582,9 @@ extern "C" {
     /// itself stays loaded. For catalogue models (also built empty) and TorchScript models.
     /// Inference only: every parameter stops requiring grad, a forward whose offloaded module's output
     /// requires grad is ACCEL_ERR_UNSUPPORTED, and accel_optimizer_new and accel_prepare refuse the
-    /// model (ACCEL_ERR_STATE); accel_model_tensor refuses an offloaded tensor naming it
-    /// (ACCEL_ERR_STATE). Errors found before anything is read leave the model unchanged: a missing
+    /// model (ACCEL_ERR_STATE); accel_model_tensor refuses an offloaded tensor naming it, and the loads
+    /// and saves that need every weight (accel_load_checkpoint_in_model, accel_load_pretrained,
+    /// accel_save_model, accel_model_save_torchscript) refuse the model (ACCEL_ERR_STATE). Errors found before anything is read leave the model unchanged: a missing
     /// file (ACCEL_ERR_IO), a tensor the map does not place or the checkpoint lacks
     /// (ACCEL_ERR_INVALID_ARGUMENT), a shape (ACCEL_ERR_SHAPE) or kind of dtype (ACCEL_ERR_DTYPE) that
     /// differs, a module that cannot be followed or a tied tensor mapped to disk
