@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <set>
 
+#include "checkpoint/checkpoint_files.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
 
@@ -18,44 +19,6 @@ namespace accel::bigmodel {
 namespace {
 
 constexpr uint64_t kMaxHeader = uint64_t{100} << 20;  // parse_header's limit
-
-bool is_directory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-std::vector<std::string> index_shards(const std::string& index_path) {
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(read_file(index_path));
-  } catch (const accel::Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(Errc::io, "'" + index_path + "' is not valid JSON: " + e.what());
-  }
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-    fail(Errc::io, "'" + index_path + "' has no weight_map object");
-  const std::string dir = index_path.substr(0, index_path.rfind('/') + 1);
-  std::set<std::string> unique;
-  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-    if (!it.value().is_string())
-      fail(Errc::io, "'" + index_path + "': a weight_map value is not a file name");
-    const std::string file = it.value().get<std::string>();
-    if (file.empty() || file.find('/') != std::string::npos || file == "..")
-      fail(Errc::io, "'" + index_path + "' names a file outside its directory: " + file);
-    unique.insert(dir + file);
-  }
-  return {unique.begin(), unique.end()};
-}
 
 // The data bytes the header declares (its largest end offset), so that parse_header checks the
 // header against them rather than against what the file holds; 0 when the JSON is not readable
@@ -95,18 +58,6 @@ std::string read_at(int fd, uint64_t offset, uint64_t n, const std::string& path
 
 }  // namespace
 
-std::vector<std::string> safetensors_files(const std::string& path) {
-  if (is_directory(path)) {
-    if (exists(path + "/model.safetensors.index.json"))
-      return index_shards(path + "/model.safetensors.index.json");
-    if (exists(path + "/model.safetensors")) return {path + "/model.safetensors"};
-    fail(Errc::io,
-         "'" + path + "' holds neither model.safetensors nor model.safetensors.index.json");
-  }
-  if (ends_with(path, ".json")) return index_shards(path);
-  return {path};
-}
-
 checkpoint::Header read_header_only(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(Errc::io, sys_error("cannot open '" + path + "'", errno));
@@ -134,7 +85,7 @@ checkpoint::Header read_header_only(const std::string& path) {
 std::vector<checkpoint::TensorEntry> checkpoint_tensors(const std::string& path) {
   std::vector<checkpoint::TensorEntry> all;
   std::set<std::string> seen;
-  for (const auto& file : safetensors_files(path)) {
+  for (const auto& file : checkpoint::checkpoint_files(path)) {
     for (auto& t : read_header_only(file).tensors) {
       if (!seen.insert(t.name).second)
         fail(Errc::io,

@@ -9,12 +9,6 @@
 
 namespace accel::bigmodel {
 
-// The safetensors files a checkpoint path names: a .safetensors file, a sharded index JSON (its
-// shards, each once, in name order) or a directory holding model.safetensors or
-// model.safetensors.index.json (as checkpoint::checkpoint_files, without LibTorch). Throws
-// accel::Error(io).
-std::vector<std::string> safetensors_files(const std::string& path);
-
 // The header of one file (checkpoint::parse_header's checks), read alone: its 8-byte length and its
 // JSON. The data section is neither read nor required to be there: a file cut after its header (a
 // header fetched alone, a download stopped early) is described as the header declares it.

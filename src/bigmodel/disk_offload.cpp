@@ -6,6 +6,7 @@
 #include <map>
 
 #include "bigmodel/checkpoint_headers.hpp"
+#include "checkpoint/checkpoint_files.hpp"
 #include "common/error.hpp"
 #include "config/sharding.hpp"
 #include "model/materialize.hpp"
@@ -115,7 +116,7 @@ void lend_storage(const at::Tensor& t, void* data, size_t bytes) {
 }  // namespace
 
 DiskOffload::DiskOffload(model::Model& model, const DeviceMap& map, const std::string& checkpoint)
-    : reader_(safetensors_files(checkpoint)) {
+    : reader_(checkpoint::checkpoint_files(checkpoint)) {
   std::vector<std::string> cpu;
   plan(model, map, cpu);
   std::vector<std::string> names;

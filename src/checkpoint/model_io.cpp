@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -34,16 +33,6 @@ std::string dtype_name(at::ScalarType t) {
   for (const auto& [ours, name] : kDtypes)
     if (ours == t) return name;
   fail(Errc::dtype, std::string("dtype ") + c10::toString(t) + " has no safetensors equivalent");
-}
-
-bool is_directory(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
 }
 
 // The checkpoint's view of a model: parameters then buffers, by name.
@@ -241,48 +230,6 @@ void write_planned(model::Model& m, PlannedLoad& planned) {
 void apply_weights(const StagedWeights& staged) {
   c10::NoGradGuard no_grad;
   for (const auto& [live, value] : staged) at::Tensor(live).copy_(value);
-}
-
-std::vector<std::string> checkpoint_files(const std::string& path) {
-  std::vector<std::string> files;
-  std::string index_path;
-  if (is_directory(path)) {
-    if (exists(path + "/model.safetensors.index.json"))
-      index_path = path + "/model.safetensors.index.json";
-    else if (exists(path + "/model.safetensors"))
-      files.push_back(path + "/model.safetensors");
-    else
-      fail(Errc::io,
-           "'" + path + "' holds neither model.safetensors nor model.safetensors.index.json");
-  } else if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
-    index_path = path;
-  } else {
-    files.push_back(path);
-  }
-  if (!index_path.empty()) {
-    nlohmann::json index;
-    try {
-      index = nlohmann::json::parse(read_file(index_path));
-    } catch (const accel::Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      fail(Errc::io, "'" + index_path + "' is not valid JSON: " + e.what());
-    }
-    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-      fail(Errc::io, "'" + index_path + "' has no weight_map object");
-    const std::string dir = index_path.substr(0, index_path.rfind('/') + 1);
-    std::set<std::string> unique;
-    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-      if (!it.value().is_string())
-        fail(Errc::io, "'" + index_path + "': a weight_map value is not a file name");
-      const std::string file = it.value().get<std::string>();
-      if (file.find('/') != std::string::npos || file == "..")
-        fail(Errc::io, "'" + index_path + "' names a file outside its directory: " + file);
-      unique.insert(dir + file);
-    }
-    files.assign(unique.begin(), unique.end());
-  }
-  return files;
 }
 
 std::string safetensors_dtype(at::ScalarType t) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/checkpoint_files.hpp"
 #include "model/model.hpp"
 #include "runtime/accelerator.hpp"
 
@@ -67,9 +68,6 @@ void write_planned(model::Model& m, PlannedLoad& planned);
 // Whether this rank holds `t`'s values (ZeRO stage 3 releases the storage of what it does not own).
 bool held_here(const at::Tensor& t);
 
-// The safetensors files a checkpoint path names: a file, an index JSON (its shards, each once) or
-// a directory holding model.safetensors or model.safetensors.index.json. Throws accel::Error(io).
-std::vector<std::string> checkpoint_files(const std::string& path);
 // safetensors' name of a dtype (F32, BF16, I64, ...); accel::Error(dtype) for one it lacks.
 std::string safetensors_dtype(at::ScalarType t);
 // The LibTorch dtype of a safetensors dtype name; accel::Error(io) naming `file` for one it lacks.
