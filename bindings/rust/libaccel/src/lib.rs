@@ -88,6 +88,7 @@
 #![warn(missing_docs)]
 
 mod accelerator;
+mod bigmodel;
 mod callback;
 mod checkpoint;
 mod config;
