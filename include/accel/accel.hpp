@@ -494,6 +494,18 @@ class Model {
   void load_checkpoint(const std::string& path) {
     detail::check(accel_load_checkpoint_in_model(get(), path.c_str()));
   }
+  /** Accelerate's infer_auto_device_map (accel.h: accel_infer_device_map): "module=cpu|disk"
+   *  lines; options as "max_memory=cpu:200MB,disk no_split_module_classes=Block". */
+  std::vector<std::string> infer_device_map(const std::string& options) const {
+    accel_bytes_list* list = nullptr;
+    detail::check(accel_infer_device_map(get(), options.c_str(), &list));
+    return detail::take_bytes_list(list);
+  }
+  /** Accelerate's dispatch_model with disk offload (accel.h: accel_dispatch_model): the map's
+   *  lines (or infer_device_map's options); inference only afterwards. */
+  void dispatch(const std::string& checkpoint, const std::string& device_map) {
+    detail::check(accel_dispatch_model(get(), checkpoint.c_str(), device_map.c_str()));
+  }
 
 #ifdef ACCEL_WITH_TORCH
   /**
@@ -1443,8 +1455,8 @@ class Tokenizer {
   std::vector<int64_t> encode(const std::string& text, size_t max_length = 0) const {
     std::vector<int64_t> ids(64);
     size_t n = 0;
-    accel_status s = accel_tokenizer_encode(get(), text.c_str(), max_length, ids.data(),
-                                            ids.size(), &n);
+    accel_status s =
+        accel_tokenizer_encode(get(), text.c_str(), max_length, ids.data(), ids.size(), &n);
     if (s == ACCEL_ERR_BUFFER_TOO_SMALL) {
       ids.resize(n);
       s = accel_tokenizer_encode(get(), text.c_str(), max_length, ids.data(), ids.size(), &n);

@@ -188,3 +188,37 @@ TEST(CppWraps, Tokenizer) {
   }
   EXPECT_THROW(accel::Tokenizer::load("/nonexistent/vocab.txt"), accel::Error);
 }
+
+TEST(CppWraps, InferDeviceMapAndDispatch) {
+  // Two Linear(4, 4) layers in a chain, saved, then dispatched with one of them on disk.
+  accel::Accelerator acc;
+  auto build = [] {
+    accel::Model m;
+    m.add_layer("l0", "linear", "in_features=4 out_features=4");
+    m.add_layer("l1", "linear", "in_features=4 out_features=4");
+    m.define("def forward(self, x):\n    return self.l1.forward(self.l0.forward(x))\n");
+    return m;
+  };
+  auto full = build();
+  const std::string dir = ::testing::TempDir() + "hpp_dispatch";
+  acc.save_model(full, dir);
+  const auto x = accel::Tensor::from_data<float>(std::vector<float>(8, 0.5f), {2, 4});
+  const auto want = full.call("forward", {&x})[0].to_vector<float>();
+  auto model = build();
+  const auto map = model.infer_device_map("max_memory=cpu:100,disk");  // a layer is 80 bytes
+  std::string lines;
+  bool offloaded = false;
+  for (const auto& line : map) {
+    lines += line + "\n";
+    offloaded = offloaded || (line.size() >= 5 && line.compare(line.size() - 5, 5, "=disk") == 0);
+  }
+  EXPECT_TRUE(offloaded) << lines;
+  model.dispatch(dir, lines);
+  EXPECT_EQ(model.call("forward", {&x})[0].to_vector<float>(), want);
+  try {
+    build().infer_device_map("max_memory=cpu:100");
+    FAIL() << "a map that cannot fit";
+  } catch (const accel::Error& e) {
+    EXPECT_EQ(e.status(), ACCEL_ERR_OUT_OF_MEMORY) << e.what();
+  }
+}
