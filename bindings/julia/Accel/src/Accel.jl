@@ -95,7 +95,7 @@ export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
        no_sync, find_executable_batch_size, LocalSgd, finish!, average_count,
        Profiler, profile, on_trace_ready!, start!, stop!, table, export_chrome_trace, window_count,
        save_model, load_checkpoint_in_model, save_state, load_state, register_for_checkpointing,
-       load_pretrained!, LoadReport,
+       load_pretrained!, LoadReport, infer_device_map, dispatch!,
        Tokenizer, encode, encode_batch, token_id, vocab_size,
        init_trackers, log_values, end_training, AbstractTracker, add_tracker!, TrackedValues,
        log_message, log_level, set_log_level!, set_log_sink!

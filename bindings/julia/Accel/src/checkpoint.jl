@@ -207,3 +207,33 @@ end
 
 const SAVE_TRAMPOLINE = Ref{Ptr{Cvoid}}(C_NULL)
 const LOAD_TRAMPOLINE = Ref{Ptr{Cvoid}}(C_NULL)
+
+"""
+    infer_device_map(model, options) -> Vector{String}
+
+Accelerate's infer_auto_device_map (`accel_infer_device_map`): where each module's weights go,
+as `"module.path=cpu"` / `"=disk"` lines in Accelerate's order, the root named `""` (a model that
+fits whole is one line, `"=cpu"`). `options`: key=value pairs separated by spaces or ';':
+`max_memory` (required: `"cpu:SIZE"` and `"disk"`, e.g. `"max_memory=cpu:200MB,disk"`),
+`no_split_module_classes` (`"Block,Attention"`), `fallback_allocation`. A map that needs disk
+when `max_memory` names none is `ERR_OUT_OF_MEMORY`; a malformed option `ERR_INVALID_ARGUMENT`.
+"""
+function infer_device_map(model::Model, options::AbstractString)
+    String.(take_bytes_list(@out(Ptr{Cvoid}, accel_infer_device_map(model, c_text(options)))))
+end
+
+"""
+    dispatch!(model, checkpoint, device_map) -> model
+
+Accelerate's load_checkpoint_and_dispatch with disk offload on the CPU (`accel_dispatch_model`):
+the tensors mapped to "cpu" are loaded from `checkpoint` (a safetensors file, an index or a
+directory) once; those mapped to "disk" are read from the file just before each forward of their
+module and dropped after it. `device_map`: `infer_device_map`'s lines (joined by newlines, spaces
+or ';') or its options, from which the map is computed. Inference only: afterwards optimizers,
+`prepare`, and the saves and loads of every weight refuse the model (`ERR_STATE`). Errors found
+before anything is read leave the model unchanged.
+"""
+function dispatch!(model::Model, checkpoint::AbstractString, device_map::AbstractString)
+    @check accel_dispatch_model(model, c_text(checkpoint), c_text(device_map))
+    model
+end

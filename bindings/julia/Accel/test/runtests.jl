@@ -24,6 +24,7 @@ results = @testset CountingTestSet "Accel.jl" begin
     include("config.jl")
     include("models.jl")
     include("pretrained.jl")
+    include("bigmodel.jl")
     include("tokenizer.jl")
     include("param_groups.jl")
     include("clip_grad.jl")
