@@ -1713,7 +1713,42 @@ ACCEL_API accel_status accel_load_pretrained(accel_model* model, const char* pat
                                              const char* options, accel_load_report** out_report);
 
 /**
- * The names of one kind in a report, sorted, in the checkpoint's naming (transformers' keys):
+ * The program's name for checkpoint tensors (accel_load_pretrained_mapped): writes the model's
+ * name for the checkpoint tensor `checkpoint_name` into `out`, NUL-terminated, at most `capacity`
+ * bytes with the NUL (`capacity` is 4096), and returns 0; an empty name ("") leaves that
+ * checkpoint tensor unused (it is reported as unexpected, under `checkpoint_name`). Any other
+ * return stops the load with ACCEL_ERR_CALLBACK, as does a name that does not fit (no NUL within
+ * `capacity` bytes), the message naming the checkpoint tensor; the model is then unchanged.
+ * `checkpoint_name` is borrowed for the call. Called on the thread that called the load, once per
+ * checkpoint tensor, in the order of the names (byte order), before any tensor's bytes are read,
+ * while the model's functions wait for the load: a call it makes to functions of an accelerator,
+ * model, optimizer or scheduler fails with ACCEL_ERR_STATE.
+ */
+typedef int32_t (*accel_name_map_fn)(const char* checkpoint_name, char* out, size_t capacity,
+                                     void* user_data);
+
+/**
+ * accel_load_pretrained with the checkpoint's names mapped by the program first, as transformers'
+ * from_pretrained(key_mapping=...) (5.x, core_model_loading's rename_source_key): `map` renames
+ * each checkpoint tensor, and every rule of accel_load_pretrained then applies to the new names
+ * as if the checkpoint held them: base_model_prefix (decided from the new names), strict, shapes,
+ * dtype casts, tied weights, ZeRO stage 3 (each rank reads only the bytes it owns). The report
+ * uses the new names, as transformers reports the renamed keys (missing: the model's tensors in
+ * the naming accel_load_pretrained reports; unexpected and mismatched: the mapped names), and the
+ * checkpoint's own names for the tensors the map left unused. Two checkpoint tensors mapped to one
+ * name is ACCEL_ERR_INVALID_ARGUMENT naming both. Every failure of the map or of its names comes
+ * before any byte is read: the model is unchanged. `map` NULL is accel_load_pretrained;
+ * `user_data` is passed back as it is, and neither is kept after the call. Under ZeRO stage 3
+ * every rank calls it, so every rank's map is called and must map alike.
+ */
+ACCEL_API accel_status accel_load_pretrained_mapped(accel_model* model, const char* path,
+                                                    const char* options, accel_name_map_fn map,
+                                                    void* user_data,
+                                                    accel_load_report** out_report);
+
+/**
+ * The names of one kind in a report, sorted, in the checkpoint's naming (transformers' keys;
+ * with accel_load_pretrained_mapped, the mapped names):
  * `kind` "missing" (the model's tensors no checkpoint tensor filled), "unexpected" (checkpoint
  * tensors not used) or "mismatched" (ignored for their shape).
  */

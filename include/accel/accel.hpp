@@ -23,6 +23,7 @@
 
 #include <accel/accel.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -35,6 +36,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -474,21 +476,45 @@ class Model {
   LoadReport load_pretrained(const std::string& path, const std::string& options = "") {
     accel_load_report* raw = nullptr;
     detail::check(accel_load_pretrained(get(), path.c_str(), options.c_str(), &raw));
-    detail::Handle<accel_load_report, accel_load_report_free> report(raw);
-    LoadReport out;
-    auto keys = [&](const char* kind) {
-      accel_bytes_list* list = nullptr;
-      detail::check(accel_load_report_keys(report.get(), kind, &list));
-      return detail::take_bytes_list(list);
-    };
-    out.missing = keys("missing");
-    out.unexpected = keys("unexpected");
-    out.mismatched = keys("mismatched");
-    for (const bool warnings_only : {true, false})
-      (warnings_only ? out.warnings : out.text) = detail::text([&](char* b, size_t c, size_t* n) {
-        return accel_load_report_text(report.get(), warnings_only, b, c, n);
-      });
-    return out;
+    return read_report(raw);
+  }
+  /** The checkpoint's names mapped first (accel.h: accel_load_pretrained_mapped), as
+   *  transformers' key_mapping: `map` returns the model's name for a checkpoint tensor, or
+   *  std::nullopt to leave it unused. What `map` throws stops the load, the model unchanged, and
+   *  is rethrown here; a name too long (4095 bytes) or two tensors given one name is an Error. */
+  using NameMap = std::function<std::optional<std::string>(std::string_view)>;
+  LoadReport load_pretrained(const std::string& path, const std::string& options,
+                             const NameMap& map) {
+    struct Call {
+      const NameMap& map;
+      std::exception_ptr error;
+      static int32_t run(const char* name, char* out, size_t capacity, void* data) noexcept {
+        auto* c = static_cast<Call*>(data);
+        try {
+          const std::optional<std::string> mapped = c->map(name);
+          const std::string text = mapped ? *mapped : std::string();
+          if (mapped && mapped->empty())
+            throw std::invalid_argument(std::string("the name map gave checkpoint tensor '") +
+                                        name + "' an empty name (std::nullopt leaves it unused)");
+          if (text.find('\0') != std::string::npos)
+            throw std::invalid_argument(std::string("the name map's name for '") + name +
+                                        "' holds a NUL byte");
+          // A name that does not fit is copied without its NUL: the library names it.
+          const size_t n = std::min(text.size() + 1, capacity);
+          std::copy(text.c_str(), text.c_str() + n, out);
+          return 0;
+        } catch (...) {
+          c->error = std::current_exception();
+          return -1;
+        }
+      }
+    } call{map, nullptr};
+    accel_load_report* raw = nullptr;
+    const accel_status status = accel_load_pretrained_mapped(
+        get(), path.c_str(), options.c_str(), map ? Call::run : nullptr, &call, &raw);
+    if (call.error) std::rethrow_exception(call.error);
+    detail::check(status);
+    return read_report(raw);
   }
   /** Accelerate's load_checkpoint_in_model. */
   void load_checkpoint(const std::string& path) {
@@ -538,6 +564,23 @@ class Model {
  private:
   using Handle = detail::Handle<accel_model, accel_model_free>;
   explicit Model(accel_model* m) : h_(m) {}
+  static LoadReport read_report(accel_load_report* raw) {
+    detail::Handle<accel_load_report, accel_load_report_free> report(raw);
+    LoadReport out;
+    auto keys = [&](const char* kind) {
+      accel_bytes_list* list = nullptr;
+      detail::check(accel_load_report_keys(report.get(), kind, &list));
+      return detail::take_bytes_list(list);
+    };
+    out.missing = keys("missing");
+    out.unexpected = keys("unexpected");
+    out.mismatched = keys("mismatched");
+    for (const bool warnings_only : {true, false})
+      (warnings_only ? out.warnings : out.text) = detail::text([&](char* b, size_t c, size_t* n) {
+        return accel_load_report_text(report.get(), warnings_only, b, c, n);
+      });
+    return out;
+  }
   Handle h_;
 };
 

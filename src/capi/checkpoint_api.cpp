@@ -1,5 +1,9 @@
 // accel_save_model, accel_load_checkpoint_in_model, save_state/load_state and the program's own
 // checkpointed objects.
+#include <cstring>
+#include <optional>
+#include <vector>
+
 #include "bigmodel/disk_offload.hpp"
 #include "capi/handles.hpp"
 #include "checkpoint/model_io.hpp"
@@ -29,6 +33,29 @@ struct Release {
 // the load is the plain one, which refuses parameters ZeRO stage 3 released).
 std::shared_ptr<accel::prepare::Session> prepared_session(const accel_model* model) {
   return model->prepared ? model->session.lock() : nullptr;
+}
+
+constexpr size_t kNameCapacity = 4096;  // accel.h: accel_name_map_fn's capacity
+
+// The program's name map as the loader calls it: a fixed buffer for the name, an empty name for
+// "leave it unused", a nonzero return or a name without its NUL in the buffer an error.
+accel::checkpoint::NameMap name_map(accel_name_map_fn map, void* user_data) {
+  return [map, user_data](const std::string& name) -> std::optional<std::string> {
+    std::vector<char> out(kNameCapacity, '\0');
+    int32_t rc;
+    {
+      accel::capi::LockedCallbackScope inside;
+      rc = map(name.c_str(), out.data(), out.size(), user_data);
+    }
+    if (rc != 0)
+      fail(Errc::callback, "the name map returned " + std::to_string(rc) + " for '" + name + "'");
+    const void* end = std::memchr(out.data(), '\0', out.size());
+    if (!end)
+      fail(Errc::callback, "the name map's name for '" + name + "' is longer than " +
+                               std::to_string(out.size() - 1) + " bytes");
+    if (out[0] == '\0') return std::nullopt;
+    return std::string(out.data());
+  };
 }
 
 }  // namespace
@@ -61,12 +88,15 @@ ACCEL_API accel_status accel_load_checkpoint_in_model(accel_model* model, const 
   });
 }
 
-ACCEL_API accel_status accel_load_pretrained(accel_model* model, const char* path,
-                                             const char* options, accel_load_report** out_report) {
+ACCEL_API accel_status accel_load_pretrained_mapped(accel_model* model, const char* path,
+                                                    const char* options, accel_name_map_fn map,
+                                                    void* user_data,
+                                                    accel_load_report** out_report) {
   return guarded([&] {
     checked(model, "model");
     require(path, "path");
-    const auto parsed = accel::checkpoint::parse_pretrained_options(options ? options : "");
+    auto parsed = accel::checkpoint::parse_pretrained_options(options ? options : "");
+    if (map) parsed.map = name_map(map, user_data);
     auto report = std::make_unique<accel_load_report>();
     {
       FamilyLock lock(model->family);
@@ -78,6 +108,11 @@ ACCEL_API accel_status accel_load_pretrained(accel_model* model, const char* pat
     }
     if (out_report) *out_report = report.release();
   });
+}
+
+ACCEL_API accel_status accel_load_pretrained(accel_model* model, const char* path,
+                                             const char* options, accel_load_report** out_report) {
+  return accel_load_pretrained_mapped(model, path, options, nullptr, nullptr, out_report);
 }
 
 ACCEL_API accel_status accel_load_report_keys(const accel_load_report* report, const char* kind,

@@ -33,4 +33,15 @@ class FamilyLock {
   std::shared_ptr<Family> held_;
 };
 
+// Marks this thread, while it lives, as inside a program callback that runs under a family lock
+// (accel_load_pretrained_mapped's name map): a FamilyLock taken there fails with
+// accel::Error(state) instead of waiting for the lock its own thread holds.
+class LockedCallbackScope {
+ public:
+  LockedCallbackScope();
+  ~LockedCallbackScope();
+  LockedCallbackScope(const LockedCallbackScope&) = delete;
+  LockedCallbackScope& operator=(const LockedCallbackScope&) = delete;
+};
+
 }  // namespace accel::capi

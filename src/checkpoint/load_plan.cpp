@@ -81,6 +81,23 @@ void forgive_tied(std::vector<std::string>& missing,
 
 }  // namespace
 
+MappedNames map_checkpoint_names(const std::vector<TensorSpec>& checkpoint, const NameMap& map) {
+  MappedNames out;
+  for (const TensorSpec& t : checkpoint) {
+    std::optional<std::string> name = map(t.name);
+    if (!name) {
+      out.unused.push_back(t.name);
+      continue;
+    }
+    const auto [it, fresh] = out.original.emplace(*name, t.name);
+    if (!fresh)
+      fail(Errc::invalid_argument, "the name map gives checkpoint tensors '" + it->second +
+                                       "' and '" + t.name + "' one name, '" + *name + "'");
+    out.checkpoint.push_back({*name, t.shape, t.dtype});
+  }
+  return out;
+}
+
 LoadPlan plan_load(const std::vector<TensorSpec>& model, const std::vector<TensorSpec>& checkpoint,
                    const LoadOptions& options) {
   const auto key_to_model = expected_keys(model, checkpoint, options.base_model_prefix);
@@ -110,6 +127,7 @@ LoadPlan plan_load(const std::vector<TensorSpec>& model, const std::vector<Tenso
     }
     plan.copies.emplace_back(m.name, c.name);
   }
+  plan.unexpected.insert(plan.unexpected.end(), options.unused.begin(), options.unused.end());
   for (const auto& [key, name] : key_to_model)
     if (!loaded.count(key)) plan.missing.push_back(key);
   forgive_tied(plan.missing, options.tied, key_of_model);

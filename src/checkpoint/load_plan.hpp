@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,7 +28,25 @@ struct LoadOptions {
   bool ignore_mismatched_sizes = false;  // not strict: a shape mismatch keeps the model's tensor
   // Tensors of the model that share one storage (tied weights): one loaded loads them all.
   std::vector<std::vector<std::string>> tied;
+  // Checkpoint tensors the program's name map left unused (map_checkpoint_names): unexpected.
+  std::vector<std::string> unused;
 };
+
+// The program's name map: the model's name for a checkpoint tensor's name, or nullopt to leave
+// that tensor unused. Called once per name, in the checkpoint's order.
+using NameMap = std::function<std::optional<std::string>(const std::string&)>;
+
+struct MappedNames {
+  std::vector<TensorSpec> checkpoint;           // the tensors the map named, under their new names
+  std::map<std::string, std::string> original;  // new name -> the checkpoint's name
+  std::vector<std::string> unused;              // the checkpoint's names the map left unused
+};
+
+// Renames the checkpoint's tensors by `map`, as transformers' key_mapping renames them before its
+// base_model_prefix rule: the new names take the checkpoint names' place in plan_load. Throws
+// accel::Error(invalid_argument) naming both checkpoint tensors when two get one name; what
+// `map` throws passes through.
+MappedNames map_checkpoint_names(const std::vector<TensorSpec>& checkpoint, const NameMap& map);
 
 struct Mismatch {
   std::string key;  // in the checkpoint's names

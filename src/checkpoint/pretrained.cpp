@@ -76,7 +76,14 @@ PlannedLoad plan_pretrained(const model::Model& m, const std::string& path,
   const NamedTensors state = model_state(m);
   LoadOptions load = options.load;
   load.tied = tied_groups(state);
-  out->plan = plan_load(specs_of(state), planned.reader->specs(), load);
+  if (!options.map) {
+    out->plan = plan_load(specs_of(state), planned.reader->specs(), load);
+  } else {
+    MappedNames mapped = map_checkpoint_names(planned.reader->specs(), options.map);
+    load.unused = std::move(mapped.unused);
+    out->plan = plan_load(specs_of(state), mapped.checkpoint, load);
+    for (auto& copy : out->plan.copies) copy.second = mapped.original.at(copy.second);
+  }
   planned.copies = out->plan.copies;  // cast to the model's dtype as they are read
   out->report = load_report(out->plan, options.model_name, path, options.architecture_matches);
   return planned;

@@ -13,9 +13,13 @@ namespace accel::checkpoint {
 
 struct PretrainedOptions {
   LoadOptions load{
-      "", false, false, {}};             // not strict, as from_pretrained; tied groups: the model's
+      "", false, false, {}, {}};         // not strict, as from_pretrained; tied groups: the model's
   std::string model_name = "the model";  // the name the report gives the model
   bool architecture_matches = false;     // unexpected tensors a warning (else info)
+  // The program's name map (accel_load_pretrained_mapped), or empty: the checkpoint's names. It
+  // renames before the base_model_prefix rule; the report then uses the new names, and the
+  // checkpoint's own names for the tensors it left unused.
+  NameMap map;
 };
 
 struct PretrainedLoad {
@@ -27,7 +31,8 @@ struct PretrainedLoad {
 // ignore_mismatched_sizes, model_name, architecture_matches. Throws invalid_argument.
 PretrainedOptions parse_pretrained_options(const std::string& spec);
 
-// Every file opened and its header checked, and the plan made, before any tensor's bytes are read
+// Every file opened and its header checked, the names mapped, and the plan made, before any
+// tensor's bytes are read
 // (model_io.hpp's write_planned then reads each into place, cast to the model's dtype). Fills
 // `out` (plan and report). Throws accel::Error (io: files; shape, dtype, invalid_argument: see
 // plan_load).

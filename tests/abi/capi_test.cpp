@@ -137,6 +137,12 @@ Probe wrong(const char* arg, Call c) {
   return {arg, ACCEL_ERR_WRONG_HANDLE, std::move(c)};
 }
 
+// A name map for accel_load_pretrained_mapped's probes: every name as it is.
+int32_t same_name(const char* name, char* out, size_t capacity, void*) {
+  std::snprintf(out, capacity, "%s", name);
+  return 0;
+}
+
 std::vector<Case> cases() {
   using O = const Objects&;
   static int32_t i32;
@@ -1001,11 +1007,29 @@ std::vector<Case> cases() {
         wrong("model", [M](O o) { return accel_load_pretrained(M(o), "/x", nullptr, nullptr); }),
         null("path",
              [](O o) { return accel_load_pretrained(o.model, nullptr, nullptr, nullptr); })}},
+      {"accel_load_pretrained_mapped",
+       {null("model",
+             [](O) {
+               return accel_load_pretrained_mapped(nullptr, "/x", nullptr, same_name, nullptr,
+                                                   nullptr);
+             }),
+        wrong("model",
+              [M](O o) {
+                return accel_load_pretrained_mapped(M(o), "/x", nullptr, same_name, nullptr,
+                                                    nullptr);
+              }),
+        null("path",
+             [](O o) {
+               return accel_load_pretrained_mapped(o.model, nullptr, nullptr, same_name, nullptr,
+                                                   nullptr);
+             })}},
       {"accel_infer_device_map",
        {null("model", [](O) { return accel_infer_device_map(nullptr, "max_memory=disk", &l_out); }),
-        wrong("model", [M](O o) { return accel_infer_device_map(M(o), "max_memory=disk", &l_out); }),
+        wrong("model",
+              [M](O o) { return accel_infer_device_map(M(o), "max_memory=disk", &l_out); }),
         null("options", [](O o) { return accel_infer_device_map(o.model, nullptr, &l_out); }),
-        null("out", [](O o) { return accel_infer_device_map(o.model, "max_memory=disk", nullptr); })}},
+        null("out",
+             [](O o) { return accel_infer_device_map(o.model, "max_memory=disk", nullptr); })}},
       {"accel_dispatch_model",
        {null("model", [](O) { return accel_dispatch_model(nullptr, "/x", "=cpu"); }),
         wrong("model", [M](O o) { return accel_dispatch_model(M(o), "/x", "=cpu"); }),
@@ -1107,6 +1131,33 @@ TEST(CApi, EveryFunctionRejectsNullAndWrongHandles) {
   size_t n = 0;
   EXPECT_EQ(accel_tensor_list_count(o.tlist, &n), ACCEL_OK);
   EXPECT_EQ(n, 1u);
+}
+
+// accel_load_pretrained_mapped's other bad inputs: each named before the map is ever called.
+TEST(CApi, LoadPretrainedMappedRejectsBadArguments) {
+  accel_model* model = nullptr;
+  ASSERT_EQ(accel_model_new(&model), ACCEL_OK);
+  int calls = 0;
+  const accel_name_map_fn counting = [](const char* name, char* out, size_t capacity, void* n) {
+    ++*static_cast<int*>(n);
+    return same_name(name, out, capacity, nullptr);
+  };
+  accel_load_report* report = nullptr;
+  EXPECT_EQ(accel_load_pretrained_mapped(model, "/x", "strictness=1", counting, &calls, &report),
+            ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accel_last_error_message()).find("strictness"), std::string::npos);
+  EXPECT_EQ(accel_load_pretrained_mapped(model, "/no/such/checkpoint", nullptr, counting, &calls,
+                                         &report),
+            ACCEL_ERR_IO);
+  EXPECT_NE(std::string(accel_last_error_message()).find("/no/such/checkpoint"), std::string::npos)
+      << accel_last_error_message();
+  // NULL map: the plain load, its errors alike.
+  EXPECT_EQ(accel_load_pretrained_mapped(model, "/no/such/checkpoint", nullptr, nullptr, nullptr,
+                                         &report),
+            ACCEL_ERR_IO);
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(report, nullptr);
+  accel_model_free(model);
 }
 
 TEST(CApi, TableCoversEverySymbol) {

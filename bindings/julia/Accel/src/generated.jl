@@ -39,6 +39,7 @@ const accel_sample_length_fn = Ptr{Cvoid}   # int32_t (*)(int64_t index, int64_t
 const accel_stream_fn = Ptr{Cvoid}   # int32_t (*)(int64_t epoch, int64_t position, accel_sample* sample, void* user_data)
 const accel_batch_size_fn = Ptr{Cvoid}   # accel_status (*)(void* user_data, int64_t batch_size)
 const accel_trace_ready_fn = Ptr{Cvoid}   # accel_status (*)(void* user_data, accel_profiler* profiler)
+const accel_name_map_fn = Ptr{Cvoid}   # int32_t (*)(const char* checkpoint_name, char* out, size_t capacity, void* user_data)
 const accel_state_save_fn = Ptr{Cvoid}   # int32_t (*)(accel_state_writer* writer, void* user_data)
 const accel_state_load_fn = Ptr{Cvoid}   # int32_t (*)(const void* data, size_t size, void* user_data)
 const accel_tracker_start_fn = Ptr{Cvoid}   # int32_t (*)(const char* project_name, const accel_values* config, void* user_data)
@@ -92,10 +93,10 @@ const SYMBOLS = (
     :accel_profiler_set_on_trace_ready, :accel_profiler_start, :accel_profiler_step,
     :accel_profiler_stop, :accel_profiler_table, :accel_profiler_export_chrome_trace,
     :accel_profiler_window_count, :accel_profiler_free, :accel_save_model,
-    :accel_load_checkpoint_in_model, :accel_load_pretrained, :accel_load_report_keys,
-    :accel_load_report_text, :accel_load_report_free, :accel_save_state, :accel_load_state,
-    :accel_state_writer_write, :accel_register_for_checkpointing, :accel_infer_device_map,
-    :accel_dispatch_model, :accel_tokenizer_load, :accel_tokenizer_encode,
+    :accel_load_checkpoint_in_model, :accel_load_pretrained, :accel_load_pretrained_mapped,
+    :accel_load_report_keys, :accel_load_report_text, :accel_load_report_free, :accel_save_state,
+    :accel_load_state, :accel_state_writer_write, :accel_register_for_checkpointing,
+    :accel_infer_device_map, :accel_dispatch_model, :accel_tokenizer_load, :accel_tokenizer_encode,
     :accel_tokenizer_encode_batch, :accel_tokenizer_token_id, :accel_tokenizer_vocab_size,
     :accel_tokenizer_free, :accel_values_new, :accel_values_free, :accel_values_set_number,
     :accel_values_set_text, :accel_values_count, :accel_values_get, :accel_init_trackers,
@@ -254,6 +255,7 @@ const fp_accel_profiler_free = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_save_model = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_load_checkpoint_in_model = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_load_pretrained = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_load_pretrained_mapped = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_load_report_keys = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_load_report_text = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_load_report_free = Ref{Ptr{Cvoid}}(C_NULL)
@@ -1179,6 +1181,12 @@ accel_load_pretrained(model, path, options, out_report) =
     ccall(fp_accel_load_pretrained[], accel_status,
           (Ptr{accel_model}, Cstring, Cstring, Ptr{Ptr{accel_load_report}}),
           model, path, options, out_report)
+
+# accel_status accel_load_pretrained_mapped(accel_model* model, const char* path, const char* options, accel_name_map_fn map, void* user_data, accel_load_report** out_report)
+accel_load_pretrained_mapped(model, path, options, map, user_data, out_report) =
+    ccall(fp_accel_load_pretrained_mapped[], accel_status,
+          (Ptr{accel_model}, Cstring, Cstring, accel_name_map_fn, Ptr{Cvoid}, Ptr{Ptr{accel_load_report}}),
+          model, path, options, map, user_data, out_report)
 
 # accel_status accel_load_report_keys(const accel_load_report* report, const char* kind, accel_bytes_list** out)
 accel_load_report_keys(report, kind, out) =

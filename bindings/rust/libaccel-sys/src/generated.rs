@@ -290,6 +290,24 @@ pub type accel_batch_size_fn =
 pub type accel_trace_ready_fn = Option<
     unsafe extern "C" fn(user_data: *mut c_void, profiler: *mut accel_profiler) -> accel_status,
 >;
+/// The program's name for checkpoint tensors (accel_load_pretrained_mapped): writes the model's
+/// name for the checkpoint tensor `checkpoint_name` into `out`, NUL-terminated, at most `capacity`
+/// bytes with the NUL (`capacity` is 4096), and returns 0; an empty name ("") leaves that
+/// checkpoint tensor unused (it is reported as unexpected, under `checkpoint_name`). Any other
+/// return stops the load with ACCEL_ERR_CALLBACK, as does a name that does not fit (no NUL within
+/// `capacity` bytes), the message naming the checkpoint tensor; the model is then unchanged.
+/// `checkpoint_name` is borrowed for the call. Called on the thread that called the load, once per
+/// checkpoint tensor, in the order of the names (byte order), before any tensor's bytes are read,
+/// while the model's functions wait for the load: a call it makes to functions of an accelerator,
+/// model, optimizer or scheduler fails with ACCEL_ERR_STATE.
+pub type accel_name_map_fn = Option<
+    unsafe extern "C" fn(
+        checkpoint_name: *const c_char,
+        out: *mut c_char,
+        capacity: usize,
+        user_data: *mut c_void,
+    ) -> i32,
+>;
 /// Writes the object's state: any number of accel_state_writer_write calls, then return 0.
 pub type accel_state_save_fn =
     Option<unsafe extern "C" fn(writer: *mut accel_state_writer, user_data: *mut c_void) -> i32>;
@@ -1468,7 +1486,28 @@ extern "C" {
         options: *const c_char,
         out_report: *mut *mut accel_load_report,
     ) -> accel_status;
-    /// The names of one kind in a report, sorted, in the checkpoint's naming (transformers' keys):
+    /// accel_load_pretrained with the checkpoint's names mapped by the program first, as transformers'
+    /// from_pretrained(key_mapping=...) (5.x, core_model_loading's rename_source_key): `map` renames
+    /// each checkpoint tensor, and every rule of accel_load_pretrained then applies to the new names
+    /// as if the checkpoint held them: base_model_prefix (decided from the new names), strict, shapes,
+    /// dtype casts, tied weights, ZeRO stage 3 (each rank reads only the bytes it owns). The report
+    /// uses the new names, as transformers reports the renamed keys (missing: the model's tensors in
+    /// the naming accel_load_pretrained reports; unexpected and mismatched: the mapped names), and the
+    /// checkpoint's own names for the tensors the map left unused. Two checkpoint tensors mapped to one
+    /// name is ACCEL_ERR_INVALID_ARGUMENT naming both. Every failure of the map or of its names comes
+    /// before any byte is read: the model is unchanged. `map` NULL is accel_load_pretrained;
+    /// `user_data` is passed back as it is, and neither is kept after the call. Under ZeRO stage 3
+    /// every rank calls it, so every rank's map is called and must map alike.
+    pub fn accel_load_pretrained_mapped(
+        model: *mut accel_model,
+        path: *const c_char,
+        options: *const c_char,
+        map: accel_name_map_fn,
+        user_data: *mut c_void,
+        out_report: *mut *mut accel_load_report,
+    ) -> accel_status;
+    /// The names of one kind in a report, sorted, in the checkpoint's naming (transformers' keys;
+    /// with accel_load_pretrained_mapped, the mapped names):
     /// `kind` "missing" (the model's tensors no checkpoint tensor filled), "unexpected" (checkpoint
     /// tensors not used) or "mismatched" (ignored for their shape).
     pub fn accel_load_report_keys(
