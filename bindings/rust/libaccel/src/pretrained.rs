@@ -1,10 +1,12 @@
 //! Pretrained checkpoints loaded as Hugging Face transformers' `from_pretrained` loads them.
 
+use std::ffi::{c_char, c_void, CStr};
 use std::path::Path;
 
 use libaccel_sys as sys;
 
-use crate::error::{Error, Result, Status};
+use crate::callback::{FailureSlot, Surfaced};
+use crate::error::{BoxError, Error, Result, Status};
 use crate::ffi::{c_string, make, path_string, read_text, take_bytes_list};
 use crate::model::Model;
 
@@ -172,21 +174,120 @@ impl Model {
         let raw = make(|out| unsafe {
             sys::accel_load_pretrained(self.as_raw(), path.as_ptr(), options.as_ptr(), out)
         })?;
-        let report = Report(raw);
-        Ok(LoadReport {
-            missing: report.keys("missing")?,
-            unexpected: report.keys("unexpected")?,
-            mismatched: report.keys("mismatched")?,
-            warnings: report.text(true)?,
-            text: report.text(false)?,
-        })
+        Report(raw).read()
     }
+
+    /// [`load_pretrained`](Model::load_pretrained) with the checkpoint's names mapped first, as
+    /// transformers' `key_mapping`: `map` gets each checkpoint tensor's name (once, in name
+    /// order, before any byte is read) and returns the model's name for it, or `None` to leave
+    /// it unused (reported as unexpected under its own name). The new names then follow every
+    /// rule of `load_pretrained`, the base model prefix included, and the report uses them.
+    ///
+    /// A panic in `map` stops the load with the model unchanged and is resumed here; an empty
+    /// name or one holding a NUL byte is [`Status::InvalidArgument`], a name longer than 4095
+    /// bytes [`Status::Callback`], two tensors given one name [`Status::InvalidArgument`], each
+    /// with the model unchanged.
+    ///
+    /// ```no_run
+    /// # use libaccel::{Model, PretrainedOptions};
+    /// # fn f(model: &mut Model) -> libaccel::Result<()> {
+    /// let options = PretrainedOptions::new().base_model_prefix("bert");
+    /// let report = model.load_pretrained_mapped("ckpt", &options, |name| {
+    ///     (!name.starts_with("lm_head.")).then(|| name.replace(".gamma", ".weight"))
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn load_pretrained_mapped<F>(
+        &mut self,
+        path: impl AsRef<Path>,
+        options: &PretrainedOptions,
+        map: F,
+    ) -> Result<LoadReport>
+    where
+        F: FnMut(&str) -> Option<String>,
+    {
+        let path = path_string(path.as_ref())?;
+        let options = c_string(&options.spec()?, "options")?;
+        let mut call = MapCall {
+            map,
+            failure: FailureSlot::default(),
+        };
+        let user_data: *mut MapCall<F> = &mut call;
+        // SAFETY: live handle, NUL-terminated strings, valid out pointer; `user_data` is `call`,
+        // alive for the whole call, and `map_name::<F>` reads it as that type.
+        let raw = make(|out| unsafe {
+            sys::accel_load_pretrained_mapped(
+                self.as_raw(),
+                path.as_ptr(),
+                options.as_ptr(),
+                Some(map_name::<F>),
+                user_data.cast::<c_void>(),
+                out,
+            )
+        })
+        .map_err(|e| call.failure.resolve(e))?;
+        Report(raw).read()
+    }
+}
+
+/// A name map and what it left behind when it failed.
+struct MapCall<F> {
+    map: F,
+    failure: FailureSlot,
+}
+
+/// The library's name map callback for [`Model::load_pretrained_mapped`].
+unsafe extern "C" fn map_name<F: FnMut(&str) -> Option<String>>(
+    name: *const c_char,
+    out: *mut c_char,
+    capacity: usize,
+    user_data: *mut c_void,
+) -> i32 {
+    // SAFETY: `user_data` is the MapCall of the load that is running, on this thread; `name` is
+    // a NUL-terminated string the library lends for the call.
+    let call = unsafe { &mut *user_data.cast::<MapCall<F>>() };
+    let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+    let map = &mut call.map;
+    let mapped = call.failure.catch(|| -> std::result::Result<_, BoxError> {
+        match map(&name) {
+            None => Ok(Vec::new()),
+            Some(n) if n.is_empty() || n.contains('\0') => Err(Box::new(Surfaced(Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "the name map's name for {name:?} is {}",
+                    if n.is_empty() {
+                        "empty (None leaves it unused)"
+                    } else {
+                        "holding a NUL byte"
+                    }
+                ),
+            )))),
+            Some(n) => Ok(n.into_bytes()),
+        }
+    });
+    let Some(mut bytes) = mapped else { return 1 };
+    // With its NUL; a name that does not fit goes without it, and the library names it.
+    bytes.push(0);
+    let n = bytes.len().min(capacity);
+    // SAFETY: the library gives `capacity` writable bytes at `out`.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), out, n) };
+    0
 }
 
 /// The library's report, freed when the call that read it returns (or fails).
 struct Report(*mut sys::accel_load_report);
 
 impl Report {
+    fn read(self) -> Result<LoadReport> {
+        Ok(LoadReport {
+            missing: self.keys("missing")?,
+            unexpected: self.keys("unexpected")?,
+            mismatched: self.keys("mismatched")?,
+            warnings: self.text(true)?,
+            text: self.text(false)?,
+        })
+    }
+
     fn keys(&self, kind: &str) -> Result<Vec<String>> {
         let kind = c_string(kind, "kind")?;
         // SAFETY: live report, NUL-terminated kind, valid out pointer.

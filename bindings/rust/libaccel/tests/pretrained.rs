@@ -169,3 +169,65 @@ fn strict_and_failed_loads_leave_the_model_unchanged() {
         .unwrap_err();
     assert_status(err, Status::InvalidArgument, "unknown load option");
 }
+
+#[test]
+fn a_name_map_renames_before_the_prefix_rule() {
+    let dir = temp_dir("pretrained_mapped");
+    let path = write_base_checkpoint(&dir);
+    let mut model = classifier_model();
+    let mut asked = Vec::new();
+    // The checkpoint's names made a task checkpoint's ("bert.encoder.weight"), the rest unused.
+    let report = model
+        .load_pretrained_mapped(&path, &bert(), |name| {
+            asked.push(name.to_string());
+            name.starts_with("encoder.").then(|| format!("bert.{name}"))
+        })
+        .unwrap();
+    assert_eq!(
+        asked,
+        ["embeddings.position_ids", "encoder.weight", "pooler.weight"]
+    );
+    assert_eq!(values(&model, "bert.encoder.weight"), [1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(
+        report.unexpected,
+        ["embeddings.position_ids", "pooler.weight"]
+    );
+    assert_eq!(report.missing, ["classifier.weight"]);
+}
+
+#[test]
+fn name_map_failures_leave_the_model_unchanged() {
+    let dir = temp_dir("pretrained_mapped_fail");
+    let path = write_base_checkpoint(&dir);
+    let mut model = classifier_model();
+    let unchanged = |model: &Model| assert_eq!(values(model, "bert.encoder.weight"), [0.0; 4]);
+
+    let err = model
+        .load_pretrained_mapped(&path, &bert(), |_| Some("encoder.weight".to_string()))
+        .unwrap_err();
+    assert_status(err, Status::InvalidArgument, "one name, 'encoder.weight'");
+    unchanged(&model);
+
+    let err = model
+        .load_pretrained_mapped(&path, &bert(), |_| Some("n".repeat(5000)))
+        .unwrap_err();
+    assert_status(err, Status::Callback, "longer than 4095 bytes");
+    unchanged(&model);
+
+    let err = model
+        .load_pretrained_mapped(&path, &bert(), |_| Some(String::new()))
+        .unwrap_err();
+    assert_status(err, Status::InvalidArgument, "empty");
+    unchanged(&model);
+
+    // A panic on the last name comes back as the panic, the model unchanged.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        model.load_pretrained_mapped(&path, &bert(), |name| {
+            assert!(name != "pooler.weight", "no pooler here");
+            Some(name.to_string())
+        })
+    }));
+    let payload = panicked.expect_err("the map's panic resumes");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"no pooler here"));
+    unchanged(&model);
+}
