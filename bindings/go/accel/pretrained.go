@@ -6,6 +6,7 @@ import "C"
 import (
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // PretrainedOptions are the options of LoadPretrained. The zero value is transformers'
@@ -95,8 +96,74 @@ func (m *Model) LoadPretrained(path string, opts PretrainedOptions) (LoadReport,
 	if err != nil {
 		return LoadReport{}, err
 	}
+	return readReport(report)
+}
+
+// LoadPretrainedMapped is LoadPretrained with the checkpoint's names mapped first, as
+// transformers' key_mapping: mapName gets each checkpoint tensor's name (once, in name order,
+// before any byte is read, on the calling goroutine) and returns the model's name for it and
+// true, or false to leave it unused (reported as unexpected under its own name). The new names
+// then follow every rule of LoadPretrained, BaseModelPrefix included, and the report uses them.
+//
+// Each failure leaves the model unchanged: a panic in mapName, or a name that is empty or holds a
+// NUL byte, is ErrCallback whose Cause says what (a *PanicError for a panic); a name longer than
+// 4095 bytes is ErrCallback naming the checkpoint tensor; two tensors given one name are
+// ErrInvalidArgument naming both.
+func (m *Model) LoadPretrainedMapped(path string, opts PretrainedOptions, mapName func(string) (string, bool)) (LoadReport, error) {
+	if mapName == nil {
+		return LoadReport{}, newError(ErrInvalidArgument, "LoadPretrainedMapped: mapName is nil")
+	}
+	spec, err := opts.spec()
+	if err != nil {
+		return LoadReport{}, err
+	}
+	state := &nameMapState{fn: mapName}
+	box := newBox(state)
+	defer freeBox(box) // the library keeps it for this call only
+	var report *C.accel_load_report
+	err = m.withStrings([]string{path, spec}, func(p *C.accel_model, c []*C.char) C.accel_status {
+		return C.goaccel_load_pretrained_mapped(p, c[0], c[1], box, &report)
+	})
+	if err != nil {
+		return LoadReport{}, state.slot.take(err)
+	}
+	return readReport(report)
+}
+
+// nameMapState is what LoadPretrainedMapped's callback needs.
+type nameMapState struct {
+	fn   func(string) (string, bool)
+	slot failureSlot
+}
+
+//export goaccelNameMap
+func goaccelNameMap(name *C.char, out *C.char, capacity C.size_t, userData unsafe.Pointer) C.int32_t {
+	state := boxValue(userData).(*nameMapState)
+	return state.slot.run(func() error {
+		checkpointName := C.GoString(name)
+		mapped, ok := state.fn(checkpointName)
+		switch {
+		case !ok:
+			mapped = "" // the library's "leave it unused"
+		case mapped == "":
+			return newError(ErrInvalidArgument, "the name map's name for %q is empty (false leaves it unused)", checkpointName)
+		case strings.IndexByte(mapped, 0) >= 0:
+			return newError(ErrInvalidArgument, "the name map's name for %q holds a NUL byte", checkpointName)
+		}
+		// With its NUL; a name that does not fit goes without it, and the library names it.
+		buf := unsafe.Slice((*byte)(unsafe.Pointer(out)), int(capacity))
+		if n := copy(buf, mapped); n < len(buf) {
+			buf[n] = 0
+		}
+		return nil
+	})
+}
+
+// readReport reads and frees a load report.
+func readReport(report *C.accel_load_report) (LoadReport, error) {
 	defer C.accel_load_report_free(report)
 	var out LoadReport
+	var err error
 	for _, k := range []struct {
 		kind string
 		into *[]string

@@ -2,6 +2,7 @@ package accel_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -138,4 +139,72 @@ func TestLoadPretrainedAsTransformersDoes(t *testing.T) {
 	ok(t, closed.Close())
 	_, err = closed.LoadPretrained(path, accel.PretrainedOptions{})
 	wantStatus(t, err, accel.ErrState, "after Close")
+}
+
+// A name map renames the checkpoint's tensors before the base model prefix rule; what it leaves
+// unused is unexpected under its own name.
+func TestLoadPretrainedMappedRenamesBeforeThePrefixRule(t *testing.T) {
+	path := writeBaseCheckpoint(t)
+	m := classifierModel(t)
+	var asked []string
+	report, err := m.LoadPretrainedMapped(path, accel.PretrainedOptions{BaseModelPrefix: "bert"},
+		func(name string) (string, bool) {
+			asked = append(asked, name)
+			if !strings.HasPrefix(name, "encoder.") {
+				return "", false
+			}
+			return "bert." + name, true // a task checkpoint's name
+		})
+	ok(t, err)
+	if want := []string{"embeddings.position_ids", "encoder.weight", "pooler.weight"}; !slices.Equal(asked, want) {
+		t.Fatalf("asked %v, want %v", asked, want)
+	}
+	if got := values(t, m, "bert.encoder.weight"); !slices.Equal(got, []float32{1, 2, 3, 4}) {
+		t.Fatalf("bert.encoder.weight = %v", got)
+	}
+	if want := []string{"embeddings.position_ids", "pooler.weight"}; !slices.Equal(report.Unexpected, want) {
+		t.Fatalf("unexpected %v, want %v", report.Unexpected, want)
+	}
+	if want := []string{"classifier.weight"}; !slices.Equal(report.Missing, want) {
+		t.Fatalf("missing %v, want %v", report.Missing, want)
+	}
+}
+
+func TestLoadPretrainedMappedFailuresLeaveTheModelUnchanged(t *testing.T) {
+	path := writeBaseCheckpoint(t)
+	m := classifierModel(t)
+	opts := accel.PretrainedOptions{BaseModelPrefix: "bert"}
+	unchanged := func(what string) {
+		t.Helper()
+		if got := values(t, m, "bert.encoder.weight"); !slices.Equal(got, []float32{0, 0, 0, 0}) {
+			t.Fatalf("%s: bert.encoder.weight = %v", what, got)
+		}
+	}
+	_, err := m.LoadPretrainedMapped(path, opts, func(string) (string, bool) { return "encoder.weight", true })
+	wantStatus(t, err, accel.ErrInvalidArgument, "one name, 'encoder.weight'")
+	unchanged("two names mapped to one")
+	_, err = m.LoadPretrainedMapped(path, opts, func(string) (string, bool) { return strings.Repeat("n", 5000), true })
+	wantStatus(t, err, accel.ErrCallback, "longer than 4095 bytes")
+	unchanged("a name too long")
+	_, err = m.LoadPretrainedMapped(path, opts, func(string) (string, bool) { return "", true })
+	wantStatus(t, err, accel.ErrCallback)
+	if !strings.Contains(err.Error(), `name for "embeddings.position_ids" is empty`) {
+		t.Fatalf("err = %v, want its cause to say the name is empty", err)
+	}
+	unchanged("an empty name")
+	// A panic on the last name is ErrCallback with the *PanicError as its Cause.
+	_, err = m.LoadPretrainedMapped(path, opts, func(name string) (string, bool) {
+		if name == "pooler.weight" {
+			panic("no pooler here")
+		}
+		return name, true
+	})
+	wantStatus(t, err, accel.ErrCallback)
+	var p *accel.PanicError
+	if !errors.As(err, &p) || p.Value != "no pooler here" {
+		t.Fatalf("err = %v, want the map's panic as its cause", err)
+	}
+	unchanged("a panicking map")
+	_, err = m.LoadPretrainedMapped(path, opts, nil)
+	wantStatus(t, err, accel.ErrInvalidArgument, "mapName is nil")
 }

@@ -59,6 +59,13 @@ accel_status goaccel_find_executable_batch_size(accel_accelerator* accelerator, 
                                           (accel_batch_size_fn)goaccelBatchSize, box, out);
 }
 
+accel_status goaccel_load_pretrained_mapped(accel_model* model, const char* path,
+                                            const char* options, uintptr_t* box,
+                                            accel_load_report** out) {
+  return accel_load_pretrained_mapped(model, path, options, (accel_name_map_fn)goaccelNameMap,
+                                      box, out);
+}
+
 accel_status goaccel_profiler_set_on_trace_ready(accel_profiler* profiler, uintptr_t* box) {
   return accel_profiler_set_on_trace_ready(
       profiler, box ? (accel_trace_ready_fn)goaccelTraceReady : NULL, box);

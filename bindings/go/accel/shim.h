@@ -37,6 +37,10 @@ accel_status goaccel_set_log_sink(accel_accelerator* accelerator, uintptr_t* box
 /* find_executable_batch_size with goaccelBatchSize as the function; the box lives for the call. */
 accel_status goaccel_find_executable_batch_size(accel_accelerator* accelerator, int64_t start,
                                                 uintptr_t* box, int64_t* out);
+/* accel_load_pretrained_mapped with goaccelNameMap as the map; the box lives for the call. */
+accel_status goaccel_load_pretrained_mapped(accel_model* model, const char* path,
+                                            const char* options, uintptr_t* box,
+                                            accel_load_report** out);
 /* The profiler's trace-ready callback: goaccelTraceReady (NULL box: none). The library keeps the
  * box without a release function: profiler.go frees it after the profiler or its replacement. */
 accel_status goaccel_profiler_set_on_trace_ready(accel_profiler* profiler, uintptr_t* box);
