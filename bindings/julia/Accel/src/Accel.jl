@@ -138,6 +138,8 @@ function __init__()
                                        (Int32, Int32, UInt32, Ptr{UInt8}, Ptr{Cvoid}))
     BATCH_SIZE_TRAMPOLINE[] = @cfunction(batch_size_trampoline, Int32, (Ptr{Cvoid}, Int64))
     TRACE_READY_TRAMPOLINE[] = @cfunction(trace_ready_trampoline, Int32, (Ptr{Cvoid}, Ptr{Cvoid}))
+    NAME_MAP_TRAMPOLINE[] = @cfunction(name_map_trampoline, Int32,
+                                       (Ptr{UInt8}, Ptr{UInt8}, Csize_t, Ptr{Cvoid}))
 end
 
 end # module

@@ -80,22 +80,67 @@ the library writes them, `"strict=false base_model_prefix=bert"`.
     report = load_pretrained!(model, "bert-base/model.safetensors"; base_model_prefix = "bert")
     isempty(report.warnings) || @warn report.warnings
 """
-function load_pretrained!(model::Model, path::AbstractString;
-                          strict::Bool = false,
-                          base_model_prefix::Union{Nothing,AbstractString} = nothing,
-                          ignore_mismatched_sizes::Bool = false,
-                          model_name::Union{Nothing,AbstractString} = nothing,
-                          architecture_matches::Bool = false)
+function load_pretrained!(model::Model, path::AbstractString; options...)
+    load_pretrained!(model, path, pretrained_options(; options...))
+end
+
+function load_pretrained!(model::Model, path::AbstractString, options::AbstractString)
+    read_report(@out Ptr{Cvoid} accel_load_pretrained(model, c_text(path), c_text(options)))
+end
+
+"""
+    load_pretrained!(map, model, path; options...) -> LoadReport
+    load_pretrained!(map, model, path, options::AbstractString) -> LoadReport
+
+`load_pretrained!` with the checkpoint's names mapped first, as transformers' `key_mapping`
+(`accel_load_pretrained_mapped`): `map(name)` gets each checkpoint tensor's name (once, in name
+order, before any byte is read) and returns the model's name for it as a `String`, or `nothing` to
+leave it unused (reported in `unexpected` under its own name). The new names then follow every
+rule of `load_pretrained!`, `base_model_prefix` included, and the report uses them.
+
+Each failure leaves the model unchanged: what `map` throws is rethrown as it is; a name that is
+empty, holds a NUL or is not a string is an `ArgumentError`; a name longer than 4095 bytes is
+`ERR_CALLBACK` naming the checkpoint tensor; two tensors given one name `ERR_INVALID_ARGUMENT`
+naming both.
+
+    report = load_pretrained!(model, "ckpt"; base_model_prefix = "bert") do name
+        startswith(name, "lm_head.") ? nothing :
+            replace(replace(name, "layers." => "layer."), ".gamma" => ".weight")
+    end
+"""
+function load_pretrained!(map::Function, model::Model, path::AbstractString; options...)
+    load_pretrained!(map, model, path, pretrained_options(; options...))
+end
+
+function load_pretrained!(map::Function, model::Model, path::AbstractString,
+                          options::AbstractString)
+    state = NameMap(map, nothing)
+    report = Ref{Ptr{Cvoid}}(C_NULL)
+    status = GC.@preserve state begin
+        @acall accel_load_pretrained_mapped(model, c_text(path), c_text(options),
+                                            NAME_MAP_TRAMPOLINE[], pointer_from_objref(state),
+                                            report)
+    end
+    state.failure === nothing || throw(state.failure)   # map's own exception, as it was
+    status == 0 || throw_status(status)
+    read_report(report[])
+end
+
+function pretrained_options(; strict::Bool = false,
+                            base_model_prefix::Union{Nothing,AbstractString} = nothing,
+                            ignore_mismatched_sizes::Bool = false,
+                            model_name::Union{Nothing,AbstractString} = nothing,
+                            architecture_matches::Bool = false)
     options = Pair{String,Any}["strict" => strict,
                                "ignore_mismatched_sizes" => ignore_mismatched_sizes,
                                "architecture_matches" => architecture_matches]
     base_model_prefix === nothing || push!(options, "base_model_prefix" => base_model_prefix)
     model_name === nothing || push!(options, "model_name" => model_name)
-    load_pretrained!(model, path, join((load_option(key, value) for (key, value) in options), " "))
+    join((load_option(key, value) for (key, value) in options), " ")
 end
 
-function load_pretrained!(model::Model, path::AbstractString, options::AbstractString)
-    report = @out Ptr{Cvoid} accel_load_pretrained(model, c_text(path), c_text(options))
+# The report's names and messages; the report is freed.
+function read_report(report::Ptr{Cvoid})
     try
         names(kind) =
             String.(take_bytes_list(@out(Ptr{Cvoid}, accel_load_report_keys(report, kind))))
@@ -108,6 +153,41 @@ function load_pretrained!(model::Model, path::AbstractString, options::AbstractS
         @acall accel_load_report_free(report)
     end
 end
+
+# A name map and the exception it threw.
+mutable struct NameMap
+    f::Function
+    failure::Any
+end
+
+function name_map_trampoline(name::Ptr{UInt8}, out::Ptr{UInt8}, capacity::Csize_t,
+                             user_data::Ptr{Cvoid})::Int32
+    state = unsafe_pointer_to_objref(user_data)::NameMap
+    try
+        checkpoint_name = unsafe_string(name)
+        mapped = state.f(checkpoint_name)
+        text = mapped === nothing ? "" : String(mapped_name(checkpoint_name, mapped))
+        # With its NUL; a name that does not fit goes without it, and the library names it.
+        n = min(ncodeunits(text), Int(capacity))
+        GC.@preserve text unsafe_copyto!(out, pointer(text), n)
+        n < capacity && unsafe_store!(out, 0x00, n + 1)
+        return Int32(0)
+    catch exception
+        state.failure = exception
+        return Int32(1)
+    end
+end
+
+function mapped_name(checkpoint_name, mapped)
+    what = "the name map's name for $(repr(checkpoint_name))"
+    mapped isa AbstractString ||
+        throw(ArgumentError("$what is $(repr(mapped)), not a String or nothing"))
+    isempty(mapped) && throw(ArgumentError("$what is empty (nothing leaves it unused)"))
+    '\0' in mapped && throw(ArgumentError("$what holds a NUL"))
+    mapped
+end
+
+const NAME_MAP_TRAMPOLINE = Ref{Ptr{Cvoid}}(C_NULL)
 
 # "key=value" of the options string; a value the library would split (a space, a comma) is refused
 # here rather than read as another option.

@@ -121,3 +121,54 @@ end
     @test values_of(m, "fc.bias") == Float32[5, 6]
     close(m)
 end
+
+@testset "load_pretrained! with a name map" begin
+    dir = mktempdir()
+    fp16_1234 = UInt16[0x3C00, 0x4000, 0x4200, 0x4400]   # 1, 2, 3, 4 in IEEE half precision
+    # Another framework's names: layers.N for layer.N, LayerNorm gamma for weight, and a head.
+    path = write_safetensors(joinpath(dir, "model.safetensors"), [
+        ("encoder.layers.0.dense.weight", "F16", (2, 2), little_endian_bytes(fp16_1234)),
+        ("lm_head.weight", "F32", (2,), little_endian_bytes(Float32[5, 6])),
+    ])
+    m = Model()
+    for (name, A) in (("bert.encoder.layer.0.dense.weight", zeros(Float32, 2, 2)),
+                      ("classifier.weight", fill(9.0f0, 2, 1)))
+        Tensor(A) do t
+            set_requires_grad!(t)
+            add_parameter!(m, name, t)
+        end
+    end
+    unchanged() = values_of(m, "bert.encoder.layer.0.dense.weight") == zeros(Float32, 4)
+
+    # Failures first, each leaving the model as it was.
+    e = error_of(() -> load_pretrained!(_ -> "same", m, path))
+    @test e !== nothing && e.status == Accel.ERR_INVALID_ARGUMENT && occursin("one name, 'same'", e.message)
+    @test unchanged()
+    e = error_of(() -> load_pretrained!(_ -> "n"^5000, m, path))
+    @test e !== nothing && e.status == Accel.ERR_CALLBACK && occursin("longer than 4095 bytes", e.message)
+    @test unchanged()
+    @test_throws ArgumentError load_pretrained!(_ -> "", m, path)
+    @test_throws ArgumentError load_pretrained!(_ -> 42, m, path)
+    thrown = try
+        load_pretrained!(m, path) do name
+            name == "lm_head.weight" && throw(KeyError(name))
+            name
+        end
+        nothing
+    catch exception
+        exception
+    end
+    @test thrown == KeyError("lm_head.weight")   # the map's own exception, rethrown
+    @test unchanged()
+
+    asked = String[]
+    report = load_pretrained!(m, path; base_model_prefix = "bert") do name
+        push!(asked, name)
+        startswith(name, "lm_head.") ? nothing : replace(name, "layers." => "layer.")
+    end
+    @test asked == ["encoder.layers.0.dense.weight", "lm_head.weight"]
+    @test values_of(m, "bert.encoder.layer.0.dense.weight") == Float32[1, 2, 3, 4]
+    @test report.unexpected == ["lm_head.weight"]
+    @test report.missing == ["classifier.weight"]
+    close(m)
+end
