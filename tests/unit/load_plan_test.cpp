@@ -110,5 +110,64 @@ TEST(LoadPlan, TiedWeightsAndDtypeKinds) {
   }
 }
 
+// The name map renames before the prefix rule: a checkpoint of other names ("layers.N", "gamma")
+// loads under the task model's prefix decided from the new names; what it leaves unused is
+// unexpected under its own name, also under strict; tied weights still count as one.
+TEST(LoadPlan, NameMapRenamesBeforeThePrefixRule) {
+  const std::vector<TensorSpec> checkpoint = {{"encoder.layers.0.LayerNorm.gamma", {4}, "F32"},
+                                              {"encoder.layers.0.dense.weight", {4, 4}, "F16"},
+                                              {"lm_head.weight", {4}, "F32"}};
+  std::vector<std::string> asked;
+  const MappedNames mapped =
+      map_checkpoint_names(checkpoint, [&](const std::string& name) -> std::optional<std::string> {
+        asked.push_back(name);
+        if (name == "lm_head.weight") return std::nullopt;
+        std::string s = name;
+        s.replace(s.find("layers."), 7, "layer.");
+        if (auto at = s.find(".gamma"); at != std::string::npos) s.replace(at, 6, ".weight");
+        return s;
+      });
+  EXPECT_EQ(asked.size(), 3u);
+  EXPECT_EQ(mapped.unused, Names{"lm_head.weight"});
+  EXPECT_EQ(mapped.original.at("encoder.layer.0.LayerNorm.weight"),
+            "encoder.layers.0.LayerNorm.gamma");
+  const std::vector<TensorSpec> model = {{"bert.encoder.layer.0.LayerNorm.weight", {4}, "F32"},
+                                         {"bert.encoder.layer.0.dense.weight", {4, 4}, "F32"},
+                                         {"classifier.weight", {4}, "F32"},
+                                         {"decoder.weight", {4}, "F32"}};
+  LoadOptions o;
+  o.base_model_prefix = "bert";
+  o.strict = false;
+  o.unused = mapped.unused;
+  o.tied = {{"classifier.weight", "decoder.weight"}};  // neither loaded: both missing
+  const LoadPlan plan = plan_load(model, mapped.checkpoint, o);
+  EXPECT_EQ(plan.copies.size(), 2u);
+  EXPECT_EQ(plan.copies[0].first, "bert.encoder.layer.0.LayerNorm.weight");
+  EXPECT_EQ(plan.copies[0].second, "encoder.layer.0.LayerNorm.weight");
+  EXPECT_EQ(plan.unexpected, Names{"lm_head.weight"});
+  EXPECT_EQ(plan.missing, (Names{"classifier.weight", "decoder.weight"}));
+  o.strict = true;
+  try {
+    plan_load(model, mapped.checkpoint, o);
+    ADD_FAILURE() << "strict passed with a tensor left unused";
+  } catch (const accel::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not in the model: lm_head.weight"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(LoadPlan, NameMapGivingTwoTensorsOneNameIsAnErrorNamingBoth) {
+  try {
+    map_checkpoint_names({{"a.gamma", {2}, "F32"}, {"a.weight", {2}, "F32"}},
+                         [](const std::string&) { return std::optional<std::string>("a.weight"); });
+    ADD_FAILURE() << "two tensors mapped to one name";
+  } catch (const accel::Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("'a.gamma' and 'a.weight' one name, 'a.weight'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace accel::checkpoint
