@@ -2151,6 +2151,200 @@ ACCEL_API accel_status accel_set_log_level(accel_accelerator* accelerator, accel
 ACCEL_API accel_status accel_log_message(accel_accelerator* accelerator, accel_log_level level,
                                          accel_log_flags flags, const char* message);
 
+/* ----------------------------------------------------------------------------------------------------
+ * Trainer
+ *
+ * Hugging Face transformers' Trainer over the accelerator: the training loop a program would
+ * otherwise write (accumulation, clipping, optimizer and scheduler steps), logging, evaluation,
+ * prediction, checkpoints with rotation and the best model, early stopping and exact resume, with
+ * transformers' callback events. Settings are TrainingArguments' names as "key=value" text
+ * (accel_model_add_layer's spec format): max_steps, num_train_epochs, logging_strategy,
+ * logging_steps, logging_first_step, eval_strategy, eval_steps, eval_delay, save_strategy (no,
+ * steps, epoch, best), save_steps, save_total_limit, load_best_model_at_end,
+ * metric_for_best_model, greater_is_better, early_stopping_patience, early_stopping_threshold,
+ * gradient_accumulation_steps, max_grad_norm (default 1.0; 0: no clipping),
+ * resume_from_checkpoint ("latest" or a directory), output_dir (default "trainer_output"), and
+ * libaccel's speed_metrics (default true: the runtime and rate figures transformers adds to the
+ * train and evaluation logs; false makes log_history the same from run to run) and progress_bar.
+ * Values are checked as TrainingArguments checks them, with its messages; an unknown key is
+ * ACCEL_ERR_INVALID_ARGUMENT listing the known ones. Mixed precision and ZeRO come from the
+ * accelerator's configuration; so does the accumulation: gradient_accumulation_steps defaults to
+ * the accelerator's and may not differ from it.
+ *
+ * A training step is exactly the loop a program writes with the functions above: for each batch
+ * accel_accumulate, the training step, accel_backward; when gradients synchronise,
+ * accel_clip_grad_norm (max_grad_norm > 0), accel_optimizer_step, accel_scheduler_step (unless the
+ * step was skipped), accel_optimizer_zero_grad; so a Trainer's parameters are bitwise those of
+ * that loop with the same seed. Every epoch starts with accel_dataloader_set_epoch(epoch).
+ *
+ * Checkpoints are accel_save_state directories output_dir/checkpoint-<global_step>, each holding
+ * transformers' trainer_state.json (written byte for byte as transformers writes it) and
+ * trainer_loop.json (where in the epoch the save fell, the open loss window of every rank, the
+ * early-stopping counter), so that a resumed run continues bit for bit where it left: the
+ * parameters, trainer_state.json and the logs are those of the run that was not interrupted.
+ * Rotation (save_total_limit) never deletes the best checkpoint. A best_model_checkpoint that no
+ * longer exists on resume is dropped with a warning; a checkpoint past max_steps is an error.
+ *
+ * Every process makes the same calls: train, evaluate, predict and checkpoints are collectives.
+ * One Trainer per accelerator at a time; free it before its accelerator (calls after the
+ * accelerator is freed are ACCEL_ERR_STATE).
+ * -------------------------------------------------------------------------------------------------
+ */
+
+/** A Trainer. */
+typedef struct accel_trainer accel_trainer;
+
+/**
+ * transformers' TrainerCallback events. ON_SUBSTEP_END follows each micro-batch of an
+ * accumulation window but its last; ON_PRE_OPTIMIZER_STEP comes after clipping; ON_LOG's values
+ * are the logs (loss, grad_norm, learning_rate, epoch; or an evaluation's metrics), ON_EVALUATE's
+ * and ON_PREDICT's the metrics; ON_PREDICTION_STEP follows each evaluation or prediction batch.
+ */
+typedef int32_t accel_trainer_event;
+
+/** The values of accel_trainer_event. */
+enum accel_trainer_event_values {
+  ACCEL_TRAINER_ON_INIT_END = 0,
+  ACCEL_TRAINER_ON_TRAIN_BEGIN = 1,
+  ACCEL_TRAINER_ON_EPOCH_BEGIN = 2,
+  ACCEL_TRAINER_ON_STEP_BEGIN = 3,
+  ACCEL_TRAINER_ON_SUBSTEP_END = 4,
+  ACCEL_TRAINER_ON_PRE_OPTIMIZER_STEP = 5,
+  ACCEL_TRAINER_ON_OPTIMIZER_STEP = 6,
+  ACCEL_TRAINER_ON_STEP_END = 7,
+  ACCEL_TRAINER_ON_LOG = 8,
+  ACCEL_TRAINER_ON_EVALUATE = 9,
+  ACCEL_TRAINER_ON_SAVE = 10,
+  ACCEL_TRAINER_ON_EPOCH_END = 11,
+  ACCEL_TRAINER_ON_TRAIN_END = 12,
+  ACCEL_TRAINER_ON_PREDICT = 13,
+  ACCEL_TRAINER_ON_PREDICTION_STEP = 14
+};
+
+/** transformers' name of an event ("on_step_end"; static storage), or NULL for another value. */
+ACCEL_API const char* accel_trainer_event_name(accel_trainer_event event);
+
+/**
+ * A callback of the Trainer: called on the thread running accel_trainer_train / evaluate /
+ * predict, at each event, with `values` (see the events; NULL for the others, valid during the
+ * call). It may read the state (accel_trainer_global_step, _epoch, _state_json), change the
+ * control (accel_trainer_set_control) and call the accelerator and the Trainer's objects (e.g.
+ * accel_trainer_evaluate from on_step_end); not accel_trainer_free nor accel_trainer_train.
+ */
+typedef int32_t (*accel_trainer_callback_fn)(accel_trainer* trainer, accel_trainer_event event,
+                                             const accel_values* values, void* user_data);
+
+/**
+ * A training step: the loss of one micro-batch (`count` fields, valid during the call), a scalar
+ * tensor with its graph, into `*out_loss` (the library frees it). Called on the training thread;
+ * it may call the model (accel_model_call) and the other functions of the training family.
+ */
+typedef int32_t (*accel_training_step_fn)(const accel_tensor* const* batch, size_t count,
+                                          accel_tensor** out_loss, void* user_data);
+
+/**
+ * An evaluation step, under no-grad, the model in eval mode: any of the loss (one number), the
+ * predictions and the labels of the batch (first dimension: its samples); leave an output NULL to
+ * give none. The library frees what it is given; an output may also be one of the batch's
+ * handles as it is (the library then neither frees nor changes it).
+ */
+typedef int32_t (*accel_eval_step_fn)(const accel_tensor* const* batch, size_t count,
+                                      accel_tensor** out_loss, accel_tensor** out_predictions,
+                                      accel_tensor** out_labels, void* user_data);
+
+/**
+ * Metrics of an evaluation: the predictions and labels of every sample once, gathered from every
+ * process in dataset order, set into `metrics` as numbers (each key gets the "eval_" or "test_"
+ * prefix unless it has it). Called on every process.
+ */
+typedef int32_t (*accel_compute_metrics_fn)(const accel_tensor* predictions,
+                                            const accel_tensor* labels, accel_values* metrics,
+                                            void* user_data);
+
+/**
+ * A Trainer of `model` with `optimizer`, `scheduler` (may be NULL), the `train` dataloader and
+ * `eval` (may be NULL; needed for evaluations) on `accelerator`, with `settings` (may be NULL).
+ * Objects not yet prepared are prepared here as accel_prepare would (in that order). The default
+ * steps call the model's methods: training_step(batch fields...) returning the loss first, and
+ * eval_step(batch fields...) returning (loss, predictions), the labels being the batch's last
+ * field. A second Trainer on the same accelerator is ACCEL_ERR_STATE.
+ */
+ACCEL_API accel_status accel_trainer_new(accel_accelerator* accelerator, accel_model* model,
+                                         accel_optimizer* optimizer, accel_scheduler* scheduler,
+                                         accel_dataloader* train, accel_dataloader* eval,
+                                         const char* settings, accel_trainer** out);
+
+/** Replaces the training step (NULL `step`: the model's training_step again). Callback rules. */
+ACCEL_API accel_status accel_trainer_set_training_step(accel_trainer* trainer,
+                                                       accel_training_step_fn step,
+                                                       void* user_data, accel_release_fn release);
+
+/** Replaces the evaluation step (NULL `step`: the model's eval_step again). */
+ACCEL_API accel_status accel_trainer_set_eval_step(accel_trainer* trainer, accel_eval_step_fn step,
+                                                   void* user_data, accel_release_fn release);
+
+/** Sets compute_metrics (NULL: none; an evaluation then gives its loss alone). */
+ACCEL_API accel_status accel_trainer_set_compute_metrics(accel_trainer* trainer,
+                                                         accel_compute_metrics_fn fn,
+                                                         void* user_data,
+                                                         accel_release_fn release);
+
+/**
+ * Adds a callback, called after the earlier ones at every event. on_init_end reaches the
+ * callbacks added before the first accel_trainer_train, _evaluate or _predict, once.
+ */
+ACCEL_API accel_status accel_trainer_add_callback(accel_trainer* trainer,
+                                                  accel_trainer_callback_fn callback,
+                                                  void* user_data, accel_release_fn release);
+
+/**
+ * transformers' Trainer.train: from the start, or with resume_from_checkpoint from that
+ * checkpoint. A callback's failure is ACCEL_ERR_CALLBACK naming the event; any failure leaves the
+ * objects where the failing step left them (the last checkpoint is intact).
+ */
+ACCEL_API accel_status accel_trainer_train(accel_trainer* trainer);
+
+/**
+ * transformers' Trainer.evaluate over the eval dataloader: "eval_loss" (the mean over samples of
+ * the steps' losses) and compute_metrics' metrics, logged (log_history, trackers) and given to
+ * on_evaluate. `*out_metrics` (may be NULL) receives them; free with accel_values_free.
+ */
+ACCEL_API accel_status accel_trainer_evaluate(accel_trainer* trainer, accel_values** out_metrics);
+
+/**
+ * transformers' Trainer.predict over `loader` (prepared on the accelerator): the predictions and
+ * labels of every sample once, in dataset order, on every process (NULL outputs are not written;
+ * an output the steps never gave is set to NULL), and the "test_" metrics.
+ */
+ACCEL_API accel_status accel_trainer_predict(accel_trainer* trainer, accel_dataloader* loader,
+                                             accel_tensor** out_predictions,
+                                             accel_tensor** out_labels,
+                                             accel_values** out_metrics);
+
+/** The state as transformers' trainer_state.json text. Buffer convention. */
+ACCEL_API accel_status accel_trainer_state_json(const accel_trainer* trainer, char* buf,
+                                                size_t capacity, size_t* out_size);
+
+/** The optimizer updates made (TrainerState.global_step). */
+ACCEL_API accel_status accel_trainer_global_step(const accel_trainer* trainer, int64_t* out);
+
+/** TrainerState.epoch: epochs done as a fraction (0 before training). */
+ACCEL_API accel_status accel_trainer_epoch(const accel_trainer* trainer, double* out);
+
+/**
+ * Reads one TrainerControl flag: "should_training_stop", "should_epoch_stop", "should_save",
+ * "should_evaluate" or "should_log"; another name is ACCEL_ERR_INVALID_ARGUMENT.
+ */
+ACCEL_API accel_status accel_trainer_control(const accel_trainer* trainer, const char* flag,
+                                             bool* out);
+
+/** Sets one TrainerControl flag (from a callback: what transformers' callbacks return). */
+ACCEL_API accel_status accel_trainer_set_control(accel_trainer* trainer, const char* flag,
+                                                 bool value);
+
+/** Frees a Trainer and releases its callbacks. NULL is a no-op. */
+ACCEL_API void accel_trainer_free(accel_trainer* trainer);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

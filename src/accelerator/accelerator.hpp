@@ -60,6 +60,7 @@ class Accelerator {
   void init_trackers(const std::string& project_name, const tracking::Values& config);
   void log(const tracking::Values& values, int64_t step) { run_->log(values, step); }
   void end_training() { run_->finish(); }
+  bool trackers_started() const { return run_->started(); }
   void add_tracker(std::unique_ptr<tracking::Tracker> tracker) { run_->add(std::move(tracker)); }
 
   // save_state / load_state: into `dir`, or (null) the next or latest automatic checkpoint under

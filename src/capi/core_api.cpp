@@ -84,6 +84,8 @@ const char* tag_name(uint32_t tag) noexcept {
       return "accel_load_report";
     case Tag::kTokenizer:
       return "accel_tokenizer";
+    case Tag::kTrainer:
+      return "accel_trainer";
     case Tag::kValues:
       return "accel_values";
     case Tag::kFreed:

@@ -56,6 +56,7 @@ enum class Tag : uint32_t {
   kProfiler = 0xACC1000Fu,
   kLoadReport = 0xACC10010u,
   kTokenizer = 0xACC10011u,
+  kTrainer = 0xACC10012u,
   kFreed = 0xACC1DEADu,
 };
 

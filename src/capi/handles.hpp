@@ -44,6 +44,8 @@ struct accel_accelerator {
   uint32_t tag = static_cast<uint32_t>(accel::capi::Tag::kAccelerator);
   std::unique_ptr<accel::Accelerator> core;
   std::shared_ptr<accel::capi::Family> family = std::make_shared<accel::capi::Family>();
+  // Expires when the handle is freed: objects that keep this handle (a Trainer) check it.
+  std::shared_ptr<void> alive = std::make_shared<int>(0);
 };
 
 // `family` is set when the handle is made and never changes (the family itself may be joined to

@@ -316,6 +316,10 @@ void write_custom_objects(prepare::Session& session, const std::string& work,
     files.push_back("custom_" + std::to_string(i) + ".bin");
     write_text(work + "/" + files.back(), bytes);
   }
+  for (const auto& [name, object] : session.named_objects()) {
+    files.push_back(name);
+    write_text(work + "/" + name, object.save());
+  }
 }
 
 // The main process's part (or a machine-local copy's owner's): the shared files, then
@@ -510,6 +514,7 @@ struct StagedLoad {
   std::optional<std::pair<double, int>> scaler;
   std::vector<std::pair<int64_t, int64_t>> cursors;
   std::vector<std::string> custom;
+  std::map<std::string, std::string> named;
   std::vector<std::pair<at::Generator, at::Tensor>> rng_states;  // this rank's own
   std::vector<std::pair<at::Generator, uint64_t>> rng_seeds;     // derived for a new rank
 };
@@ -730,6 +735,10 @@ StagedLoad stage_load(prepare::Session& session, const std::string& dir, const M
     const std::string path = files.path_of("custom_" + std::to_string(i) + ".bin");
     st.custom.push_back(in_file(path, [&] { return read_file(path); }));
   }
+  for (const auto& [name, object] : session.named_objects()) {
+    const std::string path = files.path_of(name);
+    st.named[name] = in_file(path, [&] { return read_file(path); });
+  }
   stage_random_states(session, files, m, st);
   return st;
 }
@@ -795,6 +804,8 @@ void load_state_unguarded(prepare::Session& session, const std::string& dir) {
                            "/custom_" + std::to_string(i) + ".bin'): " + e.what());
       }
     }
+    for (const auto& [name, object] : session.named_objects())
+      in_file(dir + "/" + name, [&] { object.load(staged.named[name]); });
   });
   {
     const prepare::Session::WholeParameters whole(session);  // stage 3: loaded, then released

@@ -199,6 +199,11 @@ int64_t DataLoader::length() const {
   return stream_dataset_ ? -1 : shard_length(spec(), 0);
 }
 
+int64_t DataLoader::batch_size() const {
+  auto lock = enter();
+  return options_.batch_size;
+}
+
 int64_t DataLoader::epoch() const {
   auto lock = enter();
   check_open();

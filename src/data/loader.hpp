@@ -103,6 +103,8 @@ class DataLoader {
   void restore_cursor(int64_t epoch, int64_t samples);
   // Throws accel::Error(invalid_argument) unless restore_cursor(epoch, samples) would succeed.
   void check_cursor(int64_t epoch, int64_t samples) const;
+  // This process's batch size (the option; with split_batches the global one).
+  int64_t batch_size() const;
 
  private:
   ShardSpec spec() const;

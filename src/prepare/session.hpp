@@ -87,6 +87,14 @@ class Session : public std::enable_shared_from_this<Session> {
   };
   void register_custom(CustomObject o) { custom_.push_back(std::move(o)); }
   const std::vector<CustomObject>& custom_objects() const { return custom_; }
+  // A library component's own file in every checkpoint, under its name (the Trainer's
+  // trainer_state.json): written by the main process, read back by every rank. Registered and
+  // removed by its owner; false (nothing registered) when the name is taken.
+  bool register_named(const std::string& name, CustomObject o) {
+    return named_.emplace(name, std::move(o)).second;
+  }
+  void unregister_named(const std::string& name) { named_.erase(name); }
+  const std::map<std::string, CustomObject>& named_objects() const { return named_; }
 
   // Marks a save_state or load_state in progress; a second one (from a checkpoint callback) is
   // accel::Error(state).
@@ -218,6 +226,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<std::shared_ptr<optim::LrScheduler>> scheduler_order_;
   std::vector<std::shared_ptr<data::DataLoader>> loader_order_;
   std::vector<CustomObject> custom_;
+  std::map<std::string, CustomObject> named_;
   bool checkpointing_ = false;
   bool sync_gradients_ = true;
   // GradientAccumulationPlugin's options, fixed at accel_init (read on every micro-step).

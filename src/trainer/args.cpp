@@ -169,7 +169,11 @@ void TrainingArgs::set(const std::string& key, const std::string& value) {
   else if (key == "output_dir") {
     if (value.empty()) bad(key, value, "is empty");
     output_dir = value;
-  } else
+  } else if (key == "speed_metrics")
+    speed_metrics = flag_of(key, value);
+  else if (key == "progress_bar")
+    progress_bar = flag_of(key, value);
+  else
     fail(
         Errc::invalid_argument,
         "trainer: unknown setting '" + key +
@@ -177,7 +181,7 @@ void TrainingArgs::set(const std::string& key, const std::string& value) {
             "logging_first_step, eval_strategy, eval_steps, eval_delay, save_strategy, save_steps, "
             "save_total_limit, load_best_model_at_end, metric_for_best_model, greater_is_better, "
             "early_stopping_patience, early_stopping_threshold, gradient_accumulation_steps, "
-            "max_grad_norm, resume_from_checkpoint, output_dir");
+            "max_grad_norm, resume_from_checkpoint, output_dir, speed_metrics, progress_bar");
 }
 
 void TrainingArgs::set_all(const std::string& text) {

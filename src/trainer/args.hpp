@@ -37,6 +37,13 @@ struct TrainingArgs {
   double max_grad_norm = 1.0;
   std::string resume_from_checkpoint;  // "" none, "latest", or a checkpoint directory
   std::string output_dir = "trainer_output";
+  // libaccel's: the runtime and rate figures transformers adds to train and evaluation logs
+  // (train_runtime, eval_samples_per_second, ...); off, log_history and trainer_state.json are
+  // the same from run to run.
+  bool speed_metrics = true;
+  // libaccel's: the main process's progress bar (transformers' disable_tqdm, inverted); on by
+  // default when standard error is a terminal.
+  std::optional<bool> progress_bar;
 
   // One setting; an unknown key or a bad value is an invalid_argument error naming both.
   void set(const std::string& key, const std::string& value);

@@ -86,6 +86,8 @@ class LossWindow {
                                      double learning_rate, const double* ranks_mean = nullptr);
   long long last_logged() const { return last_logged_; }
   void resume(long long global_step) { last_logged_ = global_step, sum_ = 0; }
+  // A window saved mid-way (libaccel's exact resume; transformers restarts it at zero).
+  void restore(float sum, long long last_logged) { sum_ = sum, last_logged_ = last_logged; }
 
  private:
   float sum_ = 0;

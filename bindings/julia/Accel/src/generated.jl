@@ -22,6 +22,7 @@ const accel_load_report = Cvoid
 const accel_state_writer = Cvoid
 const accel_tokenizer = Cvoid
 const accel_values = Cvoid
+const accel_trainer = Cvoid
 
 # The enumeration types: integers, the values are the ACCEL_* constants.
 const accel_status = Int32
@@ -31,6 +32,7 @@ const accel_precision = Int32
 const accel_reduction = Int32
 const accel_log_level = Int32
 const accel_log_flags = UInt32
+const accel_trainer_event = Int32
 
 # The callback types: C function pointers (@cfunction).
 const accel_release_fn = Ptr{Cvoid}   # void (*)(void* user_data)
@@ -46,6 +48,10 @@ const accel_tracker_start_fn = Ptr{Cvoid}   # int32_t (*)(const char* project_na
 const accel_tracker_log_fn = Ptr{Cvoid}   # int32_t (*)(const accel_values* values, int64_t step, void* user_data)
 const accel_tracker_finish_fn = Ptr{Cvoid}   # int32_t (*)(void* user_data)
 const accel_log_sink_fn = Ptr{Cvoid}   # int32_t (*)(accel_log_level level, int32_t rank, accel_log_flags flags, const char* message, void* user_data)
+const accel_trainer_callback_fn = Ptr{Cvoid}   # int32_t (*)(accel_trainer* trainer, accel_trainer_event event, const accel_values* values, void* user_data)
+const accel_training_step_fn = Ptr{Cvoid}   # int32_t (*)(const accel_tensor* const* batch, size_t count, accel_tensor** out_loss, void* user_data)
+const accel_eval_step_fn = Ptr{Cvoid}   # int32_t (*)(const accel_tensor* const* batch, size_t count, accel_tensor** out_loss, accel_tensor** out_predictions, accel_tensor** out_labels, void* user_data)
+const accel_compute_metrics_fn = Ptr{Cvoid}   # int32_t (*)(const accel_tensor* predictions, const accel_tensor* labels, accel_values* metrics, void* user_data)
 
 # Every C function of the header: load_library looks each up.
 const SYMBOLS = (
@@ -101,7 +107,12 @@ const SYMBOLS = (
     :accel_tokenizer_free, :accel_values_new, :accel_values_free, :accel_values_set_number,
     :accel_values_set_text, :accel_values_count, :accel_values_get, :accel_init_trackers,
     :accel_log, :accel_end_training, :accel_add_tracker, :accel_set_log_sink, :accel_get_log_level,
-    :accel_set_log_level, :accel_log_message,
+    :accel_set_log_level, :accel_log_message, :accel_trainer_event_name, :accel_trainer_new,
+    :accel_trainer_set_training_step, :accel_trainer_set_eval_step,
+    :accel_trainer_set_compute_metrics, :accel_trainer_add_callback, :accel_trainer_train,
+    :accel_trainer_evaluate, :accel_trainer_predict, :accel_trainer_state_json,
+    :accel_trainer_global_step, :accel_trainer_epoch, :accel_trainer_control,
+    :accel_trainer_set_control, :accel_trainer_free,
 )
 
 # The function pointers, filled by load_library.
@@ -285,6 +296,21 @@ const fp_accel_set_log_sink = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_get_log_level = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_set_log_level = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_log_message = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_event_name = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_new = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_set_training_step = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_set_eval_step = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_set_compute_metrics = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_add_callback = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_train = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_evaluate = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_predict = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_state_json = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_global_step = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_epoch = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_control = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_set_control = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_trainer_free = Ref{Ptr{Cvoid}}(C_NULL)
 
 # ---- Versions
 
@@ -1360,6 +1386,95 @@ accel_log_message(accelerator, level, flags, message) =
     ccall(fp_accel_log_message[], accel_status,
           (Ptr{accel_accelerator}, accel_log_level, accel_log_flags, Cstring),
           accelerator, level, flags, message)
+
+# ---- Trainer
+
+# const char* accel_trainer_event_name(accel_trainer_event event)
+accel_trainer_event_name(event) =
+    ccall(fp_accel_trainer_event_name[], Cstring,
+          (accel_trainer_event,),
+          event)
+
+# accel_status accel_trainer_new(accel_accelerator* accelerator, accel_model* model, accel_optimizer* optimizer, accel_scheduler* scheduler, accel_dataloader* train, accel_dataloader* eval, const char* settings, accel_trainer** out)
+accel_trainer_new(accelerator, model, optimizer, scheduler, train, eval, settings, out) =
+    ccall(fp_accel_trainer_new[], accel_status,
+          (Ptr{accel_accelerator}, Ptr{accel_model}, Ptr{accel_optimizer}, Ptr{accel_scheduler}, Ptr{accel_dataloader}, Ptr{accel_dataloader}, Cstring, Ptr{Ptr{accel_trainer}}),
+          accelerator, model, optimizer, scheduler, train, eval, settings, out)
+
+# accel_status accel_trainer_set_training_step(accel_trainer* trainer, accel_training_step_fn step, void* user_data, accel_release_fn release)
+accel_trainer_set_training_step(trainer, step, user_data, release) =
+    ccall(fp_accel_trainer_set_training_step[], accel_status,
+          (Ptr{accel_trainer}, accel_training_step_fn, Ptr{Cvoid}, accel_release_fn),
+          trainer, step, user_data, release)
+
+# accel_status accel_trainer_set_eval_step(accel_trainer* trainer, accel_eval_step_fn step, void* user_data, accel_release_fn release)
+accel_trainer_set_eval_step(trainer, step, user_data, release) =
+    ccall(fp_accel_trainer_set_eval_step[], accel_status,
+          (Ptr{accel_trainer}, accel_eval_step_fn, Ptr{Cvoid}, accel_release_fn),
+          trainer, step, user_data, release)
+
+# accel_status accel_trainer_set_compute_metrics(accel_trainer* trainer, accel_compute_metrics_fn fn, void* user_data, accel_release_fn release)
+accel_trainer_set_compute_metrics(trainer, fn, user_data, release) =
+    ccall(fp_accel_trainer_set_compute_metrics[], accel_status,
+          (Ptr{accel_trainer}, accel_compute_metrics_fn, Ptr{Cvoid}, accel_release_fn),
+          trainer, fn, user_data, release)
+
+# accel_status accel_trainer_add_callback(accel_trainer* trainer, accel_trainer_callback_fn callback, void* user_data, accel_release_fn release)
+accel_trainer_add_callback(trainer, callback, user_data, release) =
+    ccall(fp_accel_trainer_add_callback[], accel_status,
+          (Ptr{accel_trainer}, accel_trainer_callback_fn, Ptr{Cvoid}, accel_release_fn),
+          trainer, callback, user_data, release)
+
+# accel_status accel_trainer_train(accel_trainer* trainer)
+accel_trainer_train(trainer) =
+    ccall(fp_accel_trainer_train[], accel_status,
+          (Ptr{accel_trainer},),
+          trainer)
+
+# accel_status accel_trainer_evaluate(accel_trainer* trainer, accel_values** out_metrics)
+accel_trainer_evaluate(trainer, out_metrics) =
+    ccall(fp_accel_trainer_evaluate[], accel_status,
+          (Ptr{accel_trainer}, Ptr{Ptr{accel_values}}),
+          trainer, out_metrics)
+
+# accel_status accel_trainer_predict(accel_trainer* trainer, accel_dataloader* loader, accel_tensor** out_predictions, accel_tensor** out_labels, accel_values** out_metrics)
+accel_trainer_predict(trainer, loader, out_predictions, out_labels, out_metrics) =
+    ccall(fp_accel_trainer_predict[], accel_status,
+          (Ptr{accel_trainer}, Ptr{accel_dataloader}, Ptr{Ptr{accel_tensor}}, Ptr{Ptr{accel_tensor}}, Ptr{Ptr{accel_values}}),
+          trainer, loader, out_predictions, out_labels, out_metrics)
+
+# accel_status accel_trainer_state_json(const accel_trainer* trainer, char* buf, size_t capacity, size_t* out_size)
+accel_trainer_state_json(trainer, buf, capacity, out_size) =
+    ccall(fp_accel_trainer_state_json[], accel_status,
+          (Ptr{accel_trainer}, Ptr{UInt8}, Csize_t, Ptr{Csize_t}),
+          trainer, buf, capacity, out_size)
+
+# accel_status accel_trainer_global_step(const accel_trainer* trainer, int64_t* out)
+accel_trainer_global_step(trainer, out) =
+    ccall(fp_accel_trainer_global_step[], accel_status,
+          (Ptr{accel_trainer}, Ptr{Int64}),
+          trainer, out)
+
+# accel_status accel_trainer_epoch(const accel_trainer* trainer, double* out)
+accel_trainer_epoch(trainer, out) =
+    ccall(fp_accel_trainer_epoch[], accel_status,
+          (Ptr{accel_trainer}, Ptr{Float64}),
+          trainer, out)
+
+# accel_status accel_trainer_control(const accel_trainer* trainer, const char* flag, bool* out)
+accel_trainer_control(trainer, flag, out) =
+    ccall(fp_accel_trainer_control[], accel_status,
+          (Ptr{accel_trainer}, Cstring, Ptr{Bool}),
+          trainer, flag, out)
+
+# accel_status accel_trainer_set_control(accel_trainer* trainer, const char* flag, bool value)
+accel_trainer_set_control(trainer, flag, value) =
+    ccall(fp_accel_trainer_set_control[], accel_status,
+          (Ptr{accel_trainer}, Cstring, Bool),
+          trainer, flag, value)
+
+# void accel_trainer_free(accel_trainer* trainer)
+accel_trainer_free(trainer) = ccall(fp_accel_trainer_free[], Cvoid, (Ptr{accel_trainer},), trainer)
 
 """
     Status

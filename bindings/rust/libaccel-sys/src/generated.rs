@@ -29,6 +29,11 @@ pub type accel_log_level = i32;
 /// Flags of accel_log_message, ORed. Without ACCEL_LOG_ALL_PROCESSES only the main process
 /// (process index 0) writes, as Accelerate's main_process_only=True.
 pub type accel_log_flags = u32;
+/// transformers' TrainerCallback events. ON_SUBSTEP_END follows each micro-batch of an
+/// accumulation window but its last; ON_PRE_OPTIMIZER_STEP comes after clipping; ON_LOG's values
+/// are the logs (loss, grad_norm, learning_rate, epoch; or an evaluation's metrics), ON_EVALUATE's
+/// and ON_PREDICT's the metrics; ON_PREDICTION_STEP follows each evaluation or prediction batch.
+pub type accel_trainer_event = i32;
 
 /// Maximum number of dimensions a tensor may have across this interface.
 pub const ACCEL_MAX_DIMS: usize = 16;
@@ -109,6 +114,21 @@ pub const ACCEL_LOG_CRITICAL: accel_log_level = 50;
 pub const ACCEL_LOG_ALL_PROCESSES: accel_log_flags = 1;
 /// with ALL_PROCESSES: in rank order, a collective (in_order=True)
 pub const ACCEL_LOG_IN_ORDER: accel_log_flags = 2;
+pub const ACCEL_TRAINER_ON_INIT_END: accel_trainer_event = 0;
+pub const ACCEL_TRAINER_ON_TRAIN_BEGIN: accel_trainer_event = 1;
+pub const ACCEL_TRAINER_ON_EPOCH_BEGIN: accel_trainer_event = 2;
+pub const ACCEL_TRAINER_ON_STEP_BEGIN: accel_trainer_event = 3;
+pub const ACCEL_TRAINER_ON_SUBSTEP_END: accel_trainer_event = 4;
+pub const ACCEL_TRAINER_ON_PRE_OPTIMIZER_STEP: accel_trainer_event = 5;
+pub const ACCEL_TRAINER_ON_OPTIMIZER_STEP: accel_trainer_event = 6;
+pub const ACCEL_TRAINER_ON_STEP_END: accel_trainer_event = 7;
+pub const ACCEL_TRAINER_ON_LOG: accel_trainer_event = 8;
+pub const ACCEL_TRAINER_ON_EVALUATE: accel_trainer_event = 9;
+pub const ACCEL_TRAINER_ON_SAVE: accel_trainer_event = 10;
+pub const ACCEL_TRAINER_ON_EPOCH_END: accel_trainer_event = 11;
+pub const ACCEL_TRAINER_ON_TRAIN_END: accel_trainer_event = 12;
+pub const ACCEL_TRAINER_ON_PREDICT: accel_trainer_event = 13;
+pub const ACCEL_TRAINER_ON_PREDICTION_STEP: accel_trainer_event = 14;
 
 /// A set of settings. Not shared with the accelerator: accel_init copies what it needs.
 #[repr(C)]
@@ -210,6 +230,12 @@ pub struct accel_tokenizer {
 /// first set. Not thread-safe: one thread at a time per object.
 #[repr(C)]
 pub struct accel_values {
+    _data: [u8; 0],
+    _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+}
+/// A Trainer.
+#[repr(C)]
+pub struct accel_trainer {
     _data: [u8; 0],
     _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
 }
@@ -345,6 +371,53 @@ pub type accel_log_sink_fn = Option<
         rank: i32,
         flags: accel_log_flags,
         message: *const c_char,
+        user_data: *mut c_void,
+    ) -> i32,
+>;
+/// A callback of the Trainer: called on the thread running accel_trainer_train / evaluate /
+/// predict, at each event, with `values` (see the events; NULL for the others, valid during the
+/// call). It may read the state (accel_trainer_global_step, _epoch, _state_json), change the
+/// control (accel_trainer_set_control) and call the accelerator and the Trainer's objects (e.g.
+/// accel_trainer_evaluate from on_step_end); not accel_trainer_free nor accel_trainer_train.
+pub type accel_trainer_callback_fn = Option<
+    unsafe extern "C" fn(
+        trainer: *mut accel_trainer,
+        event: accel_trainer_event,
+        values: *const accel_values,
+        user_data: *mut c_void,
+    ) -> i32,
+>;
+/// A training step: the loss of one micro-batch (`count` fields, valid during the call), a scalar
+/// tensor with its graph, into `*out_loss` (the library frees it). Called on the training thread.
+pub type accel_training_step_fn = Option<
+    unsafe extern "C" fn(
+        batch: *const *const accel_tensor,
+        count: usize,
+        out_loss: *mut *mut accel_tensor,
+        user_data: *mut c_void,
+    ) -> i32,
+>;
+/// An evaluation step, under no-grad, the model in eval mode: any of the loss (one number), the
+/// predictions and the labels of the batch (first dimension: its samples); leave an output NULL to
+/// give none. The library frees what it is given.
+pub type accel_eval_step_fn = Option<
+    unsafe extern "C" fn(
+        batch: *const *const accel_tensor,
+        count: usize,
+        out_loss: *mut *mut accel_tensor,
+        out_predictions: *mut *mut accel_tensor,
+        out_labels: *mut *mut accel_tensor,
+        user_data: *mut c_void,
+    ) -> i32,
+>;
+/// Metrics of an evaluation: the predictions and labels of every sample once, gathered from every
+/// process in dataset order, set into `metrics` as numbers (each key gets the "eval_" or "test_"
+/// prefix unless it has it). Called on every process.
+pub type accel_compute_metrics_fn = Option<
+    unsafe extern "C" fn(
+        predictions: *const accel_tensor,
+        labels: *const accel_tensor,
+        metrics: *mut accel_values,
         user_data: *mut c_void,
     ) -> i32,
 >;
@@ -1794,4 +1867,99 @@ extern "C" {
         flags: accel_log_flags,
         message: *const c_char,
     ) -> accel_status;
+    // Trainer
+    /// transformers' name of an event ("on_step_end"; static storage), or NULL for another value.
+    pub fn accel_trainer_event_name(event: accel_trainer_event) -> *const c_char;
+    /// A Trainer of `model` with `optimizer`, `scheduler` (may be NULL), the `train` dataloader and
+    /// `eval` (may be NULL; needed for evaluations) on `accelerator`, with `settings` (may be NULL).
+    /// Objects not yet prepared are prepared here as accel_prepare would (in that order). The default
+    /// steps call the model's methods: training_step(batch fields...) returning the loss first, and
+    /// eval_step(batch fields...) returning (loss, predictions), the labels being the batch's last
+    /// field. A second Trainer on the same accelerator is ACCEL_ERR_STATE.
+    pub fn accel_trainer_new(
+        accelerator: *mut accel_accelerator,
+        model: *mut accel_model,
+        optimizer: *mut accel_optimizer,
+        scheduler: *mut accel_scheduler,
+        train: *mut accel_dataloader,
+        eval: *mut accel_dataloader,
+        settings: *const c_char,
+        out: *mut *mut accel_trainer,
+    ) -> accel_status;
+    /// Replaces the training step (NULL `step`: the model's training_step again). Callback rules.
+    pub fn accel_trainer_set_training_step(
+        trainer: *mut accel_trainer,
+        step: accel_training_step_fn,
+        user_data: *mut c_void,
+        release: accel_release_fn,
+    ) -> accel_status;
+    /// Replaces the evaluation step (NULL `step`: the model's eval_step again).
+    pub fn accel_trainer_set_eval_step(
+        trainer: *mut accel_trainer,
+        step: accel_eval_step_fn,
+        user_data: *mut c_void,
+        release: accel_release_fn,
+    ) -> accel_status;
+    /// Sets compute_metrics (NULL: none; an evaluation then gives its loss alone).
+    pub fn accel_trainer_set_compute_metrics(
+        trainer: *mut accel_trainer,
+        fn_: accel_compute_metrics_fn,
+        user_data: *mut c_void,
+        release: accel_release_fn,
+    ) -> accel_status;
+    /// Adds a callback, called after the earlier ones at every event. on_init_end reaches the
+    /// callbacks added before the first accel_trainer_train, _evaluate or _predict, once.
+    pub fn accel_trainer_add_callback(
+        trainer: *mut accel_trainer,
+        callback: accel_trainer_callback_fn,
+        user_data: *mut c_void,
+        release: accel_release_fn,
+    ) -> accel_status;
+    /// transformers' Trainer.train: from the start, or with resume_from_checkpoint from that
+    /// checkpoint. A callback's failure is ACCEL_ERR_CALLBACK naming the event; any failure leaves the
+    /// objects where the failing step left them (the last checkpoint is intact).
+    pub fn accel_trainer_train(trainer: *mut accel_trainer) -> accel_status;
+    /// transformers' Trainer.evaluate over the eval dataloader: "eval_loss" (the mean over samples of
+    /// the steps' losses) and compute_metrics' metrics, logged (log_history, trackers) and given to
+    /// on_evaluate. `*out_metrics` (may be NULL) receives them; free with accel_values_free.
+    pub fn accel_trainer_evaluate(
+        trainer: *mut accel_trainer,
+        out_metrics: *mut *mut accel_values,
+    ) -> accel_status;
+    /// transformers' Trainer.predict over `loader` (prepared on the accelerator): the predictions and
+    /// labels of every sample once, in dataset order, on every process (NULL outputs are not written;
+    /// an output the steps never gave is set to NULL), and the "test_" metrics.
+    pub fn accel_trainer_predict(
+        trainer: *mut accel_trainer,
+        loader: *mut accel_dataloader,
+        out_predictions: *mut *mut accel_tensor,
+        out_labels: *mut *mut accel_tensor,
+        out_metrics: *mut *mut accel_values,
+    ) -> accel_status;
+    /// The state as transformers' trainer_state.json text. Buffer convention.
+    pub fn accel_trainer_state_json(
+        trainer: *const accel_trainer,
+        buf: *mut c_char,
+        capacity: usize,
+        out_size: *mut usize,
+    ) -> accel_status;
+    /// The optimizer updates made (TrainerState.global_step).
+    pub fn accel_trainer_global_step(trainer: *const accel_trainer, out: *mut i64) -> accel_status;
+    /// TrainerState.epoch: epochs done as a fraction (0 before training).
+    pub fn accel_trainer_epoch(trainer: *const accel_trainer, out: *mut f64) -> accel_status;
+    /// Reads one TrainerControl flag: "should_training_stop", "should_epoch_stop", "should_save",
+    /// "should_evaluate" or "should_log"; another name is ACCEL_ERR_INVALID_ARGUMENT.
+    pub fn accel_trainer_control(
+        trainer: *const accel_trainer,
+        flag: *const c_char,
+        out: *mut bool,
+    ) -> accel_status;
+    /// Sets one TrainerControl flag (from a callback: what transformers' callbacks return).
+    pub fn accel_trainer_set_control(
+        trainer: *mut accel_trainer,
+        flag: *const c_char,
+        value: bool,
+    ) -> accel_status;
+    /// Frees a Trainer and releases its callbacks. NULL is a no-op.
+    pub fn accel_trainer_free(trainer: *mut accel_trainer);
 }

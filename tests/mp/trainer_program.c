@@ -1,0 +1,293 @@
+/* The Trainer against the loop a program writes by hand, through the C interface, on any number
+ * of processes (started by `accel launch`). Usage:
+ *   trainer_program hand|trainer OUT ACCUMULATION [SETTINGS]
+ *   trainer_program predict OUT
+ * Both training modes build the same model, optimizer, schedule and data with the same seed and
+ * write the final parameters with accel_save_model into OUT/model. `trainer` also writes, per
+ * rank, OUT/events_<rank>.txt (every callback event and the step it saw) and
+ * OUT/trace_<rank>.txt ("micro <step> <loss>" per micro-batch from its own training step,
+ * "log <step> <loss>" per logged loss), and OUT/trainer_state.json (rank 0). `predict` writes
+ * OUT/predict_<rank>.txt: the predictions (each sample's index, as a float) of 23 samples,
+ * batch 4. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+
+#define CHECK(call)                                                         \
+  do {                                                                      \
+    accel_status st_ = (call);                                              \
+    if (st_ != ACCEL_OK) {                                                  \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, accel_status_name(st_), \
+              accel_last_error_message());                                  \
+      exit(1);                                                              \
+    }                                                                       \
+  } while (0)
+
+enum { kSamples = 96, kFeatures = 8, kClasses = 4, kBatch = 4 };
+
+static const char kSource[] =
+    "def training_step(self, x, y):\n"
+    "    return torch.cross_entropy_loss(self.fc.forward(x), y)\n"
+    "def eval_step(self, x, y):\n"
+    "    logits = self.fc.forward(x)\n"
+    "    return torch.cross_entropy_loss(logits, y), logits.argmax(1)\n"
+    "def index(self, x, y):\n"
+    "    return x[:, 0]\n";
+
+typedef struct {
+  accel_accelerator* acc;
+  accel_model* model;
+  accel_optimizer* opt;
+  accel_scheduler* sched;
+  accel_dataloader *train, *eval;
+  FILE *events, *trace;
+} Run;
+
+/* Samples whose class is a function of the features, so the model has something to learn; x[0]
+ * is the sample's index (the predictions of `predict`). */
+static accel_dataset* dataset(int n) {
+  float* x = malloc(sizeof(float) * n * kFeatures);
+  int64_t* y = malloc(sizeof(int64_t) * n);
+  int64_t xs[2] = {n, kFeatures}, ys[1] = {n};
+  accel_tensor *tx = NULL, *ty = NULL;
+  const accel_tensor* fields[2];
+  accel_dataset* ds = NULL;
+  int i, f;
+  for (i = 0; i < n; ++i) {
+    y[i] = (i * 7) % kClasses;
+    x[i * kFeatures] = (float)i;
+    for (f = 1; f < kFeatures; ++f)
+      x[i * kFeatures + f] = (float)((i * 31 + f * 17) % 13) / 13.0f + (f % kClasses == y[i]);
+  }
+  CHECK(accel_tensor_from_data(x, sizeof(float) * n * kFeatures, ACCEL_DTYPE_F32, xs, 2, &tx));
+  CHECK(accel_tensor_from_data(y, sizeof(int64_t) * n, ACCEL_DTYPE_I64, ys, 1, &ty));
+  fields[0] = tx;
+  fields[1] = ty;
+  CHECK(accel_dataset_from_tensors(fields, 2, &ds));
+  accel_tensor_free(tx);
+  accel_tensor_free(ty);
+  free(x);
+  free(y);
+  return ds;
+}
+
+static accel_dataloader* loader(accel_accelerator* acc, int n, int shuffle) {
+  accel_dataset* ds = dataset(n);
+  accel_dataloader* l = NULL;
+  char text[16];
+  CHECK(accel_dataloader_new(acc, ds, &l));
+  snprintf(text, sizeof text, "%d", kBatch);
+  CHECK(accel_dataloader_set(l, "batch_size", text));
+  if (shuffle) {
+    CHECK(accel_dataloader_set(l, "shuffle", "true"));
+    CHECK(accel_dataloader_set(l, "seed", "7"));
+  }
+  accel_dataset_free(ds);
+  return l;
+}
+
+static void build(Run* r, const char* accumulation) {
+  accel_config* cfg = NULL;
+  CHECK(accel_config_new(&cfg));
+  CHECK(accel_config_set(cfg, "gradient_accumulation_steps", accumulation));
+  CHECK(accel_init(cfg, &r->acc));
+  accel_config_free(cfg);
+  CHECK(accel_set_seed(r->acc, 42, false));
+  CHECK(accel_model_new(&r->model));
+  CHECK(accel_model_add_layer(r->model, "fc", "linear", "in_features=8 out_features=4"));
+  CHECK(accel_model_define(r->model, kSource));
+  CHECK(accel_optimizer_new(r->model, "adamw", &r->opt));
+  CHECK(accel_optimizer_set(r->opt, "lr", "0.01"));
+  CHECK(accel_scheduler_new(r->opt, "linear", &r->sched));
+  CHECK(accel_scheduler_set(r->sched, "warmup_steps", "20"));
+  CHECK(accel_scheduler_set(r->sched, "total_steps", "2000"));
+  r->train = loader(r->acc, kSamples, 1);
+  r->eval = loader(r->acc, 23, 0);
+}
+
+static void hand_loop(Run* r, long max_steps) {
+  void* objects[5];
+  long step = 0;
+  int epoch;
+  objects[0] = r->model;
+  objects[1] = r->opt;
+  objects[2] = r->sched;
+  objects[3] = r->train;
+  objects[4] = r->eval;
+  CHECK(accel_prepare(r->acc, objects, 5));
+  for (epoch = 0; step < max_steps; ++epoch) {
+    CHECK(accel_dataloader_set_epoch(r->train, epoch));
+    CHECK(accel_model_train(r->model, true));
+    for (;;) {
+      accel_tensor* fields[2];
+      accel_tensor_list* out = NULL;
+      accel_tensor* loss = NULL;
+      bool sync = false, skipped = false;
+      size_t n = 0;
+      CHECK(accel_dataloader_next(r->train, fields, 2, &n));
+      if (n == 0) break;
+      CHECK(accel_accumulate(r->acc));
+      CHECK(
+          accel_model_call(r->model, "training_step", (const accel_tensor* const*)fields, 2, &out));
+      CHECK(accel_tensor_list_get(out, 0, &loss));
+      CHECK(accel_backward(r->acc, loss));
+      CHECK(accel_sync_gradients(r->acc, &sync));
+      if (sync) {
+        CHECK(accel_clip_grad_norm(r->acc, r->model, 1.0, 2.0, NULL));
+        CHECK(accel_optimizer_step(r->opt));
+        CHECK(accel_optimizer_step_was_skipped(r->opt, &skipped));
+        if (!skipped) CHECK(accel_scheduler_step(r->sched));
+        CHECK(accel_optimizer_zero_grad(r->opt));
+        ++step;
+      }
+      accel_tensor_free(loss);
+      accel_tensor_list_free(out);
+      accel_tensor_free(fields[0]);
+      accel_tensor_free(fields[1]);
+      if (step >= max_steps) break;
+    }
+  }
+}
+
+static int32_t on_event(accel_trainer* trainer, accel_trainer_event event,
+                        const accel_values* values, void* user_data) {
+  Run* r = user_data;
+  int64_t step = 0;
+  size_t i, count = 0;
+  if (accel_trainer_global_step(trainer, &step) != ACCEL_OK) return 1;
+  fprintf(r->events, "%s %lld\n", accel_trainer_event_name(event), (long long)step);
+  if (event == ACCEL_TRAINER_ON_LOG && values && accel_values_count(values, &count) == ACCEL_OK) {
+    for (i = 0; i < count; ++i) {
+      const char* key = NULL;
+      double number = 0;
+      if (accel_values_get(values, i, &key, NULL, &number, NULL) != ACCEL_OK) return 1;
+      if (strcmp(key, "loss") == 0) fprintf(r->trace, "log %lld %.17g\n", (long long)step, number);
+    }
+  }
+  return 0;
+}
+
+/* The model's training_step, the loss traced: the same computation as the default step. */
+static int32_t traced_step(const accel_tensor* const* batch, size_t count, accel_tensor** out_loss,
+                           void* user_data) {
+  Run* r = user_data;
+  accel_tensor_list* out = NULL;
+  double value = 0;
+  if (accel_model_call(r->model, "training_step", batch, count, &out) != ACCEL_OK) return 1;
+  if (accel_tensor_list_get(out, 0, out_loss) != ACCEL_OK) return 1;
+  accel_tensor_list_free(out);
+  if (accel_tensor_item_f64(*out_loss, &value) != ACCEL_OK) return 1;
+  fprintf(r->trace, "micro %.9g\n", value);
+  return 0;
+}
+
+static FILE* rank_file(const char* out, const char* name, int32_t rank) {
+  char path[4096];
+  FILE* f;
+  snprintf(path, sizeof path, "%s/%s_%d.txt", out, name, rank);
+  f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "cannot write %s\n", path);
+    exit(1);
+  }
+  return f;
+}
+
+static void trainer_run(Run* r, const char* out, const char* settings, int32_t rank) {
+  accel_trainer* t = NULL;
+  char* state = NULL;
+  size_t size = 0;
+  r->events = rank_file(out, "events", rank);
+  r->trace = rank_file(out, "trace", rank);
+  CHECK(accel_trainer_new(r->acc, r->model, r->opt, r->sched, r->train, r->eval, settings, &t));
+  CHECK(accel_trainer_set_training_step(t, traced_step, r, NULL));
+  CHECK(accel_trainer_add_callback(t, on_event, r, NULL));
+  CHECK(accel_trainer_train(t));
+  accel_trainer_state_json(t, NULL, 0, &size);
+  state = malloc(size);
+  CHECK(accel_trainer_state_json(t, state, size, &size));
+  if (rank == 0) {
+    char path[4096];
+    FILE* f;
+    snprintf(path, sizeof path, "%s/trainer_state.json", out);
+    f = fopen(path, "w");
+    if (!f || fwrite(state, 1, size, f) != size) exit(1);
+    fclose(f);
+  }
+  free(state);
+  accel_trainer_free(t);
+  fclose(r->events);
+  fclose(r->trace);
+}
+
+/* Predictions that say which sample they are: the model's `index` (x[:, 0]); labels y. */
+static int32_t index_step(const accel_tensor* const* batch, size_t count, accel_tensor** out_loss,
+                          accel_tensor** out_predictions, accel_tensor** out_labels,
+                          void* user_data) {
+  Run* r = user_data;
+  accel_tensor_list* out = NULL;
+  (void)out_loss;
+  if (accel_model_call(r->model, "index", batch, count, &out) != ACCEL_OK) return 1;
+  if (accel_tensor_list_get(out, 0, out_predictions) != ACCEL_OK) return 1;
+  accel_tensor_list_free(out);
+  *out_labels = (accel_tensor*)batch[1]; /* a batch handle may be given back as it is */
+  return 0;
+}
+
+static void predict_run(Run* r, const char* out, int32_t rank) {
+  accel_trainer* t = NULL;
+  accel_tensor* predictions = NULL;
+  FILE* f = rank_file(out, "predict", rank);
+  int64_t n = 0, i;
+  CHECK(accel_trainer_new(r->acc, r->model, r->opt, r->sched, r->train, r->eval,
+                          "speed_metrics=false", &t));
+  CHECK(accel_trainer_set_eval_step(t, index_step, r, NULL));
+  CHECK(accel_trainer_predict(t, r->eval, &predictions, NULL, NULL));
+  CHECK(accel_tensor_element_count(predictions, &n));
+  {
+    float* v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    size_t size = 0;
+    CHECK(accel_tensor_to_data(predictions, v, sizeof(float) * (size_t)n, &size));
+    for (i = 0; i < n; ++i) fprintf(f, "%g\n", v[i]);
+    free(v);
+  }
+  accel_tensor_free(predictions);
+  accel_trainer_free(t);
+  fclose(f);
+}
+
+int main(int argc, char** argv) {
+  Run r;
+  char dir[4096];
+  int32_t rank = 0;
+  memset(&r, 0, sizeof r);
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s hand|trainer|predict OUT [ACCUMULATION [SETTINGS]]\n", argv[0]);
+    return 2;
+  }
+  build(&r, argc > 3 ? argv[3] : "1");
+  CHECK(accel_process_index(r.acc, &rank));
+  if (strcmp(argv[1], "hand") == 0) {
+    hand_loop(&r, argc > 4 ? atol(argv[4]) : 300);
+  } else if (strcmp(argv[1], "trainer") == 0) {
+    trainer_run(&r, argv[2], argc > 4 ? argv[4] : "", rank);
+  } else if (strcmp(argv[1], "predict") == 0) {
+    predict_run(&r, argv[2], rank);
+    goto done;
+  } else {
+    fprintf(stderr, "unknown mode %s\n", argv[1]);
+    return 2;
+  }
+  snprintf(dir, sizeof dir, "%s/model", argv[2]);
+  CHECK(accel_save_model(r.acc, r.model, dir, NULL));
+done:
+  accel_dataloader_free(r.train);
+  accel_dataloader_free(r.eval);
+  accel_scheduler_free(r.sched);
+  accel_optimizer_free(r.opt);
+  accel_model_free(r.model);
+  accel_accelerator_free(r.acc);
+  return 0;
+}

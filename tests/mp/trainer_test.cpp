@@ -1,0 +1,161 @@
+// The Trainer (accel_trainer_*) on real processes over Gloo: bitwise the hand-written loop on 1
+// and 2 processes, the logged loss as the window's mean over ranks, the callback events in
+// transformers' order, and predict giving every sample once, in order, on 1, 2 and 3 processes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "run_command.hpp"
+
+namespace {
+
+using mp_test::run;
+
+const std::string kCli = ACCEL_CLI;
+const std::string kProgram = TRAINER_PROGRAM;
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// Python's round(v, 4) is what the Trainer logs; the recomputed mean is compared after it.
+double round4(double v) {
+  return std::nearbyint(v * 10000) / 10000;
+}
+
+// The runs every TrainerRuns test reads, made once by the first (a failure fails that test, and
+// the others then fail on the files it did not write).
+class TrainerRuns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!dir_.empty()) return;
+    dir_ = ::testing::TempDir() + "trainer_mp_" + std::to_string(getpid());
+    ASSERT_EQ(run("rm -rf " + dir_ + " && mkdir -p " + dir_).code, 0);
+    for (int n : {1, 2}) {
+      const std::string base = dir_ + "/n" + std::to_string(n);
+      ASSERT_EQ(run("mkdir -p " + base + "/hand " + base + "/trainer").code, 0);
+      const std::string launch = kCli + " launch -n " + std::to_string(n) + " " + kProgram;
+      const auto hand = run(launch + " hand " + base + "/hand 2 300");
+      ASSERT_EQ(hand.code, 0) << hand.output;
+      const auto trainer =
+          run(launch + " trainer " + base + "/trainer 2 'max_steps=300,logging_steps=10," +
+              "save_strategy=no,speed_metrics=false,output_dir=" + base + "/run'");
+      ASSERT_EQ(trainer.code, 0) << trainer.output;
+    }
+  }
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) run("rm -rf " + dir_);
+  }
+  static std::string dir_;
+};
+std::string TrainerRuns::dir_;
+
+TEST_F(TrainerRuns, ParametersAreBitwiseTheHandWrittenLoopsOn1And2Processes) {
+  for (const char* n : {"n1", "n2"}) {
+    const std::string base = dir_ + "/" + n;
+    const auto cmp = run("cmp " + base + "/hand/model/model.safetensors " + base +
+                         "/trainer/model/model.safetensors");
+    EXPECT_EQ(cmp.code, 0) << n << ": " << cmp.output;
+  }
+  // And the runs did train: 1 and 2 processes see different batches, so they differ.
+  EXPECT_NE(run("cmp -s " + dir_ + "/n1/hand/model/model.safetensors " + dir_ +
+                "/n2/hand/model/model.safetensors")
+                .code,
+            0);
+}
+
+// Each rank's window: the micro-batch losses since its last log, each divided by the
+// accumulation in fp32 and summed in fp32 (transformers' tr_loss); the log is the fp32 mean of
+// the ranks' sums over the steps since the last log, rounded to 4 places.
+TEST_F(TrainerRuns, LoggedLossIsTheMeanOverRanksOfTheWindowWithin1e7) {
+  for (int n : {1, 2}) {
+    std::vector<std::vector<float>> sums(n);
+    std::vector<std::vector<std::pair<long, double>>> logs(n);
+    for (int r = 0; r < n; ++r) {
+      float sum = 0;
+      for (const auto& line : lines_of(dir_ + "/n" + std::to_string(n) + "/trainer/trace_" +
+                                       std::to_string(r) + ".txt")) {
+        std::istringstream in(line);
+        std::string kind;
+        in >> kind;
+        if (kind == "micro") {
+          float loss = 0;
+          in >> loss;
+          sum += loss / 2.0f;
+        } else {
+          long step = 0;
+          double logged = 0;
+          in >> step >> logged;
+          logs[r].emplace_back(step, logged);
+          sums[r].push_back(sum);
+          sum = 0;
+        }
+      }
+    }
+    ASSERT_EQ(logs[0].size(), 30u) << "a log every 10 of 300 steps";
+    for (size_t k = 0; k < logs[0].size(); ++k) {
+      EXPECT_EQ(logs[0][k].first, static_cast<long>(10 * (k + 1)));
+      float mean = 0;
+      for (int r = 0; r < n; ++r) mean += sums[r][k];
+      mean /= static_cast<float>(n);
+      const double want = round4(static_cast<double>(mean) / 10.0);
+      for (int r = 0; r < n; ++r)
+        EXPECT_NEAR(logs[r][k].second, want, 1e-7) << n << " processes, log " << k;
+    }
+  }
+}
+
+TEST_F(TrainerRuns, EventsComeInTransformersOrder) {
+  const auto events = lines_of(dir_ + "/n1/trainer/events_0.txt");
+  ASSERT_GT(events.size(), 10u);
+  // One optimizer step of two micro-batches, as transformers' loop raises its events.
+  const std::vector<std::string> first = {
+      "on_init_end 0",       "on_train_begin 0", "on_epoch_begin 0",
+      "on_step_begin 0",     "on_substep_end 0", "on_pre_optimizer_step 0",
+      "on_optimizer_step 0", "on_step_end 1",    "on_step_begin 1"};
+  EXPECT_EQ(std::vector<std::string>(events.begin(), events.begin() + first.size()), first);
+  // 96 samples in batches of 4 with 2 per step: 12 steps an epoch, 25 epochs for 300 steps.
+  size_t epochs = 0, logs = 0;
+  for (const auto& e : events) {
+    epochs += e.rfind("on_epoch_end ", 0) == 0;
+    logs += e.rfind("on_log ", 0) == 0;
+  }
+  EXPECT_EQ(epochs, 25u);
+  EXPECT_EQ(logs, 31u) << "30 loss logs and the train metrics";
+  const std::vector<std::string> last = {"on_step_end 300", "on_log 300", "on_epoch_end 300",
+                                         "on_log 300", "on_train_end 300"};
+  EXPECT_EQ(std::vector<std::string>(events.end() - last.size(), events.end()), last);
+  // trainer_state.json: transformers' fields, the log history with the final train_loss.
+  const auto state = lines_of(dir_ + "/n1/trainer/trainer_state.json");
+  std::string text;
+  for (const auto& l : state) text += l + "\n";
+  EXPECT_NE(text.find("\"global_step\": 300,"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"train_loss\": "), std::string::npos) << text;
+  EXPECT_EQ(text.find("train_runtime"), std::string::npos) << "speed_metrics=false";
+}
+
+TEST(TrainerPredict, EverySampleOnceInOrderOn1To3Processes) {
+  const std::string dir = ::testing::TempDir() + "trainer_predict_" + std::to_string(getpid());
+  for (int n : {1, 2, 3}) {
+    ASSERT_EQ(run("rm -rf " + dir + " && mkdir -p " + dir).code, 0);
+    const auto r =
+        run(kCli + " launch -n " + std::to_string(n) + " " + kProgram + " predict " + dir);
+    ASSERT_EQ(r.code, 0) << r.output;
+    for (int rank = 0; rank < n; ++rank) {
+      const auto got = lines_of(dir + "/predict_" + std::to_string(rank) + ".txt");
+      ASSERT_EQ(got.size(), 23u) << n << " processes, rank " << rank;
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], std::to_string(i)) << i;
+    }
+  }
+  run("rm -rf " + dir);
+}
+
+}  // namespace
