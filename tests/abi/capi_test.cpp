@@ -203,6 +203,12 @@ std::vector<Case> cases() {
   auto PR = [](O o) { return o.wrong<accel_profiler>(); };
   auto LR = [](O o) { return o.wrong<accel_load_report>(); };
   auto TK = [](O o) { return o.wrong<accel_tokenizer>(); };
+  auto TR = [](O o) { return o.wrong<accel_trainer>(); };
+  static accel_trainer* tr_out;
+  static double dbl;
+  static bool flag;
+  static accel_trainer_callback_fn on_any = [](accel_trainer*, accel_trainer_event,
+                                               const accel_values*, void*) -> int32_t { return 0; };
   static const char* two_texts[] = {"hello", "world"};
   static accel_local_sgd* ls_out;
   static accel_profiler* pr_out;
@@ -1101,6 +1107,102 @@ std::vector<Case> cases() {
                 accel_profiler_free(PR(o));
                 return accel_last_error_status();
               })}},
+      // The Trainer: every argument is checked before any object is prepared.
+      {"accel_trainer_new",
+       {null("accelerator",
+             [](O o) {
+               return accel_trainer_new(nullptr, o.model, o.optimizer, nullptr, o.loader, nullptr,
+                                        nullptr, &tr_out);
+             }),
+        wrong("model",
+              [M](O o) {
+                return accel_trainer_new(g_acc, M(o), o.optimizer, nullptr, o.loader, nullptr,
+                                         nullptr, &tr_out);
+              }),
+        null("optimizer",
+             [](O o) {
+               return accel_trainer_new(g_acc, o.model, nullptr, nullptr, o.loader, nullptr,
+                                        nullptr, &tr_out);
+             }),
+        wrong("scheduler",
+              [S](O o) {
+                return accel_trainer_new(g_acc, o.model, o.optimizer, S(o), o.loader, nullptr,
+                                         nullptr, &tr_out);
+              }),
+        null("train",
+             [](O o) {
+               return accel_trainer_new(g_acc, o.model, o.optimizer, nullptr, nullptr, nullptr,
+                                        nullptr, &tr_out);
+             }),
+        null("out",
+             [](O o) {
+               return accel_trainer_new(g_acc, o.model, o.optimizer, nullptr, o.loader, nullptr,
+                                        nullptr, nullptr);
+             })}},
+      {"accel_trainer_set_training_step",
+       {null("trainer",
+             [](O) { return accel_trainer_set_training_step(nullptr, nullptr, nullptr, nullptr); }),
+        wrong("trainer",
+              [TR](O o) {
+                return accel_trainer_set_training_step(TR(o), nullptr, nullptr, nullptr);
+              })}},
+      {"accel_trainer_set_eval_step",
+       {null("trainer",
+             [](O) { return accel_trainer_set_eval_step(nullptr, nullptr, nullptr, nullptr); }),
+        wrong(
+            "trainer",
+            [TR](O o) { return accel_trainer_set_eval_step(TR(o), nullptr, nullptr, nullptr); })}},
+      {"accel_trainer_set_compute_metrics",
+       {null("trainer",
+             [](O) {
+               return accel_trainer_set_compute_metrics(nullptr, nullptr, nullptr, nullptr);
+             }),
+        wrong("trainer",
+              [TR](O o) {
+                return accel_trainer_set_compute_metrics(TR(o), nullptr, nullptr, nullptr);
+              })}},
+      {"accel_trainer_add_callback",
+       {null("trainer",
+             [](O) { return accel_trainer_add_callback(nullptr, on_any, nullptr, nullptr); }),
+        wrong("trainer",
+              [TR](O o) { return accel_trainer_add_callback(TR(o), on_any, nullptr, nullptr); })}},
+      {"accel_trainer_train",
+       {null("trainer", [](O) { return accel_trainer_train(nullptr); }),
+        wrong("trainer", [TR](O o) { return accel_trainer_train(TR(o)); })}},
+      {"accel_trainer_evaluate",
+       {null("trainer", [](O) { return accel_trainer_evaluate(nullptr, nullptr); }),
+        wrong("trainer", [TR](O o) { return accel_trainer_evaluate(TR(o), nullptr); })}},
+      {"accel_trainer_predict",
+       {null("trainer",
+             [](O o) {
+               return accel_trainer_predict(nullptr, o.loader, nullptr, nullptr, nullptr);
+             }),
+        wrong("trainer",
+              [TR](O o) {
+                return accel_trainer_predict(TR(o), o.loader, nullptr, nullptr, nullptr);
+              })}},
+      {"accel_trainer_state_json",
+       {null("trainer", [](O) { return accel_trainer_state_json(nullptr, text, 8, &st); }),
+        wrong("trainer", [TR](O o) { return accel_trainer_state_json(TR(o), text, 8, &st); })}},
+      {"accel_trainer_global_step",
+       {null("trainer", [](O) { return accel_trainer_global_step(nullptr, &i64); }),
+        wrong("trainer", [TR](O o) { return accel_trainer_global_step(TR(o), &i64); })}},
+      {"accel_trainer_epoch",
+       {null("trainer", [](O) { return accel_trainer_epoch(nullptr, &dbl); }),
+        wrong("trainer", [TR](O o) { return accel_trainer_epoch(TR(o), &dbl); })}},
+      {"accel_trainer_control",
+       {null("trainer", [](O) { return accel_trainer_control(nullptr, "should_log", &flag); }),
+        wrong("trainer", [TR](O o) { return accel_trainer_control(TR(o), "should_log", &flag); })}},
+      {"accel_trainer_set_control",
+       {null("trainer", [](O) { return accel_trainer_set_control(nullptr, "should_log", true); }),
+        wrong("trainer",
+              [TR](O o) { return accel_trainer_set_control(TR(o), "should_log", true); })}},
+      {"accel_trainer_free",
+       {wrong("trainer",
+              [TR](O o) {
+                accel_trainer_free(TR(o));
+                return accel_last_error_status();
+              })}},
   };
 }
 
@@ -1111,7 +1213,7 @@ const std::set<std::string> kNoHandleFunctions = {
     "accel_config_free",       "accel_tensor_free",     "accel_tensor_list_free",
     "accel_accelerator_free",  "accel_bytes_list_free", "accel_dataset_free",
     "accel_dataloader_free",   "accel_model_free",      "accel_optimizer_free",
-    "accel_scheduler_free",    "accel_values_free"};
+    "accel_scheduler_free",    "accel_values_free",     "accel_trainer_event_name"};
 
 }  // namespace
 
