@@ -7,16 +7,19 @@
 //   merge_weights_program load FILE OUT
 //                                     seed 9, prepared, FILE loaded with
 //                                     accel_load_checkpoint_in_model into one model and
-//                                     accel_load_pretrained (strict) into another; each rank writes
-//                                     the parameters it holds to OUT/checkpoint/ and
-//                                     OUT/pretrained/
+//                                     accel_load_pretrained (strict) into another, and through
+//                                     a name map swapping norm.weight and norm.bias into a
+//                                     third; each rank writes the parameters it holds to
+//                                     OUT/checkpoint/, OUT/pretrained/ and OUT/mapped/
 // Under ZeRO stage 3 a rank holds the parameters it owns (accel_model_tensor refuses the others),
 // so the ranks' files together are the whole model.
 #include <accel/accel.hpp>
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -95,11 +98,19 @@ int load(const std::string& file, const std::string& out) {
   acc.set_seed(9);
   accel::Model a = build();
   accel::Model b = build();
-  acc.prepare(a, b);
+  accel::Model c = build();
+  acc.prepare(a, b, c);
   a.load_checkpoint(file);
   b.load_pretrained(file, "strict=true");
+  // Both [32]: the mapped names follow every rule, stage 3's reads of what a rank owns included.
+  c.load_pretrained(file, "strict=true", [](std::string_view n) -> std::optional<std::string> {
+    if (n == "norm.weight") return std::string("norm.bias");
+    if (n == "norm.bias") return std::string("norm.weight");
+    return std::string(n);
+  });
   dump_held(acc, a, out + "/checkpoint");
   dump_held(acc, b, out + "/pretrained");
+  dump_held(acc, c, out + "/mapped");
   acc.wait_for_everyone();
   return 0;
 }

@@ -1,8 +1,8 @@
 // `accel merge-weights` on a real save: 2 ranks over Gloo train under ZeRO stage 3 and
 // accel_save_state; the merged model.safetensors loads, on 1 process at stage 0 and on 2 at stage
-// 3, with accel_load_checkpoint_in_model and accel_load_pretrained, into parameters bitwise those
-// the saving run held. Then the command's errors on a broken save: each a message naming the
-// file, a non-zero exit, and nothing written at the output.
+// 3, with accel_load_checkpoint_in_model and accel_load_pretrained (also through a name map), into
+// parameters bitwise those the saving run held. Then the command's errors on a broken save: each a
+// message naming the file, a non-zero exit, and nothing written at the output.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -35,6 +35,19 @@ void expect_same_parameters(const std::string& want, const std::string& got) {
   EXPECT_EQ(files_in(got), names) << got;
   for (const auto& n : names)
     EXPECT_EQ(run("cmp " + want + "/" + n + " " + got + "/" + n).code, 0) << got << "/" << n;
+}
+
+// As expect_same_parameters, with norm's weight and bias swapped (the name map's load).
+void expect_swapped_norm(const std::string& want, const std::string& got) {
+  ASSERT_EQ(files_in(got), files_in(want)) << got;
+  for (const auto& n : files_in(want)) {
+    const std::string from = n == "norm.weight.bin" ? "norm.bias.bin"
+                             : n == "norm.bias.bin" ? "norm.weight.bin"
+                                                    : n;
+    EXPECT_EQ(run("cmp " + want + "/" + from + " " + got + "/" + n).code, 0) << got << "/" << n;
+  }
+  // The swap is seen: trained weight and bias differ.
+  EXPECT_NE(run("cmp " + want + "/norm.weight.bin " + want + "/norm.bias.bin").code, 0);
 }
 
 // Under stage 3 each of the 2 ranks holds only some of the 8 parameters.
@@ -70,10 +83,11 @@ TEST_F(MergeWeights, Stage3SaveLoadsBitwiseAtStage0AndStage3) {
   EXPECT_EQ(
       run("cmp " + dir_ + "/state/model_0.safetensors " + dir_ + "/merged/model.safetensors").code,
       0);
-  ASSERT_EQ(run("mkdir -p " + dir_ + "/s0/checkpoint " + dir_ + "/s0/pretrained " + dir_ +
-                "/s3/checkpoint " + dir_ + "/s3/pretrained")
-                .code,
-            0);
+  ASSERT_EQ(
+      run("mkdir -p " + dir_ + "/s0/checkpoint " + dir_ + "/s0/pretrained " + dir_ + "/s0/mapped " +
+          dir_ + "/s3/checkpoint " + dir_ + "/s3/pretrained " + dir_ + "/s3/mapped")
+          .code,
+      0);
   const auto s0 = run(kCli + " launch -n 1 " + kProgram + " load " + dir_ +
                       "/merged/model.safetensors " + dir_ + "/s0");
   ASSERT_EQ(s0.code, 0) << s0.output;
@@ -85,6 +99,19 @@ TEST_F(MergeWeights, Stage3SaveLoadsBitwiseAtStage0AndStage3) {
     expect_same_parameters(dir_ + "/trained", dir_ + "/s0/" + loader);
     expect_same_parameters(dir_ + "/trained", dir_ + "/s3/" + loader);
   }
+  expect_swapped_norm(dir_ + "/trained", dir_ + "/s0/mapped");
+  expect_swapped_norm(dir_ + "/trained", dir_ + "/s3/mapped");
+  // Each rank reading only what it owns (fsdp_cpu_ram_efficient_loading), through the map too.
+  ASSERT_EQ(run("mkdir -p " + dir_ + "/s3e/checkpoint " + dir_ + "/s3e/pretrained " + dir_ +
+                "/s3e/mapped")
+                .code,
+            0);
+  const auto s3e = run(kStage3 + "FSDP_CPU_RAM_EFFICIENT_LOADING=true " + kCli + " launch -n 2 " +
+                       kProgram + " load " + dir_ + "/merged " + dir_ + "/s3e");
+  ASSERT_EQ(s3e.code, 0) << s3e.output;
+  expect_sharded(s3e.output);
+  expect_same_parameters(dir_ + "/trained", dir_ + "/s3e/pretrained");
+  expect_swapped_norm(dir_ + "/trained", dir_ + "/s3e/mapped");
 }
 
 TEST_F(MergeWeights, BrokenSavesAreRefusedAndNothingIsWritten) {
