@@ -2,6 +2,7 @@
  * of processes (started by `accel launch`). Usage:
  *   trainer_program hand|trainer OUT ACCUMULATION [SETTINGS]
  *   trainer_program predict OUT
+ *   trainer_program events OUT [ACCUMULATION [SETTINGS TRAIN_SAMPLES EVAL_SAMPLES]]
  * Both training modes build the same model, optimizer, schedule and data with the same seed and
  * write the final parameters with accel_save_model into OUT/model. `trainer` also writes, per
  * rank, OUT/events_<rank>.txt (every callback event and the step it saw) and
@@ -158,7 +159,8 @@ static int32_t on_event(accel_trainer* trainer, accel_trainer_event event,
   size_t i, count = 0;
   if (accel_trainer_global_step(trainer, &step) != ACCEL_OK) return 1;
   fprintf(r->events, "%s %lld\n", accel_trainer_event_name(event), (long long)step);
-  if (event == ACCEL_TRAINER_ON_LOG && values && accel_values_count(values, &count) == ACCEL_OK) {
+  if (r->trace && event == ACCEL_TRAINER_ON_LOG && values &&
+      accel_values_count(values, &count) == ACCEL_OK) {
     for (i = 0; i < count; ++i) {
       const char* key = NULL;
       double number = 0;
@@ -236,6 +238,29 @@ static int32_t index_step(const accel_tensor* const* batch, size_t count, accel_
   return 0;
 }
 
+/* The events run: train (by default tests/data/trainer_events.txt's run: 24 training samples, 10
+ * for evaluation, batch 4, 2 micro-batches a step, 2 epochs), then evaluate and predict; each
+ * event and its step on standard output. */
+static void events_run(Run* r, const char* out, const char* extra, int train_n, int eval_n) {
+  accel_trainer* t = NULL;
+  char settings[4096];
+  accel_dataloader_free(r->train);
+  accel_dataloader_free(r->eval);
+  r->train = loader(r->acc, train_n, 0);
+  r->eval = loader(r->acc, eval_n, 0);
+  r->events = stdout;
+  snprintf(settings, sizeof settings, "speed_metrics=false,output_dir=%s/run,%s", out,
+           extra ? extra
+                 : "num_train_epochs=2,logging_steps=2,logging_first_step=true,eval_strategy=steps,"
+                   "eval_steps=3,save_strategy=steps,save_steps=3,save_total_limit=2");
+  CHECK(accel_trainer_new(r->acc, r->model, r->opt, r->sched, r->train, r->eval, settings, &t));
+  CHECK(accel_trainer_add_callback(t, on_event, r, NULL));
+  CHECK(accel_trainer_train(t));
+  CHECK(accel_trainer_evaluate(t, NULL));
+  CHECK(accel_trainer_predict(t, r->eval, NULL, NULL, NULL));
+  accel_trainer_free(t);
+}
+
 static void predict_run(Run* r, const char* out, int32_t rank) {
   accel_trainer* t = NULL;
   accel_tensor* predictions = NULL;
@@ -273,6 +298,10 @@ int main(int argc, char** argv) {
     hand_loop(&r, argc > 4 ? atol(argv[4]) : 300);
   } else if (strcmp(argv[1], "trainer") == 0) {
     trainer_run(&r, argv[2], argc > 4 ? argv[4] : "", rank);
+  } else if (strcmp(argv[1], "events") == 0) {
+    events_run(&r, argv[2], argc > 4 ? argv[4] : NULL, argc > 5 ? atoi(argv[5]) : 24,
+               argc > 6 ? atoi(argv[6]) : 10);
+    goto done;
   } else if (strcmp(argv[1], "predict") == 0) {
     predict_run(&r, argv[2], rank);
     goto done;
