@@ -10,6 +10,7 @@
  * "log <step> <loss>" per logged loss), and OUT/trainer_state.json (rank 0). `predict` writes
  * OUT/predict_<rank>.txt: the predictions (each sample's index, as a float) of 23 samples,
  * batch 4. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,12 @@ static int32_t on_event(accel_trainer* trainer, accel_trainer_event event,
   int64_t step = 0;
   size_t i, count = 0;
   if (accel_trainer_global_step(trainer, &step) != ACCEL_OK) return 1;
+  /* TRAINER_KILL_AT=N: the process dies by SIGKILL inside step N+1's accumulation window. */
+  if (event == ACCEL_TRAINER_ON_SUBSTEP_END && getenv("TRAINER_KILL_AT") &&
+      step == atol(getenv("TRAINER_KILL_AT"))) {
+    fflush(NULL);
+    raise(SIGKILL);
+  }
   fprintf(r->events, "%s %lld\n", accel_trainer_event_name(event), (long long)step);
   if (r->trace && event == ACCEL_TRAINER_ON_LOG && values &&
       accel_values_count(values, &count) == ACCEL_OK) {

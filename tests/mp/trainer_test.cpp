@@ -159,3 +159,41 @@ TEST(TrainerPredict, EverySampleOnceInOrderOn1To3Processes) {
 }
 
 }  // namespace
+
+namespace {
+
+// SIGKILL inside step 138's accumulation window (mid-window for logging every 10), resume from
+// the latest checkpoint (125): the parameters, the final trainer_state.json (log history, the
+// train loss) and every later checkpoint's trainer_state.json are the uninterrupted run's, byte
+// for byte, on 1 and on 2 processes.
+TEST(TrainerResume, KilledAtStep137ResumesBitwiseFromTheLatestCheckpoint) {
+  const std::string dir = ::testing::TempDir() + "trainer_resume_" + std::to_string(getpid());
+  const std::string settings = "max_steps=300,logging_steps=10,save_steps=25,speed_metrics=false";
+  for (int n : {1, 2}) {
+    ASSERT_EQ(run("rm -rf " + dir + " && mkdir -p " + dir + "/a " + dir + "/b").code, 0);
+    const std::string launch = kCli + " launch -n " + std::to_string(n) + " " + kProgram;
+    const auto whole =
+        run(launch + " trainer " + dir + "/a 2 '" + settings + ",output_dir=" + dir + "/a/run'");
+    ASSERT_EQ(whole.code, 0) << whole.output;
+    const auto killed = run("TRAINER_KILL_AT=137 " + launch + " trainer " + dir + "/b 2 '" +
+                            settings + ",output_dir=" + dir + "/b/run'");
+    ASSERT_NE(killed.code, 0) << killed.output;
+    EXPECT_EQ(run("test -d " + dir + "/b/run/checkpoint-125").code, 0);
+    EXPECT_NE(run("test -d " + dir + "/b/run/checkpoint-150").code, 0) << "killed before 150";
+    const auto resumed = run(launch + " trainer " + dir + "/b 2 '" + settings +
+                             ",output_dir=" + dir + "/b/run,resume_from_checkpoint=latest'");
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resumed from '" + dir + "/b/run/checkpoint-125' at step 125"),
+              std::string::npos)
+        << resumed.output;
+    for (const std::string f :
+         {"model/model.safetensors", "trainer_state.json", "run/checkpoint-150/trainer_state.json",
+          "run/checkpoint-300/trainer_state.json", "run/checkpoint-300/model_0.safetensors",
+          "run/checkpoint-300/optimizer_0.safetensors"})
+      EXPECT_EQ(run("cmp " + dir + "/a/" + f + " " + dir + "/b/" + f).code, 0)
+          << n << " processes: " << f;
+  }
+  run("rm -rf " + dir);
+}
+
+}  // namespace
