@@ -481,7 +481,8 @@ class Model {
   /** The checkpoint's names mapped first (accel.h: accel_load_pretrained_mapped), as
    *  transformers' key_mapping: `map` returns the model's name for a checkpoint tensor, or
    *  std::nullopt to leave it unused. What `map` throws stops the load, the model unchanged, and
-   *  is rethrown here; a name too long (4095 bytes) or two tensors given one name is an Error. */
+   *  is rethrown here (an empty name or one holding a NUL: std::invalid_argument); a name longer
+   *  than 4095 bytes (ACCEL_ERR_CALLBACK) or two tensors given one name is an Error. */
   using NameMap = std::function<std::optional<std::string>(std::string_view)>;
   LoadReport load_pretrained(const std::string& path, const std::string& options,
                              const NameMap& map) {
