@@ -197,3 +197,48 @@ TEST(TrainerResume, KilledAtStep137ResumesBitwiseFromTheLatestCheckpoint) {
 }
 
 }  // namespace
+
+namespace {
+
+// A scripted metric (lower is better) 0.5, 0.3, 0.45, 0.31, 0.6 every 5 steps, patience 3 and
+// threshold 0.02: transformers' EarlyStoppingCallback stops at the fifth evaluation (step 25).
+// The best (checkpoint-10) survives save_total_limit=2 beside the newest, load_best_model_at_end
+// restores its parameters bitwise, and a standalone evaluate() on them gives the step-10
+// evaluation's loss exactly.
+TEST(TrainerBest, EarlyStoppingKeepsAndRestoresTheBestCheckpoint) {
+  const std::string dir = ::testing::TempDir() + "trainer_best_" + std::to_string(getpid());
+  ASSERT_EQ(run("rm -rf " + dir + " && mkdir -p " + dir).code, 0);
+  const auto r = run("TRAINER_SCORES=0.5,0.3,0.45,0.31,0.6,0.1,0.1 " + kCli + " launch -n 2 " +
+                     kProgram + " early " + dir +
+                     " 2 'max_steps=100,logging_steps=5,eval_strategy=steps,eval_steps=5,"
+                     "save_steps=5,metric_for_best_model=score,greater_is_better=false,"
+                     "early_stopping_patience=3,early_stopping_threshold=0.02,"
+                     "load_best_model_at_end=true,save_total_limit=2,speed_metrics=false,"
+                     "output_dir=" +
+                     dir + "/run'");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(run("ls " + dir + "/run").output, "checkpoint-10\ncheckpoint-25\n");
+  std::string state;
+  for (const auto& l : lines_of(dir + "/trainer_state.json")) state += l + "\n";
+  EXPECT_NE(state.find("\"global_step\": 25,"), std::string::npos) << state;
+  EXPECT_NE(state.find("\"best_metric\": 0.3,"), std::string::npos) << state;
+  EXPECT_NE(state.find("\"best_model_checkpoint\": \"" + dir + "/run/checkpoint-10\""),
+            std::string::npos)
+      << state;
+  EXPECT_EQ(run("cmp " + dir + "/model/model.safetensors " + dir +
+                "/run/checkpoint-10/model_0.safetensors")
+                .code,
+            0);
+  // The step-10 evaluation's eval_loss, as the state records it, and the standalone one's.
+  const auto at10 = state.find("\"eval_score\": 0.3,");
+  ASSERT_NE(at10, std::string::npos);
+  const auto loss_at = state.rfind("\"eval_loss\": ", at10);
+  const std::string logged = state.substr(loss_at + 13, state.find(',', loss_at) - loss_at - 13);
+  const auto standalone = lines_of(dir + "/evaluate.txt");
+  ASSERT_FALSE(standalone.empty());
+  EXPECT_EQ(std::stod(standalone[0].substr(standalone[0].find(' ') + 1)), std::stod(logged))
+      << standalone[0] << " vs " << logged;
+  run("rm -rf " + dir);
+}
+
+}  // namespace
