@@ -388,7 +388,8 @@ pub type accel_trainer_callback_fn = Option<
     ) -> i32,
 >;
 /// A training step: the loss of one micro-batch (`count` fields, valid during the call), a scalar
-/// tensor with its graph, into `*out_loss` (the library frees it). Called on the training thread.
+/// tensor with its graph, into `*out_loss` (the library frees it). Called on the training thread;
+/// it may call the model (accel_model_call) and the other functions of the training family.
 pub type accel_training_step_fn = Option<
     unsafe extern "C" fn(
         batch: *const *const accel_tensor,
@@ -399,7 +400,8 @@ pub type accel_training_step_fn = Option<
 >;
 /// An evaluation step, under no-grad, the model in eval mode: any of the loss (one number), the
 /// predictions and the labels of the batch (first dimension: its samples); leave an output NULL to
-/// give none. The library frees what it is given.
+/// give none. The library frees what it is given; an output may also be one of the batch's
+/// handles as it is (the library then neither frees nor changes it).
 pub type accel_eval_step_fn = Option<
     unsafe extern "C" fn(
         batch: *const *const accel_tensor,
