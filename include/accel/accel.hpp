@@ -247,6 +247,26 @@ class Tensor {
   Tensor() = default;
   /** Takes ownership of a handle the C interface returned. */
   explicit Tensor(accel_tensor* owned) : h_(owned) {}
+  /** A handle the library lends for a call (a Trainer step's batch): never freed here. */
+  static Tensor borrowed(const accel_tensor* lent) {
+    Tensor t(const_cast<accel_tensor*>(lent));
+    t.owns_ = false;
+    return t;
+  }
+  Tensor(Tensor&& o) noexcept : h_(std::move(o.h_)), owns_(std::exchange(o.owns_, true)) {}
+  Tensor& operator=(Tensor&& o) noexcept {
+    if (this != &o) {
+      if (!owns_) h_.release();
+      h_ = std::move(o.h_);
+      owns_ = std::exchange(o.owns_, true);
+    }
+    return *this;
+  }
+  ~Tensor() {
+    if (!owns_) h_.release();
+  }
+  /** Gives the handle up (the caller frees it unless it was lent). */
+  accel_tensor* release() { return h_.release(); }
 
   /** A CPU tensor of `shape` holding a copy of `values` (their count must match the shape). */
   template <class T>
@@ -320,6 +340,7 @@ class Tensor {
 
  private:
   detail::Handle<accel_tensor, accel_tensor_free> h_;
+  bool owns_ = true;
 };
 
 /** Configuration: Accelerate's keys and YAML files (accel.h, "Configuration"). */
@@ -1533,6 +1554,237 @@ class Tokenizer {
   using Handle = detail::Handle<accel_tokenizer, accel_tokenizer_free>;
   Handle h_;
 };
+
+/** transformers' TrainerCallback events (accel.h, "Trainer"). */
+enum class TrainerEvent : int32_t {
+  init_end = ACCEL_TRAINER_ON_INIT_END,
+  train_begin = ACCEL_TRAINER_ON_TRAIN_BEGIN,
+  epoch_begin = ACCEL_TRAINER_ON_EPOCH_BEGIN,
+  step_begin = ACCEL_TRAINER_ON_STEP_BEGIN,
+  substep_end = ACCEL_TRAINER_ON_SUBSTEP_END,
+  pre_optimizer_step = ACCEL_TRAINER_ON_PRE_OPTIMIZER_STEP,
+  optimizer_step = ACCEL_TRAINER_ON_OPTIMIZER_STEP,
+  step_end = ACCEL_TRAINER_ON_STEP_END,
+  log = ACCEL_TRAINER_ON_LOG,
+  evaluate = ACCEL_TRAINER_ON_EVALUATE,
+  save = ACCEL_TRAINER_ON_SAVE,
+  epoch_end = ACCEL_TRAINER_ON_EPOCH_END,
+  train_end = ACCEL_TRAINER_ON_TRAIN_END,
+  predict = ACCEL_TRAINER_ON_PREDICT,
+  prediction_step = ACCEL_TRAINER_ON_PREDICTION_STEP,
+};
+
+/** transformers' name of an event ("on_step_end"). */
+inline std::string event_name(TrainerEvent e) {
+  const char* name = accel_trainer_event_name(static_cast<accel_trainer_event>(e));
+  return name ? name : "";
+}
+
+/** Metrics and logs by name. */
+using Metrics = std::map<std::string, double>;
+
+/** What a Trainer callback reads and changes: the state and the control flags. */
+class TrainerContext {
+ public:
+  explicit TrainerContext(accel_trainer* t) : t_(t) {}
+  int64_t global_step() const { return detail::query<int64_t>(accel_trainer_global_step, t_); }
+  double epoch() const { return detail::query<double>(accel_trainer_epoch, t_); }
+  /** The state as transformers' trainer_state.json. */
+  std::string state_json() const {
+    return detail::text(
+        [&](char* b, size_t c, size_t* n) { return accel_trainer_state_json(t_, b, c, n); });
+  }
+  /** A TrainerControl flag: should_training_stop, should_epoch_stop, should_save, ... */
+  bool control(const std::string& flag) const {
+    bool v = false;
+    detail::check(accel_trainer_control(t_, flag.c_str(), &v));
+    return v;
+  }
+  void set_control(const std::string& flag, bool value) {
+    detail::check(accel_trainer_set_control(t_, flag.c_str(), value));
+  }
+
+ private:
+  accel_trainer* t_;
+};
+
+/** An evaluation step's result; an empty Tensor gives none. */
+struct EvalOutput {
+  Tensor loss, predictions, labels;
+};
+
+/** Trainer::predict's result: every sample once, in dataset order. */
+struct Prediction {
+  Tensor predictions, labels;
+  Metrics metrics;
+};
+
+/**
+ * transformers' Trainer over the accelerator (accel.h, "Trainer"): the training loop, logging,
+ * evaluation, prediction, checkpoints, the best model, early stopping and exact resume. The steps
+ * and callbacks are std::functions; an exception one throws stops the call that reached it and is
+ * rethrown from there as it was. Free (destroy) it before its accelerator.
+ */
+class Trainer {
+ public:
+  /** Called at every event with the context, the event and its values (logs or metrics; null for
+   *  the events without). */
+  using Callback = std::function<void(TrainerContext&, TrainerEvent, const Metrics*)>;
+  using TrainingStep = std::function<Tensor(const std::vector<Tensor>& batch)>;
+  using EvalStep = std::function<EvalOutput(const std::vector<Tensor>& batch)>;
+  using ComputeMetrics = std::function<Metrics(const Tensor& predictions, const Tensor& labels)>;
+
+  /** `settings`: TrainingArguments' names as key=value text (accel.h). Prepares what is not. */
+  Trainer(Accelerator& accelerator, Model& model, Optimizer& optimizer, Scheduler* scheduler,
+          DataLoader& train, DataLoader* eval = nullptr, const std::string& settings = "");
+
+  /** The batch's tensors are lent for the call; return the loss (a scalar with its graph). */
+  Trainer& set_training_step(TrainingStep step) {
+    auto* box = new Box<TrainingStep>{std::move(step), state_};
+    detail::check(accel_trainer_set_training_step(get(), &Trainer::run_training_step, box,
+                                                  &Box<TrainingStep>::release));
+    return *this;
+  }
+  Trainer& set_eval_step(EvalStep step) {
+    auto* box = new Box<EvalStep>{std::move(step), state_};
+    detail::check(
+        accel_trainer_set_eval_step(get(), &Trainer::run_eval_step, box, &Box<EvalStep>::release));
+    return *this;
+  }
+  Trainer& set_compute_metrics(ComputeMetrics fn) {
+    auto* box = new Box<ComputeMetrics>{std::move(fn), state_};
+    detail::check(accel_trainer_set_compute_metrics(get(), &Trainer::run_compute_metrics, box,
+                                                    &Box<ComputeMetrics>::release));
+    return *this;
+  }
+  Trainer& add_callback(Callback callback) {
+    auto* box = new Box<Callback>{std::move(callback), state_};
+    detail::check(accel_trainer_add_callback(get(), &Trainer::run_callback_box, box,
+                                             &Box<Callback>::release));
+    return *this;
+  }
+
+  void train() {
+    call([&] { return accel_trainer_train(get()); });
+  }
+  Metrics evaluate() {
+    accel_values* raw = nullptr;
+    call([&] { return accel_trainer_evaluate(get(), &raw); });
+    return take_metrics(raw);
+  }
+  Prediction predict(DataLoader& loader);
+
+  int64_t global_step() const { return TrainerContext(get()).global_step(); }
+  double epoch() const { return TrainerContext(get()).epoch(); }
+  std::string state_json() const { return TrainerContext(get()).state_json(); }
+  accel_trainer* get() const { return h_.get(); }
+
+ private:
+  // What the callbacks share with the call that reached them: the first exception thrown.
+  struct State {
+    std::exception_ptr error;
+  };
+  template <class F>
+  struct Box {
+    F fn;
+    std::shared_ptr<State> state;
+    static void release(void* self) { delete static_cast<Box*>(self); }
+    // 0, or -1 with the exception kept for the call that reached the callback.
+    template <class G>
+    int32_t guard(G&& g) noexcept {
+      try {
+        g();
+        return 0;
+      } catch (...) {
+        if (!state->error) state->error = std::current_exception();
+      }
+      return -1;
+    }
+  };
+  static std::vector<Tensor> lent(const accel_tensor* const* batch, size_t count) {
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < count; ++i) out.push_back(Tensor::borrowed(batch[i]));
+    return out;
+  }
+  static int32_t run_training_step(const accel_tensor* const* batch, size_t count,
+                                   accel_tensor** out_loss, void* self) {
+    auto* box = static_cast<Box<TrainingStep>*>(self);
+    return box->guard([&] { *out_loss = box->fn(lent(batch, count)).release(); });
+  }
+  static int32_t run_eval_step(const accel_tensor* const* batch, size_t count,
+                               accel_tensor** out_loss, accel_tensor** out_predictions,
+                               accel_tensor** out_labels, void* self) {
+    auto* box = static_cast<Box<EvalStep>*>(self);
+    return box->guard([&] {
+      EvalOutput out = box->fn(lent(batch, count));
+      *out_loss = out.loss.release();
+      *out_predictions = out.predictions.release();
+      *out_labels = out.labels.release();
+    });
+  }
+  static int32_t run_compute_metrics(const accel_tensor* predictions, const accel_tensor* labels,
+                                     accel_values* metrics, void* self) {
+    auto* box = static_cast<Box<ComputeMetrics>*>(self);
+    return box->guard([&] {
+      const Tensor p = Tensor::borrowed(predictions), l = Tensor::borrowed(labels);
+      for (const auto& [key, value] : box->fn(p, l))
+        detail::check(accel_values_set_number(metrics, key.c_str(), value));
+    });
+  }
+  static int32_t run_callback_box(accel_trainer* t, accel_trainer_event event,
+                                  const accel_values* values, void* self) {
+    auto* box = static_cast<Box<Callback>*>(self);
+    return box->guard([&] {
+      TrainerContext ctx(t);
+      std::optional<Metrics> m;
+      if (values) {
+        m.emplace();
+        for (const auto& e : Values::entries_of(values))
+          if (!e.is_text) (*m)[e.key] = e.number;
+      }
+      box->fn(ctx, static_cast<TrainerEvent>(event), m ? &*m : nullptr);
+    });
+  }
+  static Metrics take_metrics(accel_values* raw) {
+    detail::Handle<accel_values, accel_values_free> owned(raw);
+    Metrics out;
+    for (const auto& e : Values::entries_of(raw))
+      if (!e.is_text) out[e.key] = e.number;
+    return out;
+  }
+  // Runs a C call that may reach the callbacks; their exception wins over the status it caused.
+  template <class F>
+  void call(F&& f) {
+    state_->error = nullptr;
+    const accel_status status = f();
+    if (state_->error) std::rethrow_exception(std::exchange(state_->error, nullptr));
+    detail::check(status);
+  }
+
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+  detail::Handle<accel_trainer, accel_trainer_free> h_;
+};
+
+inline Trainer::Trainer(Accelerator& accelerator, Model& model, Optimizer& optimizer,
+                        Scheduler* scheduler, DataLoader& train, DataLoader* eval,
+                        const std::string& settings) {
+  accel_trainer* t = nullptr;
+  detail::check(accel_trainer_new(accelerator.get(), model.get(), optimizer.get(),
+                                  scheduler ? scheduler->get() : nullptr, train.get(),
+                                  eval ? eval->get() : nullptr, settings.c_str(), &t));
+  h_ = detail::Handle<accel_trainer, accel_trainer_free>(t);
+}
+
+inline Prediction Trainer::predict(DataLoader& loader) {
+  accel_tensor *predictions = nullptr, *labels = nullptr;
+  accel_values* metrics = nullptr;
+  call([&] { return accel_trainer_predict(get(), loader.get(), &predictions, &labels, &metrics); });
+  Prediction p;
+  p.predictions = Tensor(predictions);
+  p.labels = Tensor(labels);
+  p.metrics = take_metrics(metrics);
+  return p;
+}
 
 }  // namespace accel
 

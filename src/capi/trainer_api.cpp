@@ -16,13 +16,17 @@ using accel::capi::require;
 
 namespace {
 
-// Calls a release callback once, when the last copy of the registration is gone.
+// Calls a release callback once, when the registration is gone (armed by setting `fn` once the
+// registering call can no longer fail).
 struct Release {
-  accel_release_fn fn;
-  void* user_data;
+  explicit Release(void* data) : user_data(data) {}
+  Release(const Release&) = delete;
+  Release& operator=(const Release&) = delete;
   ~Release() {
     if (fn) fn(user_data);
   }
+  accel_release_fn fn = nullptr;
+  void* user_data;
 };
 using Registration = std::shared_ptr<Release>;
 
@@ -163,7 +167,7 @@ ACCEL_API accel_status accel_trainer_set_training_step(accel_trainer* trainer,
     checked(trainer, "trainer");
     FamilyLock lock(trainer->family);
     auto& core = live(trainer);
-    auto reg = std::make_shared<Release>(Release{nullptr, user_data});
+    auto reg = std::make_shared<Release>(user_data);
     std::function<at::Tensor(const std::vector<at::Tensor>&)> fn;
     if (step)
       fn = [step, user_data](const std::vector<at::Tensor>& batch) {
@@ -185,7 +189,7 @@ ACCEL_API accel_status accel_trainer_set_eval_step(accel_trainer* trainer, accel
     checked(trainer, "trainer");
     FamilyLock lock(trainer->family);
     auto& core = live(trainer);
-    auto reg = std::make_shared<Release>(Release{nullptr, user_data});
+    auto reg = std::make_shared<Release>(user_data);
     std::function<accel::trainer::EvalOutput(const std::vector<at::Tensor>&)> fn;
     if (step)
       fn = [step, user_data](const std::vector<at::Tensor>& batch) {
@@ -213,7 +217,7 @@ ACCEL_API accel_status accel_trainer_set_compute_metrics(accel_trainer* trainer,
     checked(trainer, "trainer");
     FamilyLock lock(trainer->family);
     auto& core = live(trainer);
-    auto reg = std::make_shared<Release>(Release{nullptr, user_data});
+    auto reg = std::make_shared<Release>(user_data);
     std::function<accel::trainer::Metrics(const at::Tensor&, const at::Tensor&)> f;
     if (fn)
       f = [fn, user_data](const at::Tensor& predictions, const at::Tensor& labels) {
@@ -253,7 +257,8 @@ ACCEL_API accel_status accel_trainer_add_callback(accel_trainer* trainer,
           callback(trainer, static_cast<accel_trainer_event>(e), values ? &v : nullptr, user_data),
           std::string("a trainer callback at ") + accel::trainer::event_name(e));
     });
-    trainer->callbacks.push_back(std::make_shared<Release>(Release{release, user_data}));
+    trainer->callbacks.push_back(std::make_shared<Release>(user_data));
+    trainer->callbacks.back()->fn = release;
   });
 }
 

@@ -222,3 +222,126 @@ TEST(CppWraps, InferDeviceMapAndDispatch) {
     EXPECT_EQ(e.status(), ACCEL_ERR_OUT_OF_MEMORY) << e.what();
   }
 }
+
+namespace {
+
+// The Trainer run of tests/mp/trainer_events.txt (accumulation 2; 24 training and 10 evaluation
+// samples of 8 features, batch 4), through accel.hpp; `step` replaces the training step when set.
+struct TrainerRun {
+  accel::Accelerator acc;
+  accel::Model model;
+  accel::Optimizer opt;
+  accel::Scheduler sched;
+  accel::DataLoader train, eval;
+  static accel::Config config() {
+    accel::Config c;
+    c.set("gradient_accumulation_steps", "2");
+    return c;
+  }
+  static accel::Dataset data(int n) {
+    std::vector<float> x(static_cast<size_t>(n) * 8);
+    std::vector<int64_t> y(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      y[i] = i % 4;
+      for (int f = 0; f < 8; ++f) x[i * 8 + f] = static_cast<float>((i * 31 + f * 17) % 13) / 13;
+    }
+    auto tx = accel::Tensor::from_data(x, {n, 8});
+    auto ty = accel::Tensor::from_data(y, {n});
+    return accel::Dataset::from_tensors({&tx, &ty});
+  }
+  static accel::Model make_model(accel::Accelerator& acc) {
+    acc.set_seed(42);
+    accel::Model m;
+    m.add_layer("fc", "linear", "in_features=8 out_features=4");
+    m.define(
+        "def training_step(self, x, y):\n"
+        "    return torch.cross_entropy_loss(self.fc.forward(x), y)\n"
+        "def eval_step(self, x, y):\n"
+        "    logits = self.fc.forward(x)\n"
+        "    return torch.cross_entropy_loss(logits, y), logits.argmax(1)\n");
+    return m;
+  }
+  TrainerRun()
+      : acc(config()),
+        model(make_model(acc)),
+        opt(model, "adamw"),
+        sched(opt, "constant"),
+        train(loader(acc, 24)),
+        eval(loader(acc, 10)) {}
+  static accel::DataLoader loader(accel::Accelerator& acc, int n) {
+    auto ds = data(n);
+    accel::DataLoader l(acc, ds);
+    l.set("batch_size", "4");
+    return l;
+  }
+};
+
+std::vector<std::string> file_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+}  // namespace
+
+TEST(CppWraps, TrainerEventsInTransformersOrder) {
+  const std::string dir = ::testing::TempDir() + "hpp_trainer_" + std::to_string(getpid());
+  TrainerRun r;
+  accel::Trainer t(r.acc, r.model, r.opt, &r.sched, r.train, &r.eval,
+                   "num_train_epochs=2,logging_steps=2,logging_first_step=true,"
+                   "eval_strategy=steps,eval_steps=3,save_strategy=steps,save_steps=3,"
+                   "save_total_limit=2,speed_metrics=false,output_dir=" +
+                       dir);
+  std::vector<std::string> seen;
+  t.add_callback([&](accel::TrainerContext& ctx, accel::TrainerEvent e, const accel::Metrics*) {
+    seen.push_back(accel::event_name(e) + " " + std::to_string(ctx.global_step()));
+  });
+  t.set_compute_metrics([](const accel::Tensor& predictions, const accel::Tensor& labels) {
+    const auto p = predictions.to_vector<int64_t>(), l = labels.to_vector<int64_t>();
+    double hits = 0;
+    for (size_t i = 0; i < p.size(); ++i) hits += p[i] == l[i];
+    return accel::Metrics{{"accuracy", hits / static_cast<double>(p.size())}};
+  });
+  t.train();
+  const auto metrics = t.evaluate();
+  EXPECT_EQ(metrics.count("eval_accuracy"), 1u);
+  EXPECT_EQ(metrics.count("eval_loss"), 1u);
+  const auto p = t.predict(r.eval);
+  EXPECT_EQ(p.predictions.element_count(), 10);
+  EXPECT_EQ(p.labels.to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1}));
+  EXPECT_EQ(seen, file_lines(TRAINER_EVENTS_FILE));
+  EXPECT_EQ(t.global_step(), 6);
+  EXPECT_NE(t.state_json().find("\"global_step\": 6,"), std::string::npos);
+  std::remove((dir + "/checkpoint-3").c_str());
+}
+
+TEST(CppWraps, TrainerStepInCppIsTheDefaultStepAndExceptionsComeBack) {
+  std::vector<float> want, got;
+  for (bool own_step : {false, true}) {
+    TrainerRun r;
+    accel::Trainer t(r.acc, r.model, r.opt, &r.sched, r.train, &r.eval,
+                     "max_steps=6,save_strategy=no,speed_metrics=false");
+    if (own_step)
+      t.set_training_step([&](const std::vector<accel::Tensor>& batch) {
+        return std::move(r.model.call("training_step", {&batch[0], &batch[1]})[0]);
+      });
+    t.train();
+    auto w = r.model.tensor("fc.weight").to_vector<float>();
+    (own_step ? got : want) = w;
+  }
+  EXPECT_EQ(got, want) << "bitwise";
+  TrainerRun r;
+  accel::Trainer t(r.acc, r.model, r.opt, &r.sched, r.train, nullptr,
+                   "max_steps=6,save_strategy=no");
+  t.add_callback([](accel::TrainerContext& ctx, accel::TrainerEvent e, const accel::Metrics*) {
+    if (e == accel::TrainerEvent::step_end && ctx.global_step() == 3)
+      ctx.set_control("should_training_stop", true);
+  });
+  t.train();
+  EXPECT_EQ(t.global_step(), 3);
+  t.add_callback([](accel::TrainerContext&, accel::TrainerEvent e, const accel::Metrics*) {
+    if (e == accel::TrainerEvent::step_end) throw std::out_of_range("from the callback");
+  });
+  EXPECT_THROW(t.train(), std::out_of_range);
+}
