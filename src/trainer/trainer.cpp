@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include <unistd.h>
+
 #include "accelerator/accelerator.hpp"
 #include "common/error.hpp"
 #include "data/loader.hpp"
@@ -191,6 +193,9 @@ void Trainer::train() {
   begin_state(loop);
   if (!args_.resume_from_checkpoint.empty()) resume(loop);
   loop.start = seconds_now();
+  const bool bar =
+      acc_.runtime().is_main_process() && args_.progress_bar.value_or(isatty(STDERR_FILENO) != 0);
+  loop.progress = std::make_unique<ProgressBar>(bar, state_.max_steps, state_.global_step);
   emit(Event::train_begin);
   for (long long epoch = loop.epoch; epoch < loop.plan.num_train_epochs; ++epoch) {
     loop.epoch = epoch;
@@ -264,6 +269,10 @@ void Trainer::optimizer_update(Loop& loop, long long epoch) {
   on_step_end(args_, state_, control_);
   emit(Event::step_end);
   log_save_evaluate(loop);
+  std::optional<double> loss;
+  const auto& last = state_.log_history;
+  if (!last.empty() && last.back().count("loss")) loss = last.back().at("loss").value();
+  loop.progress->update(state_.global_step, loss);
 }
 
 void Trainer::log(Metrics logs) {

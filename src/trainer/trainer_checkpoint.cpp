@@ -175,6 +175,7 @@ void Trainer::finish_training(Loop& loop) {
     checkpoint::load_planned(&s, *objects_.model, "load_best_model_at_end",
                              [&] { return checkpoint::plan_strict_load(*objects_.model, path); });
   }
+  loop.progress->finish();
   loop.total_loss += window_.sum();  // transformers adds this rank's unlogged remainder
   Metrics metrics;
   if (args_.speed_metrics) {

@@ -4,11 +4,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "trainer/args.hpp"
+#include "trainer/progress.hpp"
 #include "trainer/python_json.hpp"
 #include "trainer/trainer.hpp"
 
@@ -27,6 +29,7 @@ struct Trainer::Loop {
   double total_loss = 0;  // transformers' _total_loss_scalar
   double start = 0;
   std::vector<float> rank_sums;  // every rank's open loss window, gathered for a save
+  std::unique_ptr<ProgressBar> progress;
 };
 
 inline double seconds_now() {
