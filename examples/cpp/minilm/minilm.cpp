@@ -6,6 +6,10 @@
 //                                       input) as sentence-transformers computes it: 384 numbers
 //                                       per line on standard output (mean pooling, L2
 //                                       normalisation)
+//   minilm_cpp load MODEL_DIR           the encoder built empty (accel::to_meta), the checkpoint
+//                                       loaded into it, nothing else: one line with the time and
+//                                       the resident memory (start-up, peak;
+//                                       bench/minilm_memory.py)
 //   accel launch -n 2 minilm_cpp finetune MODEL_DIR [options]
 //                                       a new classification head on the encoder, fine-tuned to
 //                                       tell which file of Debian's fortunes an entry comes from
@@ -141,6 +145,47 @@ int embed(const std::string& model_dir, const std::string& file) {
     if (lines.size() == 32) flush();
   }
   flush();
+  return 0;
+}
+
+// A /proc/self/status field in MB (-1 where there is none: not Linux).
+double status_mb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  const std::string prefix = std::string(field) + ":";
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) return std::atof(line.c_str() + prefix.size()) / 1024.0;
+  return -1;
+}
+
+// Resets VmHWM to the current resident size (Linux 4.0 and later; elsewhere nothing).
+void reset_peak() {
+  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+}
+
+// The encoder loaded and nothing else: built, emptied (Accelerate's init_empty_weights, so the
+// load allocates each tensor once and reads it in place), loaded. The start-up is the resident
+// size on entry (LibTorch and libaccel mapped and initialised); each peak is VmHWM over its step.
+int load(const std::string& model_dir) {
+  const double start = status_mb("VmRSS");
+  reset_peak();
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  bert::Model net(bert::read_config(model_dir));
+  accel::to_meta(net);  // bert.hpp builds it whole: its build peaks at the model once
+  const auto t1 = clock::now();
+  const double build_peak = status_mb("VmHWM");
+  reset_peak();
+  auto model = accel::Model::from_module(net);
+  model.load_pretrained(model_dir, "strict=false");  // pooler.* is not part of the encoder
+  const auto t2 = clock::now();
+  const auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  std::printf(
+      "load %.3f s (build and empty %.3f s, load_pretrained %.3f s); resident %.1f MB at "
+      "start-up, peak %.1f MB building, %.1f MB loading\n",
+      seconds(t2 - t0), seconds(t1 - t0), seconds(t2 - t1), start, build_peak, status_mb("VmHWM"));
   return 0;
 }
 
@@ -281,7 +326,8 @@ int finetune(const std::string& model_dir, const Options& o) {
 
 int main(int argc, char** argv) {
   const std::string usage =
-      "usage: minilm_cpp embed MODEL_DIR FILE | minilm_cpp finetune MODEL_DIR [options]\n";
+      "usage: minilm_cpp embed MODEL_DIR FILE | minilm_cpp load MODEL_DIR | minilm_cpp finetune "
+      "MODEL_DIR [options]\n";
   if (argc < 3) {
     std::fputs(usage.c_str(), stderr);
     return 2;
@@ -289,6 +335,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1], model_dir = argv[2];
   try {
     if (command == "embed" && argc == 4) return embed(model_dir, argv[3]);
+    if (command == "load" && argc == 3) return load(model_dir);
     Options o;
     if (command == "finetune" && parse(argc, argv, 3, o)) return finetune(model_dir, o);
   } catch (const std::exception& e) {
