@@ -1,6 +1,7 @@
 // The Trainer's evaluation and prediction loops: every sample once over the processes
 // (gather_for_metrics), in dataset order, the loss repeated per sample as transformers does.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 
@@ -35,7 +36,7 @@ Trainer::Gathered Trainer::run_evaluation(data::DataLoader& loader) {
                                    *rt.gradient_state());
   };
   objects_.model->train(false);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   std::vector<at::Tensor> predictions, labels, losses, batch;
   while (loader.next(batch)) {
     const EvalOutput out = steps_.eval_step(batch);
