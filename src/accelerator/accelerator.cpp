@@ -122,6 +122,7 @@ void Accelerator::load_state(const std::string* dir) {
 
 void Accelerator::save_model(const model::Model& model, const std::string& dir,
                              const std::string& max_shard_size) {
+  model.require_filled("accel_save_model");                  // every rank alike, before the gathers
   const prepare::Session::WholeParameters whole(*session_);  // stage 3 gathers them
   checkpoint::save_model_from_main(runtime(), model, dir, max_shard_size);
 }

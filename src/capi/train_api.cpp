@@ -142,8 +142,8 @@ ACCEL_API accel_status accel_model_tensor(const accel_model* model, const char* 
     require(out, "out");
     FamilyLock lock(model->family);
     if (model->dispatch) model->dispatch->refuse_offloaded("accel_model_tensor", name);
+    model->model->require_filled("accel_model_tensor", name);  // first: the same on every rank
     model->model->require_whole("accel_model_tensor", name);
-    model->model->require_filled("accel_model_tensor", name);
     for (const auto& [n, t] : model->model->named_tensors())
       if (n == name) {
         *out = accel::capi::new_tensor(t.detach().clone());

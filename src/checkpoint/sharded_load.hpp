@@ -9,6 +9,10 @@
 //          checkpoint into the whole model, then the units are released again (each rank holds
 //          the whole model while it loads).
 // Either way the parameters are bitwise those of loading the whole model before accel_prepare.
+// A model prepared empty under stage 3 (prepare/empty_model.hpp) takes the first way whatever the
+// setting (there is nothing to gather); once every rank wrote its share, the tensors the
+// checkpoint lacked get their layer's initialisation, drawn alike on every rank from rank 0's
+// generator state, as a single process's not-strict load draws them.
 #pragma once
 
 #include <functional>

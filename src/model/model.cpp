@@ -414,15 +414,27 @@ void Model::require_whole(const std::string& what, const std::string& name) cons
   }
 }
 
+std::string Model::first_empty(const std::string& name, bool unloaded, size_t* count,
+                               bool* meta) const {
+  std::string first;
+  *count = 0;
+  for (const auto& [n, t] : named_tensors()) {
+    if (!name.empty() && n != name) continue;
+    if (!is_empty(t) && !(unloaded && unloaded_.count(t.unsafeGetTensorImpl()))) continue;
+    if (first.empty()) {
+      first = n;
+      if (meta) *meta = is_empty(t);
+    }
+    ++*count;
+  }
+  return first;
+}
+
 void Model::require_filled(const std::string& what, const std::string& name) const {
   if (!may_be_empty_) return;
   size_t count = 0;
-  std::string first;
-  for (const auto& [n, t] : named_tensors()) {
-    if ((!name.empty() && n != name) || !is_empty(t)) continue;
-    if (first.empty()) first = n;
-    ++count;
-  }
+  bool meta = true;
+  const std::string first = first_empty(name, /*unloaded=*/true, &count, &meta);
   if (count == 0) {
     if (name.empty()) may_be_empty_ = false;
     return;
@@ -430,8 +442,11 @@ void Model::require_filled(const std::string& what, const std::string& name) con
   fail(Errc::state,
        what + ": '" + first + "'" +
            (count > 1 ? " and " + std::to_string(count - 1) + " other tensor(s)" : "") +
-           " of the model " + (count > 1 ? "are" : "is") +
-           " still empty (built without its weights, on the meta device): " + how_to_fill());
+           " of the model " + (count > 1 ? "are" : "is") + " still empty (" +
+           (meta ? "built without its weights, on the meta device"
+                 : "built without its weights; ZeRO stage 3 allocated only this rank's share and "
+                   "nothing was loaded into it yet") +
+           "): " + how_to_fill());
 }
 
 void Model::fill(const at::Tensor& t, const at::Tensor& value) {
@@ -556,7 +571,11 @@ void Model::save(const std::string& path) const {
 }
 
 void Model::to(const std::string& device) {
-  require_filled("moving the model to " + device);
+  // Allocated unloaded tensors may move (stage 3 allocates them on the device already); meta
+  // ones have nothing to move.
+  size_t count = 0;
+  if (may_be_empty_ && !first_empty("", /*unloaded=*/false, &count).empty())
+    require_filled("moving the model to " + device);
   module_->to(at::Device(device));
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -91,7 +92,26 @@ class Model {
   // names. Host and archive tensors have none: they stay empty.
   std::vector<std::string> initialize_empty();
 
+  // ZeRO stage 3's prepare of an empty model (prepare/empty_model.hpp): the empty tensor `t` gets
+  // `value`'s storage (this rank's share of it: all of it where this rank owns `t`, none where
+  // another rank does) and stays still empty for require_filled until mark_loaded, or
+  // initialize_unloaded, fills it.
+  void allocate_unloaded(const at::Tensor& t, const at::Tensor& value);
+  bool has_unloaded() const { return !unloaded_.empty(); }
+  bool is_unloaded(const at::Tensor& t) const { return unloaded_.count(t.unsafeGetTensorImpl()); }
+  // The tensors named are filled (a load wrote them on the ranks that hold them).
+  void mark_loaded(const std::vector<std::string>& names);
+  // initialize_empty for the allocated tensors still unloaded: each computed whole on the CPU
+  // from the default generator in the same order as initialize_empty (so every rank draws alike,
+  // and as a single process would) and kept where this rank holds the tensor. Returns their names.
+  std::vector<std::string> initialize_unloaded();
+
  private:
+  // The first still-empty tensor (`name`; any when empty), whether it is a meta one, and how many
+  // there are; allocated but unloaded ones count with `unloaded`.
+  std::string first_empty(const std::string& name, bool unloaded, size_t* count,
+                          bool* meta = nullptr) const;
+
   // The class types of the modules built here, each of its own name (mangled: Linear,
   // ___torch_mangle_1.Linear, ...). One name for many types, each in a compilation unit of its
   // own, made LibTorch 1.13's alias analysis grow exponentially with the layers a method calls
@@ -101,9 +121,10 @@ class Model {
   HostTensors host_;
   bool loaded_ = false;  // from an archive: its submodules may share class types
   uint64_t revision_ = 0;
-  std::optional<EmptyInit> empty_;     // layers are built empty
-  std::map<std::string, Init> inits_;  // the empty layer tensors' initialisations, by name
-  mutable bool may_be_empty_ = false;  // false once a check found every tensor filled
+  std::optional<EmptyInit> empty_;            // layers are built empty
+  std::map<std::string, Init> inits_;         // the empty layer tensors' initialisations, by name
+  mutable bool may_be_empty_ = false;         // false once a check found every tensor filled
+  std::unordered_set<const void*> unloaded_;  // TensorImpls of allocate_unloaded's, not yet filled
 };
 
 // Parses "a=1 b=2,c=3" into a map; throws accel::Error(invalid_argument) naming a malformed entry.

@@ -12,6 +12,7 @@
 #include "ddp/grad_sync.hpp"
 #include "ops/collectives.hpp"
 #include "optim/step_rules.hpp"
+#include "prepare/empty_model.hpp"
 #include "runtime/tensor_allocator.hpp"
 #include "zero/grad_shard.hpp"
 #include "zero/param_shard.hpp"
@@ -170,25 +171,39 @@ std::shared_ptr<data::DataLoader> Session::make_dataloader(
 
 void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_placement) {
   if (models_.count(m.get())) return;
-  m->require_filled("accel_prepare");
+  const bool empty = prepare_empty(*acc_, *m);  // stage 3 only; every rank alike
+  if (!empty) m->require_filled("accel_prepare");
+  auto* comm = acc_->communicator();
+  auto params = trainable_parameters(*m);
+  std::vector<int> owners;  // stages 2-3: the owners the model's optimizer will have (the same
+  if (comm && !params.empty() && acc_->sharding().stage >= 2) {  // parameters)
+    std::vector<int64_t> sizes;
+    for (const auto& p : params) sizes.push_back(p.numel() * p.element_size());
+    owners = zero::assign_owners(sizes, comm->size());
+  }
+  std::vector<bool> sharded;  // an empty model's: decided before any parameter has storage
+  if (empty) {
+    sharded = zero::sharded_parameters(*m, params);
+    allocate_shares(*m, params, owners, sharded, comm->rank(),
+                    device_placement ? at::Device(acc_->device()) : at::Device(at::kCPU));
+  }
   if (device_placement) {
     m->to(acc_->device());  // host tensors move in place, as Module.to
     placed_.insert(m.get());
   }
   m->host_tensors().pin();
-  if (auto* comm = acc_->communicator()) {
+  if (comm) {
+    // Rank 0's values to every rank; an empty model's unloaded tensors have none yet (the load
+    // gives every rank the same).
     std::vector<at::Tensor> state;
-    for (const auto& [n, p] : m->named_parameters()) state.push_back(p);
-    for (const auto& [n, b] : m->named_buffers()) state.push_back(b);
+    for (const auto& [n, p] : m->named_parameters())
+      if (!m->is_unloaded(p)) state.push_back(p);
+    for (const auto& [n, b] : m->named_buffers())
+      if (!m->is_unloaded(b)) state.push_back(b);
     ddp::broadcast_from_main(*comm, state, "the model's parameters and buffers",
                              /*verify=*/true);
-    auto params = trainable_parameters(*m);
-    if (!params.empty() && acc_->sharding().stage >= 2) {
-      // The owners the model's optimizer will have (it is bound to these same parameters).
-      std::vector<int64_t> sizes;
-      for (const auto& p : params) sizes.push_back(p.numel() * p.element_size());
-      const auto owners = zero::assign_owners(sizes, comm->size());
-      if (acc_->sharding().stage >= 3) shard_parameters(*m, params, owners);
+    if (!owners.empty()) {
+      if (acc_->sharding().stage >= 3) shard_parameters(*m, params, owners, sharded);
       syncs_[m.get()] = std::make_unique<zero::GradShard>(*comm, params, owners);
     } else if (!params.empty()) {
       syncs_[m.get()] = std::make_unique<ddp::GradSync>(*comm, params);
@@ -199,9 +214,10 @@ void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_
 }
 
 void Session::shard_parameters(model::Model& m, const std::vector<at::Tensor>& params,
-                               const std::vector<int>& owners) {
+                               const std::vector<int>& owners, const std::vector<bool>& sharded) {
   auto& comm = *acc_->communicator();
-  auto shard = std::make_unique<zero::ParamShard>(comm, m, params, owners, acc_->sharding());
+  auto shard =
+      std::make_unique<zero::ParamShard>(comm, m, params, owners, acc_->sharding(), sharded);
   // What the policy chose and could not follow, said once (rank 0); the units under --debug.
   if (comm.rank() == 0) {
     auto& logger = acc_->logger();
@@ -232,6 +248,9 @@ zero::ParamShard* Session::param_shard_of(const model::Model& m) const {
 }
 
 Session::WholeParameters::WholeParameters(Session& s) : s_(s) {
+  // Nothing of an empty model prepared under stage 3 is worth gathering before it is loaded:
+  // refused on every rank alike, before the first collective.
+  for (const auto& m : s_.model_order_) m->require_filled("gathering the whole model");
   for (const auto& m : s_.model_order_)
     if (auto* shard = s_.param_shard_of(*m)) shard->gather_all();
 }
@@ -312,6 +331,8 @@ void end_host_forward(const model::Model& m) {
 
 std::vector<at::Tensor> Session::call(model::Model& m, const std::string& method,
                                       const std::vector<at::Tensor>& inputs) {
+  // Before any collective: an empty model prepared under stage 3 is refused on every rank alike.
+  m.require_filled("the model's '" + method + "'");
   broadcast_buffers(m);
   // A placed model's inputs follow it to the device, as DistributedDataParallel's forward moves
   // them: a C program's tensors are made on the host, and LibTorch would refuse the mix.
@@ -415,6 +436,10 @@ void Session::unscale_for(const std::vector<at::Tensor>& params) {
 
 void Session::optimizer_step(optim::Optimizer& o) {
   if (!sync_gradients_) return;  // an accumulation micro-step
+  for (const auto& m : model_order_)
+    if (m->has_unloaded() && o.bound())
+      for (const auto& p : o.params())
+        if (m->is_unloaded(p)) m->require_filled("accel_optimizer_step");
   check_host_tensors();
   bool stepped = true;
   if (scaler_) {

@@ -183,9 +183,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void prepare_model(const std::shared_ptr<model::Model>& model, bool device_placement);
   // Binds the optimizer to its model's (placed) parameters.
   // Stage 3: releases what this rank does not own of `m`'s parameters (`params`, owned by
-  // `owners`) and says on rank 0 what the wrap policy could not follow.
+  // `owners`; `sharded`: which stage 3 shards, when an empty model's were decided before its
+  // parameters had storage) and says on rank 0 what the wrap policy could not follow.
   void shard_parameters(model::Model& m, const std::vector<at::Tensor>& params,
-                        const std::vector<int>& owners);
+                        const std::vector<int>& owners, const std::vector<bool>& sharded);
   void prepare_optimizer(const std::shared_ptr<optim::Optimizer>& optimizer,
                          const std::shared_ptr<model::Model>& model);
   void prepare_scheduler(const std::shared_ptr<optim::LrScheduler>& scheduler);

@@ -125,6 +125,16 @@ bool shardable(const at::Tensor& p, const std::vector<std::pair<std::string, at:
 
 }  // namespace
 
+std::vector<bool> sharded_parameters(const model::Model& model,
+                                     const std::vector<at::Tensor>& params) {
+  const auto all = model.named_tensors();
+  std::vector<bool> out(params.size(), false);
+  // The host's parameters stay whole: its own code reads them.
+  if (!model.host_tensors().empty()) return out;
+  for (size_t k = 0; k < params.size(); ++k) out[k] = shardable(params[k], all);
+  return out;
+}
+
 void observe_unit(const void* object, UnitObserver* observer, size_t unit) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_observed[object] = {observer, unit};
@@ -137,21 +147,22 @@ void forget_unit(const void* object) {
 
 ParamShard::ParamShard(runtime::Communicator& comm, model::Model& model,
                        std::vector<at::Tensor> params, std::vector<int> owners,
-                       const config::ShardingPlan& plan)
+                       const config::ShardingPlan& plan, std::vector<bool> sharded)
     : comm_(comm),
       model_(model),
       params_(std::move(params)),
       owners_(std::move(owners)),
       forward_prefetch_(plan.forward_prefetch && comm.overlaps_compute()),
       backward_prefetch_(plan.backward_prefetch && comm.overlaps_compute()) {
-  const auto all = model_.named_tensors();
-  sharded_.assign(params_.size(), false);
+  sharded_ = sharded.empty() ? sharded_parameters(model_, params_) : std::move(sharded);
   bool any = false;
   for (size_t k = 0; k < params_.size(); ++k) {
-    bytes_.push_back(params_[k].storage().nbytes());
-    // The host's parameters stay whole: its own code reads them.
-    sharded_[k] = model_.host_tensors().empty() && shardable(params_[k], all);
-    if (sharded_[k]) sharded_impls_.insert(params_[k].unsafeGetTensorImpl());
+    // A sharded parameter's storage is exactly its elements (shardable), whether or not this rank
+    // was ever given them.
+    const at::Tensor& p = params_[k];
+    bytes_.push_back(sharded_[k] ? static_cast<size_t>(p.numel()) * p.element_size()
+                                 : p.storage().nbytes());
+    if (sharded_[k]) sharded_impls_.insert(p.unsafeGetTensorImpl());
     any = any || sharded_[k];
   }
   if (any) {

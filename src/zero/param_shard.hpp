@@ -35,13 +35,22 @@ class GradientHooks;
 
 namespace accel::zero {
 
+// Which of the model's trainable parameters `params` stage 3 releases between uses (the others
+// stay whole on every rank, as above). Read from shapes and storages alone: an empty (meta) model
+// gets the same answer as the model built whole.
+std::vector<bool> sharded_parameters(const model::Model& model,
+                                     const std::vector<at::Tensor>& params);
+
 class ParamShard {
  public:
   // `params`: the model's trainable parameters, `owners` their owners (assign_owners). Chooses the
   // units, instruments the model's methods (after giving it fresh copies of them, so that no
   // method compiled earlier runs without the hooks) and releases what this rank does not own.
+  // `sharded`: sharded_parameters' answer taken before the parameters were allocated (an empty
+  // model's, whose parameters this rank does not own were never given storage); empty: asked now.
   ParamShard(runtime::Communicator& comm, model::Model& model, std::vector<at::Tensor> params,
-             std::vector<int> owners, const config::ShardingPlan& plan);
+             std::vector<int> owners, const config::ShardingPlan& plan,
+             std::vector<bool> sharded = {});
   // The parameters stay as they are (released ones too: the model refuses to read them).
   ~ParamShard();
   ParamShard(const ParamShard&) = delete;
