@@ -31,9 +31,9 @@ type Error struct {
 	Status  Status
 	Message string
 	// Cause is the error a dataset function, a checkpointed object, a tracker, the logger's
-	// slog.Handler or a profiler's trace-ready function returned (a *PanicError when it
-	// panicked, also for FindExecutableBatchSize's function); nil for failures inside the
-	// library.
+	// slog.Handler, a profiler's trace-ready function or a Trainer's step, compute_metrics or
+	// callback returned (a *PanicError when it panicked, also for FindExecutableBatchSize's
+	// function); nil for failures inside the library.
 	Cause error
 }
 

@@ -118,6 +118,8 @@ func (h *handle[T]) destroy() {
 		C.accel_tokenizer_free(p)
 	case *C.accel_local_sgd:
 		C.accel_local_sgd_free(p) // one not ended ends no_sync without averaging
+	case *C.accel_trainer:
+		C.accel_trainer_free(p) // releases its steps' and callbacks' boxes
 	case *C.accel_profiler:
 		// Taken before the free, which may give the address to the next profiler made.
 		box := takeTraceReady(p)

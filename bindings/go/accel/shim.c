@@ -71,6 +71,29 @@ accel_status goaccel_profiler_set_on_trace_ready(accel_profiler* profiler, uintp
       profiler, box ? (accel_trace_ready_fn)goaccelTraceReady : NULL, box);
 }
 
+accel_status goaccel_trainer_set_training_step(accel_trainer* trainer, uintptr_t* box) {
+  if (!box) return accel_trainer_set_training_step(trainer, NULL, NULL, NULL);
+  return accel_trainer_set_training_step(trainer, (accel_training_step_fn)goaccelTrainingStep, box,
+                                         (accel_release_fn)goaccelRelease);
+}
+
+accel_status goaccel_trainer_set_eval_step(accel_trainer* trainer, uintptr_t* box) {
+  if (!box) return accel_trainer_set_eval_step(trainer, NULL, NULL, NULL);
+  return accel_trainer_set_eval_step(trainer, (accel_eval_step_fn)goaccelEvalStep, box,
+                                     (accel_release_fn)goaccelRelease);
+}
+
+accel_status goaccel_trainer_set_compute_metrics(accel_trainer* trainer, uintptr_t* box) {
+  if (!box) return accel_trainer_set_compute_metrics(trainer, NULL, NULL, NULL);
+  return accel_trainer_set_compute_metrics(trainer, (accel_compute_metrics_fn)goaccelComputeMetrics,
+                                           box, (accel_release_fn)goaccelRelease);
+}
+
+accel_status goaccel_trainer_add_callback(accel_trainer* trainer, uintptr_t* box) {
+  return accel_trainer_add_callback(trainer, (accel_trainer_callback_fn)goaccelTrainerEvent, box,
+                                    (accel_release_fn)goaccelRelease);
+}
+
 uintptr_t goaccel_thread_id(void) { return (uintptr_t)pthread_self(); }
 
 accel_tensor* goaccel_tensor_from_data(const uint8_t* data, size_t size, accel_dtype dtype,

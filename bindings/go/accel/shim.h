@@ -44,6 +44,13 @@ accel_status goaccel_load_pretrained_mapped(accel_model* model, const char* path
 /* The profiler's trace-ready callback: goaccelTraceReady (NULL box: none). The library keeps the
  * box without a release function: profiler.go frees it after the profiler or its replacement. */
 accel_status goaccel_profiler_set_on_trace_ready(accel_profiler* profiler, uintptr_t* box);
+/* The Trainer's steps, compute_metrics and callbacks: goaccelTrainingStep, goaccelEvalStep,
+ * goaccelComputeMetrics, goaccelTrainerEvent, released by goaccelRelease; a NULL box (not for
+ * callbacks) restores the default. */
+accel_status goaccel_trainer_set_training_step(accel_trainer* trainer, uintptr_t* box);
+accel_status goaccel_trainer_set_eval_step(accel_trainer* trainer, uintptr_t* box);
+accel_status goaccel_trainer_set_compute_metrics(accel_trainer* trainer, uintptr_t* box);
+accel_status goaccel_trainer_add_callback(accel_trainer* trainer, uintptr_t* box);
 /* The calling OS thread, as a number (pthread_self): trackers.go tells a tracker callback's own
  * call into the trackers from another goroutine's with it. */
 uintptr_t goaccel_thread_id(void);
