@@ -90,6 +90,9 @@ Session::CheckpointScope::CheckpointScope(Session& s) : s_(s) {
     fail(Errc::state,
          "save_state/load_state called while another one is running (from a checkpoint "
          "callback?)");
+  // An empty model prepared under stage 3 and not loaded yet: refused on every rank alike, before
+  // any of the checkpoint's collectives (and before load_state changed anything).
+  for (const auto& m : s_.model_order_) m->require_filled("accel_save_state/accel_load_state");
   s_.checkpointing_ = true;
 }
 

@@ -4,9 +4,10 @@
 //                                          small shards, and one without fc3 as DIR/partial
 //   zero3_empty_program train whole|empty DIR OUT
 //       whole: built with its weights, DIR/ckpt loaded before accel_prepare (the reference);
-//       empty: built empty, prepared, used before loading (each use prints "refused R WHAT
-//       STATUS: message"), then DIR/ckpt loaded after accel_prepare ("rank R read B holds H of
-//       T": /proc/self/io's bytes read by the load, the parameter bytes this rank holds).
+//       empty: built empty, prepared, used before loading (forward, tensor, step, save_model,
+//       save_state: each prints "refused R WHAT STATUS: message"), then DIR/ckpt loaded after
+//       accel_prepare ("rank R read B holds H of T": /proc/self/io's bytes read by the load, the
+//       parameter bytes this rank holds).
 //       Either way: "out R ..." the forward of a fixed batch (%a), 3 AdamW steps on each rank's
 //       rows ("loss R STEP %a"), then accel_save_model into OUT.
 //   zero3_empty_program partial DIR OUT    an empty model prepared (when several processes),
@@ -147,6 +148,7 @@ int run(const std::vector<std::string>& a) {
     refused(rank, "tensor", [&] { m.tensor("fc2.weight"); });
     refused(rank, "step", [&] { opt.step(); });
     refused(rank, "save", [&] { acc.save_model(m, a.at(3) + "_early"); });
+    refused(rank, "save_state", [&] { acc.save_state(a.at(3) + "_state"); });
     const long long before = bytes_read_so_far();
     m.load_pretrained(ckpt, "strict=true");
     const long long read = bytes_read_so_far() - before;

@@ -67,7 +67,7 @@ void expect_stage0_bitwise(const std::string& dir, int n, const std::string& sta
   const auto got = run(kGloo + stage3 + launch(n, "train empty " + dir + " " + dir + "/z3_" + tag));
   ASSERT_EQ(got.code, 0) << got.output;
   // Before the load: every use refused on every rank, naming a tensor still empty.
-  for (const char* what : {"forward", "tensor", "step", "save"}) {
+  for (const char* what : {"forward", "tensor", "step", "save", "save_state"}) {
     const auto refusals = lines(got.output, std::string("refused "));
     int count = 0;
     for (const auto& r : refusals)
