@@ -6,7 +6,7 @@
  * beside PyTorch's torch.load + load_state_dict (bench/load_memory_ref.py).
  *
  *   load_memory write DIR LAYERS WIDTH            the model (seed 1) saved as DIR (one file)
- *   load_memory load DIR LAYERS WIDTH pretrained|checkpoint [empty]
+ *   load_memory load DIR LAYERS WIDTH pretrained|checkpoint [empty|zero3]
  *   load_memory build LAYERS WIDTH                an empty build alone (accel_model_new_empty)
  *   load_memory dispatch DIR LAYERS WIDTH PERCENT an empty model dispatched (disk offload) with
  *                                                 PERCENT % of it as the cpu budget, then forwards
@@ -15,7 +15,10 @@
  * parameters), resets the process's peak RSS (/proc/self/clear_refs 5), calls
  * accel_load_pretrained or accel_load_checkpoint_in_model, and prints one JSON line per rank.
  * With `empty` the model is built with accel_model_new_empty and not prepared (an empty model
- * cannot be: the load fills it first); build_seconds and rss_built_mb say what the build took:
+ * cannot be: the load fills it first); build_seconds and rss_built_mb say what the build took.
+ * With `zero3` (ZeRO stage 3 set by the caller) the model is built empty and prepared empty (each
+ * rank allocates only its share), and the peak is reset before the build: peak_mb covers build,
+ * prepare and load, and rss_before_mb is the process's resident size before the build:
  *
  *   BENCH {"rank":0,"rss_before_mb":...,"peak_mb":...,"rss_after_mb":...,"seconds":...}
  *
@@ -151,7 +154,8 @@ int main(int argc, char** argv) {
             "       load_memory dispatch DIR LAYERS WIDTH PERCENT\n");
     return 64;
   }
-  const int empty = argc == 7 && !strcmp(argv[6], "empty");
+  const int zero3 = argc == 7 && !strcmp(argv[6], "zero3");
+  const int empty = zero3 || (argc == 7 && !strcmp(argv[6], "empty"));
   const char* dir = argv[2];
   const int layers = atoi(argv[3]), width = atoi(argv[4]);
   accel_accelerator* acc = NULL;
@@ -159,16 +163,21 @@ int main(int argc, char** argv) {
   CHECK(accel_init(NULL, &acc));
   CHECK(accel_process_index(acc, &rank));
   CHECK(accel_set_seed(acc, strcmp(argv[1], "write") ? 2 : 1, false));
-  const double rss_start = status_mb("VmRSS"), t_build = mono();
+  const double rss_start = status_mb("VmRSS");
+  if (zero3 && reset_peak() != 0) {
+    fprintf(stderr, "cannot reset the peak RSS (/proc/self/clear_refs)\n");
+    return 1;
+  }
+  const double t_build = mono();
   accel_model* model = build(layers, width, empty, 1);
   const double build_seconds = mono() - t_build, rss_built = status_mb("VmRSS") - rss_start;
   if (!strcmp(argv[1], "write")) {
     CHECK(accel_save_model(acc, model, dir, "100GB"));
   } else {
     void* objects[] = {model};
-    if (!empty) CHECK(accel_prepare(acc, objects, 1));
-    const double before = status_mb("VmRSS");
-    if (reset_peak() != 0) {
+    if (!empty || zero3) CHECK(accel_prepare(acc, objects, 1));
+    const double before = zero3 ? rss_start : status_mb("VmRSS");
+    if (!zero3 && reset_peak() != 0) {
       fprintf(stderr, "cannot reset the peak RSS (/proc/self/clear_refs)\n");
       return 1;
     }
