@@ -1072,7 +1072,10 @@ extern "C" {
     /// initialisation at the end of the load, as transformers initialises the weights missing after a
     /// low_cpu_mem_usage load. Until a tensor is filled, whatever needs its values is ACCEL_ERR_STATE
     /// naming it and saying how to fill it: accel_model_call, accel_model_tensor, accel_prepare,
-    /// accel_optimizer_step, accel_save_model, accel_model_save_torchscript. The other functions
+    /// accel_optimizer_step, accel_save_model, accel_model_save_torchscript. Under ZeRO stage 3 on
+    /// several processes accel_prepare accepts the model empty instead: each rank allocates only its
+    /// share, still empty until the load after accel_prepare reads this rank's bytes into it, so no rank
+    /// ever holds the whole model (see accel_prepare). The other functions
     /// (accel_model_define, accel_model_tensor_count/_name, accel_model_parameter_element_count) work
     /// as for any model. TorchScript archives have no empty load: LibTorch's torch::jit::load reads every
     /// tensor of the archive even with the meta device as its map location (docs/checkpoints.md).
@@ -1324,7 +1327,10 @@ extern "C" {
     /// model must be prepared in the same call or before); schedulers get Accelerate's stepping rules;
     /// dataloaders are sharded already and join the accelerator's checkpoints. Models, optimizers and
     /// schedulers join the accelerator's training family. Preparing an object twice is a no-op. Every
-    /// argument is checked before anything is prepared.
+    /// argument is checked before anything is prepared. A model built empty (accel_model_new_empty, not
+    /// loaded yet) is prepared only under ZeRO stage 3 on several processes, each rank allocating only
+    /// its share for the collective load after accel_prepare (a host's model, or any other
+    /// configuration, is ACCEL_ERR_STATE: load it first); until loaded it is refused on every rank alike.
     pub fn accel_prepare(
         accelerator: *mut accel_accelerator,
         objects: *const *mut c_void,
