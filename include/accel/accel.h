@@ -1458,7 +1458,8 @@ ACCEL_API void accel_scheduler_free(accel_scheduler* scheduler);
  * argument is checked before anything is prepared. A model built empty (accel_model_new_empty, not
  * loaded yet) is prepared only under ZeRO stage 3 on several processes, each rank allocating only
  * its share for the collective load after accel_prepare (a host's model, or any other
- * configuration, is ACCEL_ERR_STATE: load it first); until loaded it is refused on every rank alike.
+ * configuration, is ACCEL_ERR_STATE: load it first); until loaded it is refused on every rank
+ * alike.
  */
 ACCEL_API accel_status accel_prepare(accel_accelerator* accelerator, void* const* objects,
                                      size_t count);

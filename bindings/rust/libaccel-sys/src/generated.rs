@@ -1330,7 +1330,8 @@ extern "C" {
     /// argument is checked before anything is prepared. A model built empty (accel_model_new_empty, not
     /// loaded yet) is prepared only under ZeRO stage 3 on several processes, each rank allocating only
     /// its share for the collective load after accel_prepare (a host's model, or any other
-    /// configuration, is ACCEL_ERR_STATE: load it first); until loaded it is refused on every rank alike.
+    /// configuration, is ACCEL_ERR_STATE: load it first); until loaded it is refused on every rank
+    /// alike.
     pub fn accel_prepare(
         accelerator: *mut accel_accelerator,
         objects: *const *mut c_void,
