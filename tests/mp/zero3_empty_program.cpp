@@ -1,18 +1,19 @@
 // A rank of the ZeRO-3-from-an-empty-model tests (zero3_empty_test.cpp): a model of catalogue
 // layers built empty (accel_model_new_empty), prepared, then loaded.
 //   zero3_empty_program write DIR          one process: a model (seed 11) saved as DIR/ckpt in
-//                                          small shards, and one without fc3 as DIR/partial
+//                                          small shards, and one without bn and fc3 as
+//                                          DIR/partial
 //   zero3_empty_program train whole|empty DIR OUT
 //       whole: built with its weights, DIR/ckpt loaded before accel_prepare (the reference);
 //       empty: built empty, prepared, used before loading (forward, tensor, step, save_model,
 //       save_state: each prints "refused R WHAT STATUS: message"), then DIR/ckpt loaded after
-//       accel_prepare ("rank R read B holds H of T": /proc/self/io's bytes read by the load, the
-//       parameter bytes this rank holds).
+//       accel_prepare ("rank R read B holds H of T buffers U": /proc/self/io's bytes read by the
+//       load, the parameter bytes this rank holds of all, the buffer bytes it holds).
 //       Either way: "out R ..." the forward of a fixed batch (%a), 3 AdamW steps on each rank's
 //       rows ("loss R STEP %a"), then accel_save_model into OUT.
 //   zero3_empty_program partial DIR OUT    an empty model prepared (when several processes),
-//                                          seeded 3, DIR/partial loaded not strict (fc3 missing),
-//                                          saved into OUT
+//                                          seeded 3, DIR/partial loaded not strict (bn and fc3
+//                                          missing), saved into OUT
 //   zero3_empty_program refuse             an empty model's accel_prepare: "refused ..." or
 //                                          "prepared"
 #include <accel/accel.hpp>
@@ -25,17 +26,22 @@
 
 namespace {
 
-accel::Model build(bool empty, bool with_head = true) {
-  accel::Model m = empty ? accel::Model::new_empty() : accel::Model();
+// fc1, norm, fc2, then (with the head) a batch norm, whose buffers an empty build with
+// `include_buffers` leaves empty too (stage 3 allocates them whole on every rank), and fc3.
+accel::Model build(bool empty, bool with_head = true, bool include_buffers = false) {
+  accel::Model m = empty ? accel::Model::new_empty(include_buffers) : accel::Model();
   m.add_layer("fc1", "linear", "in_features=32 out_features=96")
       .add_layer("norm", "layer_norm", "normalized_shape=96")
       .add_layer("fc2", "linear", "in_features=96 out_features=64");
   if (!with_head) return m;
-  m.add_layer("fc3", "linear", "in_features=64 out_features=8")
+  m.add_layer("bn", "batch_norm2d", "num_features=64")
+      .add_layer("fc3", "linear", "in_features=64 out_features=8")
       .define(
           "def forward(self, x):\n"
           "    h = torch.relu(self.norm.forward(self.fc1.forward(x)))\n"
-          "    return self.fc3.forward(torch.relu(self.fc2.forward(h)))\n"
+          "    g = torch.relu(self.fc2.forward(h))\n"
+          "    g = self.bn.forward(g.view([g.size(0), 64, 1, 1])).view([g.size(0), 64])\n"
+          "    return self.fc3.forward(g)\n"
           "def loss(self, x, y):\n"
           "    return torch.cross_entropy_loss(self.forward(x), y)\n");
   return m;
@@ -50,11 +56,19 @@ long long bytes_read_so_far() {
   return -1;
 }
 
-long long held_bytes(const accel::Model& m) {
+bool is_buffer(const std::string& name) {
+  return name.find("running_") != std::string::npos ||
+         name.find("num_batches") != std::string::npos;
+}
+
+// The bytes of the parameters (or the buffers) this rank holds.
+long long held_bytes(const accel::Model& m, bool buffers) {
   long long held = 0;
   for (const auto& name : m.tensor_names()) {
+    if (is_buffer(name) != buffers) continue;
     try {
-      held += m.tensor(name).element_count() * 4;
+      const accel::Tensor t = m.tensor(name);
+      held += t.element_count() * (name.find("num_batches") != std::string::npos ? 8 : 4);
     } catch (const accel::Error&) {
       // stage 3: another rank owns it
     }
@@ -126,7 +140,7 @@ int run(const std::vector<std::string>& a) {
     return 0;
   }
   if (mode == "partial") {
-    accel::Model m = build(true);
+    accel::Model m = build(true, true, /*include_buffers=*/true);
     if (acc.num_processes() > 1) acc.prepare(m);
     acc.set_seed(3);
     const auto report = m.load_pretrained(a.at(1) + "/partial", "strict=false");
@@ -137,7 +151,7 @@ int run(const std::vector<std::string>& a) {
   const bool empty = a.at(1) == "empty";
   const std::string ckpt = a.at(2) + "/ckpt";
   acc.set_seed(5);
-  accel::Model m = build(empty);
+  accel::Model m = build(empty, true, /*include_buffers=*/true);
   if (!empty) m.load_checkpoint(ckpt);
   accel::Optimizer opt(m, "adamw");
   opt.set("lr", "0.01");
@@ -152,8 +166,9 @@ int run(const std::vector<std::string>& a) {
     const long long before = bytes_read_so_far();
     m.load_pretrained(ckpt, "strict=true");
     const long long read = bytes_read_so_far() - before;
-    std::printf("rank %d read %lld holds %lld of %lld\n", rank, read, held_bytes(m),
-                static_cast<long long>(m.parameter_element_count()) * 4);
+    std::printf("rank %d read %lld holds %lld of %lld buffers %lld\n", rank, read,
+                held_bytes(m, false), static_cast<long long>(m.parameter_element_count()) * 4,
+                held_bytes(m, true));
   }
   train(acc, m, opt);
   acc.save_model(m, a.at(3));

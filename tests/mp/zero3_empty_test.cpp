@@ -80,7 +80,10 @@ void expect_stage0_bitwise(const std::string& dir, int n, const std::string& sta
   }
   EXPECT_TRUE(lines(got.output, "allowed ").empty()) << got.output;
   // The load: each rank holds a part and read little more than it.
-  const std::regex held(R"(rank (\d+) read (\d+) holds (\d+) of (\d+))");
+  const std::regex held(R"(rank (\d+) read (\d+) holds (\d+) of (\d+) buffers (\d+))");
+  // bn's buffers (running_mean, running_var: 64 floats each; num_batches_tracked: one int64),
+  // empty too (include_buffers) and allocated whole on every rank.
+  constexpr long long kBuffers = (64 + 64) * 4 + 8;
   long long sum = 0, total = 0;
   int ranks = 0;
   for (const auto& line : lines(got.output, "rank ")) {
@@ -90,8 +93,9 @@ void expect_stage0_bitwise(const std::string& dir, int n, const std::string& sta
     total = std::stoll(m[4]);
     EXPECT_GT(holds, 0) << line;
     EXPECT_LT(holds, total) << line;
-    EXPECT_GE(read, holds) << line;
-    EXPECT_LE(read, holds + kSlack) << "only this rank's bytes\n" << line;
+    EXPECT_EQ(std::stoll(m[5]), kBuffers) << line;
+    EXPECT_GE(read, holds + kBuffers) << line;
+    EXPECT_LE(read, holds + kBuffers + kSlack) << "only this rank's bytes\n" << line;
     sum += holds;
     ++ranks;
   }
@@ -121,14 +125,15 @@ TEST_F(Zero3Empty, ThreeRanksLoadAfterPrepareTrainAndSaveAsStageZero) {
 TEST_F(Zero3Empty, NotStrictLoadGivesMissingTensorsASingleProcesssInitialisation) {
   const auto single = run(launch(1, "partial " + dir_ + " " + dir_ + "/partial1"));
   ASSERT_EQ(single.code, 0) << single.output;
-  EXPECT_NE(single.output.find("rank 0 missing 2"), std::string::npos) << single.output;
+  // fc3's weight and bias, bn's weight, bias and three buffers.
+  EXPECT_NE(single.output.find("rank 0 missing 7"), std::string::npos) << single.output;
   const auto sharded =
       run(kGloo + "ACCELERATE_USE_DEEPSPEED=true ACCELERATE_DEEPSPEED_ZERO_STAGE=3 " +
           launch(2, "partial " + dir_ + " " + dir_ + "/partial2"));
   ASSERT_EQ(sharded.code, 0) << sharded.output;
-  EXPECT_NE(sharded.output.find("rank 1 missing 2"), std::string::npos) << sharded.output;
+  EXPECT_NE(sharded.output.find("rank 1 missing 7"), std::string::npos) << sharded.output;
   EXPECT_TRUE(same_file(dir_ + "/partial1/model.safetensors", dir_ + "/partial2/model.safetensors"))
-      << "fc3 (missing from the checkpoint) initialised otherwise than on one process";
+      << "bn and fc3 (missing from the checkpoint) initialised otherwise than on one process";
 }
 
 TEST_F(Zero3Empty, StageTwoAndOneProcessRefuseAnEmptyModelSayingWhatToDo) {
@@ -141,7 +146,7 @@ TEST_F(Zero3Empty, StageTwoAndOneProcessRefuseAnEmptyModelSayingWhatToDo) {
     const auto refusals = lines(r.output, "refused ");
     ASSERT_EQ(refusals.size(), static_cast<size_t>(n)) << r.output;
     for (const auto& line : refusals) {
-      EXPECT_NE(line.find("prepare ACCEL_ERR_STATE: accel_prepare: 'fc1.weight' and 7 other "
+      EXPECT_NE(line.find("prepare ACCEL_ERR_STATE: accel_prepare: 'fc1.weight' and 9 other "
                           "tensor(s) of the model are still empty"),
                 std::string::npos)
           << line;
