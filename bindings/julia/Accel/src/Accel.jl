@@ -50,6 +50,10 @@ logarithm).
 `NamedTuple` or pairs keep their order in the files, a `Dict` its hash order. Trackers of the
 program's own are `AbstractTracker` subtypes added with `add_tracker!`.
 
+**Trainer.** transformers' Trainer over the accelerator: `Trainer(acc, model, opt, train;
+scheduler, eval, settings...)`, `fit!`, `evaluate`, `predict`, with Julia steps, metrics and
+callbacks as do-blocks (`add_callback!(trainer) do ctx, event, values ... end`; see `Trainer`).
+
 **Logging.** libaccel's messages go to Julia's logging (`Logging.current_logger()` of the task
 that logs), with the level mapped (the library's INFO is `Logging.Info`, CRITICAL
 `LogLevel(2001)`) and the rank and number of processes as the fields `rank` and `processes`:
@@ -98,7 +102,9 @@ export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
        load_pretrained!, LoadReport, infer_device_map, dispatch!,
        Tokenizer, encode, encode_batch, token_id, vocab_size,
        init_trackers, log_values, end_training, AbstractTracker, add_tracker!, TrackedValues,
-       log_message, log_level, set_log_level!, set_log_sink!
+       log_message, log_level, set_log_level!, set_log_sink!,
+       Trainer, TrainerContext, fit!, evaluate, predict, set_training_step!, set_eval_step!,
+       set_compute_metrics!, add_callback!, global_step, state_json, control, set_control!
 
 include("generated.jl")   # SYMBOLS and Status, from accel.h by tools/gen_raw.py
 include("library.jl")
@@ -120,6 +126,7 @@ include("checkpoint.jl")
 include("tokenizer.jl")
 include("trackers.jl")
 include("logging.jl")
+include("trainer.jl")
 
 function __init__()
     load_library()
@@ -140,6 +147,7 @@ function __init__()
     TRACE_READY_TRAMPOLINE[] = @cfunction(trace_ready_trampoline, Int32, (Ptr{Cvoid}, Ptr{Cvoid}))
     NAME_MAP_TRAMPOLINE[] = @cfunction(name_map_trampoline, Int32,
                                        (Ptr{UInt8}, Ptr{UInt8}, Csize_t, Ptr{Cvoid}))
+    init_trainer_trampolines()
 end
 
 end # module

@@ -44,10 +44,13 @@ it, `shape(t)` the library's (row-major) shape, `item(t)` the value of a one-ele
 """
 mutable struct Tensor <: Handle
     ptr::Ptr{Cvoid}
-    Tensor(pointer::Ptr{Cvoid}, ::Val{:own}) = own(new(pointer))
+    lent::Bool   # the library's for one callback (a Trainer step's batch): never freed here
+    Tensor(pointer::Ptr{Cvoid}, ::Val{:own}) = own(new(pointer, false))
+    # No finalizer: whoever lends it sets `ptr` to C_NULL when the callback returns.
+    Tensor(pointer::Ptr{Cvoid}, ::Val{:lent}) = new(pointer, true)
 end
 
-free_handle(::Tensor, p) = @acall accel_tensor_free(p)
+free_handle(t::Tensor, p) = t.lent ? nothing : @acall accel_tensor_free(p)
 
 # `data` is anything ccall passes as a pointer (an Array, a Ref). The shape is a tuple in a Ref,
 # not a Vector, and a number's data a Ref, not a 0-dimensional Array: a one-element tensor costs

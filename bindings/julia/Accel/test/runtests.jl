@@ -39,6 +39,7 @@ results = @testset CountingTestSet "Accel.jl" begin
     include("profiler.jl")
     include("trackers.jl")
     include("logging.jl")
+    include("trainer.jl")
     include("gc.jl")
     include("multiprocess.jl")
     include("multiprocess_step_tools.jl")
