@@ -2172,7 +2172,13 @@ ACCEL_API accel_status accel_log_message(accel_accelerator* accelerator, accel_l
  * gradient_accumulation_steps, max_grad_norm (default 1.0; 0: no clipping),
  * resume_from_checkpoint ("latest" or a directory), output_dir (default "trainer_output"), and
  * libaccel's speed_metrics (default true: the runtime and rate figures transformers adds to the
- * train and evaluation logs; false makes log_history the same from run to run) and progress_bar.
+ * train and evaluation logs; false makes log_history the same from run to run), progress_bar
+ * (default: on when standard error is a terminal), and num_items_in_batch (transformers': each
+ * accumulation window's batches are fetched first and their label tokens, those of field
+ * labels_field (default -1, the last) other than -100, counted over the window and every
+ * process; the step gets the count as one more field, an int64 scalar, and returns its loss
+ * summed over tokens divided by it, so the process count and the accumulation do not change the
+ * result).
  * Values are checked as TrainingArguments checks them, with its messages; an unknown key is
  * ACCEL_ERR_INVALID_ARGUMENT listing the known ones. Mixed precision and ZeRO come from the
  * accelerator's configuration; so does the accumulation: gradient_accumulation_steps defaults to

@@ -384,7 +384,7 @@ void Session::accumulate() {
   }
 }
 
-void Session::backward(const at::Tensor& loss) {
+void Session::backward(const at::Tensor& loss, bool per_window) {
   if (!loss.defined()) fail(Errc::invalid_argument, "the loss is an undefined tensor");
   if (loss.numel() != 1)
     fail(Errc::shape, "backward needs a one-element loss; this one has " +
@@ -399,7 +399,7 @@ void Session::backward(const at::Tensor& loss) {
                           " processes; pass the model to accel_prepare first");
   check_host_tensors();
   const int64_t steps = acc_->gradient_accumulation_steps();
-  at::Tensor scaled = steps > 1 ? loss / static_cast<double>(steps) : loss;
+  at::Tensor scaled = steps > 1 && !per_window ? loss / static_cast<double>(steps) : loss;
   if (scaler_) scaled = scaler_->scale_loss(scaled);
   if (join_.enabled && sync_gradients_) join_count_step();
   // GradientAccumulationPlugin's sync_each_batch: every micro-step reduces (less memory held by

@@ -152,9 +152,18 @@ class Session : public std::enable_shared_from_this<Session> {
   bool zero_gradient_in_place(const at::Tensor& param);
 
   void accumulate();
+  // A micro-step whose window the caller decided (the Trainer's prefetched windows, as
+  // transformers sets sync_gradients itself): `last` synchronises.
+  void accumulate_as(bool last) {
+    ++total_steps_;
+    micro_step_ = last ? 0 : micro_step_ + 1;
+    sync_gradients_ = last;
+  }
   bool sync_gradients() const { return sync_gradients_; }
   // loss / accumulation steps (x the loss scale under fp16), backward, gradient synchronisation.
-  void backward(const at::Tensor& loss);
+  // `per_window`: the loss is already normalised over the window (num_items_in_batch), so it is
+  // not divided by the accumulation steps.
+  void backward(const at::Tensor& loss, bool per_window = false);
 
   // Accelerate's join_uneven_inputs around a training loop (join.cpp). `even_batches` -1 keeps the
   // prepared dataloaders' setting, 0 or 1 overrides it until join_end. Join is on only when the

@@ -173,6 +173,10 @@ void TrainingArgs::set(const std::string& key, const std::string& value) {
     speed_metrics = flag_of(key, value);
   else if (key == "progress_bar")
     progress_bar = flag_of(key, value);
+  else if (key == "num_items_in_batch")
+    num_items_in_batch = flag_of(key, value);
+  else if (key == "labels_field")
+    labels_field = count_of(key, value, -1);
   else
     fail(
         Errc::invalid_argument,
@@ -181,7 +185,8 @@ void TrainingArgs::set(const std::string& key, const std::string& value) {
             "logging_first_step, eval_strategy, eval_steps, eval_delay, save_strategy, save_steps, "
             "save_total_limit, load_best_model_at_end, metric_for_best_model, greater_is_better, "
             "early_stopping_patience, early_stopping_threshold, gradient_accumulation_steps, "
-            "max_grad_norm, resume_from_checkpoint, output_dir, speed_metrics, progress_bar");
+            "max_grad_norm, resume_from_checkpoint, output_dir, speed_metrics, progress_bar, "
+            "num_items_in_batch, labels_field");
 }
 
 void TrainingArgs::set_all(const std::string& text) {

@@ -44,6 +44,12 @@ struct TrainingArgs {
   // libaccel's: the main process's progress bar (transformers' disable_tqdm, inverted); on by
   // default when standard error is a terminal.
   std::optional<bool> progress_bar;
+  // transformers' num_items_in_batch (switched on here; transformers decides it from the model's
+  // signature): each window's batches are fetched first, their label tokens (labels_field, -1:
+  // the last field; -100 is ignored) counted over the window and every rank, and the count given
+  // to the step as one more field; the step returns its loss summed over tokens / that count.
+  bool num_items_in_batch = false;
+  long long labels_field = -1;
 
   // One setting; an unknown key or a bad value is an invalid_argument error naming both.
   void set(const std::string& key, const std::string& value);

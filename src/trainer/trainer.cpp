@@ -15,6 +15,7 @@
 #include "optim/lr_scheduler.hpp"
 #include "optim/optimizer.hpp"
 #include "prepare/session.hpp"
+#include "runtime/communicator.hpp"
 #include "trainer/python_json.hpp"
 #include "trainer/rotation.hpp"
 #include "trainer/trainer_loop.hpp"
@@ -217,10 +218,14 @@ void Trainer::run_epoch(Loop& loop, long long epoch) {
   }
   loop.resumed_mid_epoch = false;
   emit(Event::epoch_begin);
-  std::vector<at::Tensor> batch;
-  while (train.next(batch)) {
-    micro_step(loop, epoch, batch);
-    if (control_.should_epoch_stop || control_.should_training_stop) break;
+  if (args_.num_items_in_batch) {
+    run_windows(loop, epoch);
+  } else {
+    std::vector<at::Tensor> batch;
+    while (train.next(batch)) {
+      micro_step(loop, epoch, batch, Window::accelerator);
+      if (control_.should_epoch_stop || control_.should_training_stop) break;
+    }
   }
   on_epoch_end(args_, state_, control_);
   loop.epoch_done = true;
@@ -229,20 +234,70 @@ void Trainer::run_epoch(Loop& loop, long long epoch) {
   loop.epoch_done = false;
 }
 
-void Trainer::micro_step(Loop& loop, long long epoch, const std::vector<at::Tensor>& batch) {
+// transformers' windows with num_items_in_batch: the window's batches first (the accumulation's
+// number, or what is left of the epoch), their label tokens counted over every rank, then each
+// micro-batch with the count as its last field.
+void Trainer::run_windows(Loop& loop, long long epoch) {
+  auto& train = *objects_.train;
+  for (;;) {
+    std::vector<std::vector<at::Tensor>> window;
+    std::vector<at::Tensor> batch;
+    while (static_cast<long long>(window.size()) < args_.gradient_accumulation_steps &&
+           train.next(batch))
+      window.push_back(std::move(batch));
+    if (window.empty()) return;
+    const at::Tensor items = label_tokens(window);
+    for (size_t i = 0; i < window.size(); ++i) {
+      window[i].push_back(items);
+      micro_step(loop, epoch, window[i], i + 1 == window.size() ? Window::last : Window::inner);
+      if (control_.should_epoch_stop || control_.should_training_stop) return;
+    }
+  }
+}
+
+at::Tensor Trainer::label_tokens(const std::vector<std::vector<at::Tensor>>& window) const {
+  int64_t count = 0;
+  for (const auto& b : window) {
+    const long long field =
+        args_.labels_field < 0 ? static_cast<long long>(b.size()) - 1 : args_.labels_field;
+    if (field < 0 || field >= static_cast<long long>(b.size()))
+      fail(Errc::invalid_argument, "trainer: labels_field=" + std::to_string(field) +
+                                       " but a batch has " + std::to_string(b.size()) + " fields");
+    count += b[static_cast<size_t>(field)].ne(-100).sum().item<int64_t>();
+  }
+  at::Tensor total = at::full({1}, static_cast<double>(count), at::kDouble);
+  if (auto* comm = acc_.runtime().communicator()) comm->all_reduce(total, runtime::ReduceOp::kSum);
+  return at::scalar_tensor(static_cast<int64_t>(total.item<double>()), at::kLong);
+}
+
+void Trainer::micro_step(Loop& loop, long long epoch, const std::vector<at::Tensor>& batch,
+                         Window window) {
   auto& s = acc_.session();
   ++loop.batch;
-  s.accumulate();
+  if (window == Window::accelerator)
+    s.accumulate();
+  else
+    s.accumulate_as(window == Window::last);
   if (loop.window_micro++ == 0) emit(Event::step_begin);
   if (!objects_.model->is_training()) objects_.model->train(true);
-  const at::Tensor loss = steps_.training_step(batch);
+  at::Tensor loss = steps_.training_step(batch);
   if (!loss.defined() || loss.numel() != 1 || !loss.is_floating_point())
     fail(Errc::invalid_argument,
          "trainer: the training step must return the loss, one floating number");
-  s.backward(loss);
-  // The Trainer's training_step returns loss / gradient_accumulation_steps for the logs.
-  const float micro = loss.detach().to(at::kFloat).item<float>() /
-                      static_cast<float>(args_.gradient_accumulation_steps);
+  float micro = 0;
+  if (window == Window::accelerator) {
+    s.backward(loss);
+    // The Trainer's training_step returns loss / gradient_accumulation_steps for the logs.
+    micro = loss.detach().to(at::kFloat).item<float>() /
+            static_cast<float>(args_.gradient_accumulation_steps);
+  } else {
+    // Normalised over the window's tokens of every rank: times the processes (their gradients
+    // are averaged), not divided by the accumulation; logged as it is (transformers).
+    const int world = acc_.runtime().place().world_size;
+    if (world > 1) loss = loss * static_cast<double>(world);
+    s.backward(loss, true);
+    micro = loss.detach().to(at::kFloat).item<float>();
+  }
   window_.add(micro, state_.global_step);
   if (s.sync_gradients()) {
     loop.window_micro = 0;

@@ -114,7 +114,12 @@ class Trainer {
   void begin_state(Loop& loop);
   void resume(Loop& loop);
   void run_epoch(Loop& loop, long long epoch);
-  void micro_step(Loop& loop, long long epoch, const std::vector<at::Tensor>& batch);
+  void run_windows(Loop& loop, long long epoch);
+  at::Tensor label_tokens(const std::vector<std::vector<at::Tensor>>& window) const;
+  // Who decides where an accumulation window ends: the accelerator (the plain loop), or the
+  // Trainer's prefetched window (num_items_in_batch).
+  enum class Window { accelerator, inner, last };
+  void micro_step(Loop& loop, long long epoch, const std::vector<at::Tensor>& batch, Window window);
   void optimizer_update(Loop& loop, long long epoch);
   void log_save_evaluate(Loop& loop);
   bool update_would_be_best(const Metrics& metrics) const;

@@ -3,6 +3,7 @@
  *   trainer_program hand|trainer OUT ACCUMULATION [SETTINGS]
  *   trainer_program predict OUT
  *   trainer_program early OUT ACCUMULATION SETTINGS   (TRAINER_SCORES: the scripted metric)
+ *   trainer_program ragged OUT ACCUMULATION BATCH      (num_items_in_batch on ragged text)
  *   trainer_program events OUT [ACCUMULATION [SETTINGS TRAIN_SAMPLES EVAL_SAMPLES]]
  * Both training modes build the same model, optimizer, schedule and data with the same seed and
  * write the final parameters with accel_save_model into OUT/model. `trainer` also writes, per
@@ -282,6 +283,94 @@ static void early_run(Run* r, const char* out, const char* settings) {
   accel_trainer_free(t);
 }
 
+/* Ragged text for num_items_in_batch: 256 sequences of 3 to 20 tokens; labels are the next
+ * token's id. */
+static int32_t ragged_lengths(int64_t index, int64_t* lengths, size_t count, void* user_data) {
+  (void)count;
+  (void)user_data;
+  lengths[0] = lengths[1] = 3 + (index * 7) % 18;
+  return 0;
+}
+
+static int32_t ragged_sample(int64_t index, void* const* buffers, const size_t* sizes, size_t count,
+                             void* user_data) {
+  int64_t *ids = buffers[0], *labels = buffers[1];
+  size_t t, n = sizes[0] / sizeof(int64_t);
+  (void)count;
+  (void)user_data;
+  for (t = 0; t < n; ++t) {
+    ids[t] = (index * 7 + (int64_t)t * 3) % 50;
+    labels[t] = (ids[t] + 1 + index % 3) % 50;
+  }
+  return 0;
+}
+
+static const char kTextSource[] =
+    "def training_step(self, ids, labels, items):\n"
+    "    logits = self.fc.forward(self.emb.forward(ids))\n"
+    "    return torch.cross_entropy_loss(logits.reshape([-1, 50]), labels.reshape([-1]), None, 2,"
+    " -100, 0.0) / items\n";
+
+/* The ragged run: BATCH per process, num_items_in_batch, SGD, one epoch (4 steps of 64 sequences
+ * over all processes and micro-batches); the parameters to OUT/params_<rank>.txt and the logged
+ * losses to OUT/trace_<rank>.txt. */
+static void ragged_run(Run* r, const char* out, const char* batch, int32_t rank) {
+  const accel_dtype dtypes[2] = {ACCEL_DTYPE_I64, ACCEL_DTYPE_I64};
+  const size_t dim_counts[2] = {1, 1};
+  const int64_t dims[2] = {ACCEL_RAGGED, ACCEL_RAGGED};
+  accel_dataset* ds = NULL;
+  accel_dataloader* text = NULL;
+  accel_model* lm = NULL;
+  accel_optimizer* sgd = NULL;
+  accel_trainer* t = NULL;
+  size_t i, count = 0;
+  FILE* params = rank_file(out, "params", rank);
+  r->events = rank_file(out, "events", rank);
+  r->trace = rank_file(out, "trace", rank);
+  CHECK(accel_dataset_from_ragged_callback(256, 2, dtypes, dim_counts, dims, ragged_lengths,
+                                           ragged_sample, NULL, NULL, &ds));
+  CHECK(accel_dataloader_new(r->acc, ds, &text));
+  CHECK(accel_dataloader_set(text, "batch_size", batch));
+  CHECK(accel_dataloader_set(text, "mask", "none"));
+  CHECK(accel_dataloader_set_field(text, 1, "pad_value", "-100"));
+  CHECK(accel_model_new(&lm));
+  CHECK(accel_model_add_layer(lm, "emb", "embedding", "num_embeddings=50 embedding_dim=16"));
+  CHECK(accel_model_add_layer(lm, "fc", "linear", "in_features=16 out_features=50"));
+  CHECK(accel_model_define(lm, kTextSource));
+  CHECK(accel_optimizer_new(lm, "sgd", &sgd));
+  CHECK(accel_optimizer_set(sgd, "lr", "0.5"));
+  CHECK(accel_trainer_new(r->acc, lm, sgd, NULL, text, NULL,
+                          "num_items_in_batch=true,num_train_epochs=1,logging_steps=1,"
+                          "save_strategy=no,speed_metrics=false,max_grad_norm=0",
+                          &t));
+  CHECK(accel_trainer_add_callback(t, on_event, r, NULL));
+  CHECK(accel_trainer_train(t));
+  CHECK(accel_model_tensor_count(lm, &count));
+  for (i = 0; i < count; ++i) {
+    char name[256];
+    size_t size = 0;
+    accel_tensor* v = NULL;
+    int64_t n = 0, k;
+    float* data;
+    CHECK(accel_model_tensor_name(lm, i, name, sizeof name, &size));
+    CHECK(accel_model_tensor(lm, name, &v));
+    CHECK(accel_tensor_element_count(v, &n));
+    data = malloc(sizeof(float) * (size_t)n);
+    CHECK(accel_tensor_to_data(v, data, sizeof(float) * (size_t)n, &size));
+    for (k = 0; k < n; ++k) fprintf(params, "%s %.9g\n", name, data[k]);
+    free(data);
+    accel_tensor_free(v);
+  }
+  accel_trainer_free(t);
+  accel_optimizer_free(sgd);
+  accel_model_free(lm);
+  accel_dataloader_free(text);
+  accel_dataset_free(ds);
+  fclose(params);
+  fclose(r->events);
+  fclose(r->trace);
+}
+
 /* Predictions that say which sample they are: the model's `index` (x[:, 0]); labels y. */
 static int32_t index_step(const accel_tensor* const* batch, size_t count, accel_tensor** out_loss,
                           accel_tensor** out_predictions, accel_tensor** out_labels,
@@ -356,6 +445,9 @@ int main(int argc, char** argv) {
     hand_loop(&r, argc > 4 ? atol(argv[4]) : 300);
   } else if (strcmp(argv[1], "trainer") == 0) {
     trainer_run(&r, argv[2], argc > 4 ? argv[4] : "", rank);
+  } else if (strcmp(argv[1], "ragged") == 0) {
+    ragged_run(&r, argv[2], argc > 4 ? argv[4] : "16", rank);
+    goto done;
   } else if (strcmp(argv[1], "early") == 0) {
     early_run(&r, argv[2], argc > 4 ? argv[4] : "");
   } else if (strcmp(argv[1], "events") == 0) {
