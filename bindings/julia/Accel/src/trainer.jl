@@ -42,11 +42,19 @@ mutable struct Trainer <: Handle
     compute_metrics::Any
     callbacks::Vector{Any}
     failure::Any                   # what a hook threw during the running call
+    calls::Int                     # fit!/evaluate/predict running (nested from callbacks too)
     Trainer(pointer::Ptr{Cvoid}, acc, loaders) =
-        own(new(pointer, acc, loaders, nothing, nothing, nothing, Any[], nothing))
+        own(new(pointer, acc, loaders, nothing, nothing, nothing, Any[], nothing, 0))
 end
 
 free_handle(::Trainer, p) = @acall accel_trainer_free(p)
+
+# Not from its own callbacks: the library would free the trainer under the running call.
+function Base.close(t::Trainer)
+    t.calls == 0 || throw(AccelError(ERR_STATE,
+        "close(trainer) while its fit!, evaluate or predict runs (from one of its callbacks)"))
+    release!(t)
+end
 
 function Trainer(acc::Accelerator, model::Model, opt::Optimizer, train::DataLoader,
                  settings::AbstractString; scheduler::Union{Nothing,Scheduler} = nothing,
@@ -226,7 +234,12 @@ end
 # rethrown as it was. (The status's message is read before anything else calls the library.)
 function trainer_call(call, t::Trainer, loaders::Vector{DataLoader} = t.loaders)
     t.failure = nothing
-    status = paused_gc(call, loaders)
+    t.calls += 1
+    status = try
+        paused_gc(call, loaders)
+    finally
+        t.calls -= 1
+    end
     failure, t.failure = t.failure, nothing
     failure === nothing || throw(failure)
     status == 0 || throw_status(status)

@@ -159,8 +159,13 @@ end
         Trainer(acc, model, opt, train; scheduler = sched, eval = eval,
                 trainer_settings(num_train_epochs = 5)...) do trainer
             kept = Ref{Any}(nothing)
+            nested = Ref{Any}(nothing)
             add_callback!(trainer) do ctx, event, values
                 kept[] = ctx
+                if event == :on_step_end && global_step(ctx) == 2 && nested[] === nothing
+                    nested[] = evaluate(trainer)   # a callback may evaluate (accel.h)
+                    @test error_of(() -> close(trainer)).status == Accel.ERR_STATE
+                end
                 if event == :on_step_end && global_step(ctx) == 3
                     set_control!(ctx, :should_training_stop)
                     @test control(ctx, :should_training_stop)
@@ -171,6 +176,7 @@ end
             end
             fit!(trainer)
             @test global_step(trainer) == 3
+            @test haskey(nested[], "eval_loss")
             @test error_of(() -> global_step(kept[])).status == Accel.ERR_STATE
         end
     end
