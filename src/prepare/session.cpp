@@ -178,8 +178,9 @@ void Session::prepare_model(const std::shared_ptr<model::Model>& m, bool device_
   if (!empty) m->require_filled("accel_prepare");
   auto* comm = acc_->communicator();
   auto params = trainable_parameters(*m);
-  std::vector<int> owners;  // stages 2-3: the owners the model's optimizer will have (the same
-  if (comm && !params.empty() && acc_->sharding().stage >= 2) {  // parameters)
+  // Stages 2-3: the owners the model's optimizer will have (it is bound to these same parameters).
+  std::vector<int> owners;
+  if (comm && !params.empty() && acc_->sharding().stage >= 2) {
     std::vector<int64_t> sizes;
     for (const auto& p : params) sizes.push_back(p.numel() * p.element_size());
     owners = zero::assign_owners(sizes, comm->size());
