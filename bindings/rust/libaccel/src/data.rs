@@ -981,7 +981,7 @@ impl DataLoader {
     }
 
     /// A failing call's error with what a dataset closure that failed in it left behind.
-    fn resolve<T>(&self, result: Result<T>) -> Result<T> {
+    pub(crate) fn resolve<T>(&self, result: Result<T>) -> Result<T> {
         match &self.callback {
             Some(state) => result.map_err(|e| state.failure.resolve(e)),
             None => result,

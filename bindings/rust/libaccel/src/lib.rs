@@ -76,6 +76,13 @@
 //! safetensors checkpoint and returns a [`LoadReport`] (missing, unexpected and mismatched names,
 //! transformers' warnings).
 //!
+//! The loop itself as transformers' `Trainer`: [`Trainer`] trains, evaluates and predicts over
+//! the accelerator with `TrainingArguments`' settings (logging, evaluation and save strategies,
+//! checkpoint rotation, the best model, early stopping, exact resume); the model's TorchScript
+//! `training_step` and `eval_step` are its steps unless Rust closures replace them
+//! ([`Trainer::set_training_step`], [`Trainer::set_eval_step`],
+//! [`Trainer::set_compute_metrics`]), and a [`TrainerCallback`] sees transformers' events.
+//!
 //! Text for pretrained models: [`Tokenizer`] is Hugging Face's BERT WordPiece tokenizer (the ids
 //! its `tokenizers` library gives, as for sentence-transformers' all-MiniLM-L6-v2), one text at a
 //! time or a padded batch with its attention mask.
@@ -83,8 +90,9 @@
 //! Every call returns [`Result`]; the [`Error`] carries the library's [`Status`] and message.
 //! Every handle type frees itself on drop, and may be dropped in any order (handles keep alive
 //! what they need). All types are `Send + Sync`, as the header's thread rules allow (but
-//! [`Values`], which the header gives one thread at a time: `Send` only, and [`TraceWindow`],
-//! lent to a closure for one call); see each type for which calls the library serialises.
+//! [`Values`], which the header gives one thread at a time: `Send` only, [`Trainer`], whose calls
+//! run the program's closures: `Send` only, and [`TraceWindow`] and [`TrainerContext`], lent to
+//! a closure for one call); see each type for which calls the library serialises.
 #![warn(missing_docs)]
 
 mod accelerator;
@@ -110,6 +118,7 @@ mod tch_interop;
 mod tensor;
 mod tokenizer;
 mod tracking;
+mod trainer;
 
 pub use accelerator::{Accelerator, DistributedType, Precision, Prepare, Reduction, StateWriter};
 pub use config::Config;
@@ -132,6 +141,10 @@ pub use tch_interop::{check_tch, TCH_TORCH_VERSION};
 pub use tensor::{Dtype, Element, Tensor};
 pub use tokenizer::Tokenizer;
 pub use tracking::{Tracker, Value, Values, ValuesRef};
+pub use trainer::{
+    CallbackResult, ControlFlag, EvalOutput, Metrics, Prediction, Trainer, TrainerCallback,
+    TrainerContext, TrainerEvent,
+};
 
 /// The version of the library actually loaded, e.g. `"0.2.4"`.
 pub fn version() -> &'static str {
@@ -166,6 +179,8 @@ const _: () = {
     // Values: one thread at a time (accel.h), so it moves between threads but is not shared.
     const fn send<T: Send>() {}
     send::<Values>();
+    // Trainer: its calls run the program's closures, one call at a time (`&mut self`).
+    send::<Trainer<'static>>();
 };
 
 /// Checks that a program's own LibTorch (tch-rs's) is the very build libaccel runs on, before

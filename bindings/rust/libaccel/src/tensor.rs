@@ -282,6 +282,23 @@ impl Tensor {
         Ok(Tensor::from_raw(raw).expect("non-null"))
     }
 
+    /// A second handle on the same tensor, without copying (tch-rs's `shallow_clone`): the same
+    /// storage, shape and autograd history. For giving a tensor lent for a call (a Trainer step's
+    /// batch field) back as an owned one.
+    ///
+    /// ```
+    /// use libaccel::Tensor;
+    /// let t = Tensor::from_slice(&[1i64, 2, 3], &[3])?;
+    /// let u = t.shallow_clone()?;
+    /// drop(t);
+    /// assert_eq!(u.to_vec::<i64>()?, vec![1, 2, 3]);
+    /// # Ok::<(), libaccel::Error>(())
+    /// ```
+    pub fn shallow_clone(&self) -> Result<Tensor> {
+        // SAFETY: the `at::Tensor` inside a live handle of this very library.
+        unsafe { Tensor::from_torch_ptr(self.as_torch_ptr()?) }
+    }
+
     /// Sets whether autograd records operations on this tensor (PyTorch's `requires_grad_`), so
     /// that a tensor made from data can be lent to a model as a parameter. An autograd leaf only.
     pub fn set_requires_grad(&mut self, requires_grad: bool) -> Result<()> {

@@ -60,7 +60,14 @@ fn every_symbol_is_declared_with_the_header_arity_and_used() {
     }
     // Prototypes: "ACCEL_API <type> accel_x(" in C, "pub fn accel_x(" in Rust. The C return type
     // may be a pointer ("const char* accel_version"), so search for the name after ACCEL_API.
-    let c_arity = arities(&header.replace('*', " "), " accel_");
+    // Only the prototypes: the documentation also writes calls ("accel_dataloader_set_epoch(epoch)"
+    // in the Trainer's), which must not stand for them.
+    let prototypes: String = header
+        .split(';')
+        .filter_map(|chunk| chunk.rfind("ACCEL_API").map(|at| &chunk[at..]))
+        .collect::<Vec<_>>()
+        .join(";\n");
+    let c_arity = arities(&prototypes.replace('*', " "), " accel_");
     let rust_arity = arities(&sys, "pub fn accel_");
     let symbols = symbols();
     assert!(symbols.len() > 100);
