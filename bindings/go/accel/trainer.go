@@ -337,7 +337,8 @@ func (t *Trainer) SetEvalStep(step func(batch []*Tensor) (EvalOutput, error)) er
 // SetComputeMetrics sets transformers' compute_metrics: fn gets the predictions and labels of
 // every evaluation sample once, gathered from every process in dataset order (lent for the call),
 // and returns metrics by name; each gets the "eval_" (Evaluate) or "test_" (Predict) prefix
-// unless it has it. Called on every process. nil: none (an evaluation gives its loss alone).
+// unless it has it. Called on every process; as in transformers, not when the steps gave no
+// predictions or no labels. nil: none (an evaluation gives its loss alone).
 func (t *Trainer) SetComputeMetrics(fn func(predictions, labels *Tensor) (map[string]float64, error)) error {
 	var state any
 	if fn != nil {

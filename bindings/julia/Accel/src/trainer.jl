@@ -194,7 +194,8 @@ set_eval_step!(f::Union{Function,Nothing}, t::Trainer) =
 
 transformers' compute_metrics: `f(predictions, labels)` gets the predictions and labels of every
 evaluation sample once, gathered from every process in dataset order, as Julia arrays (sample `i`
-is the last index `i`; `nothing` for what the steps never gave), and returns metrics as
+is the last index `i`; as transformers, it is not called when the steps gave no predictions or no
+labels), and returns metrics as
 `log_values` takes values (`(accuracy = a,)`, a `Dict`, `name => value` pairs) of numbers. Each
 name gets the "eval_" (`evaluate`) or "test_" (`predict`) prefix unless it has it. Called on
 every process.
