@@ -61,6 +61,8 @@ class Accelerator {
   void log(const tracking::Values& values, int64_t step) { run_->log(values, step); }
   void end_training() { run_->finish(); }
   bool trackers_started() const { return run_->started(); }
+  // A run resumed at `step`: the trackers drop what an interrupted run wrote after it.
+  void resume_trackers_at(int64_t step) { run_->resume_at(step); }
   void add_tracker(std::unique_ptr<tracking::Tracker> tracker) { run_->add(std::move(tracker)); }
 
   // save_state / load_state: into `dir`, or (null) the next or latest automatic checkpoint under

@@ -4,6 +4,8 @@
 #include "tracking/formats.hpp"
 #include "tracking/output_file.hpp"
 
+#include <cstdlib>
+
 namespace accel::tracking {
 namespace {
 
@@ -37,6 +39,18 @@ class CsvTracker : public Tracker {
   }
 
   void finish() override { metrics_.close(); }
+
+  // Rows are wall_time,step,tag,value (the header and rows without a step stay).
+  void resume_at(int64_t step) override {
+    metrics_.keep_lines([step](const std::string& line) {
+      const size_t a = line.find(',');
+      if (a == std::string::npos) return true;
+      const size_t b = line.find(',', a + 1);
+      const std::string field = line.substr(a + 1, b == std::string::npos ? b : b - a - 1);
+      if (field.empty() || field.find_first_not_of("0123456789") != std::string::npos) return true;
+      return std::strtoll(field.c_str(), nullptr, 10) <= step;
+    });
+  }
 
  private:
   std::string name_ = "csv";

@@ -104,6 +104,15 @@ std::string version_event(double wall_time) {
   return event;
 }
 
+std::string session_start_event(int64_t step, double wall_time) {
+  std::string log, event;
+  put_int(log, 1, 1);  // SessionLog{status = 1: START}
+  put_double(event, 1, wall_time);
+  put_int(event, 2, step);
+  put_bytes(event, 7, log);  // Event{session_log = 7}
+  return event;
+}
+
 std::string frame_record(const std::string& data) {
   std::string length, out;
   put_le(length, data.size(), 8);

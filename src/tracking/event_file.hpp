@@ -19,6 +19,9 @@ std::string text_event(const std::string& tag, const std::string& text, int64_t 
                        double wall_time);
 // The first record of every file: file_version "brain.Event:2".
 std::string version_event(double wall_time);
+// SessionLog START at `step`: TensorBoard's readers drop what earlier files hold at `step` and
+// after (PyTorch's SummaryWriter purge_step).
+std::string session_start_event(int64_t step, double wall_time);
 // One TFRecord: the framing around `data`.
 std::string frame_record(const std::string& data);
 

@@ -3,6 +3,8 @@
 #include "tracking/formats.hpp"
 #include "tracking/output_file.hpp"
 
+#include <cstdlib>
+
 namespace accel::tracking {
 namespace {
 
@@ -37,6 +39,18 @@ class JsonlTracker : public Tracker {
   }
 
   void finish() override { metrics_.close(); }
+
+  void resume_at(int64_t step) override {
+    metrics_.keep_lines([step](const std::string& line) {
+      const std::string head = "{\"step\": ";
+      if (line.rfind(head, 0) != 0) return true;
+      const std::string rest = line.substr(head.size());
+      if (rest.rfind("null", 0) == 0) return true;
+      char* end = nullptr;
+      const long long at = std::strtoll(rest.c_str(), &end, 10);
+      return end == rest.c_str() || at <= step;  // a line of another writer stays
+    });
+  }
 
  private:
   std::string name_ = "jsonl";

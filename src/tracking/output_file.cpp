@@ -1,5 +1,8 @@
 #include "tracking/output_file.hpp"
 
+#include <fstream>
+#include <iterator>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -131,6 +134,31 @@ std::string OutputFile::torn_notice() const {
 void OutputFile::append(const std::string& bytes) {
   if (fd_ < 0) fail(Errc::state, "the tracker's file " + path_ + " is closed");
   write_all(fd_, bytes.data(), bytes.size(), path_);
+}
+
+void OutputFile::keep_lines(const std::function<bool(const std::string&)>& keep) {
+  const std::string path = path_;
+  close();
+  std::string text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(Errc::io, "cannot read " + path);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::string kept;
+  for (size_t start = 0, nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
+    const std::string line = text.substr(start, nl - start);
+    if (keep(line)) kept += line + "\n";
+  }
+  {
+    OutputFile tmp;
+    tmp.open(path + ".resume-tmp", Mode::kReplace);
+    tmp.append(kept);
+    if (::fsync(tmp.fd_) != 0) fail(Errc::io, sys_error("cannot sync " + path, errno));
+  }
+  if (::rename((path + ".resume-tmp").c_str(), path.c_str()) != 0)
+    fail(Errc::io, sys_error("cannot replace " + path, errno));
+  open(path, Mode::kAppend);
 }
 
 void OutputFile::close() {

@@ -2,6 +2,7 @@
 // after append() returned loses nothing it appended (the page cache outlives the process). POSIX.
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace accel::tracking {
@@ -34,6 +35,9 @@ class OutputFile {
   // Throws accel::Error(io) naming the path (a full disk, a file size limit, ...).
   void append(const std::string& bytes);
   void close();
+  // kAppend files: rewrites the file with only the lines `keep` accepts (newline-ended records),
+  // through a temporary and a rename, and reopens it for appending. Throws accel::Error(io).
+  void keep_lines(const std::function<bool(const std::string& line)>& keep);
 
  private:
   void cut_torn_tail();

@@ -109,6 +109,12 @@ void Run::log(const Values& values, int64_t step) {
   for_each_then_throw(active_, [&](Tracker& t) { t.log(values, step, now); });
 }
 
+void Run::resume_at(int64_t step) {
+  Busy busy(*this);
+  if (!started_) return;
+  for_each_then_throw(active_, [&](Tracker& t) { t.resume_at(step); });
+}
+
 void Run::finish() {
   Busy busy(*this);
   if (!started_) return;

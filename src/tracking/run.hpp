@@ -37,6 +37,8 @@ class Run {
   void log(const Values& values, int64_t step);
   // Finishes every tracker, then throws the first failure. Nothing started: nothing done.
   void finish();
+  // Every tracker drops (or marks dropped) what was written after `step` (Tracker::resume_at).
+  void resume_at(int64_t step);
 
  private:
   // Throws accel::Error(state) when called from inside a tracker's own call (a custom tracker's

@@ -77,6 +77,10 @@ class TensorBoardTracker : public Tracker {
 
   void finish() override { events_.close(); }
 
+  void resume_at(int64_t step) override {
+    events_.write_event(session_start_event(step + 1, wall_clock_now()));
+  }
+
  private:
   std::string name_ = "tensorboard";
   std::string dir_;

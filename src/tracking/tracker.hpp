@@ -38,6 +38,10 @@ class Tracker {
   virtual void log(const Values& values, int64_t step, double wall_time) = 0;
   // Flushes and closes; further calls are no-ops.
   virtual void finish() = 0;
+  // A run resumed from a checkpoint at `step`: what an earlier run wrote after it (before it was
+  // killed) is dropped or, where a format cannot drop, marked so readers drop it, so that the
+  // records are the uninterrupted run's. Default: nothing (a custom tracker's own business).
+  virtual void resume_at(int64_t /*step*/) {}
 };
 
 // Seconds since the epoch, with fractions (Event.wall_time, the files' wall_time).

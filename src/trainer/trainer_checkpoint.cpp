@@ -128,6 +128,7 @@ void Trainer::resume(Loop& loop) {
   const std::string warning = drop_stale_best(state_, is_dir);
   if (!warning.empty()) acc_.log_message(logging::kWarning, 0, warning);
   load_loop_state(loop);
+  acc_.resume_trackers_at(state_.global_step);
   acc_.log_message(
       logging::kInfo, 0,
       "trainer: resumed from '" + dir + "' at step " + std::to_string(state_.global_step));

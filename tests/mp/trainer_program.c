@@ -92,10 +92,17 @@ static accel_dataloader* loader(accel_accelerator* acc, int n, int shuffle) {
   return l;
 }
 
-static void build(Run* r, const char* accumulation) {
+/* TRAINER_LOG_WITH (jsonl, csv, tensorboard, all): the trackers, under OUT/logs/trainer. */
+static void build(Run* r, const char* accumulation, const char* out) {
   accel_config* cfg = NULL;
+  char logs[4096];
   CHECK(accel_config_new(&cfg));
   CHECK(accel_config_set(cfg, "gradient_accumulation_steps", accumulation));
+  if (getenv("TRAINER_LOG_WITH")) {
+    snprintf(logs, sizeof logs, "%s/logs", out);
+    CHECK(accel_config_set(cfg, "log_with", getenv("TRAINER_LOG_WITH")));
+    CHECK(accel_config_set(cfg, "logging_dir", logs));
+  }
   CHECK(accel_init(cfg, &r->acc));
   accel_config_free(cfg);
   CHECK(accel_set_seed(r->acc, 42, false));
@@ -215,7 +222,9 @@ static void trainer_run(Run* r, const char* out, const char* settings, int32_t r
   CHECK(accel_trainer_new(r->acc, r->model, r->opt, r->sched, r->train, r->eval, settings, &t));
   CHECK(accel_trainer_set_training_step(t, traced_step, r, NULL));
   CHECK(accel_trainer_add_callback(t, on_event, r, NULL));
+  if (getenv("TRAINER_LOG_WITH")) CHECK(accel_init_trackers(r->acc, "trainer", NULL));
   CHECK(accel_trainer_train(t));
+  if (getenv("TRAINER_LOG_WITH")) CHECK(accel_end_training(r->acc));
   accel_trainer_state_json(t, NULL, 0, &size);
   state = malloc(size);
   CHECK(accel_trainer_state_json(t, state, size, &size));
@@ -439,7 +448,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s hand|trainer|predict OUT [ACCUMULATION [SETTINGS]]\n", argv[0]);
     return 2;
   }
-  build(&r, argc > 3 ? argv[3] : "1");
+  build(&r, argc > 3 ? argv[3] : "1", argv[2]);
   CHECK(accel_process_index(r.acc, &rank));
   if (strcmp(argv[1], "hand") == 0) {
     hand_loop(&r, argc > 4 ? atol(argv[4]) : 300);
