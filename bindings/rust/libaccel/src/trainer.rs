@@ -643,14 +643,14 @@ fn control(raw: *mut sys::accel_trainer, flag: ControlFlag) -> Result<bool> {
 /// collectives. `Send`, not `Sync`.
 ///
 /// ```no_run
-/// use libaccel::{Accelerator, DataLoader, Dataset, Model, Optimizer, Tensor, Trainer};
+/// use libaccel::{Accelerator, DataLoader, Model, Optimizer, Trainer};
 /// # fn f(acc: &Accelerator, model: &mut Model, opt: &mut Optimizer, train: &mut DataLoader,
 /// #      eval: &DataLoader) -> Result<(), Box<dyn std::error::Error>> {
 /// let mut trainer = Trainer::new(
 ///     acc, model, opt, None, train, Some(eval),
 ///     "num_train_epochs=3,logging_steps=10,eval_strategy=epoch,output_dir=run",
 /// )?;
-/// trainer.set_compute_metrics(|predictions: &Tensor, labels: &Tensor| {
+/// trainer.set_compute_metrics(|predictions, labels| {
 ///     let (p, l) = (predictions.to_vec::<i64>()?, labels.to_vec::<i64>()?);
 ///     let right = p.iter().zip(&l).filter(|(a, b)| a == b).count();
 ///     Ok([("accuracy", right as f64 / l.len() as f64)])
