@@ -159,6 +159,8 @@ end
 Replaces the training step: `f(batch...)` gets the micro-batch's fields (`Tensor`s lent for the
 call: closed when it returns, `close` on them does nothing to the batch) and returns the loss, a
 one-element `Tensor` with its graph, which the Trainer takes (it is closed for the program).
+With the setting `num_items_in_batch = true` the batch has one more field, the accumulation
+window's label-token count, and the loss is the sum over tokens divided by it.
 
     set_training_step!(trainer) do x, y
         model(:training_step, x, y)
