@@ -309,9 +309,9 @@ func (t *Trainer) register(state any, f func(p *C.accel_trainer, box *C.uintptr_
 // loss, a one-element tensor with its graph (model.Call("training_step", batch...) is the
 // default), which the Trainer takes (with the setting num_items_in_batch the batch has one more
 // field, the window's label-token count, and the loss is the sum over tokens divided by it). The
-// batch's tensors are lent for the call: valid inside it
-// only, closed afterwards (Close on them does nothing to the batch). nil restores the default.
-// An error or a panic stops the training with ErrCallback, its Cause the error (a *PanicError).
+// batch's tensors are lent for the call: valid inside it only, closed afterwards (Close on them
+// does nothing to the batch). nil restores the default. An error or a panic stops the training
+// with ErrCallback, its Cause the error (a *PanicError).
 func (t *Trainer) SetTrainingStep(step func(batch []*Tensor) (*Tensor, error)) error {
 	var state any
 	if step != nil {
