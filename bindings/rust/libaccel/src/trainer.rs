@@ -445,7 +445,7 @@ impl<F: ?Sized> Registered<F> {
     }
 }
 
-/// The Trainer behind the trampolines' `user_data`.
+/// The registration behind a trampoline's `user_data`.
 ///
 /// # Safety
 /// `user_data` is a pointer `Trainer::register` handed over, not yet released.
@@ -460,14 +460,23 @@ struct Lent(Vec<ManuallyDrop<Tensor>>);
 impl Lent {
     /// # Safety
     /// `raw` holds `count` live handles (or `count` is 0), valid for the call.
-    unsafe fn new(raw: *const *const sys::accel_tensor, count: usize) -> Lent {
+    unsafe fn new(
+        raw: *const *const sys::accel_tensor,
+        count: usize,
+    ) -> std::result::Result<Lent, BoxError> {
         if raw.is_null() || count == 0 {
-            return Lent(Vec::new());
+            return Ok(Lent(Vec::new()));
         }
         // SAFETY: `count` pointers at `raw`, per the caller.
         let raws = unsafe { std::slice::from_raw_parts(raw, count) };
-        // SAFETY: live handles for the call; ManuallyDrop keeps them from being freed.
-        Lent(raws.iter().filter_map(|&t| unsafe { lend(t) }).collect())
+        raws.iter()
+            .enumerate()
+            // SAFETY: live handles for the call; ManuallyDrop keeps them from being freed.
+            .map(|(i, &t)| {
+                unsafe { lend(t) }.ok_or_else(|| format!("batch field {i} is NULL").into())
+            })
+            .collect::<std::result::Result<_, BoxError>>()
+            .map(Lent)
     }
 
     fn refs(&self) -> Vec<&Tensor> {
@@ -507,7 +516,7 @@ unsafe extern "C" fn training_step(
     let state = unsafe { registered::<TrainingStepFn>(user_data) };
     state.failure.run(|| {
         // SAFETY: the batch's handles and the Trainer's model live for the call.
-        let batch = unsafe { Lent::new(batch, count) };
+        let batch = unsafe { Lent::new(batch, count) }?;
         let model = unsafe { lend_model(state.model) }?;
         let loss = (state.lock()?)(&model, &batch.refs())?;
         // SAFETY: a valid out pointer; the library takes the handle and frees it.
@@ -528,7 +537,7 @@ unsafe extern "C" fn eval_step(
     let state = unsafe { registered::<EvalStepFn>(user_data) };
     state.failure.run(|| {
         // SAFETY: the batch's handles and the Trainer's model live for the call.
-        let batch = unsafe { Lent::new(batch, count) };
+        let batch = unsafe { Lent::new(batch, count) }?;
         let model = unsafe { lend_model(state.model) }?;
         let out = (state.lock()?)(&model, &batch.refs())?;
         // The library takes and frees each handle given (NULL: none).
@@ -658,6 +667,18 @@ fn control(raw: *mut sys::accel_trainer, flag: ControlFlag) -> Result<bool> {
 /// trainer.train()?;
 /// let metrics = trainer.evaluate()?;
 /// println!("accuracy {:?}", metrics.get("eval_accuracy"));
+/// # Ok(()) }
+/// ```
+///
+/// A Trainer cannot outlive its accelerator (nor its objects):
+///
+/// ```compile_fail,E0505
+/// # use libaccel::{Accelerator, DataLoader, Model, Optimizer, Trainer};
+/// # fn f(mut model: Model, mut opt: Optimizer, mut train: DataLoader) -> libaccel::Result<()> {
+/// let acc = Accelerator::new()?;
+/// let mut trainer = Trainer::new(&acc, &mut model, &mut opt, None, &mut train, None, "")?;
+/// drop(acc); // `acc` is borrowed by the Trainer
+/// trainer.train()?;
 /// # Ok(()) }
 /// ```
 pub struct Trainer<'a> {
