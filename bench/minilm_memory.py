@@ -6,10 +6,15 @@ never as a test:
 
     bench/minilm_memory.py [--model build/minilm/model] [--runs 3]
 
-(after `cmake --build build --target minilm_cpp minilm_dispatch`). Rows:
+(after `cmake --build build --target minilm_cpp minilm_dispatch accel_cli`). Rows:
 - libaccel: `minilm_cpp load MODEL` (examples/cpp/minilm): the C++ example's encoder (a
   torch::nn::Module) built, emptied with accel::to_meta (init_empty_weights) and filled by
   load_pretrained; once more with glibc's mmap threshold at 1 MB, as bench/load_memory.py runs;
+- libaccel under ZeRO stage 3: `accel launch -n 2 minilm_cpp load_prepared MODEL` with FSDP's
+  FULL_SHARD and fsdp_cpu_ram_efficient_loading: the encoder built, prepared, then loaded (a
+  collective, each rank reading what it holds); the worse rank's figures, against the issue's
+  per-rank bound model / 2 + largest unit (the embeddings') + 64 MB. A host module cannot be
+  prepared empty and stage 3 keeps its tensors whole on every rank, so each rank holds it whole;
 - transformers' `BertModel.from_pretrained(MODEL)` (the test venv, transformers 4.40.2);
 - `safetensors.torch.load_file` + `load_state_dict` into a `BertModel(config)` built as usual;
 - `cat model.safetensors > /dev/null`: reading the file, for scale;
@@ -95,6 +100,26 @@ def minilm_cpp(model_dir, env):
             "load_seconds": load}
 
 
+def minilm_zero3(model_dir, env):
+    out = run([os.path.join(BIN, "accel"), "launch", "-n", "2", os.path.join(BIN, "minilm_cpp"),
+               "load_prepared", model_dir], env)
+    ranks = re.findall(
+        r"rank [0-9]+ of 2 \(FSDP\): load_pretrained ([0-9.]+) s \(accelerator, build and prepare "
+        r"([0-9.]+) s\); resident ([0-9.]+) MB at start-up, peak ([0-9.]+) MB starting the "
+        r"accelerator, ([0-9.]+) MB building, ([0-9.]+) MB preparing \(([0-9.]+) MB after\), "
+        r"([0-9.]+) MB loading", out)
+    if len(ranks) != 2:
+        sys.exit("accel launch -n 2 minilm_cpp load_prepared printed: " + out)
+    rows = []
+    for r in ranks:
+        load, before, start, acc, build, prepare, prepared, load_peak = map(float, r)
+        rows.append({"start_mb": start, "peak_mb": max(acc, build, prepare, load_peak),
+                     "seconds": before + load, "load_seconds": load, "accelerator_peak_mb": acc,
+                     "build_peak_mb": build, "prepare_peak_mb": prepare,
+                     "after_prepare_mb": prepared, "load_peak_mb": load_peak})
+    return max(rows, key=lambda r: r["peak_mb"] - r["start_mb"])
+
+
 def python_route(route, model_dir, env):
     out = run([VENV, "-c", REF, route, model_dir], env)
     return [json.loads(l[6:]) for l in out.splitlines() if l.startswith("BENCH ")][0]
@@ -124,7 +149,9 @@ def safetensors_sizes(path):
         header = json.loads(f.read(n))
     sizes = [v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items()
              if k != "__metadata__"]
-    return sum(sizes), max(sizes)
+    embeddings = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items()
+                     if k.startswith("embeddings."))
+    return sum(sizes), max(sizes), embeddings
 
 
 def main():
@@ -135,13 +162,18 @@ def main():
     st = os.path.join(args.model, "model.safetensors")
     if not os.path.exists(st):
         sys.exit("no %s: run tools/fetch_minilm.sh" % st)
-    model_b, largest_b = safetensors_sizes(st)
-    model_mb, largest_mb = model_b / MB, largest_b / MB
+    model_b, largest_b, unit_b = safetensors_sizes(st)
+    model_mb, largest_mb, unit_mb = model_b / MB, largest_b / MB, unit_b / MB
 
     routes = [("libaccel `minilm_cpp load` (accel::to_meta + load_pretrained)",
                lambda: minilm_cpp(args.model, env_for())),
               ("libaccel, the same with glibc's mmap threshold at 1 MB (as bench/load_memory.py)",
-               lambda: minilm_cpp(args.model, env_for({"MALLOC_MMAP_THRESHOLD_": "1048576"})))]
+               lambda: minilm_cpp(args.model, env_for({"MALLOC_MMAP_THRESHOLD_": "1048576"}))),
+              ("libaccel under ZeRO stage 3, 2 ranks: `minilm_cpp load_prepared` (built, prepared, "
+               "then load_pretrained), the worse rank",
+               lambda: minilm_zero3(args.model, env_for({
+                   "ACCELERATE_USE_FSDP": "true", "FSDP_SHARDING_STRATEGY": "FULL_SHARD",
+                   "FSDP_CPU_RAM_EFFICIENT_LOADING": "true"})))]
     if os.path.exists(VENV):
         routes += [("transformers `BertModel.from_pretrained(folder)`",
                     lambda: python_route("transformers", args.model, env_for())),
@@ -173,6 +205,15 @@ def main():
               (name, start, peak, growth, med(runs, "seconds"), med(runs, "load_seconds")))
     print("| `cat model.safetensors > /dev/null` | - | - | - | %.3f | - |" %
           statistics.median(cats))
+    zero3 = rows[2][1]
+    print("ZeRO stage 3, 2 ranks, the worse rank: growth %.0f MB against the per-rank bound "
+          "model / 2 + largest unit (embeddings, %.1f MB) + 64 = %.1f MB; peaks %.0f MB starting "
+          "the accelerator, %.0f building, %.0f preparing (%.0f after), %.0f loading (each rank "
+          "holds the host's encoder whole: stage 3 keeps a host module's tensors on every rank)" %
+          (statistics.median(r["peak_mb"] - r["start_mb"] for r in zero3), unit_mb,
+           model_mb / 2 + unit_mb + 64, med(zero3, "accelerator_peak_mb"),
+           med(zero3, "build_peak_mb"), med(zero3, "prepare_peak_mb"),
+           med(zero3, "after_prepare_mb"), med(zero3, "load_peak_mb")))
     if dispatch:
         d = dispatch
         print("dispatched TorchScript MiniLM, cpu budget 25 %% (%.1f MB), map %s, largest "
@@ -184,7 +225,7 @@ def main():
                d["peak_anon_mb"], d["start_anon_mb"], d["anon_after_dispatch_mb"],
                d["first_forward_peak_mb"], d["bound_mb"],
                "bitwise equal to the whole model's" if d["bitwise_equal"] else "DIFFER"))
-    print(json.dumps({"model_mb": model_mb, "largest_mb": largest_mb,
+    print(json.dumps({"model_mb": model_mb, "largest_mb": largest_mb, "embeddings_mb": unit_mb,
                       "rows": {name: runs for name, runs in rows}, "cat_seconds": cats,
                       "dispatch": dispatch}))
 
