@@ -205,7 +205,7 @@ def main():
               (name, start, peak, growth, med(runs, "seconds"), med(runs, "load_seconds")))
     print("| `cat model.safetensors > /dev/null` | - | - | - | %.3f | - |" %
           statistics.median(cats))
-    zero3 = rows[2][1]
+    zero3 = next(runs for name, runs in rows if "ZeRO stage 3" in name)
     print("ZeRO stage 3, 2 ranks, the worse rank: growth %.0f MB against the per-rank bound "
           "model / 2 + largest unit (embeddings, %.1f MB) + 64 = %.1f MB; peaks %.0f MB starting "
           "the accelerator, %.0f building, %.0f preparing (%.0f after), %.0f loading (each rank "
