@@ -24,7 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Timed steps, warm-up steps and rounds: the MLP's ~1.2-2 ms steps make short rounds, many of
 # them (a burst of other work on the machine then spoils few); the CNN's ~90 ms steps fewer. Both
 # stay inside one epoch of 2 x 64 (468 steps) so no round crosses an epoch's end.
-PLAN = {"mlp": (200, 20, 21), "cnn": (60, 5, 7)}
+# "linear" (--models linear) is one layer: its step is short enough for the Trainer's own
+# microseconds to show.
+PLAN = {"mlp": (200, 20, 21), "cnn": (60, 5, 7), "linear": (400, 20, 21)}
 
 
 def run(args, model, procs):
@@ -47,13 +49,13 @@ def run(args, model, procs):
         timed[key] = max(timed[key], rec["timed_s"])
         call[key] = max(call[key], rec["call_s"])
         cpu[key] += rec["cpu_s"]
-    rounds = sorted({r for r, _ in timed})
+    done = sorted({r for r, _ in timed})
     if len(records) != 2 * procs * rounds:
         sys.exit("expected %d BENCH lines, got:\n%s" % (2 * procs * rounds, out))
-    per_step = {impl: [timed[(r, impl)] / steps for r in rounds] for impl in ("hand", "trainer")}
-    ratios = [timed[(r, "trainer")] / timed[(r, "hand")] for r in rounds]
-    call_ratios = [call[(r, "trainer")] / call[(r, "hand")] for r in rounds]
-    cpu_ratios = [cpu[(r, "trainer")] / cpu[(r, "hand")] for r in rounds]
+    per_step = {impl: [timed[(r, impl)] / steps for r in done] for impl in ("hand", "trainer")}
+    ratios = [timed[(r, "trainer")] / timed[(r, "hand")] for r in done]
+    call_ratios = [call[(r, "trainer")] / call[(r, "hand")] for r in done]
+    cpu_ratios = [cpu[(r, "trainer")] / cpu[(r, "hand")] for r in done]
     return {"model": model, "processes": procs, "steps": steps, "warmup": warmup,
             "hand_ms": statistics.median(per_step["hand"]) * 1e3,
             "trainer_ms": statistics.median(per_step["trainer"]) * 1e3,
