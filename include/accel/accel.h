@@ -2188,7 +2188,7 @@ ACCEL_API accel_status accel_log_message(accel_accelerator* accelerator, accel_l
  * accel_accumulate, the training step, accel_backward; when gradients synchronise,
  * accel_clip_grad_norm (max_grad_norm > 0), accel_optimizer_step, accel_scheduler_step (unless the
  * step was skipped), accel_optimizer_zero_grad; so a Trainer's parameters are bitwise those of
- * that loop with the same seed. Every epoch starts with accel_dataloader_set_epoch(epoch).
+ * that loop with the same seed. Every epoch starts with accel_dataloader_set_epoch of its number.
  *
  * Checkpoints are accel_save_state directories output_dir/checkpoint-<global_step>, each holding
  * transformers' trainer_state.json (written byte for byte as transformers writes it) and
@@ -2268,7 +2268,8 @@ typedef int32_t (*accel_eval_step_fn)(const accel_tensor* const* batch, size_t c
 /**
  * Metrics of an evaluation: the predictions and labels of every sample once, gathered from every
  * process in dataset order, set into `metrics` as numbers (each key gets the "eval_" or "test_"
- * prefix unless it has it). Called on every process.
+ * prefix unless it has it). Called on every process; not called when the steps gave no
+ * predictions or no labels (as transformers).
  */
 typedef int32_t (*accel_compute_metrics_fn)(const accel_tensor* predictions,
                                             const accel_tensor* labels, accel_values* metrics,

@@ -173,9 +173,11 @@ ACCEL_API accel_status accel_trainer_set_training_step(accel_trainer* trainer,
       fn = [step, user_data](const std::vector<at::Tensor>& batch) {
         BatchHandles h(batch);
         accel_tensor* loss = nullptr;
-        check_rc(step(h.pointers.data(), h.pointers.size(), &loss, user_data), "the training step");
-        if (!loss) fail(Errc::invalid_argument, "the training step gave no loss");
-        return adopt(loss, "the training step's loss", h);
+        const int32_t rc = step(h.pointers.data(), h.pointers.size(), &loss, user_data);
+        at::Tensor taken = adopt(loss, "the training step's loss", h);  // freed even on failure
+        check_rc(rc, "the training step");
+        if (!taken.defined()) fail(Errc::invalid_argument, "the training step gave no loss");
+        return taken;
       };
     core.set_training_step(std::move(fn));
     trainer->training_step = reg;

@@ -330,7 +330,10 @@ void Trainer::optimizer_update(Loop& loop, long long epoch) {
   loop.progress->update(state_.global_step, loss);
 }
 
-void Trainer::log(Metrics logs) {
+void Trainer::log(Metrics& logs) {
+  // Trainer.log adds the epoch to the caller's dict: on_log, on_evaluate and evaluate()'s
+  // result see it.
+  if (state_.epoch) logs["epoch"] = state_.epoch->value();
   state_.append_log(logs);
   const auto& entry = state_.log_history.back();
   emit(Event::log, &logs);
@@ -347,8 +350,9 @@ void Trainer::log_save_evaluate(Loop& loop) {
   if (window_.due(control_, state_)) {
     const double mean = ranks_mean(window_.sum());
     loop.total_loss += mean;
-    log(window_.take(state_, loop.grad_norm ? &*loop.grad_norm : nullptr, loop.learning_rate,
-                     &mean));
+    Metrics logs = window_.take(state_, loop.grad_norm ? &*loop.grad_norm : nullptr,
+                                loop.learning_rate, &mean);
+    log(logs);
   }
   std::optional<Metrics> metrics;
   if (control_.should_evaluate) {

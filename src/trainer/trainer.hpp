@@ -123,7 +123,7 @@ class Trainer {
   void optimizer_update(Loop& loop, long long epoch);
   void log_save_evaluate(Loop& loop);
   bool update_would_be_best(const Metrics& metrics) const;
-  void log(Metrics logs);
+  void log(Metrics& logs);
   void save_checkpoint(Loop& loop, const Metrics* metrics);
   void rotate();
   void finish_training(Loop& loop);

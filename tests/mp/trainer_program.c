@@ -49,6 +49,8 @@ typedef struct {
   FILE *events, *trace;
 } Run;
 
+static void dump_params(const accel_model* m, FILE* f);
+
 /* Samples whose class is a function of the features, so the model has something to learn; x[0]
  * is the sample's index (the predictions of `predict`). */
 static accel_dataset* dataset(int n) {
@@ -82,7 +84,10 @@ static accel_dataloader* loader(accel_accelerator* acc, int n, int shuffle) {
   accel_dataloader* l = NULL;
   char text[16];
   CHECK(accel_dataloader_new(acc, ds, &l));
-  snprintf(text, sizeof text, "%d", kBatch);
+  /* TRAINER_BATCH: another batch size per process (a resume on another number of processes
+   * keeping the global batch). */
+  snprintf(text, sizeof text, "%d",
+           getenv("TRAINER_BATCH") ? atoi(getenv("TRAINER_BATCH")) : kBatch);
   CHECK(accel_dataloader_set(l, "batch_size", text));
   if (shuffle) {
     CHECK(accel_dataloader_set(l, "shuffle", "true"));
@@ -111,9 +116,15 @@ static void build(Run* r, const char* accumulation, const char* out) {
   CHECK(accel_model_define(r->model, kSource));
   CHECK(accel_optimizer_new(r->model, "adamw", &r->opt));
   CHECK(accel_optimizer_set(r->opt, "lr", "0.01"));
-  CHECK(accel_scheduler_new(r->opt, "linear", &r->sched));
-  CHECK(accel_scheduler_set(r->sched, "warmup_steps", "20"));
-  CHECK(accel_scheduler_set(r->sched, "total_steps", "2000"));
+  /* TRAINER_CONSTANT_LR: a constant schedule, which does not depend on the number of processes
+   * (the accelerator steps a schedule once per process and step, as Accelerate does). */
+  if (getenv("TRAINER_CONSTANT_LR")) {
+    CHECK(accel_scheduler_new(r->opt, "constant", &r->sched));
+  } else {
+    CHECK(accel_scheduler_new(r->opt, "linear", &r->sched));
+    CHECK(accel_scheduler_set(r->sched, "warmup_steps", "20"));
+    CHECK(accel_scheduler_set(r->sched, "total_steps", "2000"));
+  }
   r->train = loader(r->acc, kSamples, 1);
   r->eval = loader(r->acc, 23, 0);
 }
@@ -225,6 +236,11 @@ static void trainer_run(Run* r, const char* out, const char* settings, int32_t r
   if (getenv("TRAINER_LOG_WITH")) CHECK(accel_init_trackers(r->acc, "trainer", NULL));
   CHECK(accel_trainer_train(t));
   if (getenv("TRAINER_LOG_WITH")) CHECK(accel_end_training(r->acc));
+  {
+    FILE* params = rank_file(out, "params", rank);
+    dump_params(r->model, params);
+    fclose(params);
+  }
   accel_trainer_state_json(t, NULL, 0, &size);
   state = malloc(size);
   CHECK(accel_trainer_state_json(t, state, size, &size));
@@ -292,6 +308,27 @@ static void early_run(Run* r, const char* out, const char* settings) {
   accel_trainer_free(t);
 }
 
+/* Every tensor of `m`, one "name value" line per element, into `f`. */
+static void dump_params(const accel_model* m, FILE* f) {
+  size_t i, count = 0;
+  CHECK(accel_model_tensor_count(m, &count));
+  for (i = 0; i < count; ++i) {
+    char name[256];
+    size_t size = 0;
+    accel_tensor* v = NULL;
+    int64_t n = 0, k;
+    float* data;
+    CHECK(accel_model_tensor_name(m, i, name, sizeof name, &size));
+    CHECK(accel_model_tensor(m, name, &v));
+    CHECK(accel_tensor_element_count(v, &n));
+    data = malloc(sizeof(float) * (size_t)n);
+    CHECK(accel_tensor_to_data(v, data, sizeof(float) * (size_t)n, &size));
+    for (k = 0; k < n; ++k) fprintf(f, "%s %.9g\n", name, data[k]);
+    free(data);
+    accel_tensor_free(v);
+  }
+}
+
 /* Ragged text for num_items_in_batch: 256 sequences of 3 to 20 tokens; labels are the next
  * token's id. */
 static int32_t ragged_lengths(int64_t index, int64_t* lengths, size_t count, void* user_data) {
@@ -332,7 +369,6 @@ static void ragged_run(Run* r, const char* out, const char* batch, int32_t rank)
   accel_model* lm = NULL;
   accel_optimizer* sgd = NULL;
   accel_trainer* t = NULL;
-  size_t i, count = 0;
   FILE* params = rank_file(out, "params", rank);
   r->events = rank_file(out, "events", rank);
   r->trace = rank_file(out, "trace", rank);
@@ -354,22 +390,7 @@ static void ragged_run(Run* r, const char* out, const char* batch, int32_t rank)
                           &t));
   CHECK(accel_trainer_add_callback(t, on_event, r, NULL));
   CHECK(accel_trainer_train(t));
-  CHECK(accel_model_tensor_count(lm, &count));
-  for (i = 0; i < count; ++i) {
-    char name[256];
-    size_t size = 0;
-    accel_tensor* v = NULL;
-    int64_t n = 0, k;
-    float* data;
-    CHECK(accel_model_tensor_name(lm, i, name, sizeof name, &size));
-    CHECK(accel_model_tensor(lm, name, &v));
-    CHECK(accel_tensor_element_count(v, &n));
-    data = malloc(sizeof(float) * (size_t)n);
-    CHECK(accel_tensor_to_data(v, data, sizeof(float) * (size_t)n, &size));
-    for (k = 0; k < n; ++k) fprintf(params, "%s %.9g\n", name, data[k]);
-    free(data);
-    accel_tensor_free(v);
-  }
+  dump_params(lm, params);
   accel_trainer_free(t);
   accel_optimizer_free(sgd);
   accel_model_free(lm);
@@ -394,7 +415,7 @@ static int32_t index_step(const accel_tensor* const* batch, size_t count, accel_
   return 0;
 }
 
-/* The events run: train (by default tests/data/trainer_events.txt's run: 24 training samples, 10
+/* The events run: train (by default tests/mp/trainer_events.txt's run: 24 training samples, 10
  * for evaluation, batch 4, 2 micro-batches a step, 2 epochs), then evaluate and predict; each
  * event and its step on standard output. */
 static void events_run(Run* r, const char* out, const char* extra, int train_n, int eval_n) {

@@ -249,10 +249,12 @@ func TestTrainerComputeMetricsGivesEvalMetrics(t *testing.T) {
 	if got, has := onEvaluate.Number("eval_accuracy"); !has || got != accuracy {
 		t.Fatalf("on_evaluate's values %v", onEvaluate)
 	}
-	// The default again: the loss alone.
+	// The default again: the loss alone, and the epoch transformers' log adds after training.
 	ok(t, tr.SetComputeMetrics(nil))
-	if metrics := must(tr.Evaluate()); len(metrics) != 1 {
+	if metrics := must(tr.Evaluate()); len(metrics) != 2 || metrics["eval_loss"] == 0 {
 		t.Fatalf("without compute_metrics: %v", metrics)
+	} else if _, has := metrics["epoch"]; !has {
+		t.Fatalf("no epoch in %v", metrics)
 	}
 }
 

@@ -414,7 +414,8 @@ pub type accel_eval_step_fn = Option<
 >;
 /// Metrics of an evaluation: the predictions and labels of every sample once, gathered from every
 /// process in dataset order, set into `metrics` as numbers (each key gets the "eval_" or "test_"
-/// prefix unless it has it). Called on every process.
+/// prefix unless it has it). Called on every process; not called when the steps gave no
+/// predictions or no labels (as transformers).
 pub type accel_compute_metrics_fn = Option<
     unsafe extern "C" fn(
         predictions: *const accel_tensor,
