@@ -398,9 +398,10 @@ pub type accel_training_step_fn = Option<
         user_data: *mut c_void,
     ) -> i32,
 >;
-/// An evaluation step, under no-grad, the model in eval mode: any of the loss (one number), the
-/// predictions and the labels of the batch (first dimension: its samples); leave an output NULL to
-/// give none. The library frees what it is given; an output may also be one of the batch's
+/// An evaluation step, under no-grad, the model in eval mode (a model of the host's own tensors:
+/// the host's module keeps its mode, which the steps set themselves): any of the loss (one
+/// number), the predictions and the labels of the batch (first dimension: its samples); leave an
+/// output NULL to give none. The library frees what it is given; an output may also be one of the batch's
 /// handles as it is (the library then neither frees nor changes it).
 pub type accel_eval_step_fn = Option<
     unsafe extern "C" fn(
