@@ -125,7 +125,8 @@ class Trainer {
   bool update_would_be_best(const Metrics& metrics) const;
   void log(Metrics& logs);
   void save_checkpoint(Loop& loop, const Metrics* metrics);
-  void rotate();
+  // save_total_limit's deletions: after a save, or the end of training's sweep.
+  void rotate(bool at_end);
   void finish_training(Loop& loop);
   struct Gathered;
   Gathered run_evaluation(data::DataLoader& loader);

@@ -29,18 +29,20 @@ namespace accel::trainer {
 
 namespace {
 
-std::vector<std::string> entries_of(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (const dirent* e = readdir(d)) names.emplace_back(e->d_name);
-    closedir(d);
-  }
-  return names;
-}
-
 bool is_dir(const std::string& path) {
   struct stat st {};
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The names of the directories in `dir` (none when it does not exist yet).
+std::vector<std::string> subdirectories(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (const dirent* e = readdir(d))
+      if (is_dir(dir + "/" + e->d_name)) names.emplace_back(e->d_name);
+    closedir(d);
+  }
+  return names;
 }
 
 // mkdir -p.
@@ -100,10 +102,7 @@ void Trainer::load_loop_state(Loop& loop) {
 void Trainer::resume(Loop& loop) {
   std::string dir = args_.resume_from_checkpoint;
   if (dir == "latest") {
-    std::vector<std::string> names;
-    for (const auto& n : entries_of(args_.output_dir))
-      if (is_dir(args_.output_dir + "/" + n)) names.push_back(n);
-    const auto latest = latest_checkpoint(args_.output_dir, names);
+    const auto latest = latest_checkpoint(args_.output_dir, subdirectories(args_.output_dir));
     if (!latest)
       fail(Errc::invalid_argument, "trainer: resume_from_checkpoint=latest, but '" +
                                        args_.output_dir + "' holds no checkpoint-<step> directory");
@@ -145,16 +144,17 @@ void Trainer::save_checkpoint(Loop& loop, const Metrics* metrics) {
   }
   ops::run_on_main(acc_.runtime(), [&] { make_dirs(args_.output_dir); });
   acc_.save_state(&dir);
-  rotate();
+  rotate(false);
 }
 
-void Trainer::rotate() {
+void Trainer::rotate(bool at_end) {
   ops::run_on_main(acc_.runtime(), [&] {
-    std::vector<std::string> names;
-    for (const auto& n : entries_of(args_.output_dir))
-      if (is_dir(args_.output_dir + "/" + n)) names.push_back(n);
-    for (const auto& path : checkpoints_to_delete(
-             args_.output_dir, names, state_.best_model_checkpoint, args_.save_total_limit)) {
+    const auto names = subdirectories(args_.output_dir);
+    const auto& best = state_.best_model_checkpoint;
+    const auto doomed =
+        at_end ? checkpoints_to_delete_at_end(args_.output_dir, names, best, args_.save_total_limit)
+               : checkpoints_to_delete(args_.output_dir, names, best, args_.save_total_limit);
+    for (const auto& path : doomed) {
       acc_.log_message(logging::kInfo, 0,
                        "Deleting older checkpoint [" + path + "] due to args.save_total_limit");
       checkpoint::remove_tree(path);
@@ -188,17 +188,7 @@ void Trainer::finish_training(Loop& loop) {
   metrics["train_loss"] =
       loop.total_loss / std::max(static_cast<double>(state_.global_step), 0.001);
   log(metrics);
-  ops::run_on_main(acc_.runtime(), [&] {
-    std::vector<std::string> names;
-    for (const auto& n : entries_of(args_.output_dir))
-      if (is_dir(args_.output_dir + "/" + n)) names.push_back(n);
-    for (const auto& path : checkpoints_to_delete_at_end(
-             args_.output_dir, names, state_.best_model_checkpoint, args_.save_total_limit)) {
-      acc_.log_message(logging::kInfo, 0,
-                       "Deleting older checkpoint [" + path + "] due to args.save_total_limit");
-      checkpoint::remove_tree(path);
-    }
-  });
+  rotate(true);
   emit(Event::train_end);
 }
 
