@@ -6,15 +6,14 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 
 #include "accelerator/accelerator.hpp"
 #include "checkpoint/atomic_dir.hpp"
 #include "checkpoint/model_io.hpp"
 #include "checkpoint/sharded_load.hpp"
 #include "common/error.hpp"
+#include "common/files.hpp"
 #include "data/loader.hpp"
 #include "model/model.hpp"
 #include "ops/collectives.hpp"
@@ -43,16 +42,6 @@ std::vector<std::string> subdirectories(const std::string& dir) {
     closedir(d);
   }
   return names;
-}
-
-// mkdir -p.
-void make_dirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    const std::string part = path.substr(0, i);
-    if (mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
-      fail(Errc::io, "trainer: cannot make '" + part + "': " + std::strerror(errno));
-  }
 }
 
 }  // namespace
@@ -142,7 +131,7 @@ void Trainer::save_checkpoint(Loop& loop, const Metrics* metrics) {
   } else {
     loop.rank_sums = {window_.sum()};
   }
-  ops::run_on_main(acc_.runtime(), [&] { make_dirs(args_.output_dir); });
+  ops::run_on_main(acc_.runtime(), [&] { make_directories(args_.output_dir, 0777); });
   acc_.save_state(&dir);
   rotate(false);
 }
