@@ -2169,8 +2169,8 @@ ACCEL_API accel_status accel_log_message(accel_accelerator* accelerator, accel_l
  * logging_steps, logging_first_step, eval_strategy, eval_steps, eval_delay, save_strategy (no,
  * steps, epoch, best), save_steps, save_total_limit, load_best_model_at_end,
  * metric_for_best_model, greater_is_better, early_stopping_patience, early_stopping_threshold,
- * gradient_accumulation_steps, max_grad_norm (default 1.0; 0: no clipping),
- * resume_from_checkpoint ("latest" or a directory), output_dir (default "trainer_output"), and
+ * gradient_accumulation_steps, max_grad_norm (default 1.0; 0: no clipping), auto_find_batch_size
+ * (below), resume_from_checkpoint ("latest" or a directory), output_dir (default "trainer_output"), and
  * libaccel's speed_metrics (default true: the runtime and rate figures transformers adds to the
  * train and evaluation logs; false makes log_history the same from run to run), progress_bar
  * (default: on when standard error is a terminal), and num_items_in_batch (transformers': each
@@ -2189,6 +2189,19 @@ ACCEL_API accel_status accel_log_message(accel_accelerator* accelerator, accel_l
  * accel_clip_grad_norm (max_grad_norm > 0), accel_optimizer_step, accel_scheduler_step (unless the
  * step was skipped), accel_optimizer_zero_grad; so a Trainer's parameters are bitwise those of
  * that loop with the same seed. Every epoch starts with accel_dataloader_set_epoch of its number.
+ *
+ * auto_find_batch_size=true runs the training as accel_find_executable_batch_size's try, from the
+ * train dataloader's batch size (when resuming, the checkpoint's train_batch_size) down: a try in
+ * which a step runs out of memory (libaccel's ACCEL_ERR_OUT_OF_MEMORY, or a callback returning
+ * it) is dropped and the training starts again at the next size. Beyond transformers, the next
+ * try starts from exactly what train started from: the parameters, optimizer, schedule, random
+ * and data states come back from an accel_save_state of them made at the start in
+ * output_dir/.auto_find_batch_size_start (removed at the end; when resuming, the checkpoint is
+ * loaded again), and the failed try's checkpoints and tracker records are removed, so the run at
+ * the size found equals the run started at that size. That save costs one checkpoint's writing
+ * per train. The dataloader keeps the size found; trainer_state.json records it. As for
+ * accel_find_executable_batch_size, every process must run out of memory in the same step (a
+ * process alone out of memory mid-collective leaves the others waiting for the timeout).
  *
  * Checkpoints are accel_save_state directories output_dir/checkpoint-<global_step>, each holding
  * transformers' trainer_state.json (written byte for byte as transformers writes it) and
@@ -2314,8 +2327,9 @@ ACCEL_API accel_status accel_trainer_add_callback(accel_trainer* trainer,
 
 /**
  * transformers' Trainer.train: from the start, or with resume_from_checkpoint from that
- * checkpoint. A callback's failure is ACCEL_ERR_CALLBACK naming the event; any failure leaves the
- * objects where the failing step left them (the last checkpoint is intact).
+ * checkpoint. A callback's failure is ACCEL_ERR_CALLBACK naming the event (one returning
+ * ACCEL_ERR_OUT_OF_MEMORY fails with that status: auto_find_batch_size retries it); any failure
+ * leaves the objects where the failing step left them (the last checkpoint is intact).
  */
 ACCEL_API accel_status accel_trainer_train(accel_trainer* trainer);
 

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <initializer_list>
@@ -167,6 +168,24 @@ constexpr accel_dtype dtype_of() {
     return ACCEL_DTYPE_BOOL;
   else
     static_assert(sizeof(T) == 0, "no accel_dtype for this element type");
+}
+
+// Whether the exception being handled is running out of memory, as find_executable_batch_size
+// and the Trainer's auto_find_batch_size count it: an Error with ACCEL_ERR_OUT_OF_MEMORY,
+// std::bad_alloc, or an exception whose message is LibTorch's "out of memory". Call it inside a
+// catch block.
+inline bool handling_out_of_memory() noexcept {
+  try {
+    throw;
+  } catch (const Error& e) {
+    return e.status() == ACCEL_ERR_OUT_OF_MEMORY;
+  } catch (const std::bad_alloc&) {
+    return true;
+  } catch (const std::exception& e) {
+    return std::strstr(e.what(), "out of memory") || std::strstr(e.what(), "can't allocate memory");
+  } catch (...) {
+    return false;
+  }
 }
 
 }  // namespace detail
@@ -1119,18 +1138,8 @@ class Accelerator {
         try {
           c->fn(size);
           return ACCEL_OK;
-        } catch (const Error& e) {
-          if (e.status() == ACCEL_ERR_OUT_OF_MEMORY) return ACCEL_ERR_OUT_OF_MEMORY;
-          c->error = std::current_exception();
-        } catch (const std::bad_alloc&) {
-          return ACCEL_ERR_OUT_OF_MEMORY;
-        } catch (const std::exception& e) {
-          const std::string what = e.what();
-          if (what.find("out of memory") != std::string::npos ||
-              what.find("can't allocate memory") != std::string::npos)
-            return ACCEL_ERR_OUT_OF_MEMORY;
-          c->error = std::current_exception();
         } catch (...) {
+          if (detail::handling_out_of_memory()) return ACCEL_ERR_OUT_OF_MEMORY;
           c->error = std::current_exception();
         }
         return ACCEL_ERR_CALLBACK;
@@ -1689,13 +1698,16 @@ class Trainer {
     F fn;
     std::shared_ptr<State> state;
     static void release(void* self) { delete static_cast<Box*>(self); }
-    // 0, or -1 with the exception kept for the call that reached the callback.
+    // 0, or -1 with the exception kept for the call that reached the callback; running out of
+    // memory is ACCEL_ERR_OUT_OF_MEMORY itself, which auto_find_batch_size retries smaller (the
+    // call's Error then carries the status).
     template <class G>
     int32_t guard(G&& g) noexcept {
       try {
         g();
         return 0;
       } catch (...) {
+        if (detail::handling_out_of_memory()) return ACCEL_ERR_OUT_OF_MEMORY;
         if (!state->error) state->error = std::current_exception();
       }
       return -1;

@@ -50,6 +50,14 @@ accel_status record_error(accel_status status, const char* message) noexcept {
   return status;
 }
 
+void fail_with_returned(accel_status rc, const std::string& who) {
+  const bool known = rc > 0 && rc <= ACCEL_ERR_INTERNAL;
+  const LastError& last = last_error();
+  const std::string said = known && last.status == rc ? ": " + last.message : "";
+  fail(known ? static_cast<Errc>(rc) : Errc::callback,
+       who + " returned " + (known ? accel_status_name(rc) : std::to_string(rc)) + said);
+}
+
 const char* tag_name(uint32_t tag) noexcept {
   switch (static_cast<Tag>(tag)) {
     case Tag::kConfig:

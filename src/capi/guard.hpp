@@ -17,6 +17,11 @@ namespace accel::capi {
 // Records the failure for this thread and returns `status`. Never throws.
 accel_status record_error(accel_status status, const char* message) noexcept;
 
+// A status a program's callback returned, as the error it stands for: a libaccel status is that
+// error (with libaccel's own message when it is the one this thread's last call failed with),
+// any other nonzero value ACCEL_ERR_CALLBACK; `who` names the callback.
+[[noreturn]] void fail_with_returned(accel_status rc, const std::string& who);
+
 template <class F>
 accel_status guarded(F&& body) noexcept {
   try {

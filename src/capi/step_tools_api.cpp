@@ -8,22 +8,12 @@ using accel::Errc;
 using accel::fail;
 using accel::capi::checked;
 using accel::capi::core_of;
+using accel::capi::fail_with_returned;
 using accel::capi::FamilyLock;
 using accel::capi::guarded;
 using accel::capi::require;
 
 namespace {
-
-// A status a program's function returned, as the error it stands for: libaccel's own message when
-// the status is the one this thread's last libaccel call failed with.
-[[noreturn]] void fail_with_returned(accel_status rc, const std::string& who) {
-  const bool known = rc > 0 && rc <= ACCEL_ERR_INTERNAL;
-  const std::string said = known && accel_last_error_status() == rc
-                               ? std::string(": ") + accel_last_error_message()
-                               : "";
-  fail(known ? static_cast<Errc>(rc) : Errc::callback,
-       who + " returned " + (known ? accel_status_name(rc) : std::to_string(rc)) + said);
-}
 
 std::shared_ptr<accel::prepare::Session> session_of(
     const std::weak_ptr<accel::prepare::Session>& w) {

@@ -61,6 +61,8 @@ accel::trainer::Trainer& live(const accel_trainer* t) {
 }
 
 void check_rc(int32_t rc, const std::string& what) {
+  // Running out of memory stays itself: auto_find_batch_size tries again smaller.
+  if (rc == ACCEL_ERR_OUT_OF_MEMORY) accel::capi::fail_with_returned(rc, what);
   if (rc != 0) fail(Errc::callback, what + " returned " + std::to_string(rc));
 }
 

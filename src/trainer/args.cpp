@@ -164,6 +164,8 @@ void TrainingArgs::set(const std::string& key, const std::string& value) {
     gradient_accumulation_steps = count_of(key, value, 1);
   else if (key == "max_grad_norm")
     max_grad_norm = real_of(key, value, 0);
+  else if (key == "auto_find_batch_size")
+    auto_find_batch_size = flag_of(key, value);
   else if (key == "resume_from_checkpoint")
     resume_from_checkpoint = value;
   else if (key == "output_dir") {
@@ -185,7 +187,7 @@ void TrainingArgs::set(const std::string& key, const std::string& value) {
             "logging_first_step, eval_strategy, eval_steps, eval_delay, save_strategy, save_steps, "
             "save_total_limit, load_best_model_at_end, metric_for_best_model, greater_is_better, "
             "early_stopping_patience, early_stopping_threshold, gradient_accumulation_steps, "
-            "max_grad_norm, resume_from_checkpoint, output_dir, speed_metrics, progress_bar, "
+            "max_grad_norm, auto_find_batch_size, resume_from_checkpoint, output_dir, speed_metrics, progress_bar, "
             "num_items_in_batch, labels_field");
 }
 

@@ -35,6 +35,9 @@ struct TrainingArgs {
   double early_stopping_threshold = 0;
   long long gradient_accumulation_steps = 1;
   double max_grad_norm = 1.0;
+  // transformers' auto_find_batch_size: train() under find_executable_batch_size, from the
+  // training loader's batch size down (trainer_batch_size.cpp).
+  bool auto_find_batch_size = false;
   std::string resume_from_checkpoint;  // "" none, "latest", or a checkpoint directory
   std::string output_dir = "trainer_output";
   // libaccel's: the runtime and rate figures transformers adds to train and evaluation logs

@@ -185,7 +185,7 @@ void Trainer::begin_state(Loop& loop) {
   early_.set_counter(0);
 }
 
-void Trainer::train() {
+void Trainer::train_once() {
   Loop loop;
   struct Running {  // loop_ points at `loop` while it lives
     Loop*& at;

@@ -97,7 +97,8 @@ class Trainer {
   // on_init_end: the C layer calls it once the program's callbacks are added.
   void init_end() { emit(Event::init_end); }
 
-  // Trainer.train: from the start or, with resume_from_checkpoint, where the checkpoint left.
+  // Trainer.train: from the start or, with resume_from_checkpoint, where the checkpoint left;
+  // with auto_find_batch_size, at the largest batch size that fits (trainer_batch_size.cpp).
   void train();
   // Trainer.evaluate over the eval loader: "eval_loss" and compute_metrics', "eval_"-prefixed.
   Metrics evaluate();
@@ -110,9 +111,17 @@ class Trainer {
 
  private:
   struct Loop;  // one train() call's counters
+  // One training at the loader's batch size (train() without auto_find_batch_size).
+  void train_once();
+  // auto_find_batch_size's retry: the failed try's checkpoints removed (`resumed`, the checkpoint
+  // it resumed from, kept) and, from `start_dir` (null when resuming: the try resumes again),
+  // everything as train() found it.
+  void start_again(const std::string* start_dir, const std::string& resumed);
   void emit(Event e, const Metrics* values = nullptr);
   void begin_state(Loop& loop);
   void resume(Loop& loop);
+  // resume_from_checkpoint's directory ("latest" found in output_dir).
+  std::string checkpoint_to_resume() const;
   void run_epoch(Loop& loop, long long epoch);
   void run_windows(Loop& loop, long long epoch);
   at::Tensor label_tokens(const std::vector<std::vector<at::Tensor>>& window) const;
@@ -150,6 +159,7 @@ class Trainer {
   Loop* loop_ = nullptr;  // the running train()'s, for a save_state made by the program
   std::optional<TrainerState> loaded_state_;
   std::string loaded_loop_;
+  std::vector<std::string> try_checkpoints_;  // the saves of the running train() try
 };
 
 }  // namespace accel::trainer

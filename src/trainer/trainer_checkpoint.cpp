@@ -88,7 +88,7 @@ void Trainer::load_loop_state(Loop& loop) {
   loop.resumed_mid_epoch = !loop.epoch_done;
 }
 
-void Trainer::resume(Loop& loop) {
+std::string Trainer::checkpoint_to_resume() const {
   std::string dir = args_.resume_from_checkpoint;
   if (dir == "latest") {
     const auto latest = latest_checkpoint(args_.output_dir, subdirectories(args_.output_dir));
@@ -100,6 +100,11 @@ void Trainer::resume(Loop& loop) {
   if (!is_dir(dir))
     fail(Errc::invalid_argument,
          "trainer: resume_from_checkpoint '" + dir + "' is not a directory");
+  return dir;
+}
+
+void Trainer::resume(Loop& loop) {
+  const std::string dir = checkpoint_to_resume();
   loaded_state_.reset();
   loaded_loop_.clear();
   acc_.load_state(&dir);
@@ -133,6 +138,7 @@ void Trainer::save_checkpoint(Loop& loop, const Metrics* metrics) {
   }
   ops::run_on_main(acc_.runtime(), [&] { make_directories(args_.output_dir, 0777); });
   acc_.save_state(&dir);
+  try_checkpoints_.push_back(dir);
   rotate(false);
 }
 

@@ -345,3 +345,42 @@ TEST(CppWraps, TrainerStepInCppIsTheDefaultStepAndExceptionsComeBack) {
   });
   EXPECT_THROW(t.train(), std::out_of_range);
 }
+
+// auto_find_batch_size from C++: a step that throws running out of memory (an accel::Error of
+// ACCEL_ERR_OUT_OF_MEMORY, or LibTorch's message) above 3 rows is tried again smaller; the run
+// found is bitwise the run started at 3. Without the setting the step's failure is the call's.
+TEST(CppWraps, TrainerAutoFindBatchSizeRetriesWhatRanOutOfMemory) {
+  const std::string dir = ::testing::TempDir() + "hpp_auto_batch_" + std::to_string(getpid());
+  const std::string settings = "max_steps=6,save_strategy=no,speed_metrics=false,output_dir=" + dir;
+  std::vector<float> want, got;
+  for (int start : {3, 5}) {  // 5, then int(5 * 0.9) = 4, then 3
+    TrainerRun r;
+    r.train.set("batch_size", std::to_string(start));
+    accel::Trainer t(r.acc, r.model, r.opt, &r.sched, r.train, nullptr,
+                     settings + ",auto_find_batch_size=true");
+    int calls = 0;
+    t.set_training_step([&](const std::vector<accel::Tensor>& batch) {
+      if (batch[0].shape()[0] > 3) {
+        if (++calls == 1) throw accel::Error(ACCEL_ERR_OUT_OF_MEMORY, "pretend");
+        throw std::runtime_error("CUDA out of memory. Tried to allocate 2.00 GiB");
+      }
+      return std::move(r.model.call("training_step", {&batch[0], &batch[1]})[0]);
+    });
+    t.train();
+    EXPECT_NE(t.state_json().find("\"train_batch_size\": 3,"), std::string::npos);
+    EXPECT_EQ(calls, start == 5 ? 2 : 0);
+    (start == 3 ? want : got) = r.model.tensor("fc.weight").to_vector<float>();
+  }
+  EXPECT_EQ(got, want) << "bitwise";
+  TrainerRun r;
+  accel::Trainer t(r.acc, r.model, r.opt, &r.sched, r.train, nullptr, settings);
+  t.set_training_step([](const std::vector<accel::Tensor>&) -> accel::Tensor {
+    throw accel::Error(ACCEL_ERR_OUT_OF_MEMORY, "pretend");
+  });
+  try {
+    t.train();
+    ADD_FAILURE() << "no error";
+  } catch (const accel::Error& e) {
+    EXPECT_EQ(e.status(), ACCEL_ERR_OUT_OF_MEMORY) << e.what();
+  }
+}

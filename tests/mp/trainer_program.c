@@ -47,6 +47,7 @@ typedef struct {
   accel_scheduler* sched;
   accel_dataloader *train, *eval;
   FILE *events, *trace;
+  accel_trainer* trainer;
 } Run;
 
 static void dump_params(const accel_model* m, FILE* f);
@@ -204,6 +205,17 @@ static int32_t traced_step(const accel_tensor* const* batch, size_t count, accel
   Run* r = user_data;
   accel_tensor_list* out = NULL;
   double value = 0;
+  /* TRAINER_MEMORY_ROWS=N: a batch of more than N rows runs out of memory from global step
+   * TRAINER_OOM_FROM_STEP (default 0) on, as a device would (auto_find_batch_size). */
+  if (getenv("TRAINER_MEMORY_ROWS")) {
+    int64_t shape[2] = {0, 0}, step = 0;
+    size_t dims = 0;
+    if (accel_tensor_shape(batch[0], shape, 2, &dims) != ACCEL_OK) return 1;
+    if (accel_trainer_global_step(r->trainer, &step) != ACCEL_OK) return 1;
+    if (shape[0] > atol(getenv("TRAINER_MEMORY_ROWS")) &&
+        step >= atol(getenv("TRAINER_OOM_FROM_STEP") ? getenv("TRAINER_OOM_FROM_STEP") : "0"))
+      return ACCEL_ERR_OUT_OF_MEMORY;
+  }
   if (accel_model_call(r->model, "training_step", batch, count, &out) != ACCEL_OK) return 1;
   if (accel_tensor_list_get(out, 0, out_loss) != ACCEL_OK) return 1;
   accel_tensor_list_free(out);
@@ -231,6 +243,7 @@ static void trainer_run(Run* r, const char* out, const char* settings, int32_t r
   r->events = rank_file(out, "events", rank);
   r->trace = rank_file(out, "trace", rank);
   CHECK(accel_trainer_new(r->acc, r->model, r->opt, r->sched, r->train, r->eval, settings, &t));
+  r->trainer = t;
   CHECK(accel_trainer_set_training_step(t, traced_step, r, NULL));
   CHECK(accel_trainer_add_callback(t, on_event, r, NULL));
   if (getenv("TRAINER_LOG_WITH")) CHECK(accel_init_trackers(r->acc, "trainer", NULL));

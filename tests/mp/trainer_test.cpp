@@ -334,3 +334,89 @@ TEST(TrainerResume, OnAnotherNumberOfProcessesWithinTheFp32Floor) {
 }
 
 }  // namespace
+
+namespace {
+
+// auto_find_batch_size: batches of 8 run out of memory from step 13 on (after 13 optimizer
+// steps, two logs and a save), so the first try fails and the training starts again at
+// int(8 * 0.9) = 7. The run found is the run started at 7: parameters, trainer_state.json,
+// tracker records and checkpoints bitwise, on 1 and 2 processes. With no size fitting, the
+// search ends with Accelerate's message.
+TEST(TrainerAutoBatchSize, ARetriedRunIsTheRunStartedAtTheSizeFound) {
+  const std::string dir = ::testing::TempDir() + "trainer_auto_batch_" + std::to_string(getpid());
+  const std::string settings =
+      "max_steps=40,logging_steps=5,save_steps=10,save_total_limit=2,speed_metrics=false";
+  for (int n : {1, 2}) {
+    ASSERT_EQ(run("rm -rf " + dir + " && mkdir -p " + dir + "/a " + dir + "/b").code, 0);
+    const std::string launch = kCli + " launch -n " + std::to_string(n) + " " + kProgram;
+    const std::string env = "TRAINER_LOG_WITH=jsonl ";
+    const auto direct = run(env + "TRAINER_BATCH=7 " + launch + " trainer " + dir + "/a 2 '" +
+                            settings + ",output_dir=" + dir + "/a/run'");
+    ASSERT_EQ(direct.code, 0) << direct.output;
+    const auto found = run(env + "TRAINER_BATCH=8 TRAINER_MEMORY_ROWS=7 TRAINER_OOM_FROM_STEP=13 " +
+                           launch + " trainer " + dir + "/b 2 '" + settings +
+                           ",auto_find_batch_size=true,output_dir=" + dir + "/b/run'");
+    ASSERT_EQ(found.code, 0) << found.output;
+    EXPECT_NE(found.output.find("batch size 8 ran out of memory"), std::string::npos)
+        << found.output;
+    EXPECT_NE(found.output.find("trained at batch size 7 (from 8)"), std::string::npos)
+        << found.output;
+    const auto begins = run("grep -c '^on_train_begin' " + dir + "/b/events_0.txt");
+    EXPECT_EQ(begins.output, "2\n") << "each try begins a training, as in transformers";
+    for (const std::string f :
+         {"model/model.safetensors", "trainer_state.json", "run/checkpoint-40/model_0.safetensors",
+          "run/checkpoint-40/optimizer_0.safetensors"})
+      EXPECT_EQ(run("cmp " + dir + "/a/" + f + " " + dir + "/b/" + f).code, 0)
+          << n << " processes: " << f;
+    EXPECT_EQ(run("grep -q '\"train_batch_size\": 7' " + dir + "/b/trainer_state.json").code, 0);
+    const auto listing = run("cd " + dir + "/a/run && ls -A > ../ls && cd " + dir +
+                             "/b/run && ls -A > ../ls && cmp " + dir + "/a/ls " + dir + "/b/ls");
+    EXPECT_EQ(listing.code, 0) << "the failed try's checkpoints and the start are removed";
+    const std::string records_of =
+        "find logs -type f | sort | xargs cat | sed 's/\"wall_time\": [0-9.]*//'";
+    const auto records = run("cd " + dir + "/a && " + records_of + " > records && cd " + dir +
+                             "/b && " + records_of + " > records && diff " + dir + "/a/records " +
+                             dir + "/b/records && test -s " + dir + "/a/records");
+    EXPECT_EQ(records.code, 0) << records.output;
+  }
+  const auto none = run("TRAINER_BATCH=8 TRAINER_MEMORY_ROWS=0 " + kCli + " launch -n 2 " +
+                        kProgram + " trainer " + dir + "/b 2 '" + settings +
+                        ",auto_find_batch_size=true,output_dir=" + dir + "/c'");
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.output.find("No executable batch size found, reached zero."), std::string::npos)
+      << none.output;
+  EXPECT_EQ(run("test -e " + dir + "/c/.auto_find_batch_size_start").code, 1) << "removed";
+  run("rm -rf " + dir);
+}
+
+// Resumed with auto_find_batch_size, the search starts from the checkpoint's train_batch_size
+// (8, not the program's 16, as transformers does), and a retry resumes from the checkpoint again:
+// the run equals the same resume made directly at 7.
+TEST(TrainerAutoBatchSize, AResumedSearchStartsFromTheCheckpointsSize) {
+  const std::string dir = ::testing::TempDir() + "trainer_auto_resume_" + std::to_string(getpid());
+  const std::string settings = "max_steps=40,logging_steps=5,save_steps=10,speed_metrics=false";
+  const std::string launch = kCli + " launch -n 1 " + kProgram;
+  ASSERT_EQ(run("rm -rf " + dir + " && mkdir -p " + dir + "/a " + dir + "/b").code, 0);
+  const auto killed = run("TRAINER_KILL_AT=17 TRAINER_BATCH=8 " + launch + " trainer " + dir +
+                          "/a 2 '" + settings + ",output_dir=" + dir + "/a/run'");
+  ASSERT_NE(killed.code, 0) << killed.output;
+  ASSERT_EQ(run("cp -r " + dir + "/a/run " + dir + "/b/run").code, 0);
+  const auto direct = run("TRAINER_BATCH=7 " + launch + " trainer " + dir + "/a 2 '" + settings +
+                          ",output_dir=" + dir + "/a/run,resume_from_checkpoint=latest'");
+  ASSERT_EQ(direct.code, 0) << direct.output;
+  const auto found =
+      run("TRAINER_BATCH=16 TRAINER_MEMORY_ROWS=7 TRAINER_OOM_FROM_STEP=13 " + launch +
+          " trainer " + dir + "/b 2 '" + settings + ",auto_find_batch_size=true,output_dir=" + dir +
+          "/b/run,resume_from_checkpoint=latest'");
+  ASSERT_EQ(found.code, 0) << found.output;
+  EXPECT_NE(found.output.find("trained at batch size 7 (from 8)"), std::string::npos)
+      << found.output;
+  EXPECT_EQ(found.output.find("batch size 16"), std::string::npos) << found.output;
+  for (const std::string f :
+       {"model/model.safetensors", "trainer_state.json", "run/checkpoint-10/trainer_state.json",
+        "run/checkpoint-40/optimizer_0.safetensors"})
+    EXPECT_EQ(run("cmp " + dir + "/a/" + f + " " + dir + "/b/" + f).code, 0) << f;
+  run("rm -rf " + dir);
+}
+
+}  // namespace

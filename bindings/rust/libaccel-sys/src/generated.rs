@@ -1927,8 +1927,9 @@ extern "C" {
         release: accel_release_fn,
     ) -> accel_status;
     /// transformers' Trainer.train: from the start, or with resume_from_checkpoint from that
-    /// checkpoint. A callback's failure is ACCEL_ERR_CALLBACK naming the event; any failure leaves the
-    /// objects where the failing step left them (the last checkpoint is intact).
+    /// checkpoint. A callback's failure is ACCEL_ERR_CALLBACK naming the event (one returning
+    /// ACCEL_ERR_OUT_OF_MEMORY fails with that status: auto_find_batch_size retries it); any failure
+    /// leaves the objects where the failing step left them (the last checkpoint is intact).
     pub fn accel_trainer_train(trainer: *mut accel_trainer) -> accel_status;
     /// transformers' Trainer.evaluate over the eval dataloader: "eval_loss" (the mean over samples of
     /// the steps' losses) and compute_metrics' metrics, logged (log_history, trackers) and given to
