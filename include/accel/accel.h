@@ -2374,6 +2374,53 @@ ACCEL_API accel_status accel_trainer_set_control(accel_trainer* trainer, const c
 /** Frees a Trainer and releases its callbacks. NULL is a no-op. */
 ACCEL_API void accel_trainer_free(accel_trainer* trainer);
 
+/* ----------------------------------------------------------------------------------------------------
+ * Option tables
+ *
+ * Every option an object takes by key (accel_optimizer_set, accel_scheduler_set,
+ * accel_dataloader_set, accel_model_add_layer's spec), with its type and default, one kind a
+ * line: "<object> <kind>: <key> <type> <default>, ..." (a line ending with a comma goes on).
+ * Types: real, int, flag (true or false), or the words a choice allows ("right|left"). A default
+ * of "-" is none: the option is required, or the library decides (the accelerator's
+ * configuration, the dataset). accel.hpp's typed options (accel::AdamWOptions{.lr = 5e-3}, ...)
+ * and the bindings' are generated from these lines (tools/gen_options.py); the ctest
+ * abi.option_tables checks them against the library.
+ *
+ * optimizer sgd: lr real 1e-3, momentum real 0, dampening real 0, weight_decay real 0,
+ *   nesterov flag false
+ * optimizer adam: lr real 1e-3, beta1 real 0.9, beta2 real 0.999, eps real 1e-8,
+ *   weight_decay real 0, amsgrad flag false
+ * optimizer adamw: lr real 1e-3, beta1 real 0.9, beta2 real 0.999, eps real 1e-8,
+ *   weight_decay real 1e-2, amsgrad flag false
+ * optimizer rmsprop: lr real 1e-2, alpha real 0.99, eps real 1e-8, weight_decay real 0,
+ *   momentum real 0, centered flag false
+ * optimizer adagrad: lr real 1e-2, lr_decay real 0, weight_decay real 0,
+ *   initial_accumulator_value real 0, eps real 1e-10
+ * schedule constant:
+ * schedule constant_with_warmup: warmup_steps int 0
+ * schedule linear: warmup_steps int 0, total_steps int -
+ * schedule cosine: warmup_steps int 0, total_steps int -, num_cycles real 0.5
+ * schedule cosine_with_restarts: warmup_steps int 0, total_steps int -, num_cycles real 1
+ * schedule polynomial: warmup_steps int 0, total_steps int -, lr_end real 1e-7, power real 1
+ * schedule step: step_size int -, gamma real 0.1
+ * schedule exponential: gamma real -
+ * schedule one_cycle: max_lr real -, total_steps int -, pct_start real 0.3,
+ *   anneal_strategy cos|linear cos, div_factor real 25, final_div_factor real 1e4,
+ *   base_momentum real 0.85, max_momentum real 0.95, cycle_momentum flag true
+ * dataloader dataloader: batch_size int 1, shuffle flag false, seed int 0, drop_last flag false,
+ *   num_workers int 0, prefetch_factor int 2, split_batches flag -, even_batches flag -,
+ *   device_placement flag true, group_by_length flag false, dispatch_batches flag -,
+ *   shard flag true, pad_value real 0, padding_side right|left right, pad_to_multiple_of int 1,
+ *   max_length int -, truncation flag false, mask attention_mask|lengths|none attention_mask
+ * layer linear: in_features int -, out_features int -, bias flag true
+ * layer conv2d: in_channels int -, out_channels int -, kernel_size int -, stride int 1,
+ *   padding int 0, dilation int 1, groups int 1, bias flag true
+ * layer batch_norm2d: num_features int -, eps real 1e-5, momentum real 0.1
+ * layer layer_norm: normalized_shape int -, eps real 1e-5
+ * layer embedding: num_embeddings int -, embedding_dim int -
+ * -------------------------------------------------------------------------------------------------
+ */
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

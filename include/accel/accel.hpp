@@ -22,6 +22,7 @@
 #define ACCEL_ACCEL_HPP
 
 #include <accel/accel.h>
+#include <accel/options.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -438,6 +439,14 @@ class Model {
     detail::check(accel_model_add_layer(get(), name.c_str(), kind.c_str(), spec.c_str()));
     return *this;
   }
+  /** add_layer("fc", LinearOptions{.in_features = 8, .out_features = 4}). */
+  template <class L, detail::if_options<L, detail::OptionObject::layer> = 0>
+  Model& add_layer(const std::string& name, const L& layer) {
+    std::string spec;
+    for (const auto& [key, value] : layer.pairs())
+      spec += (spec.empty() ? "" : " ") + std::string(key) + "=" + value;
+    return add_layer(name, L::kind, spec);
+  }
   Model& define(const std::string& source) {
     detail::check(accel_model_define(get(), source.c_str()));
     return *this;
@@ -633,8 +642,19 @@ class Optimizer {
     detail::check(accel_optimizer_new(model.get(), kind.c_str(), &o));
     h_ = Handle(o);
   }
+  /** An optimizer of the options' kind: Optimizer(model, AdamWOptions{.lr = 5e-3}). */
+  template <class O, detail::if_options<O, detail::OptionObject::optimizer> = 0>
+  Optimizer(Model& model, const O& options) : Optimizer(model, O::kind) {
+    set(options);
+  }
   Optimizer& set(const std::string& key, const std::string& value) {
     detail::check(accel_optimizer_set(get(), key.c_str(), value.c_str()));
+    return *this;
+  }
+  /** Sets the options given (those of another kind are ACCEL_ERR_INVALID_ARGUMENT). */
+  template <class O, detail::if_options<O, detail::OptionObject::optimizer> = 0>
+  Optimizer& set(const O& options) {
+    for (const auto& [key, value] : options.pairs()) set(key, value);
     return *this;
   }
   void step() { detail::check(accel_optimizer_step(get())); }
@@ -677,6 +697,11 @@ class Scheduler {
     accel_scheduler* s = nullptr;
     detail::check(accel_scheduler_new(optimizer.get(), kind.c_str(), &s));
     h_ = Handle(s);
+  }
+  /** A schedule of the options' kind: Scheduler(opt, LinearSchedule{.total_steps = 1000}). */
+  template <class S, detail::if_options<S, detail::OptionObject::schedule> = 0>
+  Scheduler(Optimizer& optimizer, const S& schedule) : Scheduler(optimizer, S::kind) {
+    for (const auto& [key, value] : schedule.pairs()) set(key, value);
   }
   Scheduler& set(const std::string& key, const std::string& value) {
     detail::check(accel_scheduler_set(get(), key.c_str(), value.c_str()));
@@ -874,8 +899,18 @@ class Dataset {
 class DataLoader {
  public:
   DataLoader(const Accelerator& accelerator, Dataset& dataset);
+  /** DataLoader(acc, dataset, DataLoaderOptions{.batch_size = 64, .shuffle = true}). */
+  DataLoader(const Accelerator& accelerator, Dataset& dataset, const DataLoaderOptions& options)
+      : DataLoader(accelerator, dataset) {
+    set(options);
+  }
   DataLoader& set(const std::string& key, const std::string& value) {
     detail::check(accel_dataloader_set(get(), key.c_str(), value.c_str()));
+    return *this;
+  }
+  /** Sets the options given (the padding ones for every ragged field). */
+  DataLoader& set(const DataLoaderOptions& options) {
+    for (const auto& [key, value] : options.pairs()) set(key, value);
     return *this;
   }
   /** A padding option of one ragged field (accel.h: pad_value, padding_side, max_length, ...). */
