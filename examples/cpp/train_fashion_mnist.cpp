@@ -111,7 +111,7 @@ double evaluate(accel::Accelerator& acc, accel::Model& model, Net& net, accel::D
   while (auto batch = test.next()) {
     torch::Tensor hits;
     {
-      auto scope = model.forward();
+      auto scope = model.forward_scope();
       hits = net.forward((*batch)[0].torch()).argmax(1).eq((*batch)[1].torch().to(torch::kLong));
     }
     const auto all = acc.gather_for_metrics(hits.to(torch::kLong)).torch();
@@ -180,7 +180,7 @@ int run(const Options& o) {
       acc.accumulate();
       torch::Tensor loss;
       {
-        auto scope = model.forward();
+        auto scope = model.forward_scope();
         loss = torch::cross_entropy_loss(net.forward((*batch)[0].torch()),
                                          (*batch)[1].torch().to(torch::kLong));
       }

@@ -363,6 +363,28 @@ class Tensor {
   bool owns_ = true;
 };
 
+/**
+ * One tensor given to a call that takes several (Model::call, Dataset::from_tensors): an
+ * accel::Tensor, lent as it is, or, with ACCEL_WITH_TORCH, a torch::Tensor, wrapped without a
+ * copy; so `model.call("forward", {x, y})` takes either kind, named or not.
+ */
+class TensorArg {
+ public:
+  TensorArg(const Tensor& t) : p_(&t) {}  // NOLINT(google-explicit-constructor): the point
+#ifdef ACCEL_WITH_TORCH
+  TensorArg(const ::torch::Tensor& t) : owned_(t), p_(&owned_) {}  // NOLINT
+#endif
+  TensorArg(const TensorArg&) = delete;
+  TensorArg& operator=(const TensorArg&) = delete;
+  const accel_tensor* get() const {
+    return p_->get();
+  }
+
+ private:
+  Tensor owned_;
+  const Tensor* p_;
+};
+
 /** Configuration: Accelerate's keys and YAML files (accel.h, "Configuration"). */
 class Config {
  public:
@@ -379,10 +401,15 @@ class Config {
     detail::check(accel_config_load_file(get(), path.c_str()));
     return *this;
   }
-  std::string get(const std::string& key) const {
+  /** A key's value, as the configuration resolved it. */
+  std::string value(const std::string& key) const {
     return detail::text([&](char* b, size_t c, size_t* n) {
       return accel_config_get(get(), key.c_str(), b, c, n);
     });
+  }
+  [[deprecated("accel::Config::get(key) is value(key) (get() alone is the handle)")]] std::string
+  get(const std::string& key) const {
+    return value(key);
   }
   std::string dump() const {
     return detail::text(
@@ -461,10 +488,31 @@ class Model {
     detail::check(accel_model_add_buffer(get(), name.c_str(), t.get()));
     return *this;
   }
-  /** Runs `method`; its tensors come back in order. */
-  std::vector<Tensor> call(const std::string& method, const std::vector<const Tensor*>& inputs) {
+  /**
+   * Runs `method` on the tensors given (accel::Tensor or torch::Tensor: `call("forward", {x, y})`);
+   * its tensors come back in order.
+   */
+  std::vector<Tensor> call(const std::string& method, std::initializer_list<TensorArg> inputs) {
+    std::vector<const accel_tensor*> in;
+    for (const TensorArg& t : inputs) in.push_back(t.get());
+    return call_handles(method, in);
+  }
+  /** Runs `method` on a batch as a dataloader gives it (`call("training_step", *batch)`). */
+  std::vector<Tensor> call(const std::string& method, const std::vector<Tensor>& inputs) {
+    std::vector<const accel_tensor*> in;
+    for (const Tensor& t : inputs) in.push_back(t.get());
+    return call_handles(method, in);
+  }
+  [[deprecated("pass the tensors themselves: call(method, {x, y}) or call(method, batch)")]] std::
+      vector<Tensor>
+      call(const std::string& method, const std::vector<const Tensor*>& inputs) {
     std::vector<const accel_tensor*> in;
     for (const Tensor* t : inputs) in.push_back(t->get());
+    return call_handles(method, in);
+  }
+  /** Runs `method` on tensor handles (the C interface's own). */
+  std::vector<Tensor> call_handles(const std::string& method,
+                                   const std::vector<const accel_tensor*>& in) {
     accel_tensor_list* list = nullptr;
     detail::check(accel_model_call(get(), method.c_str(), in.data(), in.size(), &list));
     detail::Handle<accel_tensor_list, accel_tensor_list_free> owned(list);
@@ -478,14 +526,23 @@ class Model {
     }
     return out;
   }
-  std::vector<Tensor> call(const std::string& method, std::initializer_list<const Tensor*> inputs) {
-    return call(method, std::vector<const Tensor*>(inputs));
+  [[deprecated("pass the tensors themselves: call(method, {x, y})")]] std::vector<Tensor> call(
+      const std::string& method, std::initializer_list<const Tensor*> inputs) {
+    std::vector<const accel_tensor*> in;
+    for (const Tensor* t : inputs) in.push_back(t->get());
+    return call_handles(method, in);
   }
   /**
    * Opens the host's forward (rank 0's buffers, the accelerator's autocast) until the returned
-   * scope is destroyed: `{ auto scope = model.forward(); auto out = module->forward(x); }`.
+   * scope is destroyed: `{ auto scope = model.forward_scope(); auto out = module->forward(x); }`.
    */
-  [[nodiscard]] ForwardScope forward() { return ForwardScope(get()); }
+  [[nodiscard]] ForwardScope forward_scope() { return ForwardScope(get()); }
+  [[deprecated(
+      "model.forward() is forward_scope(): a scope, not "
+      "Module::forward")]] [[nodiscard]] ForwardScope
+  forward() {
+    return forward_scope();
+  }
   Model& train(bool on = true) {
     detail::check(accel_model_train(get(), on));
     return *this;
@@ -594,6 +651,31 @@ class Model {
    * tensors in place, so its forward uses the loaded weights.
    */
   static Model from_module(::torch::nn::Module& module) {
+    return lend_module(module);
+  }
+  /** As from_module(Module&), the model keeping the module alive. */
+  static Model from_module(const std::shared_ptr<::torch::nn::Module>& module) {
+    if (!module) throw Error(ACCEL_ERR_INVALID_ARGUMENT, "accel: from_module of a null module");
+    Model m = lend_module(*module);
+    m.keep_alive_ = module;
+    return m;
+  }
+  /** A LibTorch module holder (torch::nn::Linear, a TORCH_MODULE of the program's own). */
+  template <class M>
+  static Model from_module(const ::torch::nn::ModuleHolder<M>& holder) {
+    return from_module(std::static_pointer_cast<::torch::nn::Module>(holder.ptr()));
+  }
+#endif
+
+  accel_model* get() const {
+    return h_.get();
+  }
+
+ private:
+  using Handle = detail::Handle<accel_model, accel_model_free>;
+  explicit Model(accel_model* m) : h_(m) {}
+#ifdef ACCEL_WITH_TORCH
+  static Model lend_module(::torch::nn::Module& module) {
     check_torch();
     Model m;
     for (const auto& p : module.named_parameters(/*recurse=*/true))
@@ -606,14 +688,6 @@ class Model {
     return m;
   }
 #endif
-
-  accel_model* get() const {
-    return h_.get();
-  }
-
- private:
-  using Handle = detail::Handle<accel_model, accel_model_free>;
-  explicit Model(accel_model* m) : h_(m) {}
   static LoadReport read_report(accel_load_report* raw) {
     detail::Handle<accel_load_report, accel_load_report_free> report(raw);
     LoadReport out;
@@ -632,6 +706,7 @@ class Model {
     return out;
   }
   Handle h_;
+  std::shared_ptr<const void> keep_alive_;  // a module lent by shared_ptr or holder
 };
 
 /** An optimizer over a model's parameters: sgd, adam, adamw, rmsprop, adagrad. */
@@ -816,9 +891,24 @@ inline void field_arrays(const std::vector<Field>& fields, std::vector<accel_dty
  *  program's functions, or a stream. */
 class Dataset {
  public:
-  static Dataset from_tensors(const std::vector<const Tensor*>& fields) {
+  /** The fields given (accel::Tensor or torch::Tensor: `from_tensors({images, labels})`). */
+  static Dataset from_tensors(std::initializer_list<TensorArg> fields) {
+    std::vector<const accel_tensor*> in;
+    for (const TensorArg& t : fields) in.push_back(t.get());
+    return from_handles(in);
+  }
+  static Dataset from_tensors(const std::vector<Tensor>& fields) {
+    std::vector<const accel_tensor*> in;
+    for (const Tensor& t : fields) in.push_back(t.get());
+    return from_handles(in);
+  }
+  [[deprecated("pass the tensors themselves: from_tensors({x, y})")]] static Dataset from_tensors(
+      const std::vector<const Tensor*>& fields) {
     std::vector<const accel_tensor*> in;
     for (const Tensor* t : fields) in.push_back(t->get());
+    return from_handles(in);
+  }
+  static Dataset from_handles(const std::vector<const accel_tensor*>& in) {
     accel_dataset* d = nullptr;
     detail::check(accel_dataset_from_tensors(in.data(), in.size(), &d));
     return Dataset(d);
@@ -1104,6 +1194,12 @@ class Accelerator {
   std::string device() const {
     return detail::text([&](char* b, size_t c, size_t* n) { return accel_device(get(), b, c, n); });
   }
+#ifdef ACCEL_WITH_TORCH
+  /** The device as LibTorch's: `tensor.to(acc.torch_device())`. */
+  ::torch::Device torch_device() const {
+    return ::torch::Device(device());
+  }
+#endif
   /** ACCEL_PRECISION_NO, _BF16 or _FP16. */
   accel_precision mixed_precision() const {
     return detail::query<accel_precision>(accel_mixed_precision, get());
@@ -1131,7 +1227,9 @@ class Accelerator {
     return scoped(accel_local_main_process_first_begin, accel_local_main_process_first_end, block);
   }
   /** Whether this is the last process (Accelerate's is_last_process). */
-  bool is_last_process() const { return detail::query<bool>(accel_is_last_process, get()); }
+  bool is_last_process() const {
+    return detail::query<bool>(accel_is_last_process, get());
+  }
   /** Accelerate's on_main_process, on_local_main_process, on_last_process and on_process(i):
    *  `f` runs on that process only (no collective). */
   template <class F>
@@ -1188,7 +1286,9 @@ class Accelerator {
     return size;
   }
 
-  void wait_for_everyone() { detail::check(accel_wait_for_everyone(get())); }
+  void wait_for_everyone() {
+    detail::check(accel_wait_for_everyone(get()));
+  }
   /** Prints on the main process only. */
   void print(const std::string& message) const {
     detail::check(accel_print(get(), message.c_str()));
@@ -1206,10 +1306,16 @@ class Accelerator {
    * device_specific) and in every run. Seeded from std::random_device until then. Not for several
    * threads at once.
    */
-  std::mt19937_64& rng() noexcept { return rng_; }
+  std::mt19937_64& rng() noexcept {
+    return rng_;
+  }
 
-  Tensor gather(const Tensor& t) { return collective(accel_gather, t); }
-  Tensor gather_for_metrics(const Tensor& t) { return collective(accel_gather_for_metrics, t); }
+  Tensor gather(const Tensor& t) {
+    return collective(accel_gather, t);
+  }
+  Tensor gather_for_metrics(const Tensor& t) {
+    return collective(accel_gather_for_metrics, t);
+  }
   /** Accelerate's pad_across_processes: pads `dim` to the largest size of any rank. */
   Tensor pad_across_processes(const Tensor& t, int64_t dim = 0, double pad_value = 0,
                               bool pad_first = false) {
@@ -1299,8 +1405,12 @@ class Accelerator {
         accel_join_uneven_inputs_end, loop);
   }
   /** Accelerate's set_trigger (local) and check_trigger (a collective). */
-  void set_trigger() { detail::check(accel_set_trigger(get())); }
-  bool check_trigger() { return detail::query<bool>(accel_check_trigger, get()); }
+  void set_trigger() {
+    detail::check(accel_set_trigger(get()));
+  }
+  bool check_trigger() {
+    return detail::query<bool>(accel_check_trigger, get());
+  }
 
   Tensor broadcast(const Tensor& t, int32_t from_process = 0) {
     accel_tensor* out = nullptr;
@@ -1314,9 +1424,15 @@ class Accelerator {
     void* handles[] = {static_cast<void*>(objects.get())...};
     detail::check(accel_prepare(get(), handles, sizeof...(Objects)));
   }
-  void accumulate() { detail::check(accel_accumulate(get())); }
-  bool sync_gradients() const { return detail::query<bool>(accel_sync_gradients, get()); }
-  void backward(const Tensor& loss) { detail::check(accel_backward(get(), loss.get())); }
+  void accumulate() {
+    detail::check(accel_accumulate(get()));
+  }
+  bool sync_gradients() const {
+    return detail::query<bool>(accel_sync_gradients, get());
+  }
+  void backward(const Tensor& loss) {
+    detail::check(accel_backward(get(), loss.get()));
+  }
   /** The total norm before clipping. */
   double clip_grad_norm(Model& model, double max_norm, double norm_type = 2.0) {
     double norm = 0;
@@ -1330,8 +1446,12 @@ class Accelerator {
                   const char* max_shard_size = nullptr) {
     detail::check(accel_save_model(get(), model.get(), dir.c_str(), max_shard_size));
   }
-  void save_state(const std::string& dir) { detail::check(accel_save_state(get(), dir.c_str())); }
-  void load_state(const std::string& dir) { detail::check(accel_load_state(get(), dir.c_str())); }
+  void save_state(const std::string& dir) {
+    detail::check(accel_save_state(get(), dir.c_str()));
+  }
+  void load_state(const std::string& dir) {
+    detail::check(accel_load_state(get(), dir.c_str()));
+  }
 
   /** Accelerate's init_trackers, log (step -1: none) and end_training (accel.h, "Trackers"). */
   void init_trackers(const std::string& project, const Values* config = nullptr) {
@@ -1340,7 +1460,9 @@ class Accelerator {
   void log(const Values& values, int64_t step = -1) {
     tracked(accel_log(get(), values.get(), step));
   }
-  void end_training() { tracked(accel_end_training(get())); }
+  void end_training() {
+    tracked(accel_end_training(get()));
+  }
   /** Adds a tracker of the program's own, before init_trackers. */
   void add_tracker(const std::string& name, std::unique_ptr<Tracker> tracker) {
     auto holder = std::make_unique<detail::TrackerHolder>();
@@ -1381,7 +1503,9 @@ class Accelerator {
   accel_log_level log_level() const {
     return detail::query<accel_log_level>(accel_get_log_level, get());
   }
-  void set_log_level(accel_log_level level) { detail::check(accel_set_log_level(get(), level)); }
+  void set_log_level(accel_log_level level) {
+    detail::check(accel_set_log_level(get(), level));
+  }
   /** Sends messages to `sink` (an empty function: standard error again). */
   void set_log_sink(LogSink sink) {
     std::unique_ptr<detail::LogSinkHolder> holder;
@@ -1391,7 +1515,9 @@ class Accelerator {
     log_sink_ = holder.release();  // the library owns it now; the one replaced is released
   }
 
-  accel_accelerator* get() const { return h_.get(); }
+  accel_accelerator* get() const {
+    return h_.get();
+  }
 
  private:
   // A custom tracker's failure carries the exception's message.

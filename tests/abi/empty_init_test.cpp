@@ -136,7 +136,7 @@ TEST(EmptyInit, ALoadFillsEveryTensorWithTheCheckpointsValuesBitwise) {
     for (const auto& name : source.tensor_names())
       EXPECT_TRUE(same_bytes(m.tensor(name), source.tensor(name))) << name;
     Tensor x = Tensor::from_data<float>({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
-    EXPECT_TRUE(same_bytes(m.call("forward", {&x})[0], source.call("forward", {&x})[0]));
+    EXPECT_TRUE(same_bytes(m.call("forward", {x})[0], source.call("forward", {x})[0]));
     // Filled in place: a parameter still trains (a leaf that requires grad).
     accel::Optimizer opt(m, "sgd");
     EXPECT_NO_THROW(opt.step());
@@ -175,7 +175,7 @@ TEST(EmptyInit, TensorsANotStrictLoadLacksGetTheirLayersInitialisation) {
   EXPECT_TRUE(same_bytes(m.tensor("head.weight"), Tensor(w)));
   EXPECT_TRUE(same_bytes(m.tensor("head.bias"), Tensor(b)));
   Tensor x = Tensor::from_data<float>({1, 2, 3, 4}, {1, 4});
-  EXPECT_NO_THROW(m.call("forward", {&x}));
+  EXPECT_NO_THROW(m.call("forward", {x}));
   EXPECT_NO_THROW(acc.prepare(m));  // filled: nothing left empty
 }
 
@@ -237,7 +237,7 @@ TEST(EmptyInitHost, AModuleEmptiedAndLentIsFilledInPlaceAndItsOwnForwardUsesTheL
   const auto x = torch::randn({5, 4});
   torch::Tensor y;
   {
-    auto scope = m.forward();
+    auto scope = m.forward_scope();
     y = net->forward(x);
   }
   EXPECT_TRUE(torch::equal(y, trained->forward(x)));
@@ -266,7 +266,7 @@ TEST(EmptyInitHost, ATensorTheCheckpointLacksStaysEmptyUntilTheHostFillsIt) {
   for (auto* t : {&net->fc1->bias, &net->fc2->weight, &net->fc2->bias})
     accel::materialize(*t, torch::zeros(t->sizes()));
   EXPECT_THROW(accel::materialize(net->fc2->bias, torch::zeros({2})), accel::Error);
-  EXPECT_NO_THROW(m.forward());
+  EXPECT_NO_THROW(m.forward_scope());
 }
 
 TEST(EmptyInitHost, AnEmptyTensorGoesWithTensorsOnAnyDevice) {

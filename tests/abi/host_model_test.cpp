@@ -82,7 +82,7 @@ std::vector<double> train(accel::Accelerator& acc, accel::Model& model, accel::O
     acc.accumulate();
     torch::Tensor loss;
     {
-      auto scope = model.forward();
+      auto scope = model.forward_scope();
       loss = torch::cross_entropy_loss(net.forward(inputs()), targets());
     }
     acc.backward(loss);
@@ -227,7 +227,7 @@ TEST(HostModel, BadTensorsAreRefusedByNameAndChangeNothing) {
   expect_error([&] { other.save_torchscript(temp_dir("host.pt")); }, ACCEL_ERR_STATE,
                "save its weights with accel_save_model");
   auto x = Tensor(torch::zeros({1, 2}));
-  expect_error([&] { other.call("forward", {&x}); }, ACCEL_ERR_INVALID_ARGUMENT,
+  expect_error([&] { other.call("forward", {x}); }, ACCEL_ERR_INVALID_ARGUMENT,
                "its tensors are the host's, and so is its forward");
   auto acc = make_accelerator();
   acc.prepare(other);
@@ -354,7 +354,7 @@ TEST(HostModel, ForwardScopeRunsTheHostsForwardUnderTheAcceleratorsAutocast) {
   acc->prepare(model);
   const auto x = torch::randn({2, 4});
   {
-    auto scope = model.forward();
+    auto scope = model.forward_scope();
     EXPECT_EQ(torch::mm(x, w).scalar_type(), torch::kBFloat16) << "autocast is on inside";
   }
   EXPECT_EQ(torch::mm(x, w).scalar_type(), torch::kFloat) << "and off after";
@@ -582,4 +582,35 @@ TEST(CppApi, AWarningOfTheLibraryReachesTheProgramsSinkAtItsLevel) {
   acc.end_training();
   EXPECT_EQ(seen.size(), 1u);
   EXPECT_TRUE(std::filesystem::exists(dir + "/run/metrics.jsonl.torn-2"));
+}
+
+// LibTorch's own types go straight in (issue 53): a module holder or a shared_ptr (the model
+// keeps the module alive), torch::Tensor wherever accel.hpp takes tensors, and the device as a
+// torch::Device.
+TEST(HostModel, LibTorchTypesGoStraightIn) {
+  accel::Accelerator acc = make_accelerator();
+  EXPECT_EQ(acc.torch_device(), torch::Device(torch::kCPU));
+  torch::nn::Linear holder(4, 2);
+  const accel::Model from_holder = accel::Model::from_module(holder);
+  EXPECT_EQ(from_holder.tensor_names(), (std::vector<std::string>{"weight", "bias"}));
+  std::weak_ptr<torch::nn::LinearImpl> watched;
+  std::optional<accel::Model> kept;
+  {
+    auto module = std::make_shared<torch::nn::LinearImpl>(4, 2);
+    watched = module;
+    kept.emplace(accel::Model::from_module(module));
+  }
+  EXPECT_FALSE(watched.expired()) << "the model keeps a shared module alive";
+  kept.reset();
+  EXPECT_TRUE(watched.expired());
+  EXPECT_THROW(accel::Model::from_module(std::shared_ptr<torch::nn::Module>()), accel::Error);
+
+  const torch::Tensor x = torch::arange(12, torch::kFloat).reshape({3, 4});
+  accel::Dataset data = accel::Dataset::from_tensors({x, torch::arange(3)});
+  accel::DataLoader loader(acc, data);
+  loader.set("batch_size", "3");
+  EXPECT_TRUE(torch::equal((*loader.next())[0].torch(), x));
+  accel::Model scripted;
+  scripted.define("def double(self, x):\n    return x * 2\n");
+  EXPECT_TRUE(torch::equal(scripted.call("double", {x})[0].torch(), x * 2));
 }

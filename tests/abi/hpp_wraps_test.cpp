@@ -36,7 +36,7 @@ TEST(CppWraps, DataLoaderCursor) {
   accel::Accelerator acc;
   auto x = accel::Tensor::from_data<float>({1, 2, 3, 4, 5}, {5});
   auto y = accel::Tensor::from_data<int64_t>({0, 1, 0, 1, 0}, {5});
-  auto ds = accel::Dataset::from_tensors({&x, &y});
+  auto ds = accel::Dataset::from_tensors({x, y});
   EXPECT_EQ(ds.field_count(), 2u);
   accel::DataLoader dl(acc, ds);
   dl.set("batch_size", "2");
@@ -72,7 +72,7 @@ TEST(CppWraps, ClipGradValueClampsEveryGradient) {
   const auto bias_before = model.tensor("fc.bias").to_vector<float>();
   // d(sum(x w + b))/dw = sum of x's rows = (3, -0.2); /db = 2 rows = 2.
   auto x = accel::Tensor::from_data<float>({1.0f, -0.1f, 2.0f, -0.1f}, {2, 2});
-  acc.backward(model.call("loss", {&x})[0]);
+  acc.backward(model.call("loss", {x})[0]);
   acc.clip_grad_value(model, 0.5);
   opt.step();  // lr 1: the parameters move by exactly the clipped gradients
   const auto after = model.tensor("fc.weight").to_vector<float>();
@@ -203,7 +203,7 @@ TEST(CppWraps, InferDeviceMapAndDispatch) {
   const std::string dir = ::testing::TempDir() + "hpp_dispatch";
   acc.save_model(full, dir);
   const auto x = accel::Tensor::from_data<float>(std::vector<float>(8, 0.5f), {2, 4});
-  const auto want = full.call("forward", {&x})[0].to_vector<float>();
+  const auto want = full.call("forward", {x})[0].to_vector<float>();
   auto model = build();
   const auto map = model.infer_device_map("max_memory=cpu:100,disk");  // a layer is 80 bytes
   std::string lines;
@@ -214,7 +214,7 @@ TEST(CppWraps, InferDeviceMapAndDispatch) {
   }
   EXPECT_TRUE(offloaded) << lines;
   model.dispatch(dir, lines);
-  EXPECT_EQ(model.call("forward", {&x})[0].to_vector<float>(), want);
+  EXPECT_EQ(model.call("forward", {x})[0].to_vector<float>(), want);
   try {
     build().infer_device_map("max_memory=cpu:100");
     FAIL() << "a map that cannot fit";
@@ -247,7 +247,7 @@ struct TrainerRun {
     }
     auto tx = accel::Tensor::from_data(x, {n, 8});
     auto ty = accel::Tensor::from_data(y, {n});
-    return accel::Dataset::from_tensors({&tx, &ty});
+    return accel::Dataset::from_tensors({tx, ty});
   }
   static accel::Model make_model(accel::Accelerator& acc) {
     acc.set_seed(42);
@@ -324,7 +324,7 @@ TEST(CppWraps, TrainerStepInCppIsTheDefaultStepAndExceptionsComeBack) {
                      "max_steps=6,save_strategy=no,speed_metrics=false");
     if (own_step)
       t.set_training_step([&](const std::vector<accel::Tensor>& batch) {
-        return std::move(r.model.call("training_step", {&batch[0], &batch[1]})[0]);
+        return std::move(r.model.call("training_step", {batch[0], batch[1]})[0]);
       });
     t.train();
     auto w = r.model.tensor("fc.weight").to_vector<float>();
@@ -364,7 +364,7 @@ TEST(CppWraps, TrainerAutoFindBatchSizeRetriesWhatRanOutOfMemory) {
         if (++calls == 1) throw accel::Error(ACCEL_ERR_OUT_OF_MEMORY, "pretend");
         throw std::runtime_error("CUDA out of memory. Tried to allocate 2.00 GiB");
       }
-      return std::move(r.model.call("training_step", {&batch[0], &batch[1]})[0]);
+      return std::move(r.model.call("training_step", {batch[0], batch[1]})[0]);
     });
     t.train();
     EXPECT_NE(t.state_json().find("\"train_batch_size\": 3,"), std::string::npos);

@@ -64,7 +64,7 @@ accel::Dataset samples(int n) {
   }
   auto tx = accel::Tensor::from_data(x, {n, 8});
   auto ty = accel::Tensor::from_data(y, {n});
-  return accel::Dataset::from_tensors({&tx, &ty});
+  return accel::Dataset::from_tensors({tx, ty});
 }
 
 accel::Model linear_model(accel::Accelerator& acc) {
@@ -84,7 +84,7 @@ std::vector<float> three_steps(accel::Accelerator& acc, accel::Model& m, accel::
   loader.set("batch_size", "4");
   for (int step = 0; step < 3; ++step) {
     std::vector<accel::Tensor> batch = *loader.next();
-    acc.backward(m.call("training_step", {&batch[0], &batch[1]})[0]);
+    acc.backward(m.call("training_step", {batch[0], batch[1]})[0]);
     opt.step();
     opt.zero_grad();
   }

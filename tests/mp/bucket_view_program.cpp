@@ -104,7 +104,7 @@ int run() {
       auto [x, y] = batch_of(window, micro, rank);
       torch::Tensor loss;
       {
-        auto scope = model.forward();
+        auto scope = model.forward_scope();
         loss = net.loss(x, y, micro == 0 && rank == 0);
       }
       acc.backward(accel::Tensor(loss));

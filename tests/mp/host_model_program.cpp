@@ -56,7 +56,7 @@ int run(int batch, bool adamw, int steps) {
       0.5;
   auto y = (torch::arange(n) * 3).remainder(4);
   accel::Tensor tx(x), ty(y);
-  auto data = accel::Dataset::from_tensors({&tx, &ty});
+  auto data = accel::Dataset::from_tensors({tx, ty});
   accel::DataLoader loader(acc, data);
   loader.set("batch_size", std::to_string(batch));
   acc.prepare(model, opt, loader);
@@ -69,7 +69,7 @@ int run(int batch, bool adamw, int steps) {
     acc.accumulate();
     torch::Tensor loss;
     {
-      auto scope = model.forward();
+      auto scope = model.forward_scope();
       loss = torch::cross_entropy_loss(net.forward((*batch_fields)[0].torch()),
                                        (*batch_fields)[1].torch());
     }

@@ -74,14 +74,14 @@ int train(const std::string& dir) {
   }
   auto tx = accel::Tensor::from_data(xs, {n, 12});
   auto ty = accel::Tensor::from_data(ys, {n});
-  auto data = accel::Dataset::from_tensors({&tx, &ty});
+  auto data = accel::Dataset::from_tensors({tx, ty});
   accel::DataLoader loader(acc, data);
   loader.set("batch_size", "8");
   acc.prepare(model, opt, loader);
   for (int step = 0; step < 3;) {
     auto fields = loader.next();
     if (!fields) continue;
-    auto out = model.call("loss", {&(*fields)[0], &(*fields)[1]});
+    auto out = model.call("loss", {(*fields)[0], (*fields)[1]});
     acc.backward(out.at(0));
     opt.step();
     opt.zero_grad();

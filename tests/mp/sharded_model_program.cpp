@@ -55,7 +55,7 @@ int run(int batch, int steps, const std::string& dir) {
   }
   auto tx = accel::Tensor::from_data(xs, {n, 20});
   auto ty = accel::Tensor::from_data(ys, {n});
-  auto data = accel::Dataset::from_tensors({&tx, &ty});
+  auto data = accel::Dataset::from_tensors({tx, ty});
   accel::DataLoader loader(acc, data);
   loader.set("batch_size", std::to_string(batch));
   acc.prepare(model, opt, loader);
@@ -65,7 +65,7 @@ int run(int batch, int steps, const std::string& dir) {
   {
     model.eval();
     auto probe = accel::Tensor::from_data(std::vector<float>(40, 0.25F), {2, 20});
-    model.call("forward", {&probe});
+    model.call("forward", {probe});
     model.train();
     for (const auto& name : model.tensor_names()) {
       try {
@@ -84,7 +84,7 @@ int run(int batch, int steps, const std::string& dir) {
     if (!fields) continue;  // the next epoch
     if (step == leave_at) std::_Exit(0);
     acc.accumulate();
-    auto out = model.call("loss", {&(*fields)[0], &(*fields)[1]});
+    auto out = model.call("loss", {(*fields)[0], (*fields)[1]});
     const accel::Tensor& loss = out.at(0);
     acc.backward(loss);
     if (acc.sync_gradients()) {

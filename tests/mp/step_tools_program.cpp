@@ -60,7 +60,7 @@ void backward_of(accel::Accelerator& acc, accel::Model& model, torch::nn::Linear
   auto [x, y] = data_of(rank, step);
   torch::Tensor loss;
   {
-    auto scope = model.forward();
+    auto scope = model.forward_scope();
     loss = F::mse_loss(lin->forward(x), y);
   }
   acc.backward(loss);

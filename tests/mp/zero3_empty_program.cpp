@@ -104,7 +104,7 @@ void train(accel::Accelerator& acc, accel::Model& m, accel::Optimizer& opt) {
     auto [x, y] = batch(0, 4);
     std::string line = "out " + std::to_string(rank);
     char buf[64];
-    for (float v : m.call("forward", {&x})[0].to_vector<float>()) {
+    for (float v : m.call("forward", {x})[0].to_vector<float>()) {
       std::snprintf(buf, sizeof buf, " %a", static_cast<double>(v));
       line += buf;
     }
@@ -112,7 +112,7 @@ void train(accel::Accelerator& acc, accel::Model& m, accel::Optimizer& opt) {
   }
   for (int step = 0; step < 3; ++step) {
     auto [x, y] = batch(static_cast<int64_t>((step * acc.num_processes() + rank) * 4), 4);
-    auto outs = m.call("loss", {&x, &y});
+    auto outs = m.call("loss", {x, y});
     const accel::Tensor& loss = outs[0];
     acc.backward(loss);
     opt.step();
@@ -158,7 +158,7 @@ int run(const std::vector<std::string>& a) {
   acc.prepare(m, opt);
   if (empty) {
     auto [x, y] = batch(0, 4);
-    refused(rank, "forward", [&] { m.call("forward", {&x}); });
+    refused(rank, "forward", [&] { m.call("forward", {x}); });
     refused(rank, "tensor", [&] { m.tensor("fc2.weight"); });
     refused(rank, "step", [&] { opt.step(); });
     refused(rank, "save", [&] { acc.save_model(m, a.at(3) + "_early"); });

@@ -273,7 +273,7 @@ double evaluate(accel::Accelerator& acc, accel::Model& model, Classifier& net,
   while (auto batch = held_out.next()) {
     torch::Tensor hits;
     {
-      auto scope = model.forward();
+      auto scope = model.forward_scope();
       const auto logits = net.forward((*batch)[0].torch(), (*batch)[2].torch());
       hits = logits.argmax(1).eq((*batch)[1].torch()).to(torch::kLong);
     }
@@ -304,13 +304,13 @@ double finetune_with_trainer(accel::Accelerator& acc, accel::Model& model, Class
                              std::to_string(o.eval_steps) + ",max_grad_norm=0,save_strategy=no");
   trainer.set_training_step([&](const std::vector<accel::Tensor>& batch) -> accel::Tensor {
     train_mode(net, o);  // an evaluation in between left it in eval mode
-    auto scope = model.forward();
+    auto scope = model.forward_scope();
     return torch::cross_entropy_loss(net.forward(batch[0].torch(), batch[2].torch()),
                                      batch[1].torch());
   });
   trainer.set_eval_step([&](const std::vector<accel::Tensor>& batch) {
     net.eval();  // the Trainer runs it under no-grad
-    auto scope = model.forward();
+    auto scope = model.forward_scope();
     const auto logits = net.forward(batch[0].torch(), batch[2].torch());
     const auto labels = batch[1].torch();
     return accel::EvalOutput{torch::cross_entropy_loss(logits, labels), logits.argmax(1), labels};
@@ -402,7 +402,7 @@ int finetune(const std::string& model_dir, const Options& o) {
       if (!batch) break;
       torch::Tensor loss;
       {
-        auto scope = model.forward();
+        auto scope = model.forward_scope();
         loss = torch::cross_entropy_loss(net.forward((*batch)[0].torch(), (*batch)[2].torch()),
                                          (*batch)[1].torch());
       }

@@ -2,8 +2,8 @@
 // lent to libaccel without a copy, trained for a few steps on every rank; the ranks must end with
 // the same weights, and the loss must fall.
 #define ACCEL_WITH_TORCH
-#include <accel/accel.hpp>
 #include <torch/torch.h>
+#include <accel/accel.hpp>
 
 #include <cstdio>
 
@@ -28,7 +28,7 @@ int main() {
     for (int step = 0; step < 20; ++step) {
       torch::Tensor loss;
       {
-        auto scope = model.forward();
+        auto scope = model.forward_scope();
         loss = torch::mse_loss(net.forward(x), y);
       }
       acc.backward(loss);
