@@ -47,6 +47,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 #if __has_include(<torch/headeronly/version.h>)
 #include <torch/headeronly/version.h>
 #else
@@ -717,6 +718,19 @@ class Optimizer {
     detail::check(accel_optimizer_new(model.get(), kind.c_str(), &o));
     h_ = Handle(o);
   }
+#ifdef ACCEL_WITH_TORCH
+  /**
+   * The program's own LibTorch optimizer over the model's lent tensors, stepped as it is
+   * (accel_optimizer_from_torch): `Optimizer(model, std::make_shared<torch::optim::SGD>(
+   * net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)))`. ZeRO refuses it.
+   */
+  Optimizer(Model& model, std::shared_ptr<::torch::optim::Optimizer> program) {
+    check_torch();
+    accel_optimizer* o = nullptr;
+    detail::check(accel_optimizer_from_torch(model.get(), &program, &o));
+    h_ = Handle(o);
+  }
+#endif
   /** An optimizer of the options' kind: Optimizer(model, AdamWOptions{.lr = 5e-3}). */
   template <class O, detail::if_options<O, detail::OptionObject::optimizer> = 0>
   Optimizer(Model& model, const O& options) : Optimizer(model, O::kind) {
@@ -732,10 +746,18 @@ class Optimizer {
     for (const auto& [key, value] : options.pairs()) set(key, value);
     return *this;
   }
-  void step() { detail::check(accel_optimizer_step(get())); }
-  void zero_grad() { detail::check(accel_optimizer_zero_grad(get())); }
-  double lr() const { return detail::query<double>(accel_optimizer_lr, get()); }
-  void set_lr(double lr) { detail::check(accel_optimizer_set_lr(get(), lr)); }
+  void step() {
+    detail::check(accel_optimizer_step(get()));
+  }
+  void zero_grad() {
+    detail::check(accel_optimizer_zero_grad(get()));
+  }
+  double lr() const {
+    return detail::query<double>(accel_optimizer_lr, get());
+  }
+  void set_lr(double lr) {
+    detail::check(accel_optimizer_set_lr(get(), lr));
+  }
   bool step_was_skipped() const {
     return detail::query<bool>(accel_optimizer_step_was_skipped, get());
   }
@@ -747,7 +769,9 @@ class Optimizer {
     detail::check(accel_optimizer_add_group(get(), c_names.data(), c_names.size(), &group));
     return group;
   }
-  size_t group_count() const { return detail::query<size_t>(accel_optimizer_group_count, get()); }
+  size_t group_count() const {
+    return detail::query<size_t>(accel_optimizer_group_count, get());
+  }
   /** An option of one parameter group (accel_optimizer_set_group). */
   Optimizer& set_group(size_t group, const std::string& key, const std::string& value) {
     detail::check(accel_optimizer_set_group(get(), group, key.c_str(), value.c_str()));
@@ -758,7 +782,9 @@ class Optimizer {
     detail::check(accel_optimizer_group_lr(get(), group, &lr));
     return lr;
   }
-  accel_optimizer* get() const { return h_.get(); }
+  accel_optimizer* get() const {
+    return h_.get();
+  }
 
  private:
   using Handle = detail::Handle<accel_optimizer, accel_optimizer_free>;

@@ -194,6 +194,25 @@ ACCEL_API accel_status accel_optimizer_new(accel_model* model, const char* kind,
   });
 }
 
+ACCEL_API accel_status accel_optimizer_from_torch(accel_model* model, void* torch_optimizer,
+                                                  accel_optimizer** out) {
+  return guarded([&] {
+    checked(model, "model");
+    require(torch_optimizer, "torch_optimizer");
+    require(out, "out");
+    if (model->dispatch)
+      fail(Errc::state,
+           "accel_optimizer_from_torch: the model was dispatched with accel_dispatch_model, which "
+           "is for inference only");
+    const auto& program = *static_cast<std::shared_ptr<torch::optim::Optimizer>*>(torch_optimizer);
+    auto h = std::make_unique<accel_optimizer>();
+    h->optimizer = std::make_shared<accel::optim::Optimizer>(program);
+    h->model = model->model;
+    h->family = model->family;
+    *out = h.release();
+  });
+}
+
 ACCEL_API accel_status accel_optimizer_set(accel_optimizer* optimizer, const char* key,
                                            const char* value) {
   return guarded([&] {

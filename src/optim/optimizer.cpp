@@ -328,6 +328,8 @@ void Optimizer::set_group(size_t group, const std::string& key, const std::strin
 
 size_t Optimizer::add_group(const std::vector<std::string>& names) {
   const std::string where = "optimizer " + kind_;
+  if (foreign_)
+    fail(Errc::state, where + ": the program's own optimizer has its parameter groups already");
   if (stepped_) fail(Errc::state, where + ": parameter groups are made before the first step");
   if (groups_[0].initial_lr)
     fail(Errc::state, where +
@@ -359,6 +361,7 @@ size_t Optimizer::add_group(const std::vector<std::string>& names) {
 
 void Optimizer::bind(std::vector<at::Tensor> params) {
   if (params.empty()) fail(Errc::invalid_argument, "the optimizer has no parameters to optimise");
+  if (foreign_) return bind_foreign(std::move(params));
   params_ = std::move(params);
   owned_.assign(params_.size(), true);
   assign_groups();
@@ -385,6 +388,7 @@ void Optimizer::assign_groups() {
 }
 
 void Optimizer::shard(const std::vector<bool>& owned) {
+  if (foreign_) fail(Errc::unsupported, "ZeRO cannot shard a program's own torch::optim optimizer");
   if (owned.size() != params_.size())
     fail(Errc::internal, "optimizer shard: one ownership flag per parameter expected");
   owned_ = owned;
@@ -402,6 +406,7 @@ void Optimizer::build() {
 // Writes the options into the live param groups (LibTorch reads them at every step).
 void Optimizer::apply_options() {
   if (!impl_) return;
+  if (foreign_) return apply_foreign_lrs();
   const OptimizerRow& row = optimizer_row(kind_);
   for (size_t g = 0; g < groups_.size(); ++g)
     row.apply(impl_->param_groups().at(g).options(), groups_[g].options);
@@ -444,7 +449,7 @@ void Optimizer::set_initial_lr(size_t group, double lr) {
 }
 
 bool Optimizer::has_momentum() const {
-  return defaults_.count("momentum") || defaults_.count("beta1");
+  return !foreign_ && (defaults_.count("momentum") || defaults_.count("beta1"));
 }
 
 void Optimizer::set_momentum(double m) {
@@ -470,10 +475,26 @@ compat::OptimStateKey key_of(const at::Tensor& p) {
 }
 }  // namespace
 
+namespace {
+
+// The row whose state functions checkpoint an optimizer: a program's own of a class libaccel
+// does not know has none.
+const OptimizerRow& checkpoint_row(const std::string& kind, bool foreign) {
+  for (const OptimizerRow& row : optimizers())
+    if (kind == row.kind) return row;
+  if (foreign)
+    fail(Errc::unsupported,
+         "a program's own optimizer of a class other than LibTorch's SGD, Adam, AdamW, RMSprop "
+         "and Adagrad cannot be checkpointed by libaccel: its state's fields are its own");
+  return optimizer_row(kind);
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  if (!impl_) return out;
-  const OptimizerRow& row = optimizer_row(kind_);
+  if (!impl_ || impl_->state().empty()) return out;
+  const OptimizerRow& row = checkpoint_row(kind_, foreign_);
   auto& state = impl_->state();
   for (size_t i = 0; i < params_.size(); ++i) {
     auto it = state.find(key_of(params_[i]));
@@ -573,7 +594,7 @@ std::shared_ptr<Optimizer::StagedState> Optimizer::stage_state(
                             std::to_string(params_.size()) + " parameters");
     by_param[static_cast<size_t>(index)][name.substr(dot + 1)] = t;
   }
-  const OptimizerRow& row = optimizer_row(kind_);
+  const OptimizerRow& row = checkpoint_row(kind_, foreign_);
   const auto& known = row.state_fields;
   for (auto& [i, fields] : by_param) {
     const at::Tensor& p = params_[i];

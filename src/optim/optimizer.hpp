@@ -24,7 +24,12 @@ class Optimizer {
  public:
   // kind: sgd, adam, adamw, rmsprop, adagrad. Throws accel::Error(invalid_argument) otherwise.
   explicit Optimizer(const std::string& kind);
+  // A program's own LibTorch optimizer, stepped as it is (foreign_optimizer.cpp): its options are
+  // its own (set() takes lr alone, for schedules), its state is checkpointed when its class is
+  // one of LibTorch's five, and ZeRO cannot shard it.
+  explicit Optimizer(std::shared_ptr<torch::optim::Optimizer> program);
   ~Optimizer();
+  bool foreign() const { return foreign_; }
 
   // Options by key (lr, momentum, dampening, weight_decay, nesterov, beta1, beta2, eps, amsgrad,
   // alpha, centered, lr_decay, initial_accumulator_value; each kind takes its own subset), of
@@ -127,8 +132,12 @@ class Optimizer {
   std::vector<at::Tensor> params_;
   std::vector<size_t> group_of_;  // each of params_'s group
   std::vector<bool> owned_;       // which of params_ this rank steps
-  std::unique_ptr<torch::optim::Optimizer> impl_;
+  // A program's optimizer: bound to parameters that must be its own, never rebuilt.
+  void bind_foreign(std::vector<at::Tensor> params);
+  void apply_foreign_lrs();
+  std::shared_ptr<torch::optim::Optimizer> impl_;
   bool stepped_ = false;
+  bool foreign_ = false;
 };
 
 }  // namespace accel::optim

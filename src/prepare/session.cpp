@@ -116,6 +116,15 @@ void Session::prepare(const Objects& objects) {
            "to accel_prepare too");
     s->schedule().validate();
   }
+  if (const int stage = acc_->sharding().stage; acc_->communicator() && stage >= 1)
+    for (const auto& [o, m] : objects.optimizers)
+      if (o->foreign())
+        fail(Errc::unsupported,
+             "ZeRO stage " + std::to_string(stage) +
+                 " keeps each process's share of the optimizer state, which libaccel can split "
+                 "only for its own optimizers; a program's own torch::optim optimizer steps every "
+                 "parameter on every process. Use ZeRO stage 0 (data parallel), or libaccel's "
+                 "optimizer of the same kind (accel_optimizer_new, accel::AdamWOptions)");
   const bool placement = acc_->settings().flag("device_placement");
   for (const auto& m : objects.models) prepare_model(m, placement);
   for (const auto& [o, m] : objects.optimizers) prepare_optimizer(o, m);

@@ -8,6 +8,8 @@
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
 
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -613,4 +616,133 @@ TEST(HostModel, LibTorchTypesGoStraightIn) {
   accel::Model scripted;
   scripted.define("def double(self, x):\n    return x * 2\n");
   EXPECT_TRUE(torch::equal(scripted.call("double", {x})[0].torch(), x * 2));
+}
+
+namespace {
+
+// torch::optim's key of a parameter's state: 1.13's the text of its TensorImpl's address (as
+// c10::guts::to_string writes it), 2.x's the address.
+template <class Key>
+Key state_key(const torch::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << p.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
+// A LibTorch optimizer of the program's own class, keeping a per-parameter count as its state.
+struct CountingState : torch::optim::OptimizerCloneableParamState<CountingState> {
+  int64_t steps = 0;
+};
+struct CountingSgd : torch::optim::Optimizer {
+  explicit CountingSgd(std::vector<torch::Tensor> params)
+      : Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
+                  std::make_unique<torch::optim::SGDOptions>(0.1)) {}
+  torch::Tensor step(LossClosure) override {
+    torch::NoGradGuard no_grad;
+    for (auto& p : param_groups_[0].params()) {
+      if (!p.grad().defined()) continue;
+      p.sub_(0.1 * p.grad());
+      auto& s = state_[state_key<std::decay_t<decltype(state_)>::key_type>(p)];
+      if (!s) s = std::make_unique<CountingState>();
+      static_cast<CountingState&>(*s).steps++;
+    }
+    return {};
+  }
+  void save(torch::serialize::OutputArchive&) const override {}
+  void load(torch::serialize::InputArchive&) override {}
+};
+
+}  // namespace
+
+// The program's own torch::optim optimizer (issue 53), stepped as it is: five momentum SGD steps
+// through libaccel are bitwise those of libaccel's own sgd (and LibTorch's own loop's within the
+// float noise of another thread count); a schedule drives its rate; save_state and
+// load_state carry its state (a LibTorch class) so that a resumed run is bitwise the whole one; an
+// optimizer over other tensors is refused by name, one of a class of the program's own steps but
+// is not checkpointed.
+TEST(HostModel, TheProgramsOwnTorchOptimizerIsSteppedAsItIs) {
+  auto run = [](int steps, const std::string& save, const std::string& load, bool own = true) {
+    torch::manual_seed(3);
+    auto net = std::make_shared<Net>();
+    auto acc = make_accelerator();
+    auto model = accel::Model::from_module(net);
+    accel::SGDOptions libaccels;
+    libaccels.lr = 0.1;
+    libaccels.momentum = 0.9;
+    accel::Optimizer opt =
+        own ? accel::Optimizer(model,
+                               std::make_shared<torch::optim::SGD>(
+                                   net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)))
+            : accel::Optimizer(model, libaccels);
+    acc.prepare(model, opt);
+    if (!load.empty()) acc.load_state(load);
+    train(acc, model, opt, *net, steps);
+    if (!save.empty()) acc.save_state(save);
+    return net;
+  };
+  torch::manual_seed(3);
+  auto reference = std::make_shared<Net>();
+  torch::optim::SGD plain(reference->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int i = 0; i < 5; ++i) {
+    torch::cross_entropy_loss(reference->forward(inputs()), targets()).backward();
+    plain.step();
+    plain.zero_grad();
+  }
+  const auto whole = run(5, "", ""), libaccels = run(5, "", "", false);
+  for (const auto& p : whole->named_parameters()) {
+    EXPECT_TRUE(torch::equal(p.value(), libaccels->named_parameters()[p.key()])) << p.key();
+    // libaccel runs LibTorch on its own thread count: sums in another order.
+    EXPECT_TRUE(torch::allclose(p.value(), reference->named_parameters()[p.key()], 1e-5, 1e-6))
+        << p.key();
+  }
+
+  const std::string dir = temp_dir("foreign_optimizer");
+  run(2, dir, "");
+  const auto resumed = run(3, "", dir);
+  for (const auto& p : whole->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), resumed->named_parameters()[p.key()])) << p.key();
+
+  {
+    auto net = std::make_shared<Net>();
+    auto acc = make_accelerator();
+    auto model = accel::Model::from_module(net);
+    auto program =
+        std::make_shared<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01));
+    accel::Optimizer opt(model, program);
+    expect_error([&] { opt.add_group({"fc1.weight"}); }, ACCEL_ERR_STATE, "groups already");
+    accel::LinearSchedule linear;
+    linear.total_steps = 4;
+    accel::Scheduler sched(opt, linear);
+    acc.prepare(model, opt, sched);
+    train(acc, model, opt, *net, 1);
+    sched.step();
+    EXPECT_DOUBLE_EQ(program->param_groups()[0].options().get_lr(), 0.01 * 3 / 4);
+    expect_error([&] { opt.set("momentum", "0.9"); }, ACCEL_ERR_INVALID_ARGUMENT, "known: lr");
+  }
+  {
+    auto net = std::make_shared<Net>(), other = std::make_shared<Net>();
+    auto acc = make_accelerator();
+    auto model = accel::Model::from_module(net);
+    accel::Optimizer opt(model, std::make_shared<torch::optim::SGD>(other->parameters(),
+                                                                    torch::optim::SGDOptions(0.1)));
+    expect_error([&] { acc.prepare(model, opt); }, ACCEL_ERR_INVALID_ARGUMENT,
+                 "is not one the program's optimizer steps");
+  }
+  {
+    auto net = std::make_shared<Net>();
+    auto acc = make_accelerator();
+    auto model = accel::Model::from_module(net);
+    accel::Optimizer opt(model, std::make_shared<CountingSgd>(net->parameters()));
+    acc.prepare(model, opt);
+    const auto before = net->fc1->weight.clone();
+    train(acc, model, opt, *net, 1);
+    EXPECT_FALSE(torch::equal(before, net->fc1->weight)) << "stepped";
+    expect_error([&] { acc.save_state(temp_dir("foreign_custom")); }, ACCEL_ERR_UNSUPPORTED,
+                 "cannot be checkpointed");
+  }
+  std::filesystem::remove_all(dir);
 }

@@ -5,12 +5,14 @@
 // accel_prepare's broadcast makes them agree. Rank 0 prints "param NAME v1 v2 ..." for every
 // parameter after checking they are bitwise equal on every rank. HOST_MODEL_LEAVE_AT=K: rank 1
 // exits (code 0, as if its program ended) just before optimizer step K, so that the others are
-// inside that step's collectives when it goes.
+// inside that step's collectives when it goes. HOST_MODEL_OWN_OPTIMIZER=1: the SGD is the
+// program's own torch::optim::SGD (accel::Optimizer(model, shared_ptr)).
 //   host_model_program B [adamw STEPS]
 #define ACCEL_WITH_TORCH
 #include <accel/accel.hpp>
 
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -42,10 +44,16 @@ int run(int batch, bool adamw, int steps) {
   const int64_t hidden = hidden_env ? std::atoll(hidden_env) : 32;
   Mlp net(hidden);
   auto model = accel::Model::from_module(net);
-  accel::Optimizer opt(model, adamw ? "adamw" : "sgd");
+  // HOST_MODEL_OWN_OPTIMIZER=1: the same SGD as the program's own torch::optim::SGD.
+  const bool own = std::getenv("HOST_MODEL_OWN_OPTIMIZER") && !adamw;
+  accel::Optimizer opt =
+      own ? accel::Optimizer(model,
+                             std::make_shared<torch::optim::SGD>(
+                                 net.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)))
+          : accel::Optimizer(model, adamw ? "adamw" : "sgd");
   if (adamw)
     opt.set("lr", "0.01").set("weight_decay", "0.01");
-  else
+  else if (!own)
     opt.set("lr", "0.05").set("momentum", "0.9");
 
   // The data of mp_program's "equiv" mode: 1280 samples, 20 features, 4 classes.

@@ -323,6 +323,23 @@ std::string zero_stage(int n) {
 }
 }  // namespace
 
+TEST(MultiProcess, TheProgramsOwnTorchOptimizerIsDataParallelAndZeroRefusesIt) {
+  // 24 momentum SGD steps on 2 ranks: the program's own torch::optim::SGD gives bitwise the
+  // parameters of libaccel's sgd; under ZeRO stage 1 accel_prepare refuses it, saying why.
+  const auto libaccels = run(launch_program(2, HOST_MODEL_PROGRAM, "32"));
+  ASSERT_EQ(libaccels.code, 0) << libaccels.output;
+  const auto own = run("HOST_MODEL_OWN_OPTIMIZER=1 " + launch_program(2, HOST_MODEL_PROGRAM, "32"));
+  ASSERT_EQ(own.code, 0) << own.output;
+  EXPECT_EQ(params_of(own.output), params_of(libaccels.output));
+  ASSERT_EQ(params_of(own.output).size(), 4u) << own.output;
+  const auto zero = run("HOST_MODEL_OWN_OPTIMIZER=1 " + zero_stage(1) +
+                        launch_program(2, HOST_MODEL_PROGRAM, "32"));
+  EXPECT_NE(zero.code, 0);
+  EXPECT_NE(zero.output.find("a program's own torch::optim optimizer steps every parameter"),
+            std::string::npos)
+      << zero.output;
+}
+
 TEST(MultiProcess, ZeroStagesOneToThreeEqualStageZeroAfterFiftyAdamWStepsOnTwoAndFourRanks) {
   // Each rank steps only the parameters it owns (and at stage 2 keeps only their gradients); the
   // clipping norm is over every rank's part; the program checks the ranks agree bit for bit.

@@ -86,15 +86,15 @@ const SYMBOLS = (
     :accel_model_train, :accel_model_parameter_element_count, :accel_model_tensor_count,
     :accel_model_tensor_name, :accel_model_tensor, :accel_model_save_torchscript, :accel_model_free,
     :accel_model_add_parameter, :accel_model_add_buffer, :accel_model_forward_begin,
-    :accel_model_forward_end, :accel_optimizer_new, :accel_optimizer_set, :accel_optimizer_step,
-    :accel_optimizer_zero_grad, :accel_optimizer_lr, :accel_optimizer_set_lr,
-    :accel_optimizer_step_was_skipped, :accel_optimizer_add_group, :accel_optimizer_group_count,
-    :accel_optimizer_set_group, :accel_optimizer_group_lr, :accel_optimizer_free,
-    :accel_scheduler_new, :accel_scheduler_set, :accel_scheduler_step, :accel_scheduler_lr,
-    :accel_scheduler_free, :accel_prepare, :accel_accumulate, :accel_sync_gradients,
-    :accel_backward, :accel_clip_grad_norm, :accel_clip_grad_value, :accel_no_sync_begin,
-    :accel_no_sync_end, :accel_find_executable_batch_size, :accel_local_sgd_begin,
-    :accel_local_sgd_set, :accel_local_sgd_step, :accel_local_sgd_end,
+    :accel_model_forward_end, :accel_optimizer_new, :accel_optimizer_from_torch,
+    :accel_optimizer_set, :accel_optimizer_step, :accel_optimizer_zero_grad, :accel_optimizer_lr,
+    :accel_optimizer_set_lr, :accel_optimizer_step_was_skipped, :accel_optimizer_add_group,
+    :accel_optimizer_group_count, :accel_optimizer_set_group, :accel_optimizer_group_lr,
+    :accel_optimizer_free, :accel_scheduler_new, :accel_scheduler_set, :accel_scheduler_step,
+    :accel_scheduler_lr, :accel_scheduler_free, :accel_prepare, :accel_accumulate,
+    :accel_sync_gradients, :accel_backward, :accel_clip_grad_norm, :accel_clip_grad_value,
+    :accel_no_sync_begin, :accel_no_sync_end, :accel_find_executable_batch_size,
+    :accel_local_sgd_begin, :accel_local_sgd_set, :accel_local_sgd_step, :accel_local_sgd_end,
     :accel_local_sgd_average_count, :accel_local_sgd_free, :accel_profiler_new, :accel_profiler_set,
     :accel_profiler_set_on_trace_ready, :accel_profiler_start, :accel_profiler_step,
     :accel_profiler_stop, :accel_profiler_table, :accel_profiler_export_chrome_trace,
@@ -222,6 +222,7 @@ const fp_accel_model_add_buffer = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_model_forward_begin = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_model_forward_end = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_optimizer_new = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_optimizer_from_torch = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_optimizer_set = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_optimizer_step = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_optimizer_zero_grad = Ref{Ptr{Cvoid}}(C_NULL)
@@ -933,6 +934,12 @@ accel_optimizer_new(model, kind, out) =
     ccall(fp_accel_optimizer_new[], accel_status,
           (Ptr{accel_model}, Cstring, Ptr{Ptr{accel_optimizer}}),
           model, kind, out)
+
+# accel_status accel_optimizer_from_torch(accel_model* model, void* torch_optimizer, accel_optimizer** out)
+accel_optimizer_from_torch(model, torch_optimizer, out) =
+    ccall(fp_accel_optimizer_from_torch[], accel_status,
+          (Ptr{accel_model}, Ptr{Cvoid}, Ptr{Ptr{accel_optimizer}}),
+          model, torch_optimizer, out)
 
 # accel_status accel_optimizer_set(accel_optimizer* optimizer, const char* key, const char* value)
 accel_optimizer_set(optimizer, key, value) =

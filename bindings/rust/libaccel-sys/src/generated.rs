@@ -1209,6 +1209,26 @@ extern "C" {
         kind: *const c_char,
         out: *mut *mut accel_optimizer,
     ) -> accel_status;
+    /// The program's own LibTorch optimizer over `model`: `torch_optimizer` points to a
+    /// std::shared_ptr<torch::optim::Optimizer> of the LibTorch libaccel runs on (accel.hpp's
+    /// accel::Optimizer(model, std::shared_ptr<torch::optim::...>) makes this call after checking that
+    /// LibTorch is the same; libaccel keeps its own reference). The optimizer must step exactly the
+    /// model's trainable parameters, the very tensors lent to it (accel_model_add_parameter,
+    /// accel::Model::from_module); accel_prepare checks that (ACCEL_ERR_INVALID_ARGUMENT naming the
+    /// first that differs). It is stepped as it is, with its own options and parameter groups;
+    /// accel_optimizer_set takes "lr" alone (group 0's and, for a scheduler, every group's through
+    /// LibTorch's get_lr/set_lr), accel_optimizer_add_group is ACCEL_ERR_STATE. Everything else is as
+    /// for libaccel's optimizers: steps and zero_grad on accumulation micro-steps, gradient
+    /// synchronisation, fp16 loss scaling, clipping, schedulers. accel_save_state saves its state when
+    /// its class is LibTorch's SGD, Adam, AdamW, RMSprop or Adagrad (the files of libaccel's optimizer
+    /// of that kind); another class's state is ACCEL_ERR_UNSUPPORTED at the save. Under ZeRO (stage 1
+    /// or more, several processes) accel_prepare refuses it with ACCEL_ERR_UNSUPPORTED saying why:
+    /// sharding its state needs libaccel's own optimizer.
+    pub fn accel_optimizer_from_torch(
+        model: *mut accel_model,
+        torch_optimizer: *mut c_void,
+        out: *mut *mut accel_optimizer,
+    ) -> accel_status;
     /// Sets an option by key ("lr", "0.01"); takes effect at the next step. It sets parameter group 0's
     /// option and the optimizer's default, which groups made later start from (groups made already
     /// keep theirs: accel_optimizer_set_group).
