@@ -11,6 +11,7 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
 use crate::error::{BoxError, Error, Result, Status};
+use crate::step_tools::BatchSizeError;
 
 /// The first failure of a closure since the last time it was taken.
 enum Failure {
@@ -48,6 +49,29 @@ impl FailureSlot {
         match self.catch(f) {
             Some(()) => 0,
             None => 1,
+        }
+    }
+
+    /// As [`run`](FailureSlot::run), but an error that is running out of memory (an
+    /// [`Status::OutOfMemory`] error anywhere in its chain of sources) is returned as
+    /// `ACCEL_ERR_OUT_OF_MEMORY` and not kept: the Trainer's `auto_find_batch_size` tries again
+    /// smaller, and a later try that succeeds must not report it.
+    pub(crate) fn run_passing_out_of_memory(
+        &self,
+        f: impl FnOnce() -> std::result::Result<(), BoxError>,
+    ) -> i32 {
+        let mut out_of_memory = false;
+        let code = self.run(|| match f() {
+            Err(e) if BatchSizeError::is_out_of_memory(&e) => {
+                out_of_memory = true;
+                Ok(())
+            }
+            other => other,
+        });
+        if out_of_memory {
+            libaccel_sys::ACCEL_ERR_OUT_OF_MEMORY
+        } else {
+            code
         }
     }
 

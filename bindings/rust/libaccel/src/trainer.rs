@@ -514,7 +514,7 @@ unsafe extern "C" fn training_step(
 ) -> i32 {
     // SAFETY: called by the library with our user_data.
     let state = unsafe { registered::<TrainingStepFn>(user_data) };
-    state.failure.run(|| {
+    state.failure.run_passing_out_of_memory(|| {
         // SAFETY: the batch's handles and the Trainer's model live for the call.
         let batch = unsafe { Lent::new(batch, count) }?;
         let model = unsafe { lend_model(state.model) }?;
@@ -535,7 +535,7 @@ unsafe extern "C" fn eval_step(
 ) -> i32 {
     // SAFETY: called by the library with our user_data.
     let state = unsafe { registered::<EvalStepFn>(user_data) };
-    state.failure.run(|| {
+    state.failure.run_passing_out_of_memory(|| {
         // SAFETY: the batch's handles and the Trainer's model live for the call.
         let batch = unsafe { Lent::new(batch, count) }?;
         let model = unsafe { lend_model(state.model) }?;
@@ -560,7 +560,7 @@ unsafe extern "C" fn compute_metrics(
 ) -> i32 {
     // SAFETY: called by the library with our user_data.
     let state = unsafe { registered::<MetricsFn>(user_data) };
-    state.failure.run(|| {
+    state.failure.run_passing_out_of_memory(|| {
         // SAFETY: the gathered tensors live for the call.
         let (Some(p), Some(l)) = (unsafe { lend(predictions) }, unsafe { lend(labels) }) else {
             return Err("the Trainer gave no predictions or labels".into());
@@ -588,7 +588,7 @@ unsafe extern "C" fn on_event(
     };
     // SAFETY: called by the library with our user_data.
     let state = unsafe { registered::<dyn TrainerCallback>(user_data) };
-    state.failure.run(|| {
+    state.failure.run_passing_out_of_memory(|| {
         // SAFETY: NULL or the library's values, unchanged during the call.
         let values = match unsafe { ValuesRef::from_ptr(values) } {
             Some(v) => Some(Metrics::read(v).map_err(Surfaced)?),

@@ -523,3 +523,57 @@ fn failures_of_closures_and_callbacks() {
     assert_eq!(all.to_vec::<f32>().unwrap(), vec![1.0]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// auto_find_batch_size from Rust: a step failing out of memory (an `OutOfMemory` error) above
+/// 3 rows is tried again smaller, 5 then 4 then 3, and the run found is bitwise the run started
+/// at 3; without the setting, the step's out-of-memory failure is the call's.
+#[test]
+fn auto_find_batch_size_retries_what_ran_out_of_memory() {
+    let _one = one_accelerator();
+    let dir = temp_dir("trainer-auto-batch");
+    let settings = format!(
+        "max_steps=6,save_strategy=no,speed_metrics=false,progress_bar=false,output_dir={}",
+        dir.display()
+    );
+    let run = |start: i64, extra: &str| {
+        let mut s = setup(24, 10, false);
+        s.train.set("batch_size", start).unwrap();
+        let refused = Arc::new(AtomicUsize::new(0));
+        let result = {
+            let mut trainer = trainer!(s, &format!("{settings}{extra}")).unwrap();
+            let counter = Arc::clone(&refused);
+            trainer
+                .set_training_step(move |model, batch| {
+                    if batch[0].shape()?[0] > 3 {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        return Err(Box::new(libaccel::Error::new(
+                            Status::OutOfMemory,
+                            "pretend",
+                        )));
+                    }
+                    Ok(model.call1("training_step", batch)?)
+                })
+                .unwrap();
+            trainer.train().map(|()| trainer.state_json().unwrap())
+        };
+        let weights = s
+            .model
+            .tensor("fc.weight")
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let bits: Vec<u32> = weights.iter().map(|x| x.to_bits()).collect();
+        (result, bits, refused.load(Ordering::Relaxed))
+    };
+    let (want, want_bits, none) = run(3, "");
+    assert!(want.is_ok());
+    assert_eq!(none, 0);
+    let (got, got_bits, refused) = run(5, ",auto_find_batch_size=true");
+    let state = got.unwrap();
+    assert!(state.contains("\"train_batch_size\": 3,"), "{state}");
+    assert_eq!(refused, 2, "5 and 4 refused");
+    assert_eq!(got_bits, want_bits);
+    let (failed, _, _) = run(5, "");
+    assert_eq!(failed.unwrap_err().status(), Status::OutOfMemory);
+    let _ = std::fs::remove_dir_all(&dir);
+}
