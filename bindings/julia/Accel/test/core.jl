@@ -31,7 +31,12 @@ end
     source = join((read(joinpath(PACKAGE_DIR, "src", f), String)
                    for f in readdir(joinpath(PACKAGE_DIR, "src"))), "\n")
     # @acall/@check/@out write calls as name(args::T); the SYMBOLS list alone does not count.
-    uncalled = filter(name -> !occursin(Regex("(@acall|@check|@out)\\(?[\\w{}, ]*?\\b$name\\("), source), listed)
+    # bindings/left_out.txt's functions for julia, each with its reason, are not called.
+    left_out = Set(split(l)[2] for l in readlines(joinpath(REPO_ROOT, "bindings", "left_out.txt"))
+                   if length(split(l)) >= 2 && split(l)[1] == "julia")
+    uncalled = filter(name -> !(name in left_out) &&
+                              !occursin(Regex("(@acall|@check|@out)\\(?[\\w{}, ]*?\\b$name\\("), source),
+                      listed)
     @test isempty(uncalled)
     isempty(uncalled) || println("never called: ", join(uncalled, ", "))
 end
