@@ -41,6 +41,26 @@ func (s *failureSlot) run(f func() error) (status C.int32_t) {
 	return 0
 }
 
+// runPassingOutOfMemory is run, but an error that is running out of memory
+// (errors.Is(err, ErrOutOfMemory)) returns ACCEL_ERR_OUT_OF_MEMORY and is not stored: the
+// Trainer's auto_find_batch_size tries again smaller, and a later try that succeeds must not
+// report it.
+func (s *failureSlot) runPassingOutOfMemory(f func() error) C.int32_t {
+	outOfMemory := false
+	status := s.run(func() error {
+		err := f()
+		if err != nil && errors.Is(err, ErrOutOfMemory) {
+			outOfMemory = true
+			return nil
+		}
+		return err
+	})
+	if outOfMemory {
+		return C.ACCEL_ERR_OUT_OF_MEMORY
+	}
+	return status
+}
+
 func (s *failureSlot) store(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -519,7 +519,7 @@ func goaccelTrainingStep(batch **C.accel_tensor, count C.size_t, outLoss **C.acc
 	state := boxValue(userData).(*trainingStepState)
 	lent := lend(unsafe.Slice(batch, int(count)))
 	defer lent.end()
-	return state.slot.run(func() error {
+	return state.slot.runPassingOutOfMemory(func() error {
 		loss, err := state.fn(lent)
 		if err != nil {
 			loss.Close()
@@ -547,7 +547,7 @@ func goaccelEvalStep(batch **C.accel_tensor, count C.size_t, outLoss, outPredict
 	state := boxValue(userData).(*evalStepState)
 	lent := lend(unsafe.Slice(batch, int(count)))
 	defer lent.end()
-	return state.slot.run(func() error {
+	return state.slot.runPassingOutOfMemory(func() error {
 		out, err := state.fn(lent)
 		// What is not given below is closed here (a given tensor's Close does nothing): the
 		// library frees what it was given, also when this step fails.
@@ -583,7 +583,7 @@ func goaccelComputeMetrics(predictions, labels *C.accel_tensor, metrics *C.accel
 	state := boxValue(userData).(*metricsState)
 	lent := lend([]*C.accel_tensor{predictions, labels})
 	defer lent.end()
-	return state.slot.run(func() error {
+	return state.slot.runPassingOutOfMemory(func() error {
 		m, err := state.fn(lent[0], lent[1])
 		if err != nil {
 			return err
@@ -611,7 +611,7 @@ func goaccelTrainerEvent(trainer *C.accel_trainer, event C.accel_trainer_event, 
 	state := boxValue(userData).(*trainerCallbackState)
 	ctx := &TrainerContext{p: trainer}
 	defer func() { ctx.p = nil }() // the library's trainer is lent for this call
-	return state.slot.run(func() error {
+	return state.slot.runPassingOutOfMemory(func() error {
 		var v *Values
 		if values != nil {
 			var err error

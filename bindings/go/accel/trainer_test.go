@@ -425,3 +425,51 @@ func TestTrainerHandlesAndArguments(t *testing.T) {
 	_, err = (&accel.Trainer{}).Evaluate()
 	wantStatus(t, err, accel.ErrInvalidArgument, "constructor")
 }
+
+// auto_find_batch_size from Go: a step failing with ErrOutOfMemory above 3 rows is tried again
+// smaller (5, then 4, then 3), and the run found is bitwise the run started at 3; without the
+// setting, Train's error is ErrOutOfMemory.
+func TestTrainerAutoFindBatchSizeRetriesWhatRanOutOfMemory(t *testing.T) {
+	begin(t)
+	run := func(start int, extra string) ([]float32, int, string, error) {
+		r := newTrainerRun(t, 24, 8, false)
+		ok(t, r.train.Set("batch_size", start))
+		tr := r.trainer(t, "max_steps=6,save_strategy=no"+extra)
+		refused := 0
+		ok(t, tr.SetTrainingStep(func(batch []*accel.Tensor) (*accel.Tensor, error) {
+			shape, err := batch[0].Shape()
+			if err != nil {
+				return nil, err
+			}
+			if shape[0] > 3 {
+				refused++
+				return nil, fmt.Errorf("pretend: %w", accel.ErrOutOfMemory)
+			}
+			return r.model.Call("training_step", batch...)
+		}))
+		err := tr.Train()
+		state, _ := tr.StateJSON()
+		ok(t, tr.Close())
+		weights := must(accel.ToSlice[float32](must(r.model.Tensor("fc.weight"))))
+		r.close()
+		return weights, refused, state, err
+	}
+	want, none, _, err := run(3, "")
+	ok(t, err)
+	got, refused, state, err := run(5, ",auto_find_batch_size=true")
+	ok(t, err)
+	if none != 0 || refused != 2 {
+		t.Fatalf("refused %d and %d times, want 0 and 2 (5, then 4)", none, refused)
+	}
+	if !strings.Contains(state, `"train_batch_size": 3,`) {
+		t.Fatalf("trainer_state: %s", state)
+	}
+	for i := range want {
+		if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+			t.Fatalf("weight %d: %v started at 3, %v found", i, want[i], got[i])
+		}
+	}
+	if _, _, _, err := run(5, ""); !errors.Is(err, accel.ErrOutOfMemory) {
+		t.Fatalf("without auto_find_batch_size: %v, want ErrOutOfMemory", err)
+	}
+}
