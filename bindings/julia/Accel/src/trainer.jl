@@ -322,11 +322,14 @@ end
 # ---- the trampolines ---------------------------------------------------------------------
 
 # Runs a hook: 0, or 1 with what it threw kept for the call that reached it (the first only).
+# Running out of memory (step_tools.jl's out_of_memory) is ERR_OUT_OF_MEMORY itself, not kept:
+# auto_find_batch_size tries again smaller, and a later try that succeeds must not report it.
 function run_hook(f, hook::TrainerHook)::Int32
     try
         f()
         return Int32(0)
     catch exception
+        out_of_memory(exception) && return Int32(ERR_OUT_OF_MEMORY)
         owner = hook.owner
         owner.failure === nothing && (owner.failure = exception)
         return Int32(1)

@@ -236,3 +236,41 @@ end
         end
     end
 end
+
+# auto_find_batch_size from Julia: a step throwing ERR_OUT_OF_MEMORY above 3 samples is tried
+# again smaller (5, then 4, then 3), and the run found is bitwise the run started at 3; without
+# the setting, fit! throws that AccelError.
+@testset "Trainer: auto_find_batch_size retries what ran out of memory" begin
+    function run_from(start; more...)
+        with_trainer_run() do acc, model, opt, sched, train, eval
+            set!(train, "batch_size", start)
+            refused, state, failure = Ref(0), Ref(""), Ref{Any}(nothing)
+            Trainer(acc, model, opt, train; scheduler = sched, eval = eval,
+                    trainer_settings(; max_steps = 6, save_strategy = "no", more...)...) do trainer
+                set_training_step!(trainer) do x, y
+                    if shape(y)[1] > 3
+                        refused[] += 1
+                        throw(AccelError(Accel.ERR_OUT_OF_MEMORY, "pretend"))
+                    end
+                    model(:training_step, x, y)
+                end
+                try
+                    fit!(trainer)
+                    state[] = state_json(trainer)
+                catch e
+                    failure[] = e
+                end
+            end
+            (Array(model["fc.weight"]), refused[], state[], failure[])
+        end
+    end
+    want, none, _, first_failure = run_from(3)
+    @test first_failure === nothing && none == 0
+    got, refused, state, failure = run_from(5; auto_find_batch_size = true)
+    @test failure === nothing
+    @test refused == 2
+    @test occursin("\"train_batch_size\": 3,", state)
+    @test reinterpret(UInt32, vec(want)) == reinterpret(UInt32, vec(got))
+    _, _, _, without = run_from(5)
+    @test without isa AccelError && without.status == Accel.ERR_OUT_OF_MEMORY
+end
