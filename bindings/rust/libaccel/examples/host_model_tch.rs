@@ -18,7 +18,7 @@ fn run(batch: i64) -> Result<(), Box<dyn std::error::Error>> {
         .add(nn::linear(&root / "fc1", 20, 32, Default::default()))
         .add_fn(|x| x.relu())
         .add(nn::linear(&root / "fc2", 32, 4, Default::default()));
-    let mut model = Model::from_var_store(&vs)?;
+    let model = Model::from_var_store(&vs)?;
     let mut opt = Optimizer::with(&model, Sgd::new().lr(0.05).momentum(0.9))?;
 
     // The data of mp_program's "equiv" mode: 1280 samples, 20 features, 4 classes.

@@ -90,7 +90,7 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
 
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let cnn = net(&vs.root());
-    let mut model = Model::from_var_store(&vs)?;
+    let model = Model::from_var_store(&vs)?;
     let params = model.parameter_element_count()?;
 
     let (mut train, mut test) = fashion::loaders(&acc, &o.data, o.batch, o.workers)?;

@@ -117,7 +117,7 @@ impl Model {
     /// Runs the caller's own forward `f` of a model of lent tensors: rank 0's buffers are copied
     /// to every rank first (a collective when the model has buffers) and `f` runs under the
     /// accelerator's mixed precision (LibTorch's autocast, on this thread), which ends with it.
-    pub fn forward<R>(&mut self, f: impl FnOnce() -> R) -> Result<R> {
+    pub fn forward<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
         // SAFETY: live handle.
         check(unsafe { sys::accel_model_forward_begin(self.as_raw()) })?;
         struct End(*mut sys::accel_model);
