@@ -212,7 +212,9 @@ enum accel_status_values {
   /** LibTorch reported an error that fits no other class; its message is kept. */
   ACCEL_ERR_TORCH = 15,
   /** An internal error (a bug in libaccel); the message says what. */
-  ACCEL_ERR_INTERNAL = 16
+  ACCEL_ERR_INTERNAL = 16,
+  /** A call that waits gave up because the program interrupted it (accel_set_interrupted). */
+  ACCEL_ERR_CANCELLED = 17
 };
 
 /**
@@ -612,6 +614,23 @@ ACCEL_API accel_status accel_effective_config(const accel_accelerator* accelerat
 
 /** Blocks until every rank has called it (a barrier). Bounded by the collective timeout. */
 ACCEL_API accel_status accel_wait_for_everyone(accel_accelerator* accelerator);
+
+/**
+ * Interrupts (nonzero) or stops interrupting (0) the calls of this process that wait, from any
+ * thread: a signal watcher's, or a language's cancellation (Go's context.Context). While set, a
+ * call that waits on other processes or on threads returns ACCEL_ERR_CANCELLED within about 50 ms
+ * instead of waiting on, and one that would start waiting returns it at once: every collective
+ * (accel_gather and the other collectives, accel_wait_for_everyone, accel_backward's gradient
+ * all-reduce, the collectives inside accel_save_state and accel_load_state), a dataloader's next
+ * waiting for its workers, and the Trainer's training before each step. A collective it stops,
+ * begun or not, leaves the process group unusable (the peers are inside it): later collectives
+ * fail with ACCEL_ERR_STATE, as after a timeout, and the job should end. A dataloader's next
+ * loses nothing: the batch it waited for is the next call's. Calls that do not wait are
+ * unaffected, and a call that waits on a GPU's NCCL stream notices only when it starts. Freeing
+ * the accelerator still waits for a collective Gloo had begun to end (the peers arrive, or
+ * collective_timeout). The setting lasts until cleared or the accelerator is freed.
+ */
+ACCEL_API accel_status accel_set_interrupted(accel_accelerator* accelerator, int interrupted);
 
 /**
  * Prints `message` and a newline to standard output on the local main process only (as Accelerate's

@@ -1315,6 +1315,14 @@ class Accelerator {
   void wait_for_everyone() {
     detail::check(accel_wait_for_everyone(get()));
   }
+  /**
+   * Makes this process's waiting calls (collectives, a dataloader waiting for its workers, the
+   * Trainer between steps) throw ACCEL_ERR_CANCELLED until cleared; from any thread (accel.h,
+   * accel_set_interrupted: an interrupted collective leaves the process group unusable).
+   */
+  void set_interrupted(bool interrupted) {
+    detail::check(accel_set_interrupted(get(), interrupted ? 1 : 0));
+  }
   /** Prints on the main process only. */
   void print(const std::string& message) const {
     detail::check(accel_print(get(), message.c_str()));

@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 
 #include "capi/handles.hpp"
+#include "common/interrupt.hpp"
 #include "logging/levels.hpp"
 #include "ops/collectives.hpp"
 
@@ -114,6 +115,14 @@ ACCEL_API accel_status accel_wait_for_everyone(accel_accelerator* accelerator) {
     auto& a = runtime_of(accelerator);
     FamilyLock lock(accelerator->family);
     a.wait_for_everyone();
+  });
+}
+
+// Takes no family lock: it is meant for another thread while this accelerator's call waits.
+ACCEL_API accel_status accel_set_interrupted(accel_accelerator* accelerator, int interrupted) {
+  return guarded([&] {
+    runtime_of(accelerator);  // checks the handle
+    accel::interrupt::set(interrupted != 0);
   });
 }
 

@@ -22,6 +22,7 @@ static_assert(static_cast<int>(accel::Errc::callback) == ACCEL_ERR_CALLBACK);
 static_assert(static_cast<int>(accel::Errc::out_of_memory) == ACCEL_ERR_OUT_OF_MEMORY);
 static_assert(static_cast<int>(accel::Errc::torch) == ACCEL_ERR_TORCH);
 static_assert(static_cast<int>(accel::Errc::internal) == ACCEL_ERR_INTERNAL);
+static_assert(static_cast<int>(accel::Errc::cancelled) == ACCEL_ERR_CANCELLED);
 
 namespace {
 
@@ -51,7 +52,7 @@ accel_status record_error(accel_status status, const char* message) noexcept {
 }
 
 void fail_with_returned(accel_status rc, const std::string& who) {
-  const bool known = rc > 0 && rc <= ACCEL_ERR_INTERNAL;
+  const bool known = rc > 0 && rc <= ACCEL_ERR_CANCELLED;
   const LastError& last = last_error();
   const std::string said = known && last.status == rc ? ": " + last.message : "";
   fail(known ? static_cast<Errc>(rc) : Errc::callback,
@@ -174,6 +175,8 @@ ACCEL_API const char* accel_status_name(accel_status status) {
       return "ACCEL_ERR_TORCH";
     case ACCEL_ERR_INTERNAL:
       return "ACCEL_ERR_INTERNAL";
+    case ACCEL_ERR_CANCELLED:
+      return "ACCEL_ERR_CANCELLED";
   }
   return "ACCEL_ERR_UNKNOWN_STATUS";
 }

@@ -26,6 +26,7 @@ enum class Errc : int {
   out_of_memory = 14,
   torch = 15,
   internal = 16,
+  cancelled = 17,
 };
 
 class Error : public std::runtime_error {

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
 #include "common/parse.hpp"
 #include "config/keys.hpp"
 
@@ -432,7 +433,9 @@ bool DataLoader::next(std::vector<at::Tensor>& out) {
     }
   } else {
     std::unique_lock<std::mutex> guard(mutex_);
-    cv_.wait(guard, [&] { return ready_.count(next_) > 0; });
+    // In slices: the program may interrupt a wait for a slow worker (what it waited for stays).
+    while (!cv_.wait_for(guard, interrupt::kPollSlice, [&] { return ready_.count(next_) > 0; }))
+      interrupt::check("dataloader next");
     slot = std::move(ready_[next_]);
     ready_.erase(next_);
   }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
 
 namespace accel::data {
 
@@ -103,7 +104,8 @@ void StreamIteration::reader_loop() {
 StreamIteration::Chunk StreamIteration::fetch() {
   if (prefetch_ == 0) return read_chunk();
   std::unique_lock<std::mutex> guard(mutex_);
-  cv_.wait(guard, [&] { return !queue_.empty(); });
+  while (!cv_.wait_for(guard, interrupt::kPollSlice, [&] { return !queue_.empty(); }))
+    interrupt::check("dataloader next");
   Chunk c = std::move(queue_.front());
   queue_.pop_front();
   guard.unlock();

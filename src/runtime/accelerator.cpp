@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
 #include "cuda/plugin.hpp"
 #include "runtime/malloc_tuning.hpp"
 #include "runtime/parent_watch.hpp"
@@ -86,6 +87,7 @@ static void ignore_sigpipe_by_default() {
 Accelerator::Accelerator(const config::Config& cfg, const config::EnvMap& env)
     : settings_(with_launcher_file(cfg, env).resolve(env)) {
   place_ = read_process_place(env);
+  interrupt::set(false);  // an earlier accelerator's interruption is not this one's
   logger_.set_level(logging::level_from_name(settings_.text("log_level")));
   logger_.set_place(place_.rank, place_.world_size);
   const int gpus = usable_gpus(settings_.flag("use_cpu"), &cuda_note_);
@@ -192,6 +194,7 @@ void Accelerator::say_debug_line(const std::string& local_from, bool use_cpu) {
 
 Accelerator::~Accelerator() {
   comm_.reset();
+  interrupt::set(false);
   g_live = false;
 }
 

@@ -3,12 +3,36 @@
 // names the peer behind it.
 #include <algorithm>
 
+#include "common/interrupt.hpp"
 #include "runtime/communicator_impl.hpp"
 
 namespace accel::runtime {
 
 using detail::classify;
 using detail::what_of;
+
+namespace {
+
+// Waits for a Gloo work in slices, so that an interruption is seen while a peer is late. Work's
+// timed wait throws (1.13) or returns false (2.x) when the slice ends first; a work that completed
+// with an error rethrows it. NCCL's work is waited on as it is: a timed wait would block the CPU on
+// the stream (and may abort the communicator when the slice ends).
+void wait_for(const c10::intrusive_ptr<c10d::Work>& work, bool on_gpu) {
+  if (on_gpu) {
+    work->wait();
+    return;
+  }
+  for (;;) {
+    interrupt::check("waiting for the other processes");
+    try {
+      if (work->wait(interrupt::kPollSlice)) return;
+    } catch (...) {
+      if (work->isCompleted()) throw;
+    }
+  }
+}
+
+}  // namespace
 
 template <class F>
 void Communicator::guarded(const char* what, F&& body) {
@@ -18,9 +42,15 @@ void Communicator::guarded(const char* what, F&& body) {
   std::string msg;
   Errc code = Errc::torch;
   try {
+    interrupt::check(what);
     body();
     return;
   } catch (const accel::Error& e) {
+    if (e.code() == Errc::cancelled) {
+      // The peers are inside this collective (or will be): its order is lost for good.
+      broken_ = std::string(what) + " was interrupted on rank " + std::to_string(rank_);
+      throw;
+    }
     // The shared-memory transport reports its failures classified already.
     if (e.code() != Errc::timeout && e.code() != Errc::peer_failed) throw;
     msg = e.what();
@@ -155,7 +185,8 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size_; ++r) outputs[0].push_back(at::empty_like(tensor));
   std::vector<at::Tensor> inputs{tensor};
-  guarded("all_gather", [&] { impl_->group_for(tensor).allgather(outputs, inputs)->wait(); });
+  guarded("all_gather",
+          [&] { wait_for(impl_->group_for(tensor).allgather(outputs, inputs), tensor.is_cuda()); });
   return outputs[0];
 }
 
@@ -165,6 +196,7 @@ struct PendingGather {
   std::vector<at::Tensor> inputs;              // kept alive while the work runs
   at::Tensor out;
   std::vector<int64_t> bytes_of;
+  bool on_gpu = false;
 };
 
 void Communicator::all_gather_bytes(const at::Tensor& mine, const std::vector<int64_t>& bytes_of,
@@ -186,6 +218,7 @@ std::shared_ptr<PendingGather> Communicator::all_gather_bytes_start(
   if (largest == 0) return pending;
   pending->out = out;
   pending->bytes_of = bytes_of;
+  pending->on_gpu = mine.is_cuda();
   const auto givers = std::count_if(bytes_of.begin(), bytes_of.end(), [](int64_t b) { return b; });
   if (givers == 1) {
     // One rank's bytes: broadcast from it, straight into `out`'s part.
@@ -215,7 +248,7 @@ std::shared_ptr<PendingGather> Communicator::all_gather_bytes_start(
 
 void Communicator::all_gather_bytes_finish(const std::shared_ptr<PendingGather>& pending) {
   if (!pending->work) return;  // done already, in shared memory
-  guarded("all_gather", [&] { pending->work->wait(); });
+  guarded("all_gather", [&] { wait_for(pending->work, pending->on_gpu); });
   if (pending->parts.empty()) return;  // broadcast into `out` itself
   int64_t offset = 0;
   for (int r = 0; r < size_; ++r) {
@@ -236,19 +269,24 @@ void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
                      : op == ReduceOp::kMax ? c10d::ReduceOp::MAX
                                             : c10d::ReduceOp::MIN;
   std::vector<at::Tensor> tensors{tensor};
-  guarded("all_reduce", [&] { impl_->group_for(tensor).allreduce(tensors, options)->wait(); });
+  guarded("all_reduce", [&] {
+    wait_for(impl_->group_for(tensor).allreduce(tensors, options), tensor.is_cuda());
+  });
 }
 
 void Communicator::broadcast(at::Tensor& tensor, int root) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   std::vector<at::Tensor> tensors{tensor};
-  guarded("broadcast", [&] { impl_->group_for(tensor).broadcast(tensors, options)->wait(); });
+  guarded("broadcast", [&] {
+    wait_for(impl_->group_for(tensor).broadcast(tensors, options), tensor.is_cuda());
+  });
 }
 
 struct PendingReduce {
   c10::intrusive_ptr<c10d::Work> work;
   at::Tensor divide;  // defined: divided by the world size once the sum arrived
+  bool on_gpu = false;
 };
 
 // Through shared memory the reduction runs here, synchronously: it is memory-bound copying and
@@ -257,6 +295,7 @@ std::shared_ptr<PendingReduce> Communicator::all_reduce_start(at::Tensor& tensor
   auto pending = std::make_shared<PendingReduce>();
   if (reduce_in_shared_memory(tensor, ReduceOp::kSum, average)) return pending;
   if (average) pending->divide = tensor;
+  pending->on_gpu = tensor.is_cuda();
   std::vector<at::Tensor> tensors{tensor};
   // On a GPU this runs in the gradient hook, on the stream that produced the gradient: NCCL's
   // stream waits on that one before reading the bucket, and the bucket stays allocated for the
@@ -267,7 +306,7 @@ std::shared_ptr<PendingReduce> Communicator::all_reduce_start(at::Tensor& tensor
 
 void Communicator::all_reduce_finish(const std::shared_ptr<PendingReduce>& pending) {
   if (!pending->work) return;  // done already, in shared memory
-  guarded("all_reduce", [&] { pending->work->wait(); });
+  guarded("all_reduce", [&] { wait_for(pending->work, pending->on_gpu); });
   if (pending->divide.defined()) pending->divide.div_(static_cast<double>(size_));
 }
 
@@ -290,7 +329,7 @@ c10::Device Communicator::wire_device(const at::Tensor& t) const {
 }
 
 void Communicator::barrier() {
-  guarded("barrier", [&] { impl_->group->barrier()->wait(); });
+  guarded("barrier", [&] { wait_for(impl_->group->barrier(), false); });
 }
 
 }  // namespace accel::runtime

@@ -9,6 +9,7 @@
 
 #include "accelerator/accelerator.hpp"
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
 #include "data/loader.hpp"
 #include "model/model.hpp"
 #include "ops/collectives.hpp"
@@ -272,6 +273,7 @@ at::Tensor Trainer::label_tokens(const std::vector<std::vector<at::Tensor>>& win
 
 void Trainer::micro_step(Loop& loop, long long epoch, const std::vector<at::Tensor>& batch,
                          Window window) {
+  interrupt::check("trainer: train");
   auto& s = acc_.session();
   ++loop.batch;
   if (window == Window::accelerator)

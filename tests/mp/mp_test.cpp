@@ -323,6 +323,30 @@ std::string zero_stage(int n) {
 }
 }  // namespace
 
+TEST(MultiProcess, InterruptEndsAWaitingCollectiveAndLeavesTheGroupUnusable) {
+  // Rank 1 is 3 s late; rank 0 is interrupted at 0.3 s, over Gloo (the barrier) and over shared
+  // memory (the reduce of a float on one machine).
+  for (const char* mode : {"barrier", "reduce"}) {
+    const auto r = run("ACCEL_COLLECTIVE_TIMEOUT=20 " + launch_program(2, INTERRUPT_PROGRAM, mode));
+    ASSERT_EQ(r.code, 0) << mode << r.output;
+    EXPECT_TRUE(contains(r.output, "ACCEL_ERR_CANCELLED")) << r.output;
+    EXPECT_TRUE(contains(r.output, "the process group is unusable after an earlier failure"))
+        << r.output;
+    const auto at = r.output.find("interrupted after ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    EXPECT_LT(std::stod(r.output.substr(at + 18)), 1.5) << mode << r.output;
+  }
+}
+
+TEST(MultiProcess, InterruptEndsADataloadersWaitAndLosesNoBatch) {
+  const auto r = run(launch_program(1, INTERRUPT_PROGRAM, "loader"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "after clearing: 0 10")) << r.output;
+  const auto at = r.output.find("interrupted after ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_LT(std::stod(r.output.substr(at + 18)), 0.9) << r.output;
+}
+
 TEST(MultiProcess, TheProgramsOwnTorchOptimizerIsDataParallelAndZeroRefusesIt) {
   // 24 momentum SGD steps on 2 ranks: the program's own torch::optim::SGD gives bitwise the
   // parameters of libaccel's sgd; under ZeRO stage 1 accel_prepare refuses it, saying why.

@@ -48,4 +48,7 @@ const (
 	ErrTorch Status = C.ACCEL_ERR_TORCH
 	// ErrInternal: an internal error (a bug in libaccel); the message says what.
 	ErrInternal Status = C.ACCEL_ERR_INTERNAL
+	// ErrCancelled: a call that waits gave up because the program interrupted it
+	// (accel_set_interrupted).
+	ErrCancelled Status = C.ACCEL_ERR_CANCELLED
 )

@@ -65,18 +65,18 @@ const SYMBOLS = (
     :accel_tensor_list_count, :accel_tensor_list_get, :accel_tensor_list_free, :accel_init,
     :accel_accelerator_free, :accel_process_index, :accel_local_process_index, :accel_num_processes,
     :accel_is_main_process, :accel_is_local_main_process, :accel_device, :accel_distributed_type,
-    :accel_mixed_precision, :accel_effective_config, :accel_wait_for_everyone, :accel_print,
-    :accel_main_process_first_begin, :accel_main_process_first_end,
-    :accel_local_main_process_first_begin, :accel_local_main_process_first_end,
-    :accel_is_last_process, :accel_set_seed, :accel_gather, :accel_pad_across_processes,
-    :accel_reduce, :accel_broadcast, :accel_set_trigger, :accel_check_trigger,
-    :accel_join_uneven_inputs_begin, :accel_join_uneven_inputs_end, :accel_split_between_processes,
-    :accel_split_tensor_between_processes, :accel_gather_object, :accel_bytes_list_count,
-    :accel_bytes_list_get, :accel_bytes_list_free, :accel_dataset_from_tensors,
-    :accel_dataset_from_callback, :accel_dataset_from_ragged_callback, :accel_sample_set_field,
-    :accel_dataset_from_stream, :accel_dataset_from_text_lines, :accel_dataset_from_idx,
-    :accel_dataset_sample_count, :accel_dataset_field_count, :accel_dataset_free,
-    :accel_dataloader_new, :accel_dataloader_set, :accel_dataloader_set_field,
+    :accel_mixed_precision, :accel_effective_config, :accel_wait_for_everyone,
+    :accel_set_interrupted, :accel_print, :accel_main_process_first_begin,
+    :accel_main_process_first_end, :accel_local_main_process_first_begin,
+    :accel_local_main_process_first_end, :accel_is_last_process, :accel_set_seed, :accel_gather,
+    :accel_pad_across_processes, :accel_reduce, :accel_broadcast, :accel_set_trigger,
+    :accel_check_trigger, :accel_join_uneven_inputs_begin, :accel_join_uneven_inputs_end,
+    :accel_split_between_processes, :accel_split_tensor_between_processes, :accel_gather_object,
+    :accel_bytes_list_count, :accel_bytes_list_get, :accel_bytes_list_free,
+    :accel_dataset_from_tensors, :accel_dataset_from_callback, :accel_dataset_from_ragged_callback,
+    :accel_sample_set_field, :accel_dataset_from_stream, :accel_dataset_from_text_lines,
+    :accel_dataset_from_idx, :accel_dataset_sample_count, :accel_dataset_field_count,
+    :accel_dataset_free, :accel_dataloader_new, :accel_dataloader_set, :accel_dataloader_set_field,
     :accel_dataloader_next, :accel_dataloader_field_count, :accel_dataloader_batch_count,
     :accel_dataloader_set_epoch, :accel_dataloader_epoch, :accel_dataloader_end_of_epoch,
     :accel_dataloader_remainder, :accel_dataloader_skip_first_batches, :accel_dataloader_position,
@@ -157,6 +157,7 @@ const fp_accel_distributed_type = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_mixed_precision = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_effective_config = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_wait_for_everyone = Ref{Ptr{Cvoid}}(C_NULL)
+const fp_accel_set_interrupted = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_print = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_main_process_first_begin = Ref{Ptr{Cvoid}}(C_NULL)
 const fp_accel_main_process_first_end = Ref{Ptr{Cvoid}}(C_NULL)
@@ -541,6 +542,12 @@ accel_wait_for_everyone(accelerator) =
     ccall(fp_accel_wait_for_everyone[], accel_status,
           (Ptr{accel_accelerator},),
           accelerator)
+
+# accel_status accel_set_interrupted(accel_accelerator* accelerator, int interrupted)
+accel_set_interrupted(accelerator, interrupted) =
+    ccall(fp_accel_set_interrupted[], accel_status,
+          (Ptr{accel_accelerator}, Cint),
+          accelerator, interrupted)
 
 # accel_status accel_print(const accel_accelerator* accelerator, const char* message)
 accel_print(accelerator, message) =
@@ -1506,4 +1513,5 @@ The class of a failure: the `accel_status` values of accel.h (`Accel.ERR_SHAPE`,
     ERR_OUT_OF_MEMORY = 14
     ERR_TORCH = 15
     ERR_INTERNAL = 16
+    ERR_CANCELLED = 17
 end

@@ -2,7 +2,7 @@
 // Included by lib.rs; tests/abi/check_rust_declarations.py checks every type here
 // against the header with a C compiler.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_int, c_void};
 
 /// The header's `ACCEL_VERSION_MAJOR`.
 pub const ACCEL_VERSION_MAJOR: u32 = 0;
@@ -76,6 +76,8 @@ pub const ACCEL_ERR_OUT_OF_MEMORY: accel_status = 14;
 pub const ACCEL_ERR_TORCH: accel_status = 15;
 /// An internal error (a bug in libaccel); the message says what.
 pub const ACCEL_ERR_INTERNAL: accel_status = 16;
+/// A call that waits gave up because the program interrupted it (accel_set_interrupted).
+pub const ACCEL_ERR_CANCELLED: accel_status = 17;
 pub const ACCEL_DTYPE_F32: accel_dtype = 1;
 pub const ACCEL_DTYPE_F64: accel_dtype = 2;
 pub const ACCEL_DTYPE_F16: accel_dtype = 3;
@@ -683,6 +685,23 @@ extern "C" {
     ) -> accel_status;
     /// Blocks until every rank has called it (a barrier). Bounded by the collective timeout.
     pub fn accel_wait_for_everyone(accelerator: *mut accel_accelerator) -> accel_status;
+    /// Interrupts (nonzero) or stops interrupting (0) the calls of this process that wait, from any
+    /// thread: a signal watcher's, or a language's cancellation (Go's context.Context). While set, a
+    /// call that waits on other processes or on threads returns ACCEL_ERR_CANCELLED within about 50 ms
+    /// instead of waiting on, and one that would start waiting returns it at once: every collective
+    /// (accel_gather and the other collectives, accel_wait_for_everyone, accel_backward's gradient
+    /// all-reduce, the collectives inside accel_save_state and accel_load_state), a dataloader's next
+    /// waiting for its workers, and the Trainer's training before each step. A collective it stops,
+    /// begun or not, leaves the process group unusable (the peers are inside it): later collectives
+    /// fail with ACCEL_ERR_STATE, as after a timeout, and the job should end. A dataloader's next
+    /// loses nothing: the batch it waited for is the next call's. Calls that do not wait are
+    /// unaffected, and a call that waits on a GPU's NCCL stream notices only when it starts. Freeing
+    /// the accelerator still waits for a collective Gloo had begun to end (the peers arrive, or
+    /// collective_timeout). The setting lasts until cleared or the accelerator is freed.
+    pub fn accel_set_interrupted(
+        accelerator: *mut accel_accelerator,
+        interrupted: c_int,
+    ) -> accel_status;
     /// Prints `message` and a newline to standard output on the local main process only (as Accelerate's
     /// Accelerator.print: once per machine); other ranks print nothing. Not a collective.
     pub fn accel_print(

@@ -40,6 +40,8 @@ pub enum Status {
     Torch,
     /// An internal error (a bug in libaccel); the message says what.
     Internal,
+    /// A call that waits gave up because the program interrupted it (accel_set_interrupted).
+    Cancelled,
     /// A status this crate does not know (a newer library).
     Other(i32),
 }
@@ -65,6 +67,7 @@ impl Status {
             sys::ACCEL_ERR_OUT_OF_MEMORY => Status::OutOfMemory,
             sys::ACCEL_ERR_TORCH => Status::Torch,
             sys::ACCEL_ERR_INTERNAL => Status::Internal,
+            sys::ACCEL_ERR_CANCELLED => Status::Cancelled,
             other => Status::Other(other),
         })
     }
@@ -88,6 +91,7 @@ impl Status {
             Status::OutOfMemory => sys::ACCEL_ERR_OUT_OF_MEMORY,
             Status::Torch => sys::ACCEL_ERR_TORCH,
             Status::Internal => sys::ACCEL_ERR_INTERNAL,
+            Status::Cancelled => sys::ACCEL_ERR_CANCELLED,
             Status::Other(raw) => raw,
         }
     }

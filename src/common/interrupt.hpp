@@ -1,0 +1,34 @@
+// The program's request that waiting calls give up (accel_set_interrupted). One flag per process:
+// a process has one accelerator, and every wait that may last (a collective, a data loader waiting
+// for its workers, the Trainer between steps) looks at it at least every kPollSlice.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace accel::interrupt {
+
+constexpr std::chrono::milliseconds kPollSlice{50};
+
+inline std::atomic<bool>& flag() noexcept {
+  static std::atomic<bool> requested{false};
+  return requested;
+}
+
+inline void set(bool on) noexcept {
+  flag().store(on, std::memory_order_release);
+}
+inline bool requested() noexcept {
+  return flag().load(std::memory_order_acquire);
+}
+
+// Errc::cancelled naming `what`, when the program asked waiting calls to give up.
+inline void check(const std::string& what) {
+  if (requested())
+    fail(Errc::cancelled, what + ": interrupted by the program (accel_set_interrupted)");
+}
+
+}  // namespace accel::interrupt
