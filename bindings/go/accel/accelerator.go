@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+	"weak"
 )
 
 // DistributedType is how the job is distributed (Accelerate's distributed_type).
@@ -152,6 +153,8 @@ func New(cfg *Config) (*Accelerator, error) {
 		a.Close()
 		return nil, err
 	}
+	live := weak.Make(a)
+	liveAccelerator.Store(&live)
 	return a, nil
 }
 

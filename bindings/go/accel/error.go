@@ -33,7 +33,8 @@ type Error struct {
 	// Cause is the error a dataset function, a checkpointed object, a tracker, the logger's
 	// slog.Handler, a profiler's trace-ready function or a Trainer's step, compute_metrics or
 	// callback returned (a *PanicError when it panicked, also for FindExecutableBatchSize's
-	// function); nil for failures inside the library.
+	// function); for ErrCancelled from an XxxContext call, ctx.Err() (context.go); nil for
+	// failures inside the library.
 	Cause error
 }
 

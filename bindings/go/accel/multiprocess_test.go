@@ -278,6 +278,8 @@ func runRole(role string) error {
 		return rankEquiv()
 	case "step_tools":
 		return rankStepTools() // steptools_multiprocess_test.go
+	case "context":
+		return rankContext() // context_test.go
 	}
 	return fmt.Errorf("unknown role %q", role)
 }
