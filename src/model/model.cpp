@@ -76,6 +76,15 @@ class Spec {
     fail(Errc::invalid_argument,
          kind_ + " layer: '" + key + "=" + it->second + "' is not an integer");
   }
+  // A size or count: below `min` is refused here, naming the key, not deep inside LibTorch.
+  int64_t at_least(int64_t min, const std::string& key,
+                   std::optional<int64_t> fallback = std::nullopt) {
+    const int64_t v = integer(key, fallback);
+    if (v < min)
+      fail(Errc::invalid_argument, kind_ + " layer: '" + key + "=" + std::to_string(v) +
+                                       "' must be at least " + std::to_string(min));
+    return v;
+  }
   double real(const std::string& key, double fallback) {
     auto it = map_.find(key);
     if (it == map_.end()) return fallback;
@@ -182,7 +191,7 @@ std::string fmt(double v) {
 // The layer kinds of the catalogue (Model::add_layer), each built by its own function from its
 // options; each builder reads its options with `s` and calls s.finish with the keys it knows.
 void build_linear(Spec& s, Layer& l) {
-  const int64_t in = s.integer("in_features"), out = s.integer("out_features");
+  const int64_t in = s.at_least(1, "in_features"), out = s.at_least(1, "out_features");
   const bool bias = s.flag("bias", true);
   s.finish("in_features, out_features, bias");
   l.parameter("weight", {out, in}, kaiming);
@@ -193,10 +202,10 @@ void build_linear(Spec& s, Layer& l) {
 }
 
 void build_conv2d(Spec& s, Layer& l) {
-  const int64_t in = s.integer("in_channels"), out = s.integer("out_channels");
-  const int64_t k = s.integer("kernel_size"), stride = s.integer("stride", 1);
-  const int64_t pad = s.integer("padding", 0), dil = s.integer("dilation", 1);
-  const int64_t groups = s.integer("groups", 1);
+  const int64_t in = s.at_least(1, "in_channels"), out = s.at_least(1, "out_channels");
+  const int64_t k = s.at_least(1, "kernel_size"), stride = s.at_least(1, "stride", 1);
+  const int64_t pad = s.at_least(0, "padding", 0), dil = s.at_least(1, "dilation", 1);
+  const int64_t groups = s.at_least(1, "groups", 1);
   const bool bias = s.flag("bias", true);
   s.finish("in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias");
   if (groups < 1 || in % groups || out % groups)
@@ -212,7 +221,7 @@ void build_conv2d(Spec& s, Layer& l) {
 }
 
 void build_batch_norm2d(Spec& s, Layer& l) {
-  const int64_t n = s.integer("num_features");
+  const int64_t n = s.at_least(1, "num_features");
   const double eps = s.real("eps", 1e-5), momentum = s.real("momentum", 0.1);
   s.finish("num_features, eps, momentum");
   l.parameter("weight", {n}, ones);
@@ -230,7 +239,7 @@ void build_batch_norm2d(Spec& s, Layer& l) {
 }
 
 void build_layer_norm(Spec& s, Layer& l) {
-  const int64_t n = s.integer("normalized_shape");
+  const int64_t n = s.at_least(1, "normalized_shape");
   const double eps = s.real("eps", 1e-5);
   s.finish("normalized_shape, eps");
   l.parameter("weight", {n}, ones);
@@ -244,7 +253,7 @@ void build_layer_norm(Spec& s, Layer& l) {
 }
 
 void build_embedding(Spec& s, Layer& l) {
-  const int64_t num = s.integer("num_embeddings"), dim = s.integer("embedding_dim");
+  const int64_t num = s.at_least(1, "num_embeddings"), dim = s.at_least(1, "embedding_dim");
   s.finish("num_embeddings, embedding_dim");
   // torch.nn.Embedding: N(0, 1)
   l.parameter("weight", {num, dim}, [](at::Tensor& w) { torch::nn::init::normal_(w); });

@@ -100,7 +100,12 @@ func (m *Model) withStrings(strs []string, f func(p *C.accel_model, c []*C.char)
 // AddLayer adds layer name of kind ("linear", "conv2d", "batch_norm2d", "layer_norm",
 // "embedding") with options spec ("in_features=784 out_features=10"). Add layers before the
 // methods that use them.
-func (m *Model) AddLayer(name, kind, spec string) error {
+//
+// Deprecated: use Add and a layer struct (LinearOptions, Conv2dOptions, ...), which names every
+// option; removed in 0.4.
+func (m *Model) AddLayer(name, kind, spec string) error { return m.addLayer(name, kind, spec) }
+
+func (m *Model) addLayer(name, kind, spec string) error {
 	return m.withStrings([]string{name, kind, spec}, func(p *C.accel_model, c []*C.char) C.accel_status {
 		return C.accel_model_add_layer(p, c[0], c[1], c[2])
 	})

@@ -20,7 +20,12 @@ func (o *Optimizer) ref() *handle[*C.accel_optimizer] {
 }
 
 // NewOptimizer is an optimizer of kind over model's parameters.
-func NewOptimizer(model *Model, kind string) (*Optimizer, error) {
+//
+// Deprecated: use NewOptimizerWith and an options struct (AdamWOptions, SGDOptions, ...), which
+// names every option and its default; removed in 0.4.
+func NewOptimizer(model *Model, kind string) (*Optimizer, error) { return newOptimizer(model, kind) }
+
+func newOptimizer(model *Model, kind string) (*Optimizer, error) {
 	var out *C.accel_optimizer
 	err := model.withStrings([]string{kind}, func(p *C.accel_model, c []*C.char) C.accel_status {
 		return C.accel_optimizer_new(p, c[0], &out)
@@ -179,7 +184,12 @@ func (s *Scheduler) ref() *handle[*C.accel_scheduler] {
 }
 
 // NewScheduler is a schedule of kind driving opt. Its base rate is the optimizer's rate now.
-func NewScheduler(opt *Optimizer, kind string) (*Scheduler, error) {
+//
+// Deprecated: use NewSchedulerWith and a schedule struct (LinearSchedule, CosineSchedule, ...);
+// removed in 0.4.
+func NewScheduler(opt *Optimizer, kind string) (*Scheduler, error) { return newScheduler(opt, kind) }
+
+func newScheduler(opt *Optimizer, kind string) (*Scheduler, error) {
 	ckind, free, err := cString(kind, "the kind")
 	if err != nil {
 		return nil, err

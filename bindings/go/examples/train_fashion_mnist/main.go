@@ -115,10 +115,14 @@ func run(o options) error {
 	}
 	defer model.Close()
 	err = steps(
-		func() error { return model.AddLayer("conv1", "conv2d", "in_channels=1 out_channels=32 kernel_size=3") },
-		func() error { return model.AddLayer("conv2", "conv2d", "in_channels=32 out_channels=64 kernel_size=3") },
-		func() error { return model.AddLayer("fc1", "linear", "in_features=9216 out_features=128") },
-		func() error { return model.AddLayer("fc2", "linear", "in_features=128 out_features=10") },
+		func() error {
+			return model.Add("conv1", accel.Conv2dOptions{InChannels: 1, OutChannels: 32, KernelSize: 3})
+		},
+		func() error {
+			return model.Add("conv2", accel.Conv2dOptions{InChannels: 32, OutChannels: 64, KernelSize: 3})
+		},
+		func() error { return model.Add("fc1", accel.LinearOptions{InFeatures: 9216, OutFeatures: 128}) },
+		func() error { return model.Add("fc2", accel.LinearOptions{InFeatures: 128, OutFeatures: 10}) },
 		func() error { return model.Define(source) })
 	if err != nil {
 		return err
@@ -138,26 +142,20 @@ func run(o options) error {
 		return err
 	}
 	defer testSet.Close()
-	train, err := accel.NewDataLoader(acc, trainSet)
+	train, err := accel.NewDataLoaderWith(acc, trainSet, accel.DataLoaderOptions{
+		BatchSize: accel.Ptr(int(o.batch)), Shuffle: accel.Ptr(true), Seed: accel.Ptr(42),
+		NumWorkers: accel.Ptr(int(o.workers)),
+	})
 	if err != nil {
 		return err
 	}
 	defer train.Close()
-	test, err := accel.NewDataLoader(acc, testSet)
+	test, err := accel.NewDataLoaderWith(acc, testSet,
+		accel.DataLoaderOptions{BatchSize: accel.Ptr(100), NumWorkers: accel.Ptr(1)})
 	if err != nil {
 		return err
 	}
 	defer test.Close()
-	err = steps(
-		func() error { return train.Set("batch_size", o.batch) },
-		func() error { return train.Set("shuffle", true) },
-		func() error { return train.Set("seed", 42) },
-		func() error { return train.Set("num_workers", o.workers) },
-		func() error { return test.Set("batch_size", 100) },
-		func() error { return test.Set("num_workers", 1) })
-	if err != nil {
-		return err
-	}
 	stepsPerEpoch, err := train.BatchCount()
 	if err != nil {
 		return err
@@ -167,26 +165,21 @@ func run(o options) error {
 		totalSteps = o.maxSteps
 	}
 
-	opt, err := accel.NewOptimizer(model, "adamw")
+	opt, err := accel.NewOptimizerWith(model, accel.AdamWOptions{LR: accel.Ptr(o.lr)})
 	if err != nil {
 		return err
 	}
 	defer opt.Close()
-	if err := opt.Set("lr", o.lr); err != nil {
-		return err
-	}
 	// The schedule counts single-process optimizer steps: the accelerator steps it NumProcesses
 	// times per step (see accel_scheduler_new), so it is written for totalSteps * world / accum.
-	sched, err := accel.NewScheduler(opt, "linear")
+	scheduled := int(totalSteps * world / o.accum)
+	sched, err := accel.NewSchedulerWith(opt,
+		accel.LinearSchedule{TotalSteps: scheduled, WarmupSteps: accel.Ptr(scheduled / 10)})
 	if err != nil {
 		return err
 	}
 	defer sched.Close()
-	err = steps(
-		func() error { return sched.Set("warmup_steps", totalSteps*world/o.accum/10) },
-		func() error { return sched.Set("total_steps", totalSteps*world/o.accum) },
-		func() error { return acc.Prepare(model, opt, sched, train, test) })
-	if err != nil {
+	if err := acc.Prepare(model, opt, sched, train, test); err != nil {
 		return err
 	}
 	precision := ""

@@ -123,10 +123,14 @@ func newModel() (*accel.Model, error) {
 		return nil, err
 	}
 	err = steps(
-		func() error { return model.AddLayer("conv1", "conv2d", "in_channels=1 out_channels=32 kernel_size=3") },
-		func() error { return model.AddLayer("conv2", "conv2d", "in_channels=32 out_channels=64 kernel_size=3") },
-		func() error { return model.AddLayer("fc1", "linear", "in_features=9216 out_features=128") },
-		func() error { return model.AddLayer("fc2", "linear", "in_features=128 out_features=10") },
+		func() error {
+			return model.Add("conv1", accel.Conv2dOptions{InChannels: 1, OutChannels: 32, KernelSize: 3})
+		},
+		func() error {
+			return model.Add("conv2", accel.Conv2dOptions{InChannels: 32, OutChannels: 64, KernelSize: 3})
+		},
+		func() error { return model.Add("fc1", accel.LinearOptions{InFeatures: 9216, OutFeatures: 128}) },
+		func() error { return model.Add("fc2", accel.LinearOptions{InFeatures: 128, OutFeatures: 10}) },
 		func() error { return model.Define(source) })
 	if err != nil {
 		model.Close()
@@ -234,26 +238,20 @@ func run(o options) error {
 		return err
 	}
 	defer testSet.Close()
-	train, err := accel.NewDataLoader(acc, trainSet)
+	train, err := accel.NewDataLoaderWith(acc, trainSet, accel.DataLoaderOptions{
+		BatchSize: accel.Ptr(int(o.batch)), Shuffle: accel.Ptr(true), Seed: accel.Ptr(42),
+		NumWorkers: accel.Ptr(int(o.workers)),
+	})
 	if err != nil {
 		return err
 	}
 	defer train.Close()
-	test, err := accel.NewDataLoader(acc, testSet)
+	test, err := accel.NewDataLoaderWith(acc, testSet, // as train_fashion_mnist
+		accel.DataLoaderOptions{BatchSize: accel.Ptr(100), NumWorkers: accel.Ptr(1)})
 	if err != nil {
 		return err
 	}
 	defer test.Close()
-	err = steps(
-		func() error { return train.Set("batch_size", o.batch) },
-		func() error { return train.Set("shuffle", true) },
-		func() error { return train.Set("seed", 42) },
-		func() error { return train.Set("num_workers", o.workers) },
-		func() error { return test.Set("batch_size", 100) }, // as train_fashion_mnist
-		func() error { return test.Set("num_workers", 1) })
-	if err != nil {
-		return err
-	}
 
 	// The optimizer updates the run makes: an epoch ends with a shorter accumulation window.
 	batchesPerEpoch, err := train.BatchCount()
@@ -264,24 +262,19 @@ func run(o options) error {
 	if o.maxSteps > 0 && o.maxSteps < updates {
 		updates = o.maxSteps
 	}
-	opt, err := accel.NewOptimizer(model, "adamw")
+	opt, err := accel.NewOptimizerWith(model, accel.AdamWOptions{LR: accel.Ptr(o.lr)})
 	if err != nil {
 		return err
 	}
 	defer opt.Close()
 	// As train_fashion_mnist: the accelerator steps the schedule NumProcesses times a step.
-	sched, err := accel.NewScheduler(opt, "linear")
+	scheduled := int(updates * world)
+	sched, err := accel.NewSchedulerWith(opt,
+		accel.LinearSchedule{TotalSteps: scheduled, WarmupSteps: accel.Ptr(scheduled / 10)})
 	if err != nil {
 		return err
 	}
 	defer sched.Close()
-	err = steps(
-		func() error { return opt.Set("lr", o.lr) },
-		func() error { return sched.Set("warmup_steps", updates*world/10) },
-		func() error { return sched.Set("total_steps", updates*world) })
-	if err != nil {
-		return err
-	}
 
 	// Prepares the model, optimizer, schedule and both loaders (Prepare's order).
 	trainer, err := accel.NewTrainer(acc, model, opt, sched, train, test, o.settings())
