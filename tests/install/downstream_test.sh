@@ -41,7 +41,9 @@ case $language in
     cargo build --offline --quiet
     program=(target/debug/my-trainer) ;;
   go)
-    go build -o my-trainer .
+    # A module cache of its own: the one in $HOME may hold this version from an earlier install.
+    export GOMODCACHE=$work/gomodcache
+    go build -modcacherw -o my-trainer .
     program=(./my-trainer) ;;
   julia)
     program=(julia main.jl) ;;

@@ -3,5 +3,3 @@ module example.com/mytrainer
 go 1.24
 
 require github.com/libaccel/libaccel/bindings/go v0.2.4
-
-replace github.com/libaccel/libaccel/bindings/go => /path/to/libaccel/bindings/go
