@@ -3,8 +3,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/libaccel/libaccel/bindings/go/accel"
 )
@@ -17,7 +19,10 @@ func main() {
 }
 
 func run() error {
-	acc, err := accel.New(nil)
+	// The whole job within a minute: the rendezvous and the gather give up when it passes.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	acc, err := accel.NewContext(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -35,7 +40,7 @@ func run() error {
 		return err
 	}
 	defer mine.Close()
-	all, err := acc.Gather(mine)
+	all, err := acc.GatherContext(ctx, mine)
 	if err != nil {
 		return err
 	}
