@@ -12,16 +12,16 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use libaccel::{Accelerator, Reduction, Tensor};
+use accel::{Accelerator, Reduction, Tensor};
 
 const REPETITIONS: usize = 5;
 
-fn one_element(value: f32) -> libaccel::Result<Tensor> {
+fn one_element(value: f32) -> accel::Result<Tensor> {
     Tensor::from_slice(&[value], &[1])
 }
 
 /// Nanoseconds per call of `call`, run `n` times.
-fn per_call(n: u64, mut call: impl FnMut(u64) -> libaccel::Result<()>) -> libaccel::Result<f64> {
+fn per_call(n: u64, mut call: impl FnMut(u64) -> accel::Result<()>) -> accel::Result<f64> {
     let start = Instant::now();
     for i in 0..n {
         call(i)?;
@@ -29,7 +29,7 @@ fn per_call(n: u64, mut call: impl FnMut(u64) -> libaccel::Result<()>) -> libacc
     Ok(start.elapsed().as_secs_f64() * 1e9 / n as f64)
 }
 
-fn run(n: u64) -> libaccel::Result<()> {
+fn run(n: u64) -> accel::Result<()> {
     let n_collective = (n / 400).max(1);
     let acc = Accelerator::new()?;
     let t = one_element(1.0)?;

@@ -8,9 +8,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use libaccel::{Accelerator, DistributedType, Dtype, Precision, Reduction, Tensor};
+use accel::{Accelerator, DistributedType, Dtype, Precision, Reduction, Tensor};
 
-fn print_tensor(acc: &Accelerator, label: &str, t: &Tensor) -> libaccel::Result<()> {
+fn print_tensor(acc: &Accelerator, label: &str, t: &Tensor) -> accel::Result<()> {
     let shape = t.shape()?;
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     let mut line = format!("{label:<24} shape [{}] values", dims.join(", "));
@@ -22,7 +22,7 @@ fn print_tensor(acc: &Accelerator, label: &str, t: &Tensor) -> libaccel::Result<
     acc.print(&line)
 }
 
-fn run() -> libaccel::Result<()> {
+fn run() -> accel::Result<()> {
     let acc = Accelerator::new()?;
     let rank = acc.process_index()?;
     let world = acc.num_processes()?;
@@ -51,7 +51,7 @@ fn run() -> libaccel::Result<()> {
     };
     acc.print(&format!(
         "distributed type {dist}, mixed precision {mp}, libaccel {}",
-        libaccel::version()
+        accel::version()
     ))?;
 
     // gather: rank r contributes [r*10, r*10+1]; everyone gets [0, 1, 10, 11, ...].

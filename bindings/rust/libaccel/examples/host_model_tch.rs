@@ -4,9 +4,10 @@
 //! every rank checks it holds rank 0's values bit for bit, and rank 0 prints every parameter as
 //! "param NAME v1 v2 ...".
 //!   accel launch -n 2 target/debug/examples/host_model_tch 32
-use libaccel::optimizers::Sgd;
-use libaccel::{Accelerator, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer, Tensor};
-use tch::nn::{self, Module};
+use accel::optimizers::Sgd;
+use accel::tch;
+use accel::tch::nn::{self, Module};
+use accel::{Accelerator, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer, Tensor};
 
 fn run(batch: i64) -> Result<(), Box<dyn std::error::Error>> {
     let acc = Accelerator::new()?;
@@ -18,7 +19,7 @@ fn run(batch: i64) -> Result<(), Box<dyn std::error::Error>> {
         .add(nn::linear(&root / "fc1", 20, 32, Default::default()))
         .add_fn(|x| x.relu())
         .add(nn::linear(&root / "fc2", 32, 4, Default::default()));
-    let model = Model::from_var_store(&vs)?;
+    let mut model = Model::from_var_store(&vs)?;
     let mut opt = Optimizer::with(&model, Sgd::new().lr(0.05).momentum(0.9))?;
 
     // The data of mp_program's "equiv" mode: 1280 samples, 20 features, 4 classes.
@@ -29,14 +30,14 @@ fn run(batch: i64) -> Result<(), Box<dyn std::error::Error>> {
     let y = (tch::Tensor::arange(n, (tch::Kind::Int64, tch::Device::Cpu)) * 3).remainder(4);
     let data = Dataset::from_tensors(&[&Tensor::from_tch(&x)?, &Tensor::from_tch(&y)?])?;
     let mut loader = DataLoader::with(&acc, &data, DataLoaderOptions::new().batch_size(batch))?;
-    acc.prepare(&[&model, &opt, &loader])?;
+    acc.prepare((&mut model, &mut opt, &mut loader))?;
 
     let mut step = 0;
     while step < 24 {
         let Some(fields) = loader.next_batch()? else {
             continue;
         };
-        let [xb, yb] = libaccel::fields(fields)?;
+        let [xb, yb] = accel::fields(fields)?;
         let (xb, yb) = (xb.to_tch()?, yb.to_tch()?);
         acc.accumulate()?;
         let loss = model.forward(|| mlp.forward(&xb).cross_entropy_for_logits(&yb))?;

@@ -18,14 +18,15 @@
 use std::io::{BufRead, Write};
 use std::sync::Arc;
 
-use libaccel::optimizers::AdamW;
-use libaccel::schedules::Linear as LinearSchedule;
-use libaccel::{
+use accel::optimizers::AdamW;
+use accel::schedules::Linear as LinearSchedule;
+use accel::tch;
+use accel::tch::nn::{self, Module};
+use accel::tch::{Kind, Tensor as T};
+use accel::{
     fields, Accelerator, BoxError, DataLoader, DataLoaderOptions, Dataset, Dtype, EvalOutput,
     Field, Model, Optimizer, PretrainedOptions, Scheduler, Tensor, Tokenizer, Trainer,
 };
-use tch::nn::{self, Module};
-use tch::{Kind, Tensor as T};
 
 /// The numbers of a Hugging Face BERT config.json that the forward needs.
 #[derive(Clone, Copy)]
@@ -433,7 +434,7 @@ fn finetune(model_dir: &str, o: &Options) -> Result<(), BoxError> {
     // The schedule counts single-process optimizer steps (accel_scheduler_new).
     let schedule = LinearSchedule::new(o.steps * world).warmup_steps(o.steps / 10 * world);
     let mut sched = Scheduler::with(&opt, schedule)?;
-    acc.prepare(&[&model, &opt, &sched, &train, &held])?;
+    acc.prepare((&mut model, &mut opt, &mut sched, &mut train, &mut held))?;
     acc.logger().info(format!(
         "{world} process(es), {} training and {} held-out entries in {} categories, mode {}",
         train_entries.len(),

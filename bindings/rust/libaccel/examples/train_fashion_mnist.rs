@@ -17,10 +17,10 @@ mod stderr_log;
 
 use std::process::ExitCode;
 
-use libaccel::layers::{Conv2d, Linear};
-use libaccel::optimizers::AdamW;
-use libaccel::schedules;
-use libaccel::{fields, Accelerator, Config, Model, Optimizer, Scheduler};
+use accel::layers::{Conv2d, Linear};
+use accel::optimizers::AdamW;
+use accel::schedules;
+use accel::{fields, Accelerator, Config, Model, Optimizer, Scheduler};
 
 const SOURCE: &str = "\
 def forward(self, images):
@@ -105,7 +105,7 @@ fn parse_args() -> Result<Options, String> {
     Ok(o)
 }
 
-fn run(o: &Options) -> libaccel::Result<()> {
+fn run(o: &Options) -> accel::Result<()> {
     let mut cfg = Config::new()?;
     cfg.set("gradient_accumulation_steps", o.accum)?;
     if o.bf16 {
@@ -139,7 +139,7 @@ fn run(o: &Options) -> libaccel::Result<()> {
     let schedule = schedules::Linear::new(total_steps * world / o.accum)
         .warmup_steps(total_steps * world / o.accum / 10);
     let mut sched = Scheduler::with(&opt, schedule)?;
-    acc.prepare(&[&model, &opt, &sched, &train, &test])?;
+    acc.prepare((&mut model, &mut opt, &mut sched, &mut train, &mut test))?;
     acc.logger().info(format!(
         "{world} process(es), {params} parameters, {total_steps} steps of {} per process{}",
         o.batch,
@@ -161,7 +161,7 @@ fn run(o: &Options) -> libaccel::Result<()> {
             opt.step()?;
             sched.step()?;
             opt.zero_grad()?;
-            progress.step_done(&acc, &sched, epoch, loss.item_f64()?)?;
+            progress.step_done(&acc, &sched, epoch, loss.item::<f64>()?)?;
             if progress.done() {
                 break;
             }

@@ -16,10 +16,11 @@ mod stderr_log;
 
 use std::process::ExitCode;
 
-use libaccel::optimizers::AdamW;
-use libaccel::schedules;
-use libaccel::{fields, Accelerator, Model, Optimizer, Scheduler, Tensor};
-use tch::nn::{self, ModuleT};
+use accel::optimizers::AdamW;
+use accel::schedules;
+use accel::tch;
+use accel::tch::nn::{self, ModuleT};
+use accel::{fields, Accelerator, Model, Optimizer, Scheduler, Tensor};
 
 /// The CNN of PyTorch's MNIST example, as a tch module over a VarStore.
 fn net(vs: &nn::Path) -> impl ModuleT {
@@ -90,7 +91,7 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
 
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let cnn = net(&vs.root());
-    let model = Model::from_var_store(&vs)?;
+    let mut model = Model::from_var_store(&vs)?;
     let params = model.parameter_element_count()?;
 
     let (mut train, mut test) = fashion::loaders(&acc, &o.data, o.batch, o.workers)?;
@@ -105,7 +106,7 @@ fn run(o: &Options) -> Result<(), Box<dyn std::error::Error>> {
     let schedule =
         schedules::Linear::new(total_steps * world).warmup_steps(total_steps * world / 10);
     let mut sched = Scheduler::with(&opt, schedule)?;
-    acc.prepare(&[&model, &opt, &sched, &train, &test])?;
+    acc.prepare((&mut model, &mut opt, &mut sched, &mut train, &mut test))?;
     acc.logger().info(format!(
         "{world} process(es), {params} parameters, {total_steps} steps of {} per process",
         o.batch

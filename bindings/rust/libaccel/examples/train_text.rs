@@ -29,10 +29,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use libaccel::layers::{Embedding, LayerNorm, Linear};
-use libaccel::optimizers::AdamW;
-use libaccel::schedules::Cosine;
-use libaccel::{
+use accel::layers::{Embedding, LayerNorm, Linear};
+use accel::optimizers::AdamW;
+use accel::schedules::Cosine;
+use accel::{
     fields, Accelerator, BoxError, DataLoader, DataLoaderOptions, Dataset, Dtype, Field, Model,
     Optimizer, Padding, Scheduler, Tensor, Values,
 };
@@ -200,7 +200,7 @@ fn load_corpus(dir: &Path) -> std::io::Result<(Corpus, Corpus)> {
 }
 
 /// A dataset of one ragged `u8` field: each entry's bytes.
-fn text_dataset(corpus: &Arc<Corpus>) -> libaccel::Result<Dataset> {
+fn text_dataset(corpus: &Arc<Corpus>) -> accel::Result<Dataset> {
     let (lengths_of, bytes_of) = (Arc::clone(corpus), Arc::clone(corpus));
     Dataset::from_ragged_fn(
         corpus.len() as i64,
@@ -221,7 +221,7 @@ fn text_dataset(corpus: &Arc<Corpus>) -> libaccel::Result<Dataset> {
     )
 }
 
-fn build_model() -> libaccel::Result<Model> {
+fn build_model() -> accel::Result<Model> {
     let mut model = Model::new()?;
     model.add("tok", Embedding::new(256, 128))?;
     model.add("pos", Embedding::new(512, 128))?;
@@ -245,7 +245,7 @@ fn held_out_perplexity(
     acc: &Accelerator,
     model: &mut Model,
     held: &mut DataLoader,
-) -> libaccel::Result<f64> {
+) -> accel::Result<f64> {
     model.train(false)?;
     let (mut loss, mut bytes) = (0.0, 0.0);
     for batch in held {
@@ -284,7 +284,7 @@ def score(self, tokens, mask):
 
 /// A batch of entries as the held-out dataloader makes it: each entry's first `max_length`
 /// bytes, padded with 0 on the right to the longest, and its attention mask.
-fn pad_batch(entries: &[&[u8]], max_length: usize) -> libaccel::Result<(Tensor, Tensor)> {
+fn pad_batch(entries: &[&[u8]], max_length: usize) -> accel::Result<(Tensor, Tensor)> {
     let width = entries
         .iter()
         .map(|e| e.len().min(max_length))
@@ -311,7 +311,7 @@ fn score_entries(
     model: &Model,
     held: &Corpus,
     max_length: i64,
-) -> libaccel::Result<()> {
+) -> accel::Result<()> {
     let mine = acc.split_between_processes(&(0..held.len()).collect::<Vec<_>>(), true)?;
     // The share is batched here, not by a DataLoader: a dataloader always gives its process one
     // shard of the batches (even when not prepared), so it would score a part of the share only.
@@ -376,7 +376,7 @@ fn c_exp(x: f64) -> String {
     }
 }
 
-fn run(o: &Options, train_text: Corpus, held_text: Corpus) -> libaccel::Result<()> {
+fn run(o: &Options, train_text: Corpus, held_text: Corpus) -> accel::Result<()> {
     let (train_text, held_text) = (Arc::new(train_text), Arc::new(held_text));
     let acc = Accelerator::new()?;
     let world = i64::from(acc.num_processes()?);
@@ -411,7 +411,7 @@ fn run(o: &Options, train_text: Corpus, held_text: Corpus) -> libaccel::Result<(
     // total_steps * world.
     let schedule = Cosine::new(total_steps * world).warmup_steps(total_steps * world / 20);
     let mut sched = Scheduler::with(&opt, schedule)?;
-    acc.prepare(&[&model, &opt, &sched, &train, &held])?;
+    acc.prepare((&mut model, &mut opt, &mut sched, &mut train, &mut held))?;
     acc.logger().info(format!(
         "train_text: {} train / {} held-out entries, {world} process(es), {params} parameters, \
          {total_steps} steps, batches {}",
@@ -450,8 +450,11 @@ fn run(o: &Options, train_text: Corpus, held_text: Corpus) -> libaccel::Result<(
             sched.step()?;
             opt.zero_grad()?;
             if step % 10 == 0 || step + 1 == total_steps {
-                let (secs, value, lr) =
-                    (start.elapsed().as_secs_f64(), loss.item_f64()?, sched.lr()?);
+                let (secs, value, lr) = (
+                    start.elapsed().as_secs_f64(),
+                    loss.item::<f64>()?,
+                    sched.lr()?,
+                );
                 let values = Values::new()?
                     .number("loss", value)?
                     .number("lr", lr)?

@@ -62,9 +62,60 @@ pub trait Prepare: sealed::Sealed {
     fn raw_handle(&self) -> *mut std::ffi::c_void;
 }
 
+/// What [`Accelerator::prepare`] takes: the objects it changes, mutably borrowed. A tuple of up
+/// to six (`(&mut model, &mut opt, &mut loader)`), one object (`&mut loader`), or a slice whose
+/// length is known only at run time (`&mut [&mut dyn Prepare]`). Sealed.
+#[diagnostic::on_unimplemented(
+    message = "`prepare` takes the objects it changes mutably borrowed, as a tuple: \
+               `acc.prepare((&mut model, &mut opt, &mut loader))`",
+    label = "not `&mut` objects",
+    note = "0.2's `acc.prepare(&[&model, &opt])` is `acc.prepare((&mut model, &mut opt))` since 0.3"
+)]
+pub trait PrepareAll: sealed::SealedAll {
+    #[doc(hidden)]
+    fn raw_handles(&mut self) -> Vec<*mut std::ffi::c_void>;
+}
+
 mod sealed {
     pub trait Sealed {}
+    pub trait SealedAll {}
 }
+
+impl<T: Prepare> sealed::SealedAll for &mut T {}
+impl<T: Prepare> PrepareAll for &mut T {
+    fn raw_handles(&mut self) -> Vec<*mut std::ffi::c_void> {
+        vec![self.raw_handle()]
+    }
+}
+
+impl sealed::SealedAll for &mut [&mut dyn Prepare] {}
+impl PrepareAll for &mut [&mut dyn Prepare] {
+    fn raw_handles(&mut self) -> Vec<*mut std::ffi::c_void> {
+        self.iter().map(|o| o.raw_handle()).collect()
+    }
+}
+
+// Tuples of `&mut` objects, each its own type: the form a program writes.
+macro_rules! prepare_tuples {
+    ($(($($t:ident),+)),+ $(,)?) => {$(
+        impl<$($t: Prepare + ?Sized),+> sealed::SealedAll for ($(&mut $t,)+) {}
+        impl<$($t: Prepare + ?Sized),+> PrepareAll for ($(&mut $t,)+) {
+            #[allow(non_snake_case)] // the tuple's fields, named by their types
+            fn raw_handles(&mut self) -> Vec<*mut std::ffi::c_void> {
+                let ($($t,)+) = self;
+                vec![$($t.raw_handle()),+]
+            }
+        }
+    )+};
+}
+prepare_tuples!(
+    (A),
+    (A, B),
+    (A, B, C),
+    (A, B, C, D),
+    (A, B, C, D, E),
+    (A, B, C, D, E, F),
+);
 
 macro_rules! preparable {
     ($($t:ty),*) => {$(
@@ -89,14 +140,14 @@ preparable!(Model, Optimizer, Scheduler, DataLoader);
 /// the library, which must be the same on every rank (make them from one thread).
 ///
 /// ```
-/// use libaccel::{Accelerator, Reduction, Tensor};
+/// use accel::{Accelerator, Reduction, Tensor};
 /// let acc = Accelerator::new()?;
 /// let mine = Tensor::from_slice(&[acc.process_index()? as f32], &[1])?;
 /// let all = acc.gather(&mine)?; // every rank's row, in rank order
 /// assert_eq!(all.element_count()?, acc.num_processes()? as i64);
 /// let sum = acc.reduce(&mine, Reduction::Sum)?;
 /// # drop(sum);
-/// # Ok::<(), libaccel::Error>(())
+/// # Ok::<(), accel::Error>(())
 /// ```
 pub struct Accelerator {
     raw: NonNull<sys::accel_accelerator>,
@@ -433,12 +484,12 @@ impl Accelerator {
     /// every item, unpadded. An empty list gives every process nothing. Not a collective.
     ///
     /// ```
-    /// use libaccel::Accelerator;
+    /// use accel::Accelerator;
     /// let acc = Accelerator::new()?; // alone: one process
     /// let prompts = ["a cat", "a dog", "a fish"];
     /// assert_eq!(acc.split_between_processes(&prompts, true)?, prompts);
     /// // With 2 processes: rank 0 gets ["a cat", "a dog"], rank 1 ["a fish", "a fish"].
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn split_between_processes<T: Clone>(
         &self,
@@ -464,12 +515,12 @@ impl Accelerator {
     ///
     /// ```
     /// use std::collections::BTreeMap;
-    /// use libaccel::Accelerator;
+    /// use accel::Accelerator;
     /// let acc = Accelerator::new()?; // alone: one process
     /// let columns = BTreeMap::from([("id", vec![1, 2, 3]), ("len", vec![5, 6, 7])]);
     /// let mine: BTreeMap<_, _> = acc.split_map_between_processes(&columns, false)?;
     /// assert_eq!(mine, columns);
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn split_map_between_processes<'a, K, T, I, M>(
         &self,
@@ -595,13 +646,13 @@ impl Accelerator {
     /// the loop on every rank, so that all stop at the same step.
     ///
     /// ```
-    /// use libaccel::Accelerator;
+    /// use accel::Accelerator;
     /// let acc = Accelerator::new()?;
     /// assert!(!acc.check_trigger()?);
     /// acc.set_trigger()?; // e.g. the loss is NaN on this rank
     /// assert!(acc.check_trigger()?); // every rank sees it, and stops at the same step
     /// assert!(!acc.check_trigger()?); // lowered again
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn check_trigger(&self) -> Result<bool> {
         // SAFETY: live handle, valid out pointer.
@@ -628,12 +679,12 @@ impl Accelerator {
     /// `Ok(my_loop(acc))` gives `Ok(Err(e))`.
     ///
     /// ```no_run
-    /// # use libaccel::*;
-    /// # fn f(acc: &Accelerator, model: &Model, opt: &mut Optimizer, loader: &mut DataLoader) -> Result<()> {
-    /// acc.prepare(&[model, &*opt, &*loader])?;
+    /// # use accel::*;
+    /// # fn f(acc: &Accelerator, mut model: Model, mut opt: Optimizer, mut loader: DataLoader) -> Result<()> {
+    /// acc.prepare((&mut model, &mut opt, &mut loader))?;
     /// let steps = acc.join_uneven_inputs(Some(false), |acc| {
     ///     let mut steps = 0;
-    ///     for batch in &mut *loader {
+    ///     for batch in &mut loader {
     ///         let [x, y] = fields(batch?)?;
     ///         let loss = model.call1("training_step", &[&x, &y])?;
     ///         acc.backward(&loss)?;
@@ -672,14 +723,32 @@ impl Accelerator {
     /// synchronisation, optimizers bound to the placed parameters, schedulers with Accelerate's
     /// stepping rules, dataloaders sharded. Every object is checked before any is prepared.
     ///
+    /// The objects change, so they are lent mutably ([`PrepareAll`]): a tuple of up to six, one
+    /// object, or `&mut [&mut dyn Prepare]` for a number known at run time.
+    ///
     /// ```no_run
-    /// # use libaccel::*;
-    /// # fn f(acc: &Accelerator, model: &Model, opt: &Optimizer, loader: &DataLoader) -> Result<()> {
-    /// acc.prepare(&[model, opt, loader])?;
+    /// # use accel::*;
+    /// # fn f(acc: &Accelerator, mut model: Model, mut opt: Optimizer, mut sched: Scheduler,
+    /// #      mut loader: DataLoader) -> Result<()> {
+    /// acc.prepare((&mut model, &mut opt, &mut sched, &mut loader))?;
     /// # Ok(()) }
     /// ```
-    pub fn prepare(&self, objects: &[&dyn Prepare]) -> Result<()> {
+    pub fn prepare(&self, mut objects: impl PrepareAll) -> Result<()> {
+        self.prepare_raw(&objects.raw_handles())
+    }
+
+    /// 0.2's [`prepare`](Accelerator::prepare), which took shared references to objects it
+    /// changes. Kept for 0.3 only.
+    #[deprecated(
+        since = "0.3.0",
+        note = "use prepare((&mut model, &mut opt, ...)): prepare changes the objects"
+    )]
+    pub fn prepare_shared(&self, objects: &[&dyn Prepare]) -> Result<()> {
         let raws: Vec<*mut std::ffi::c_void> = objects.iter().map(|o| o.raw_handle()).collect();
+        self.prepare_raw(&raws)
+    }
+
+    fn prepare_raw(&self, raws: &[*mut std::ffi::c_void]) -> Result<()> {
         // SAFETY: live handles of the kinds the call takes.
         check(unsafe { sys::accel_prepare(self.as_raw(), raws.as_ptr(), raws.len()) })
     }

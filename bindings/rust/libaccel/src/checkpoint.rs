@@ -83,7 +83,7 @@ impl Accelerator {
     /// ```
     /// use std::io::Write;
     /// use std::sync::{Arc, Mutex};
-    /// let acc = libaccel::Accelerator::new()?;
+    /// let acc = accel::Accelerator::new()?;
     /// let step = Arc::new(Mutex::new(41u64));
     /// let (saved, loaded) = (step.clone(), step.clone());
     /// acc.register_for_checkpointing(

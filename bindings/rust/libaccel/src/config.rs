@@ -20,11 +20,11 @@ owned_handle!(
     /// Any calls may run at the same time from several threads (writes are serialised inside).
     ///
     /// ```
-    /// let mut config = libaccel::Config::new()?;
+    /// let mut config = accel::Config::new()?;
     /// config.set("gradient_accumulation_steps", 4)?;
     /// assert_eq!(config.get("gradient_accumulation_steps")?, "4");
     /// assert!(config.set("no_such_key", 1).is_err());
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     Config,
     sys::accel_config,

@@ -124,7 +124,7 @@ impl RawFields {
 /// range is an `InvalidArgument` error.
 ///
 /// ```
-/// use libaccel::Sample;
+/// use accel::Sample;
 /// let tokens = [101i64, 7592, 102];
 /// let sample = Sample::new().with(0, &tokens).with(1, &[1i64]);
 /// assert_eq!(sample.field_count(), 2);
@@ -284,13 +284,13 @@ impl Dataset {
     ///
     /// ```
     /// let dir = "/usr/share/datasets/fashion-mnist";
-    /// let test = libaccel::Dataset::from_idx(&[
+    /// let test = accel::Dataset::from_idx(&[
     ///     format!("{dir}/t10k-images-idx3-ubyte.gz"),
     ///     format!("{dir}/t10k-labels-idx1-ubyte.gz"),
     /// ])?;
     /// assert_eq!(test.sample_count()?, Some(10_000));
-    /// assert!(libaccel::Dataset::from_idx(&["/no/such/file"]).is_err());
-    /// # Ok::<(), libaccel::Error>(())
+    /// assert!(accel::Dataset::from_idx(&["/no/such/file"]).is_err());
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn from_idx<P: AsRef<Path>>(paths: &[P]) -> Result<Dataset> {
         ensure_supported_library()?;
@@ -316,13 +316,13 @@ impl Dataset {
     /// A ragged field is a `Shape` error: [`from_ragged_fn`](Dataset::from_ragged_fn) takes them.
     ///
     /// ```
-    /// use libaccel::{Dataset, Dtype, Field};
+    /// use accel::{Dataset, Dtype, Field};
     /// let squares = Dataset::from_fn(10, &[Field::new(Dtype::I64, &[])], |i, fields| {
     ///     fields[0].copy_from_slice(&(i * i).to_ne_bytes());
     ///     Ok(())
     /// })?;
     /// assert_eq!(squares.sample_count()?, Some(10));
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn from_fn<F>(sample_count: i64, fields: &[Field], fill: F) -> Result<Dataset>
     where
@@ -361,7 +361,7 @@ impl Dataset {
     /// for [`from_fn`](Dataset::from_fn); a negative length is a `Shape` error naming the sample.
     ///
     /// ```
-    /// use libaccel::{fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Dtype, Field};
+    /// use accel::{fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Dtype, Field};
     /// // Sample i: the tokens 10 * i .. 10 * i + i + 1 (i + 1 of them).
     /// let tokens = |i: i64| (0..=i).map(move |j| 10 * i + j);
     /// let text = Dataset::from_ragged_fn(
@@ -384,7 +384,7 @@ impl Dataset {
     /// assert_eq!(ids.shape()?, [3, 3]);
     /// assert_eq!(ids.to_vec::<i64>()?, [0, 0, 0, 10, 11, 0, 20, 21, 22]);
     /// assert_eq!(mask.to_vec::<i64>()?, [1, 0, 0, 1, 1, 0, 1, 1, 1]);
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn from_ragged_fn<L, F>(
         sample_count: i64,
@@ -429,8 +429,8 @@ impl Dataset {
     /// `None`; `group_by_length` is an `Unsupported` error.
     ///
     /// ```
-    /// use libaccel::{fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Dtype, Field};
-    /// use libaccel::Sample;
+    /// use accel::{fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Dtype, Field};
+    /// use accel::Sample;
     /// // Sample i: the tokens 10 * i .. 10 * i + i + 1, and the label i; four of them.
     /// let text = Dataset::from_stream(
     ///     &[Field::ragged(Dtype::I64, &[]), Field::new(Dtype::I64, &[])],
@@ -450,7 +450,7 @@ impl Dataset {
     /// assert_eq!(ids.to_vec::<i64>()?, [0, 0, 0, 10, 11, 0, 20, 21, 22]);
     /// assert_eq!(labels.to_vec::<i64>()?, [0, 1, 2]);
     /// assert_eq!(mask.to_vec::<i64>()?, [1, 0, 0, 1, 1, 0, 1, 1, 1]);
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn from_stream<F>(fields: &[Field], next: F) -> Result<Dataset>
     where
@@ -485,13 +485,13 @@ impl Dataset {
     /// again and skips the samples before its position.
     ///
     /// ```
-    /// use libaccel::{Dataset, Dtype, Field, Sample};
+    /// use accel::{Dataset, Dtype, Field, Sample};
     /// let words = ["a", "stream", "of", "words"];
     /// let data = Dataset::from_stream_iter(&[Field::ragged(Dtype::U8, &[])], move |_epoch| {
     ///     Ok(words.map(|w| Ok(Sample::new().with(0, w.as_bytes()))))
     /// })?;
     /// assert_eq!(data.field_count()?, 1);
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn from_stream_iter<F, I>(fields: &[Field], mut open: F) -> Result<Dataset>
     where
@@ -536,8 +536,8 @@ impl Dataset {
     /// naming it.
     ///
     /// ```
-    /// let e = libaccel::Dataset::from_text_lines("/no/such/corpus.txt").unwrap_err();
-    /// assert_eq!(e.status(), libaccel::Status::Io);
+    /// let e = accel::Dataset::from_text_lines("/no/such/corpus.txt").unwrap_err();
+    /// assert_eq!(e.status(), accel::Status::Io);
     /// ```
     pub fn from_text_lines<P: AsRef<Path>>(path: P) -> Result<Dataset> {
         ensure_supported_library()?;
@@ -782,7 +782,7 @@ pub type Batch = Vec<Tensor>;
 /// ([`set_field_padding`](DataLoader::set_field_padding), [`set_field`](DataLoader::set_field)).
 ///
 /// ```
-/// use libaccel::{Accelerator, DataLoader, DataLoaderOptions, Dataset, Tensor};
+/// use accel::{Accelerator, DataLoader, DataLoaderOptions, Dataset, Tensor};
 /// let acc = Accelerator::new()?; // alone: one process
 /// let x = Tensor::from_slice(&(0..10i64).collect::<Vec<_>>(), &[10])?;
 /// let data = Dataset::from_tensors(&[&x])?;
@@ -797,7 +797,7 @@ pub type Batch = Vec<Tensor>;
 /// assert_eq!(epoch.size_hint(), (0, Some(3)));
 /// assert_eq!(epoch.by_ref().count(), 3); // the next epoch, whole
 /// assert!(epoch.next().is_none()); // and it stays ended
-/// # Ok::<(), libaccel::Error>(())
+/// # Ok::<(), accel::Error>(())
 /// ```
 pub struct DataLoader {
     raw: NonNull<sys::accel_dataloader>,
@@ -885,7 +885,7 @@ impl DataLoader {
     /// options before it stay set.
     ///
     /// ```
-    /// use libaccel::{Accelerator, DataLoader, Dataset, Dtype, Field, Mask, Padding, PaddingSide};
+    /// use accel::{Accelerator, DataLoader, Dataset, Dtype, Field, Mask, Padding, PaddingSide};
     /// let text = Dataset::from_ragged_fn(
     ///     4,
     ///     &[Field::ragged(Dtype::I32, &[]), Field::new(Dtype::I64, &[])],
@@ -904,7 +904,7 @@ impl DataLoader {
     /// let left = Padding::new().padding_side(PaddingSide::Left).mask(Mask::Lengths);
     /// loader.set_field_padding(0, left)?;
     /// assert!(loader.set_field_padding(1, left).is_err()); // field 1 is not ragged
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn set_field_padding(&mut self, field: usize, padding: Padding) -> Result<()> {
         for (key, value) in padding.pairs() {
@@ -1263,7 +1263,7 @@ impl std::fmt::Display for Mask {
 /// `pad_to_multiple_of`.
 ///
 /// ```
-/// use libaccel::{Mask, Padding, PaddingSide};
+/// use accel::{Mask, Padding, PaddingSide};
 /// let padding = Padding::new()
 ///     .pad_value(-1.0)
 ///     .padding_side(PaddingSide::Left)

@@ -5,8 +5,8 @@
 //! say) is an error from `add`.
 //!
 //! ```
-//! use libaccel::layers::{Conv2d, Linear};
-//! use libaccel::{Model, Tensor};
+//! use accel::layers::{Conv2d, Linear};
+//! use accel::{Model, Tensor};
 //! let mut model = Model::new()?;
 //! model.add("conv", Conv2d::new(1, 4, 3).padding(1))?;
 //! model.add("fc", Linear::new(4 * 5 * 5, 2).bias(false))?;
@@ -17,7 +17,7 @@
 //! let x = Tensor::from_slice(&[0.5f32; 25], &[1, 1, 5, 5])?;
 //! assert_eq!(model.call1("forward", &[&x])?.shape()?, [1, 2]);
 //! assert!(model.add("bad", Conv2d::new(3, 4, 3).groups(2)).is_err()); // 3 channels, 2 groups
-//! # Ok::<(), libaccel::Error>(())
+//! # Ok::<(), accel::Error>(())
 //! ```
 
 use crate::options::{options_type, sealed::Sealed};

@@ -2,11 +2,11 @@
 //! many processes (`accel launch -n N`), with Accelerate's semantics, on libaccel's C interface.
 //!
 //! ```no_run
-//! use libaccel::layers::Linear;
-//! use libaccel::optimizers::AdamW;
-//! use libaccel::{fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer};
+//! use accel::layers::Linear;
+//! use accel::optimizers::AdamW;
+//! use accel::{fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer};
 //!
-//! fn main() -> libaccel::Result<()> {
+//! fn main() -> accel::Result<()> {
 //!     let acc = Accelerator::new()?; // reads RANK, WORLD_SIZE, ... as set by `accel launch`
 //!     let mut model = Model::new()?;
 //!     model.add("fc", Linear::new(784, 10))?;
@@ -21,7 +21,7 @@
 //!     ])?;
 //!     let mut loader = DataLoader::with(&acc, &train, DataLoaderOptions::new().batch_size(64))?;
 //!     let mut opt = Optimizer::with(&model, AdamW::new().lr(1e-3))?;
-//!     acc.prepare(&[&model, &opt, &loader])?;
+//!     acc.prepare((&mut model, &mut opt, &mut loader))?;
 //!     for batch in &mut loader { // one epoch
 //!         let [x, y] = fields(batch?)?;
 //!         acc.accumulate()?;
@@ -120,7 +120,9 @@ mod tokenizer;
 mod tracking;
 mod trainer;
 
-pub use accelerator::{Accelerator, DistributedType, Precision, Prepare, Reduction, StateWriter};
+pub use accelerator::{
+    Accelerator, DistributedType, Precision, Prepare, PrepareAll, Reduction, StateWriter,
+};
 pub use config::Config;
 pub use data::{
     fields, Batch, Batches, DataLoader, DataLoaderOptions, Dataset, Field, Mask, Padding,
@@ -136,9 +138,14 @@ pub use optim::{Optimizer, Scheduler};
 pub use pretrained::{LoadReport, PretrainedOptions};
 pub use profiler::{Activities, ProfileOptions, Profiler, TraceWindow};
 pub use step_tools::{BatchSizeError, LocalSgd};
+/// tch-rs at the very release the `tch` feature pins (0.24.0, for LibTorch 2.11.0): a program
+/// writes `accel::tch::Tensor` and never guesses the pin (a second tch in its own Cargo.toml
+/// must be `=0.24.0`, or its types are not these).
+#[cfg(feature = "tch")]
+pub use tch;
 #[cfg(feature = "tch")]
 pub use tch_interop::{check_tch, TCH_TORCH_VERSION};
-pub use tensor::{Dtype, Element, Tensor};
+pub use tensor::{Dtype, Element, Scalar, Tensor};
 pub use tokenizer::Tokenizer;
 pub use tracking::{Tracker, Value, Values, ValuesRef};
 pub use trainer::{

@@ -25,7 +25,7 @@ pub const LOG_TARGET: &str = "libaccel";
 /// or below it (`CRITICAL` as `Error`, 15 as `Debug`), 1 to 9 as `Trace`, `NOTSET` as `Debug`.
 ///
 /// ```
-/// use libaccel::LogLevel;
+/// use accel::LogLevel;
 /// assert!(LogLevel::DEBUG < LogLevel::INFO);
 /// assert_eq!(LogLevel::from(log::Level::Warn), LogLevel::WARNING);
 /// assert_eq!(log::Level::from(LogLevel::CRITICAL), log::Level::Error);
@@ -208,7 +208,7 @@ impl fmt::Display for LogRecord<'_> {
 /// `log` facade).
 ///
 /// ```
-/// use libaccel::{Accelerator, LogLevel};
+/// use accel::{Accelerator, LogLevel};
 /// let acc = Accelerator::new()?;
 /// let log = acc.logger();
 /// log.info("once per job")?; // rank 0 writes it
@@ -216,7 +216,7 @@ impl fmt::Display for LogRecord<'_> {
 /// log.in_order().info("every rank, rank 0 first")?; // a collective: every rank calls it
 /// acc.set_log_level(LogLevel::WARNING)?;
 /// log.info("dropped on every rank")?;
-/// # Ok::<(), libaccel::Error>(())
+/// # Ok::<(), accel::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Logger<'a> {
@@ -374,14 +374,14 @@ impl Accelerator {
     /// dropped.
     ///
     /// ```
-    /// use libaccel::{Accelerator, LogRecord};
+    /// use accel::{Accelerator, LogRecord};
     /// use std::sync::mpsc;
     /// let acc = Accelerator::new()?;
     /// let (tx, rx) = mpsc::channel();
     /// acc.set_log_sink(move |record: &LogRecord<'_>| Ok(tx.send(record.to_string())?))?;
     /// acc.logger().info("hello")?;
     /// assert_eq!(rx.recv().unwrap(), "INFO: hello");
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn set_log_sink<F>(&self, sink: F) -> Result<()>
     where

@@ -20,7 +20,7 @@ owned_handle!(
     /// the accelerator) are serialised by the library, so sharing it across threads is safe.
     ///
     /// ```
-    /// use libaccel::{layers::Linear, Model, Tensor};
+    /// use accel::{layers::Linear, Model, Tensor};
     /// let mut model = Model::new()?;
     /// model.add("fc", Linear::new(3, 2))?; // or add_layer("fc", "linear", "in_features=3 ...")
     /// model.define("def forward(self, x):\n    return self.fc.forward(x)\n")?;
@@ -28,7 +28,7 @@ owned_handle!(
     /// let outputs = model.call("forward", &[&x])?;
     /// assert_eq!(outputs[0].shape()?, vec![1, 2]);
     /// assert!(model.call("forward", &[]).is_err()); // TorchScript's message, as an Err
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     Model,
     sys::accel_model,

@@ -92,7 +92,7 @@ impl Optimizer {
     /// once the optimizer is prepared, has stepped, or has a scheduler (make the groups first).
     ///
     /// ```
-    /// use libaccel::{layers::Linear, optimizers::AdamW, Model, Optimizer};
+    /// use accel::{layers::Linear, optimizers::AdamW, Model, Optimizer};
     /// let mut model = Model::new()?;
     /// model.add("fc", Linear::new(4, 2))?;
     /// let mut opt = Optimizer::with(&model, AdamW::new().lr(1e-3).weight_decay(0.01))?;
@@ -100,7 +100,7 @@ impl Optimizer {
     /// opt.set_group(no_decay, "weight_decay", 0.0)?;
     /// assert_eq!(opt.group_count()?, 2);
     /// assert_eq!(opt.group_lr(no_decay)?, 1e-3);
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn add_group<S: AsRef<str>>(&mut self, names: &[S]) -> Result<usize> {
         let names = names
@@ -148,7 +148,7 @@ owned_handle!(
     /// Accelerate's (num_processes times per real optimizer step; see `accel.h`).
     ///
     /// ```
-    /// use libaccel::{Model, Optimizer, Scheduler};
+    /// use accel::{Model, Optimizer, Scheduler};
     /// let mut model = Model::new()?;
     /// model.add_layer("fc", "linear", "in_features=2 out_features=1")?;
     /// let mut sgd = Optimizer::new(&model, "sgd")?; // the string API, beside the typed one
@@ -159,7 +159,7 @@ owned_handle!(
     /// assert!(halving.set("gama", 0.5).is_err()); // a typo is found at run time here
     /// halving.step()?;
     /// assert_eq!(halving.lr()?, 0.5);
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     Scheduler,
     sys::accel_scheduler,

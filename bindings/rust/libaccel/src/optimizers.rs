@@ -5,9 +5,9 @@
 //! or more, sgd's nesterov without momentum) is an `InvalidArgument` error from `with`.
 //!
 //! ```
-//! use libaccel::layers::Linear;
-//! use libaccel::optimizers::{AdamW, Sgd};
-//! use libaccel::{Model, Optimizer};
+//! use accel::layers::Linear;
+//! use accel::optimizers::{AdamW, Sgd};
+//! use accel::{Model, Optimizer};
 //! let mut model = Model::new()?;
 //! model.add("fc", Linear::new(2, 1))?;
 //! let adamw = Optimizer::with(&model, AdamW::new().lr(3e-4).weight_decay(0.05))?;
@@ -16,7 +16,7 @@
 //! assert_eq!(nesterov.pairs()[2], ("nesterov", "true".to_string()));
 //! Optimizer::with(&model, nesterov)?;
 //! assert!(Optimizer::with(&model, Sgd::new().nesterov(true)).is_err()); // no momentum
-//! # Ok::<(), libaccel::Error>(())
+//! # Ok::<(), accel::Error>(())
 //! ```
 
 use crate::options::{default_is_new, options_type, sealed::Sealed};

@@ -15,11 +15,11 @@ use crate::model::Model;
 /// an error.
 ///
 /// ```
-/// use libaccel::PretrainedOptions;
+/// use accel::PretrainedOptions;
 /// let options = PretrainedOptions::new().base_model_prefix("bert").strict(false);
 /// assert_eq!(options.spec()?, "strict=false base_model_prefix=bert");
 /// assert_eq!(PretrainedOptions::new().spec()?, "");
-/// # Ok::<(), libaccel::Error>(())
+/// # Ok::<(), accel::Error>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PretrainedOptions {
@@ -189,8 +189,8 @@ impl Model {
     /// with the model unchanged.
     ///
     /// ```no_run
-    /// # use libaccel::{Model, PretrainedOptions};
-    /// # fn f(model: &mut Model) -> libaccel::Result<()> {
+    /// # use accel::{Model, PretrainedOptions};
+    /// # fn f(model: &mut Model) -> accel::Result<()> {
     /// let options = PretrainedOptions::new().base_model_prefix("bert");
     /// let report = model.load_pretrained_mapped("ckpt", &options, |name| {
     ///     (!name.starts_with("lm_head.")).then(|| name.replace(".gamma", ".weight"))

@@ -39,7 +39,7 @@ impl Activities {
 /// library's default.
 ///
 /// ```
-/// use libaccel::ProfileOptions;
+/// use accel::ProfileOptions;
 /// let options = ProfileOptions::new().schedule(1, 1, 2, 2).record_shapes(true);
 /// assert_eq!(options.pairs()[0], ("wait", "1".to_string()));
 /// ```
@@ -205,7 +205,7 @@ unsafe extern "C" fn trace_ready(
 /// it stops without writing anything.
 ///
 /// ```
-/// use libaccel::{layers::Linear, Accelerator, Model, ProfileOptions, Profiler, Tensor};
+/// use accel::{layers::Linear, Accelerator, Model, ProfileOptions, Profiler, Tensor};
 /// let acc = Accelerator::new()?;
 /// let mut model = Model::new()?;
 /// model.add("fc", Linear::new(4, 2))?;
@@ -226,7 +226,7 @@ unsafe extern "C" fn trace_ready(
 /// prof.stop()?;
 /// assert_eq!(prof.window_count()?, 1);
 /// assert!(prof.table(None, None)?.contains("Self CPU time total:"));
-/// # Ok::<(), libaccel::Error>(())
+/// # Ok::<(), accel::Error>(())
 /// ```
 pub struct Profiler {
     raw: NonNull<sys::accel_profiler>,

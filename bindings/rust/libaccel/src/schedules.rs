@@ -8,10 +8,10 @@
 //! (0, 1)) is that error from the first `step`, as with the string options.
 //!
 //! ```
-//! use libaccel::layers::Linear;
-//! use libaccel::optimizers::Sgd;
-//! use libaccel::schedules::{self, Anneal, OneCycle, Step};
-//! use libaccel::{Model, Optimizer, Scheduler};
+//! use accel::layers::Linear;
+//! use accel::optimizers::Sgd;
+//! use accel::schedules::{self, Anneal, OneCycle, Step};
+//! use accel::{Model, Optimizer, Scheduler};
 //! let mut model = Model::new()?;
 //! model.add("fc", Linear::new(2, 1))?;
 //! let opt = Optimizer::with(&model, Sgd::new().lr(1.0))?;
@@ -24,7 +24,7 @@
 //! assert!(Scheduler::with(&opt, Step::new(10).gamma(-0.5)).is_err());
 //! let mut bad = Scheduler::with(&opt, OneCycle::new(0.5, 1000).pct_start(1.5))?;
 //! assert!(bad.step().is_err());
-//! # Ok::<(), libaccel::Error>(())
+//! # Ok::<(), accel::Error>(())
 //! ```
 
 use std::fmt;

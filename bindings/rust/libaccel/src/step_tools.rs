@@ -108,12 +108,12 @@ impl Accelerator {
     /// there, `None` elsewhere. Not a collective.
     ///
     /// ```
-    /// use libaccel::Accelerator;
+    /// use accel::Accelerator;
     /// let acc = Accelerator::new()?; // alone: the main, local main and last process
     /// assert_eq!(acc.on_main_process(|| "saved")?, Some("saved"));
     /// assert_eq!(acc.on_last_process(|| 1)?, Some(1));
     /// assert_eq!(acc.on_process(1, || 2)?, None); // there is no rank 1
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn on_main_process<R>(&self, f: impl FnOnce() -> R) -> Result<Option<R>> {
         Ok(self.is_main_process()?.then(f))
@@ -143,7 +143,7 @@ impl Accelerator {
     /// runs also when `f` panics (the panic then resumes).
     ///
     /// ```no_run
-    /// # use libaccel::*;
+    /// # use accel::*;
     /// # fn f(acc: &Accelerator, model: &Model, opt: &mut Optimizer, batches: &[[Tensor; 2]]) -> Result<()> {
     /// let (last, rest) = batches.split_last().unwrap();
     /// acc.no_sync(model, || -> Result<()> {
@@ -183,7 +183,7 @@ impl Accelerator {
     /// parameters and optimizer state inside `f`, as Accelerate's examples do.
     ///
     /// ```
-    /// use libaccel::{Accelerator, Error, Status};
+    /// use accel::{Accelerator, Error, Status};
     /// let acc = Accelerator::new()?;
     /// let (size, steps) = acc.find_executable_batch_size(128, |size| {
     ///     if size > 100 {
@@ -193,7 +193,7 @@ impl Accelerator {
     ///     Ok(1000 / size)
     /// })?;
     /// assert_eq!((size, steps), (92, 10)); // 128, 115, 103, then 92 ran
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn find_executable_batch_size<F, T, E>(
         &self,
@@ -246,11 +246,11 @@ impl Accelerator {
     /// collective, and its error comes back.
     ///
     /// ```no_run
-    /// # use libaccel::*;
-    /// # fn f(acc: &Accelerator, model: &Model, opt: &mut Optimizer, loader: &mut DataLoader) -> Result<()> {
-    /// acc.prepare(&[model, &*opt, &*loader])?;
-    /// acc.local_sgd(model, 8, |local_sgd| {
-    ///     for batch in &mut *loader {
+    /// # use accel::*;
+    /// # fn f(acc: &Accelerator, mut model: Model, mut opt: Optimizer, mut loader: DataLoader) -> Result<()> {
+    /// acc.prepare((&mut model, &mut opt, &mut loader))?;
+    /// acc.local_sgd(&model, 8, |local_sgd| {
+    ///     for batch in &mut loader {
     ///         let [x, y] = fields(batch?)?;
     ///         acc.backward(&model.call1("training_step", &[&x, &y])?)?; // local gradients
     ///         opt.step()?;
@@ -283,7 +283,7 @@ owned_handle!(
     /// collective). [`Accelerator::local_sgd`] is the closure form.
     ///
     /// ```no_run
-    /// # use libaccel::*;
+    /// # use accel::*;
     /// # fn f(acc: &Accelerator, model: &Model) -> Result<()> {
     /// let mut local_sgd = LocalSgd::new(acc, model, 4)?;
     /// local_sgd.set("outer_optimizer", "nesterov")?; // DiLoCo's outer step, beyond Accelerate

@@ -96,6 +96,82 @@ macro_rules! element {
 }
 element!(f32 => F32, f64 => F64, i64 => I64, i32 => I32, i16 => I16, i8 => I8, u8 => U8, bool => Bool);
 
+/// A Rust number [`Tensor::item`] reads a one-element tensor as: `f64`, `f32`, `i64`, `i32`,
+/// `i16`, `i8`, `u8` or `bool`. Sealed.
+///
+/// As PyTorch's `item()`: `f64` and `f32` read any element type (an integer as the nearest
+/// float); the integer types read integer and bool tensors (a floating one is [`Status::Dtype`],
+/// as is a value the type cannot hold); `bool` is true for a nonzero value, as `bool(t)` is.
+pub trait Scalar: sealed::Sealed + Sized {
+    #[doc(hidden)]
+    fn read(tensor: &Tensor) -> Result<Self>;
+}
+
+impl Scalar for f64 {
+    #[inline]
+    fn read(tensor: &Tensor) -> Result<f64> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_tensor_item_f64(tensor.as_raw(), out) })
+    }
+}
+
+impl Scalar for f32 {
+    #[inline]
+    fn read(tensor: &Tensor) -> Result<f32> {
+        // The nearest f32 (exact for an f32 tensor, whose value an f64 holds exactly).
+        f64::read(tensor).map(|v| v as f32)
+    }
+}
+
+impl Scalar for i64 {
+    #[inline]
+    fn read(tensor: &Tensor) -> Result<i64> {
+        // SAFETY: live handle, valid out pointer.
+        query(|out| unsafe { sys::accel_tensor_item_i64(tensor.as_raw(), out) })
+    }
+}
+
+impl Scalar for bool {
+    #[inline]
+    fn read(tensor: &Tensor) -> Result<bool> {
+        // Every nonzero integer stays nonzero as an f64, and NaN is true as in PyTorch.
+        f64::read(tensor).map(|v| v != 0.0)
+    }
+}
+
+// The narrower integers: the i64 value, refused when it does not fit.
+macro_rules! narrow_scalar {
+    ($($t:ty),*) => {$(
+        impl Scalar for $t {
+            #[inline]
+            fn read(tensor: &Tensor) -> Result<$t> {
+                let value = i64::read(tensor)?;
+                <$t>::try_from(value).map_err(|_| {
+                    Error::new(
+                        Status::Dtype,
+                        format!("the value {value} does not fit in {}", stringify!($t)),
+                    )
+                })
+            }
+        }
+    )*};
+}
+narrow_scalar!(i32, i16, i8, u8);
+
+// `f64::try_from(&loss)?`: the conversion of std's habit, for each Scalar type.
+macro_rules! try_from_tensor {
+    ($($t:ty),*) => {$(
+        impl TryFrom<&Tensor> for $t {
+            type Error = Error;
+            /// [`Tensor::item`] as a conversion.
+            fn try_from(tensor: &Tensor) -> Result<$t> {
+                tensor.item()
+            }
+        }
+    )*};
+}
+try_from_tensor!(f64, f32, i64, i32, i16, i8, u8, bool);
+
 owned_handle!(
     /// A tensor (a LibTorch tensor underneath, CPU or device).
     ///
@@ -104,12 +180,12 @@ owned_handle!(
     /// changes a tensor after it is made, so any calls may run at once from several threads.
     ///
     /// ```
-    /// use libaccel::Tensor;
+    /// use accel::Tensor;
     /// let t = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
     /// assert_eq!(t.shape()?, vec![2, 3]);
     /// assert_eq!(t.to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
     /// assert!(t.to_vec::<i64>().is_err()); // the element type must match
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     Tensor,
     sys::accel_tensor,
@@ -258,18 +334,38 @@ impl Tensor {
         query(|out| unsafe { sys::accel_tensor_data_size(self.as_raw(), out) })
     }
 
+    /// The value of a one-element tensor as `T` (PyTorch's `item()`): `loss.item::<f64>()`, or
+    /// `let correct: i64 = hits.item()?`. What each [`Scalar`] type reads is said there; more
+    /// than one element is [`Status::Shape`]. `T::try_from(&tensor)` is the same call.
+    ///
+    /// ```
+    /// use accel::Tensor;
+    /// let loss = Tensor::scalar(0.25f32)?;
+    /// assert_eq!(loss.item::<f64>()?, 0.25);
+    /// let count = Tensor::scalar(7i64)?;
+    /// let n: i32 = count.item()?;
+    /// assert_eq!(n, 7);
+    /// assert!(loss.item::<i64>().is_err()); // a float is not read as an integer
+    /// assert_eq!(f64::try_from(&count)?, 7.0);
+    /// # Ok::<(), accel::Error>(())
+    /// ```
+    #[inline]
+    pub fn item<T: Scalar>(&self) -> Result<T> {
+        T::read(self)
+    }
+
     /// The value of a one-element tensor as `f64` (a loss, say).
+    #[deprecated(since = "0.3.0", note = "use item::<f64>()")]
     #[inline]
     pub fn item_f64(&self) -> Result<f64> {
-        // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_tensor_item_f64(self.as_raw(), out) })
+        self.item()
     }
 
     /// The value of a one-element integer or bool tensor as `i64`.
+    #[deprecated(since = "0.3.0", note = "use item::<i64>()")]
     #[inline]
     pub fn item_i64(&self) -> Result<i64> {
-        // SAFETY: live handle, valid out pointer.
-        query(|out| unsafe { sys::accel_tensor_item_i64(self.as_raw(), out) })
+        self.item()
     }
 
     /// Wraps an existing LibTorch tensor without copying (tch-rs's `Tensor::as_ptr` gives one).
@@ -287,12 +383,12 @@ impl Tensor {
     /// batch field) back as an owned one.
     ///
     /// ```
-    /// use libaccel::Tensor;
+    /// use accel::Tensor;
     /// let t = Tensor::from_slice(&[1i64, 2, 3], &[3])?;
     /// let u = t.shallow_clone()?;
     /// drop(t);
     /// assert_eq!(u.to_vec::<i64>()?, vec![1, 2, 3]);
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn shallow_clone(&self) -> Result<Tensor> {
         // SAFETY: the `at::Tensor` inside a live handle of this very library.

@@ -16,11 +16,11 @@ owned_handle!(
     /// across threads (`Send + Sync`).
     ///
     /// ```no_run
-    /// use libaccel::Tokenizer;
+    /// use accel::Tokenizer;
     /// let tok = Tokenizer::load("build/minilm/model")?;
     /// let ids = tok.encode("Hello, World!", 256)?; // [101, 7592, 1010, 2088, 999, 102]
     /// let (input_ids, attention_mask) = tok.encode_batch(["a line", "another line"], 256)?;
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     Tokenizer,
     sys::accel_tokenizer,

@@ -185,7 +185,7 @@ impl fmt::Debug for ValuesRef {
 /// `Send` but not `Sync`: the library lets one thread at a time use a set of values.
 ///
 /// ```
-/// use libaccel::{Value, Values};
+/// use accel::{Value, Values};
 /// let mut values = Values::new()?.number("loss", 0.5)?.text("phase", "warm-up")?;
 /// values.set("epoch", 1)?;
 /// values.set("loss", 0.25)?; // replaced, keeps its place
@@ -194,7 +194,7 @@ impl fmt::Debug for ValuesRef {
 /// assert_eq!(values.get("phase")?, Some(Value::Text("warm-up".into())));
 /// let same = Values::from_pairs([("lr", 1e-3), ("momentum", 0.9)])?;
 /// assert_eq!(same.get("lr")?.and_then(|v| v.as_number()), Some(1e-3));
-/// # Ok::<(), libaccel::Error>(())
+/// # Ok::<(), accel::Error>(())
 /// ```
 pub struct Values {
     raw: NonNull<sys::accel_values>,
@@ -362,7 +362,7 @@ impl Accelerator {
     /// the program runs unchanged on any number of processes. Not a collective.
     ///
     /// ```
-    /// use libaccel::{Accelerator, Config, Values};
+    /// use accel::{Accelerator, Config, Values};
     /// let dir = std::env::temp_dir().join(format!("libaccel-doc-track-{}", std::process::id()));
     /// let mut config = Config::new()?;
     /// config.set("log_with", "jsonl")?;
@@ -376,7 +376,7 @@ impl Accelerator {
     /// let lines = std::fs::read_to_string(dir.join("run1/metrics.jsonl")).unwrap();
     /// assert_eq!(lines.lines().count(), 3);
     /// # std::fs::remove_dir_all(&dir).ok();
-    /// # Ok::<(), libaccel::Error>(())
+    /// # Ok::<(), accel::Error>(())
     /// ```
     pub fn init_trackers(&self, project: &str, config: Option<&Values>) -> Result<()> {
         let project = c_string(project, "project")?;
@@ -425,7 +425,7 @@ impl Accelerator {
     /// each. The tracker is dropped with the accelerator.
     ///
     /// ```
-    /// use libaccel::{Accelerator, BoxError, Tracker, Values, ValuesRef};
+    /// use accel::{Accelerator, BoxError, Tracker, Values, ValuesRef};
     /// use std::sync::mpsc;
     ///
     /// struct Forward(mpsc::Sender<(Option<u64>, f64)>);

@@ -311,7 +311,7 @@ pub type CallbackResult = std::result::Result<(), BoxError>;
 /// [`source`](std::error::Error::source)); a panic is resumed in the caller.
 ///
 /// ```no_run
-/// use libaccel::{CallbackResult, TrainerCallback, TrainerContext};
+/// use accel::{CallbackResult, TrainerCallback, TrainerContext};
 ///
 /// /// Stops training at a given step.
 /// struct StopAt(u64);
@@ -652,7 +652,7 @@ fn control(raw: *mut sys::accel_trainer, flag: ControlFlag) -> Result<bool> {
 /// collectives. `Send`, not `Sync`.
 ///
 /// ```no_run
-/// use libaccel::{Accelerator, DataLoader, Model, Optimizer, Trainer};
+/// use accel::{Accelerator, DataLoader, Model, Optimizer, Trainer};
 /// # fn f(acc: &Accelerator, model: &mut Model, opt: &mut Optimizer, train: &mut DataLoader,
 /// #      eval: &DataLoader) -> Result<(), Box<dyn std::error::Error>> {
 /// let mut trainer = Trainer::new(
@@ -673,8 +673,8 @@ fn control(raw: *mut sys::accel_trainer, flag: ControlFlag) -> Result<bool> {
 /// A Trainer cannot outlive its accelerator (nor its objects):
 ///
 /// ```compile_fail,E0505
-/// # use libaccel::{Accelerator, DataLoader, Model, Optimizer, Trainer};
-/// # fn f(mut model: Model, mut opt: Optimizer, mut train: DataLoader) -> libaccel::Result<()> {
+/// # use accel::{Accelerator, DataLoader, Model, Optimizer, Trainer};
+/// # fn f(mut model: Model, mut opt: Optimizer, mut train: DataLoader) -> accel::Result<()> {
 /// let acc = Accelerator::new()?;
 /// let mut trainer = Trainer::new(&acc, &mut model, &mut opt, None, &mut train, None, "")?;
 /// drop(acc); // `acc` is borrowed by the Trainer
@@ -803,7 +803,7 @@ impl<'a> Trainer<'a> {
     /// `Callback` error, the error as its source; a panic is resumed in `train`'s caller.
     ///
     /// ```no_run
-    /// # fn f(trainer: &mut libaccel::Trainer<'_>) -> libaccel::Result<()> {
+    /// # fn f(trainer: &mut accel::Trainer<'_>) -> accel::Result<()> {
     /// trainer.set_training_step(|model, batch| Ok(model.call1("training_step", batch)?))?;
     /// # Ok(()) }
     /// ```

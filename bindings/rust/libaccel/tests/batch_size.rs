@@ -5,8 +5,8 @@ mod common;
 
 use std::fmt;
 
+use accel::{Accelerator, BatchSizeError, BoxError, Error, Status, Tensor};
 use common::{linear_model, one_accelerator};
-use libaccel::{Accelerator, BatchSizeError, BoxError, Error, Status, Tensor};
 
 /// What a model call that ran out of memory returns.
 fn out_of_memory() -> Error {
@@ -92,7 +92,7 @@ fn another_error_comes_back_unchanged() {
     let shape = Error::new(Status::Shape, "expected [64, 784], got [64, 785]");
     let mut tried = Vec::new();
     let e = acc
-        .find_executable_batch_size(64, |size| -> libaccel::Result<()> {
+        .find_executable_batch_size(64, |size| -> accel::Result<()> {
             tried.push(size);
             if size == 64 {
                 return Err(out_of_memory());
@@ -144,7 +144,7 @@ fn another_error_comes_back_unchanged() {
 
     // A panic resumes after the search, which the next search shows is over.
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        acc.find_executable_batch_size(8, |_| -> libaccel::Result<()> { panic!("boom") })
+        acc.find_executable_batch_size(8, |_| -> accel::Result<()> { panic!("boom") })
     }))
     .unwrap_err();
     assert_eq!(panicked.downcast_ref::<&str>(), Some(&"boom"));
@@ -161,7 +161,7 @@ fn no_size_runs() {
     let message = "No executable batch size found, reached zero.";
     let mut calls = 0;
     let e = acc
-        .find_executable_batch_size(0, |_| -> libaccel::Result<()> {
+        .find_executable_batch_size(0, |_| -> accel::Result<()> {
             calls += 1;
             Ok(())
         })
@@ -173,7 +173,7 @@ fn no_size_runs() {
     // Out of memory down to 1: the same error, after 1 was tried.
     let mut tried = Vec::new();
     let e = acc
-        .find_executable_batch_size(3, |size| -> libaccel::Result<()> {
+        .find_executable_batch_size(3, |size| -> accel::Result<()> {
             tried.push(size);
             Err(out_of_memory())
         })

@@ -5,8 +5,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use accel::{load_checkpoint_in_model, Model, Status, Tensor};
 use common::temp_dir;
-use libaccel::{load_checkpoint_in_model, Model, Status, Tensor};
 
 const LAYERS: usize = 4;
 const WIDTH: usize = 8;

@@ -6,16 +6,16 @@ use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
+use accel::{Accelerator, Optimizer, Status, Tensor};
 use common::{linear_model, one_accelerator, temp_dir};
-use libaccel::{Accelerator, Optimizer, Status, Tensor};
 
 #[test]
 fn checkpoints_carry_registered_objects() {
     let _one = one_accelerator();
     let acc = Accelerator::new().unwrap();
-    let model = linear_model(2, 1);
+    let mut model = linear_model(2, 1);
     let mut opt = Optimizer::new(&model, "adam").unwrap();
-    acc.prepare(&[&model, &opt]).unwrap();
+    acc.prepare((&mut model, &mut opt)).unwrap();
     let counter = Arc::new(Mutex::new(vec![1u8, 2, 3]));
     let (saved, loaded) = (Arc::clone(&counter), Arc::clone(&counter));
     acc.register_for_checkpointing(
@@ -58,13 +58,13 @@ fn checkpoints_carry_registered_objects() {
     );
 
     let mut fresh = linear_model(2, 1);
-    libaccel::load_checkpoint_in_model(&mut fresh, dir.join("weights")).unwrap();
+    accel::load_checkpoint_in_model(&mut fresh, dir.join("weights")).unwrap();
     assert_eq!(
         fresh.tensor("fc.weight").unwrap().to_vec::<f32>().unwrap(),
         before
     );
     let mut other = linear_model(3, 1);
-    let e = libaccel::load_checkpoint_in_model(&mut other, dir.join("weights")).unwrap_err();
+    let e = accel::load_checkpoint_in_model(&mut other, dir.join("weights")).unwrap_err();
     assert_eq!(e.status(), Status::Shape);
     let e = acc.load_state(dir.join("nothing")).unwrap_err();
     assert_eq!(e.status(), Status::Io);

@@ -3,9 +3,9 @@
 
 mod common;
 
+use accel::layers::Linear;
+use accel::{Accelerator, Model, Optimizer, Status, Tensor};
 use common::one_accelerator;
-use libaccel::layers::Linear;
-use libaccel::{Accelerator, Model, Optimizer, Status, Tensor};
 
 /// fc: 3 -> 1; `total(x)` is the sum of the outputs, so the weight's gradient is the sum of the
 /// rows of x and the bias's the number of rows.
@@ -31,10 +31,10 @@ fn applied_gradients(
     x: &[f32],
     clip: impl FnOnce(&Accelerator, &Model),
 ) -> Vec<f32> {
-    let model = model();
+    let mut model = model();
     let mut sgd = Optimizer::new(&model, "sgd").unwrap();
     sgd.set("lr", 1.0).unwrap();
-    acc.prepare(&[&model, &sgd]).unwrap();
+    acc.prepare((&mut model, &mut sgd)).unwrap();
     let x = Tensor::from_slice(x, &[(x.len() / 3) as i64, 3]).unwrap();
     let before = params(&model);
     acc.backward(&model.call1("total", &[&x]).unwrap()).unwrap();

@@ -5,12 +5,12 @@ mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use common::one_accelerator;
-use libaccel::layers::{BatchNorm2d, Linear};
-use libaccel::{
+use accel::layers::{BatchNorm2d, Linear};
+use accel::{
     fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Model, Optimizer, Reduction,
     Status, Tensor,
 };
+use common::one_accelerator;
 
 #[test]
 fn collectives_alone_are_the_identity() {
@@ -141,7 +141,7 @@ fn join_uneven_inputs_in_one_process_runs_the_closure_and_always_ends() {
     .unwrap();
     let data = Dataset::from_tensors(&[&x]).unwrap();
     let mut loader = DataLoader::with(&acc, &data, DataLoaderOptions::new().batch_size(4)).unwrap();
-    acc.prepare(&[&model, &opt, &loader]).unwrap();
+    acc.prepare((&mut model, &mut opt, &mut loader)).unwrap();
     let steps = acc
         .join_uneven_inputs(Some(false), |acc| {
             let mut steps = 0;
@@ -169,7 +169,7 @@ fn join_uneven_inputs_in_one_process_runs_the_closure_and_always_ends() {
     assert_eq!(e.status(), Status::State, "{e}");
     // A panic resumes after the end.
     let panicked = catch_unwind(AssertUnwindSafe(|| {
-        acc.join_uneven_inputs(None, |_| -> libaccel::Result<()> { panic!("in the loop") })
+        acc.join_uneven_inputs(None, |_| -> accel::Result<()> { panic!("in the loop") })
     }))
     .unwrap_err();
     assert_eq!(panicked.downcast_ref::<&str>(), Some(&"in the loop"));

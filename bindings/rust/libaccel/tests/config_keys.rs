@@ -3,8 +3,8 @@
 
 mod common;
 
+use accel::{fields, Accelerator, Config, DataLoader, Dataset, Status, Tensor};
 use common::one_accelerator;
-use libaccel::{fields, Accelerator, Config, DataLoader, Dataset, Status, Tensor};
 
 #[test]
 fn plugin_and_dataloader_keys() {

@@ -2,27 +2,25 @@
 
 mod common;
 
-use libaccel::{Config, Status};
+use accel::{Config, Status};
 
 #[test]
 fn the_loaded_library_is_the_supported_version() {
-    let n = libaccel::version_number();
-    assert!(
-        (libaccel::sys::SUPPORTED_VERSION_MIN..libaccel::sys::SUPPORTED_VERSION_END).contains(&n)
-    );
+    let n = accel::version_number();
+    assert!((accel::sys::SUPPORTED_VERSION_MIN..accel::sys::SUPPORTED_VERSION_END).contains(&n));
     assert_eq!(
-        libaccel::version(),
+        accel::version(),
         format!("{}.{}.{}", n / 10000, n / 100 % 100, n % 100)
     );
-    libaccel::sys::check_version().unwrap();
-    libaccel::sys::check_version_number(299).unwrap();
-    let newer = libaccel::sys::check_version_number(300).unwrap_err();
+    accel::sys::check_version().unwrap();
+    accel::sys::check_version_number(299).unwrap();
+    let newer = accel::sys::check_version_number(300).unwrap_err();
     assert!(
         newer.contains("libaccel 0.3.0 is loaded") && newer.contains("[0.2.0, 0.3.0)"),
         "{newer}"
     );
-    assert!(libaccel::sys::check_version_number(199).is_err());
-    assert!(libaccel::sys::check_version_number(10000).is_err());
+    assert!(accel::sys::check_version_number(199).is_err());
+    assert!(accel::sys::check_version_number(10000).is_err());
 }
 
 #[test]
@@ -55,14 +53,14 @@ fn config_validates_and_reports_sources() {
 
 #[test]
 fn errors_show_status_and_message() {
-    let e = libaccel::Error::new(Status::Io, "gone");
+    let e = accel::Error::new(Status::Io, "gone");
     assert_eq!(e.to_string(), "ACCEL_ERR_IO: gone");
     assert_eq!(Status::Timeout.name(), "ACCEL_ERR_TIMEOUT");
     assert_eq!(Status::from_raw(0), None);
     assert_eq!(Status::from_raw(99), Some(Status::Other(99)));
-    assert_eq!(Status::Callback.to_raw(), libaccel::sys::ACCEL_ERR_CALLBACK);
+    assert_eq!(Status::Callback.to_raw(), accel::sys::ACCEL_ERR_CALLBACK);
     let _ = Config::new().unwrap().set("nope", 1);
-    let last = libaccel::last_error().unwrap();
+    let last = accel::last_error().unwrap();
     assert_eq!(last.status(), Status::Config);
     let io: std::io::Error = e.into();
     assert!(io.to_string().contains("gone"));

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{one_accelerator, FASHION_MNIST};
-use libaccel::{
+use accel::{
     fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Dtype, Field, Status, Tensor,
 };
+use common::{one_accelerator, FASHION_MNIST};
 
 #[test]
 fn idx_datasets_and_their_errors() {
@@ -67,7 +67,7 @@ fn dataloader_options_positions_and_close() {
     assert_eq!(e.status(), Status::InvalidArgument);
     let e = loader.set("shuffel", true).unwrap_err();
     assert!(e.message().contains("shuffel"), "{e}");
-    let first = |b: libaccel::Result<libaccel::Batch>| b.unwrap()[0].to_vec::<i64>().unwrap()[0];
+    let first = |b: accel::Result<accel::Batch>| b.unwrap()[0].to_vec::<i64>().unwrap()[0];
     let mut epoch = loader.iter();
     assert_eq!(epoch.size_hint(), (0, Some(3)));
     assert_eq!(epoch.next().map(first), Some(0));
@@ -126,7 +126,7 @@ fn dataloader_options_positions_and_close() {
     assert!(fields::<3>(vec![x]).is_err());
 }
 
-fn squares(count: i64) -> impl Fn(i64, &mut [&mut [u8]]) -> Result<(), libaccel::BoxError> {
+fn squares(count: i64) -> impl Fn(i64, &mut [&mut [u8]]) -> Result<(), accel::BoxError> {
     move |i, f| {
         assert!(i < count);
         f[0].copy_from_slice(&(i * i).to_ne_bytes());

@@ -5,8 +5,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use accel::{load_checkpoint_in_model, Model, Status};
 use common::temp_dir;
-use libaccel::{load_checkpoint_in_model, Model, Status};
 
 /// fc.weight (F32 2x2 = 1,2,3,4) and fc.bias (F32 [2] = 5,6): a linear layer 2 -> 2.
 fn write_checkpoint(dir: &Path) -> PathBuf {

@@ -2,11 +2,11 @@
 
 mod common;
 
+use accel::{Accelerator, Model, Optimizer, Status, Tensor};
 use common::{linear_model, one_accelerator};
-use libaccel::{Accelerator, Model, Optimizer, Status, Tensor};
 
 /// A forward and a backward of the same batch.
-fn backward(acc: &Accelerator, model: &Model) -> libaccel::Result<()> {
+fn backward(acc: &Accelerator, model: &Model) -> accel::Result<()> {
     let x = Tensor::from_slice(&[0.5f32, -1.0, 2.0, 0.25], &[2, 2])?;
     let y = Tensor::from_slice(&[1.0f32, -1.0], &[2, 1])?;
     acc.backward(&model.call1("training_step", &[&x, &y])?)
@@ -21,15 +21,15 @@ fn grad_norm(acc: &Accelerator, model: &Model) -> f64 {
 fn no_sync_keeps_adding_gradients_and_nests() {
     let _one = one_accelerator();
     let acc = Accelerator::new().unwrap();
-    let model = linear_model(2, 1);
+    let mut model = linear_model(2, 1);
     let mut opt = Optimizer::new(&model, "sgd").unwrap();
-    acc.prepare(&[&model, &opt]).unwrap();
+    acc.prepare((&mut model, &mut opt)).unwrap();
     backward(&acc, &model).unwrap();
     let once = grad_norm(&acc, &model);
     opt.zero_grad().unwrap();
 
     let value = acc
-        .no_sync(&model, || -> libaccel::Result<&str> {
+        .no_sync(&model, || -> accel::Result<&str> {
             backward(&acc, &model)?;
             acc.no_sync(&model, || backward(&acc, &model))??; // pairs nest
             Ok("done")
@@ -60,17 +60,17 @@ fn no_sync_keeps_adding_gradients_and_nests() {
 fn local_sgd_in_one_process_counts_steps() {
     let _one = one_accelerator();
     let acc = Accelerator::new().unwrap();
-    let model = linear_model(2, 1);
+    let mut model = linear_model(2, 1);
     let mut opt = Optimizer::new(&model, "sgd").unwrap();
     opt.set("lr", 0.1).unwrap();
-    acc.prepare(&[&model, &opt]).unwrap();
+    acc.prepare((&mut model, &mut opt)).unwrap();
 
-    let e = libaccel::LocalSgd::new(&acc, &model, 0).unwrap_err();
+    let e = accel::LocalSgd::new(&acc, &model, 0).unwrap_err();
     assert_eq!(e.status(), Status::InvalidArgument, "{e}");
     let e = acc.local_sgd(&model, -1, |_| Ok(())).unwrap_err();
     assert_eq!(e.status(), Status::InvalidArgument, "{e}");
 
-    let mut local_sgd = libaccel::LocalSgd::new(&acc, &model, 2).unwrap();
+    let mut local_sgd = accel::LocalSgd::new(&acc, &model, 2).unwrap();
     let e = local_sgd.set("outer_optimiser", "nesterov").unwrap_err();
     assert_eq!(e.status(), Status::InvalidArgument, "{e}");
     for _ in 0..5 {
@@ -100,8 +100,8 @@ fn local_sgd_in_one_process_counts_steps() {
         .unwrap();
     assert_eq!(steps, 4);
     let e = acc
-        .local_sgd(&model, 3, |_| -> libaccel::Result<()> {
-            Err(libaccel::Error::new(Status::Io, "the block's own error"))
+        .local_sgd(&model, 3, |_| -> accel::Result<()> {
+            Err(accel::Error::new(Status::Io, "the block's own error"))
         })
         .unwrap_err();
     assert_eq!(e.message(), "the block's own error");

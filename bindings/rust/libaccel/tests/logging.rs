@@ -9,8 +9,8 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use accel::{Accelerator, BoxError, Config, Status};
 use common::{one_accelerator, temp_dir, tracking_config};
-use libaccel::{Accelerator, BoxError, Config, Status};
 
 /// One record the `log` facade got: target, level, message and the key-values as text.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,7 +75,7 @@ fn key_values(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 
 #[test]
 fn log_levels_convert_and_parse() {
-    use libaccel::LogLevel;
+    use accel::LogLevel;
     assert_eq!(LogLevel::new(0), Some(LogLevel::NOTSET));
     assert_eq!(LogLevel::new(-1), None);
     assert_eq!(LogLevel::new(1001), None);
@@ -111,7 +111,7 @@ fn log_levels_convert_and_parse() {
 
 #[test]
 fn logged_messages_reach_the_log_facade_with_their_level_and_rank() {
-    use libaccel::LogLevel;
+    use accel::LogLevel;
     let _one = one_accelerator();
     captured();
     let acc = Accelerator::new().unwrap();
@@ -181,7 +181,7 @@ fn logged_messages_reach_the_log_facade_with_their_level_and_rank() {
 /// test alone, the variable set), so that no other test's environment changes.
 #[test]
 fn the_level_comes_from_accelerate_log_level() {
-    use libaccel::LogLevel;
+    use accel::LogLevel;
     if std::env::var_os("ACCELERATE_LOG_LEVEL").is_none() {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
@@ -242,7 +242,7 @@ fn a_sink_of_the_program_gets_each_record_and_its_failures_are_errors() {
     let acc = Arc::new(Accelerator::new().unwrap());
     let lines = Arc::new(Mutex::new(Vec::new()));
     let into = Arc::clone(&lines);
-    acc.set_log_sink(move |record: &libaccel::LogRecord<'_>| {
+    acc.set_log_sink(move |record: &accel::LogRecord<'_>| {
         assert_eq!((record.rank(), record.num_processes()), (0, 1));
         into.lock().unwrap().push(format!(
             "{record} all={} in_order={}",
@@ -274,7 +274,7 @@ fn a_sink_of_the_program_gets_each_record_and_its_failures_are_errors() {
     impl std::error::Error for DiskFull {}
     let calls = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&calls);
-    acc.set_log_sink(move |record: &libaccel::LogRecord<'_>| {
+    acc.set_log_sink(move |record: &accel::LogRecord<'_>| {
         count.fetch_add(1, Ordering::SeqCst);
         match record.message() {
             "fail" => Err(Box::new(DiskFull) as BoxError),
@@ -298,7 +298,7 @@ fn a_sink_of_the_program_gets_each_record_and_its_failures_are_errors() {
     // Logging from inside the sink is a State error (the sink sees it), not a deadlock.
     let inner = Arc::new(Mutex::new(None));
     let (weak, status) = (Arc::downgrade(&acc), Arc::clone(&inner));
-    acc.set_log_sink(move |_: &libaccel::LogRecord<'_>| {
+    acc.set_log_sink(move |_: &accel::LogRecord<'_>| {
         let acc = weak.upgrade().ok_or("no accelerator")?;
         let again = acc.logger().info("again").unwrap_err();
         let replace = acc.log_to_stderr().unwrap_err();
@@ -309,7 +309,7 @@ fn a_sink_of_the_program_gets_each_record_and_its_failures_are_errors() {
     acc.logger().info("outer").unwrap();
     assert_eq!(
         *inner.lock().unwrap(),
-        Some((Status::State, Status::State, libaccel::LogLevel::INFO))
+        Some((Status::State, Status::State, accel::LogLevel::INFO))
     );
 
     // Standard error (the library's own line), then the facade again.

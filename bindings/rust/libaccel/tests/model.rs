@@ -3,8 +3,8 @@
 
 mod common;
 
+use accel::{Model, Optimizer, Scheduler, Status, Tensor};
 use common::{linear_model, temp_dir};
-use libaccel::{Model, Optimizer, Scheduler, Status, Tensor};
 
 #[test]
 fn models_build_call_save_and_load() {
@@ -80,7 +80,7 @@ fn models_of_the_callers_own_tensors() {
     assert!(e.message().contains("already has 'fc.weight'"), "{e}");
     assert_eq!(model.tensor_names().unwrap(), vec!["fc.weight".to_string()]);
     assert_eq!(model.forward(|| 7).unwrap(), 7);
-    let e = libaccel::check_torch("0.1.0", None, std::ptr::null()).unwrap_err();
+    let e = accel::check_torch("0.1.0", None, std::ptr::null()).unwrap_err();
     assert_eq!(e.status(), Status::Unsupported);
     assert!(e.message().contains("built against LibTorch 0.1.0"), "{e}");
 }

@@ -12,14 +12,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use common::launch::{expect_line, launch, parameters_agree, run, run_tests, Check};
-use common::{repo_root, temp_dir, FASHION_MNIST};
-use libaccel::layers::Linear;
-use libaccel::optimizers::AdamW;
-use libaccel::{
+use accel::layers::Linear;
+use accel::optimizers::AdamW;
+use accel::{
     fields, Accelerator, Config, DataLoader, DataLoaderOptions, Dataset, DistributedType, Dtype,
     Field, Model, Optimizer, Reduction, Sample, Tensor,
 };
+use common::launch::{expect_line, launch, parameters_agree, run, run_tests, Check};
+use common::{repo_root, temp_dir, FASHION_MNIST};
 
 const MLP: &str = "
 def forward(self, x):
@@ -327,7 +327,7 @@ fn zero_stage_two_from_the_config_equals_stage_zero() -> Result<(), String> {
 
 // ---- the ranks -------------------------------------------------------------------------------
 
-fn mlp(hidden: i64, inputs: i64, outputs: i64) -> libaccel::Result<Model> {
+fn mlp(hidden: i64, inputs: i64, outputs: i64) -> accel::Result<Model> {
     let mut model = Model::new()?;
     model.add("fc1", Linear::new(inputs, hidden))?;
     model.add("fc2", Linear::new(hidden, outputs))?;
@@ -338,9 +338,9 @@ fn mlp(hidden: i64, inputs: i64, outputs: i64) -> libaccel::Result<Model> {
 fn rank_train() -> Result<(), String> {
     let acc = Accelerator::new().map_err(|e| e.to_string())?;
     let rank = acc.process_index().map_err(|e| e.to_string())?;
-    let train = || -> libaccel::Result<(f64, f64, Model, Optimizer, DataLoader)> {
+    let train = || -> accel::Result<(f64, f64, Model, Optimizer, DataLoader)> {
         acc.set_seed(5, false)?;
-        let model = mlp(64, 784, 10)?;
+        let mut model = mlp(64, 784, 10)?;
         let mut opt = Optimizer::with(&model, AdamW::new().lr(2e-3))?;
         let data = Dataset::from_idx(&[
             format!("{FASHION_MNIST}/train-images-idx3-ubyte.gz"),
@@ -351,7 +351,7 @@ fn rank_train() -> Result<(), String> {
             .shuffle(true)
             .num_workers(1);
         let mut loader = DataLoader::with(&acc, &data, options)?;
-        acc.prepare(&[&model, &opt, &loader])?;
+        acc.prepare((&mut model, &mut opt, &mut loader))?;
         let (mut first, mut last) = (0.0, 0.0);
         for (step, batch) in loader.iter().take(300).enumerate() {
             let [images, labels] = fields(batch?)?;
@@ -368,7 +368,7 @@ fn rank_train() -> Result<(), String> {
             acc.backward(&loss)?;
             opt.step()?;
             opt.zero_grad()?;
-            let value = acc.reduce(&loss, Reduction::Mean)?.item_f64()?;
+            let value = acc.reduce(&loss, Reduction::Mean)?.item::<f64>()?;
             if step < 20 {
                 first += value / 20.0;
             } else if step >= 280 {
@@ -401,7 +401,7 @@ struct AppendLog(Mutex<std::fs::File>);
 
 impl log::Log for AppendLog {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.target() == libaccel::LOG_TARGET
+        metadata.target() == accel::LOG_TARGET
     }
 
     fn log(&self, record: &log::Record<'_>) {
@@ -437,7 +437,7 @@ fn log_lines(acc: &Accelerator, rank: i32) -> Result<(), String> {
     let logger: &'static AppendLog = Box::leak(Box::new(AppendLog(Mutex::new(file))));
     log::set_logger(logger).map_err(|e| e.to_string())?;
     log::set_max_level(log::LevelFilter::Trace);
-    let fail = |e: libaccel::Error| e.to_string();
+    let fail = |e: accel::Error| e.to_string();
     let logger = acc.logger();
     logger.info("once per job").map_err(fail)?;
     logger.all_processes().warn("every rank").map_err(fail)?;
@@ -463,8 +463,8 @@ fn join_uneven(
     model: &Model,
     opt: &mut Optimizer,
 ) -> Result<(), String> {
-    let fail = |e: libaccel::Error| e.to_string();
-    let params = || -> libaccel::Result<Vec<f32>> {
+    let fail = |e: accel::Error| e.to_string();
+    let params = || -> accel::Result<Vec<f32>> {
         let mut all = Vec::new();
         for name in model.tensor_names()? {
             all.extend(model.tensor(&name)?.to_vec::<f32>()?);
@@ -479,7 +479,7 @@ fn join_uneven(
     let data = Dataset::from_tensors(&[&x, &y]).map_err(fail)?;
     let mut loader = DataLoader::new(acc, &data).map_err(fail)?;
     loader.set("batch_size", 2).map_err(fail)?;
-    acc.prepare(&[&loader]).map_err(fail)?;
+    acc.prepare(&mut loader).map_err(fail)?;
     let (steps, before_end) = acc
         .join_uneven_inputs(Some(false), |acc| {
             let mut steps = 0;
@@ -518,7 +518,7 @@ fn join_uneven(
 /// Three items on two ranks: [0, 1] | [2], padded [0, 1] | [2, 2], for a list and for a
 /// tensor's rows; and a trigger set by rank 1 alone (from another thread) seen by both.
 fn split_and_trigger(acc: &Accelerator, rank: i32) -> Result<(), String> {
-    let fail = |e: libaccel::Error| e.to_string();
+    let fail = |e: accel::Error| e.to_string();
     let items = ["zero", "one", "two"];
     let mine = acc.split_between_processes(&items, false).map_err(fail)?;
     let padded = acc.split_between_processes(&items, true).map_err(fail)?;
@@ -584,7 +584,7 @@ fn split_and_trigger(acc: &Accelerator, rank: i32) -> Result<(), String> {
 /// it and sends each rank its row (dispatch_batches, where rank 1 never runs the closure) or
 /// every rank reads it all and keeps its own.
 fn stream_shards(acc: &Accelerator, rank: i32) -> Result<(), String> {
-    let fail = |e: libaccel::Error| e.to_string();
+    let fail = |e: accel::Error| e.to_string();
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = std::sync::Arc::clone(&calls);
     let data = Dataset::from_stream(&[Field::new(Dtype::I64, &[])], move |_, i| {
@@ -644,7 +644,7 @@ fn rank_equiv() -> Result<(), String> {
     // would (Accelerate's DeepSpeed keys).
     let acc = match std::env::var("ACCEL_RS_ZERO_STAGE") {
         Ok(stage) => {
-            let configured = || -> libaccel::Result<Accelerator> {
+            let configured = || -> accel::Result<Accelerator> {
                 let mut config = Config::new()?;
                 config.set("distributed_type", "DEEPSPEED")?;
                 config.set("deepspeed_config", format!("{{zero_stage: {stage}}}"))?;
@@ -662,7 +662,7 @@ fn rank_equiv() -> Result<(), String> {
             "distributed type {dist:?} under DeepSpeed's configuration"
         ));
     }
-    let run = || -> libaccel::Result<Model> {
+    let run = || -> accel::Result<Model> {
         acc.set_seed(11, false)?;
         let n = 64 * 20;
         let xs: Vec<f32> = (0..n * 8)
@@ -674,11 +674,11 @@ fn rank_equiv() -> Result<(), String> {
         let data = Dataset::from_tensors(&[&x, &y])?;
         let mut loader = DataLoader::new(&acc, &data)?;
         loader.set("batch_size", batch)?;
-        let model = mlp(16, 8, 4)?;
+        let mut model = mlp(16, 8, 4)?;
         let (kind, lr) = if adamw { ("adamw", 0.01) } else { ("sgd", 0.1) };
         let mut opt = Optimizer::new(&model, kind)?;
         opt.set("lr", lr)?;
-        acc.prepare(&[&model, &opt, &loader])?;
+        acc.prepare((&mut model, &mut opt, &mut loader))?;
         for b in &mut loader {
             let [bx, by] = fields(b?)?;
             acc.accumulate()?;

@@ -8,9 +8,9 @@ mod common;
 
 use std::path::Path;
 
+use accel::{Accelerator, Error, Model, Optimizer, Status, Tensor};
 use common::launch::{expect_line, launch, parameters_agree, run, run_tests, Check};
 use common::{linear_model, temp_dir};
-use libaccel::{Accelerator, Error, Model, Optimizer, Status, Tensor};
 
 fn main() {
     if let Ok(role) = std::env::var("ACCEL_RS_ROLE") {
@@ -110,21 +110,21 @@ fn batch_size_agreed(acc: &Accelerator, rank: i32) -> Result<(), String> {
 /// at the end (step 5 did not), 3 in all; the parameters part after step 5 and agree after the
 /// end.
 fn local_sgd_averages(acc: &Accelerator, rank: i32) -> Result<(), String> {
-    let fail = |e: libaccel::Error| e.to_string();
-    let model = linear_model(2, 1);
+    let fail = |e: accel::Error| e.to_string();
+    let mut model = linear_model(2, 1);
     let mut opt = Optimizer::new(&model, "sgd").map_err(fail)?;
     opt.set("lr", 0.1).map_err(fail)?;
-    acc.prepare(&[&model, &opt]).map_err(fail)?;
+    acc.prepare((&mut model, &mut opt)).map_err(fail)?;
     // Each rank its own batch: without averaging the replicas drift apart.
     let r = rank as f32 + 1.0;
     let x = Tensor::from_slice(&[r, -r, 0.5 * r, 2.0], &[2, 2]).map_err(fail)?;
     let y = Tensor::from_slice(&[r, 3.0 * r], &[2, 1]).map_err(fail)?;
-    let step = |opt: &mut Optimizer, model: &Model| -> libaccel::Result<()> {
+    let step = |opt: &mut Optimizer, model: &Model| -> accel::Result<()> {
         acc.backward(&model.call1("training_step", &[&x, &y])?)?;
         opt.step()?;
         opt.zero_grad()
     };
-    let mut local_sgd = libaccel::LocalSgd::new(acc, &model, 2).map_err(fail)?;
+    let mut local_sgd = accel::LocalSgd::new(acc, &model, 2).map_err(fail)?;
     for i in 1..=5 {
         step(&mut opt, &model).map_err(fail)?;
         local_sgd.step().map_err(fail)?;
@@ -152,7 +152,7 @@ fn local_sgd_averages(acc: &Accelerator, rank: i32) -> Result<(), String> {
 /// is_last_process and the on_* closures on each rank, and local_main_process_first: the local
 /// main process's block has finished (its file written) before the other rank's starts.
 fn who_runs_what(acc: &Accelerator, rank: i32, dir: &Path) -> Result<(), String> {
-    let fail = |e: libaccel::Error| e.to_string();
+    let fail = |e: accel::Error| e.to_string();
     let mut ran = Vec::new();
     acc.on_main_process(|| ran.push("main")).map_err(fail)?;
     acc.on_local_main_process(|| ran.push("local main"))

@@ -3,16 +3,16 @@
 
 mod common;
 
+use accel::optimizers::Sgd;
+use accel::schedules::Step;
+use accel::{Accelerator, Optimizer, Scheduler, Status, Tensor};
 use common::{linear_model, one_accelerator};
-use libaccel::optimizers::Sgd;
-use libaccel::schedules::Step;
-use libaccel::{Accelerator, Optimizer, Scheduler, Status, Tensor};
 
 #[test]
 fn each_group_steps_with_its_own_options() {
     let _one = one_accelerator();
     let acc = Accelerator::new().unwrap();
-    let model = linear_model(2, 1);
+    let mut model = linear_model(2, 1);
     let mut opt = Optimizer::with(&model, Sgd::new().lr(0.1)).unwrap();
     assert_eq!(opt.group_count().unwrap(), 1);
     let frozen_bias = opt.add_group(&["fc.bias"]).unwrap();
@@ -26,7 +26,7 @@ fn each_group_steps_with_its_own_options() {
     opt.set_group(frozen_bias, "lr", 0.0).unwrap();
     assert_eq!((opt.lr().unwrap(), opt.group_lr(1).unwrap()), (0.1, 0.0));
 
-    acc.prepare(&[&model, &opt]).unwrap();
+    acc.prepare((&mut model, &mut opt)).unwrap();
     let (w0, b0) = (
         model.tensor("fc.weight").unwrap().to_vec::<f32>().unwrap(),
         model.tensor("fc.bias").unwrap().to_vec::<f32>().unwrap(),

@@ -5,8 +5,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use accel::{Error, Model, PretrainedOptions, Status, Tensor};
 use common::temp_dir;
-use libaccel::{Error, Model, PretrainedOptions, Status, Tensor};
 
 /// The safetensors file of a base model (no "bert." prefix), written by hand: 8 bytes of header
 /// length (little-endian), the JSON header, the raw data. encoder.weight (F16 2x2 = 1,2,3,4),

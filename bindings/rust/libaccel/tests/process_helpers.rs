@@ -3,8 +3,8 @@
 
 mod common;
 
+use accel::Accelerator;
 use common::one_accelerator;
-use libaccel::Accelerator;
 
 #[test]
 fn alone_every_helper_runs_here() {
@@ -50,11 +50,8 @@ fn alone_every_helper_runs_here() {
         }));
         assert!(panicked.is_err());
     }
-    let result: libaccel::Result<libaccel::Result<()>> = acc.local_main_process_first(|| {
-        Err(libaccel::Error::new(
-            libaccel::Status::Io,
-            "the block's error",
-        ))
+    let result: accel::Result<accel::Result<()>> = acc.local_main_process_first(|| {
+        Err(accel::Error::new(accel::Status::Io, "the block's error"))
     });
     assert_eq!(result.unwrap().unwrap_err().message(), "the block's error");
     assert_eq!(acc.local_main_process_first(|| 1).unwrap(), 1);

@@ -6,8 +6,8 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use accel::{Accelerator, Model, ProfileOptions, Profiler, Status, Tensor};
 use common::{linear_model, one_accelerator, temp_dir};
-use libaccel::{Accelerator, Model, ProfileOptions, Profiler, Status, Tensor};
 
 /// One step's work: a forward and a backward, so that LibTorch has operators to record.
 fn work(acc: &Accelerator, model: &Model) {

@@ -6,11 +6,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::{next_values, one_accelerator, temp_dir};
-use libaccel::{
+use accel::{
     fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Dtype, Field, Padding, Sample,
     Status, Tensor,
 };
+use common::{next_values, one_accelerator, temp_dir};
 
 /// Every call of a stream's closure: (epoch, position).
 type Calls = Arc<Mutex<Vec<(i64, i64)>>>;
@@ -37,7 +37,7 @@ fn stream_corpus(lengths: &[i64]) -> (Dataset, Calls) {
 }
 
 /// The labels (field 1) of a batch.
-fn labels_of(batch: libaccel::Batch) -> Vec<i64> {
+fn labels_of(batch: accel::Batch) -> Vec<i64> {
     batch[1].to_vec::<i64>().unwrap()
 }
 
@@ -114,7 +114,7 @@ fn a_failing_stream_closure_keeps_the_position_and_the_next_call_gives_the_faile
         Ok((i < 10).then(|| Sample::new().with(0, &[i])))
     })
     .unwrap();
-    let first = |b: libaccel::Batch| b[0].to_vec::<i64>().unwrap();
+    let first = |b: accel::Batch| b[0].to_vec::<i64>().unwrap();
     for workers in [0, 2] {
         failed.store(false, Ordering::SeqCst);
         panicked.store(false, Ordering::SeqCst);
@@ -157,7 +157,7 @@ fn a_failing_stream_closure_keeps_the_position_and_the_next_call_gives_the_faile
     })
     .unwrap();
     let mut loader = DataLoader::with(&acc, &data, DataLoaderOptions::new().batch_size(2)).unwrap();
-    let rows = |b: libaccel::Batch| b[0].to_vec::<i32>().unwrap();
+    let rows = |b: accel::Batch| b[0].to_vec::<i32>().unwrap();
     assert_eq!(rows(loader.next_batch().unwrap().unwrap()), [0, 0, 1, 0]);
     let e = loader.next_batch().unwrap_err();
     assert_eq!(e.status(), Status::Callback);

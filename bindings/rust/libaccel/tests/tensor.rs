@@ -4,9 +4,9 @@ mod common;
 
 use std::sync::Arc;
 
-use libaccel::{Dtype, Status, Tensor};
+use accel::{Dtype, Status, Tensor};
 
-fn round_trip<T: libaccel::Element + PartialEq + std::fmt::Debug>(values: &[T]) {
+fn round_trip<T: accel::Element + PartialEq + std::fmt::Debug>(values: &[T]) {
     let t = Tensor::from_slice(values, &[2, values.len() as i64 / 2]).unwrap();
     assert_eq!(t.dtype().unwrap(), T::DTYPE);
     assert_eq!(t.to_vec::<T>().unwrap(), values);
@@ -38,8 +38,8 @@ fn tensors_copy_every_element_type() {
     assert_eq!(t.data_size().unwrap(), 96);
     let s = Tensor::scalar(7i64).unwrap();
     assert_eq!(s.shape().unwrap(), Vec::<i64>::new());
-    assert_eq!(s.item_i64().unwrap(), 7);
-    assert_eq!(s.item_f64().unwrap(), 7.0);
+    assert_eq!(s.item::<i64>().unwrap(), 7);
+    assert_eq!(s.item::<f64>().unwrap(), 7.0);
     // Shared between threads: tensors are Send + Sync.
     let shared = Arc::new(t);
     let other = Arc::clone(&shared);
@@ -65,9 +65,46 @@ fn bad_tensor_input_is_an_error() {
         t.copy_to(&mut [0f32; 3]).unwrap_err().status(),
         Status::Shape
     );
-    assert_eq!(t.item_f64().unwrap_err().status(), Status::Shape);
+    assert_eq!(t.item::<f64>().unwrap_err().status(), Status::Shape);
     let scalar = Tensor::scalar(1.5f32).unwrap();
-    assert_eq!(scalar.item_i64().unwrap_err().status(), Status::Dtype);
+    assert_eq!(scalar.item::<i64>().unwrap_err().status(), Status::Dtype);
     let too_many = vec![1i64; 17];
     assert!(Tensor::from_slice(&[1u8], &too_many).is_err());
+}
+
+/// item::<T>() reads each Scalar type as PyTorch's item() does, and TryFrom<&Tensor> is the same
+/// call; what a type cannot hold is a Dtype error, not a wrapped value.
+#[test]
+fn item_reads_each_scalar_type() {
+    let loss = Tensor::scalar(0.25f32).unwrap();
+    assert_eq!(loss.item::<f64>().unwrap(), 0.25);
+    assert_eq!(loss.item::<f32>().unwrap(), 0.25f32);
+    assert!(loss.item::<bool>().unwrap());
+    assert_eq!(f32::try_from(&loss).unwrap(), 0.25f32);
+    let count = Tensor::scalar(300i64).unwrap();
+    assert_eq!(count.item::<i64>().unwrap(), 300);
+    assert_eq!(count.item::<i32>().unwrap(), 300);
+    assert_eq!(count.item::<i16>().unwrap(), 300);
+    assert_eq!(count.item::<f64>().unwrap(), 300.0);
+    assert_eq!(i64::try_from(&count).unwrap(), 300);
+    assert_eq!(f64::try_from(&count).unwrap(), 300.0);
+    let e = count.item::<u8>().unwrap_err();
+    assert_eq!(e.status(), Status::Dtype);
+    assert!(e.message().contains("300 does not fit in u8"), "{e}");
+    assert_eq!(count.item::<i8>().unwrap_err().status(), Status::Dtype);
+    let big = Tensor::scalar(i64::from(i32::MAX) + 1).unwrap();
+    assert_eq!(big.item::<i32>().unwrap_err().status(), Status::Dtype);
+    assert_eq!(Tensor::scalar(-3i32).unwrap().item::<i8>().unwrap(), -3);
+    assert!(!Tensor::scalar(false).unwrap().item::<bool>().unwrap());
+    assert!(Tensor::scalar(true).unwrap().item::<bool>().unwrap());
+    assert_eq!(Tensor::scalar(true).unwrap().item::<i64>().unwrap(), 1);
+    assert!(!Tensor::scalar(0i64).unwrap().item::<bool>().unwrap());
+    assert_eq!(
+        Tensor::scalar(2.5f64).unwrap().item::<f32>().unwrap(),
+        2.5f32
+    );
+    assert_eq!(i32::try_from(&loss).unwrap_err().status(), Status::Dtype);
+    let two = Tensor::from_slice(&[1i64, 2], &[2]).unwrap();
+    assert_eq!(two.item::<bool>().unwrap_err().status(), Status::Shape);
+    assert_eq!(i64::try_from(&two).unwrap_err().status(), Status::Shape);
 }

@@ -5,11 +5,11 @@ mod common;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use common::{next_values, one_accelerator};
-use libaccel::{
+use accel::{
     fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, Dtype, Field, Mask, Padding,
     PaddingSide, Status, Tensor,
 };
+use common::{next_values, one_accelerator};
 
 /// A corpus of `lengths.len()` samples: sample i has the tokens 100 * i + j for j < lengths[i]
 /// (a ragged i64 field) and the label i (an i64 scalar).
@@ -98,17 +98,16 @@ fn ragged_batches_are_padded_to_the_longest_with_masks() {
     let key = std::ffi::CString::new("mask").unwrap();
     let none = std::ffi::CString::new("none").unwrap();
     // SAFETY: a live handle and NUL-terminated strings.
-    let status = unsafe {
-        libaccel::sys::accel_dataloader_set(loader.as_raw(), key.as_ptr(), none.as_ptr())
-    };
-    assert_eq!(status, libaccel::sys::ACCEL_OK);
+    let status =
+        unsafe { accel::sys::accel_dataloader_set(loader.as_raw(), key.as_ptr(), none.as_ptr()) };
+    assert_eq!(status, accel::sys::ACCEL_OK);
     assert_eq!(next_values(&mut loader).len(), 2);
     let attention = std::ffi::CString::new("attention_mask").unwrap();
     // SAFETY: as above.
     let status = unsafe {
-        libaccel::sys::accel_dataloader_set(loader.as_raw(), key.as_ptr(), attention.as_ptr())
+        accel::sys::accel_dataloader_set(loader.as_raw(), key.as_ptr(), attention.as_ptr())
     };
-    assert_eq!(status, libaccel::sys::ACCEL_OK);
+    assert_eq!(status, accel::sys::ACCEL_OK);
     assert_eq!(
         next_values(&mut loader).len(),
         3,
@@ -259,7 +258,7 @@ fn length_closure_failures_come_back_from_next() {
     let _one = one_accelerator();
     let acc = Accelerator::new().unwrap();
     let spec = [Field::ragged(Dtype::F32, &[2])];
-    let fill = |_: i64, f: &mut [&mut [u8]]| -> Result<(), libaccel::BoxError> {
+    let fill = |_: i64, f: &mut [&mut [u8]]| -> Result<(), accel::BoxError> {
         f[0].fill(0);
         Ok(())
     };

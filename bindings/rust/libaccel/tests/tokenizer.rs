@@ -3,8 +3,8 @@
 
 mod common;
 
+use accel::{Status, Tokenizer};
 use common::{repo_root, temp_dir};
-use libaccel::{Status, Tokenizer};
 
 #[test]
 fn encodes_a_vocabulary_written_here() {

@@ -6,8 +6,8 @@ mod common;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
+use accel::{Accelerator, BoxError, Config, Status, Tracker, Value, Values, ValuesRef};
 use common::{one_accelerator, temp_dir, tracking_config};
-use libaccel::{Accelerator, BoxError, Config, Status, Tracker, Value, Values, ValuesRef};
 
 #[test]
 fn values_keep_numbers_and_texts_in_the_order_first_set() {

@@ -8,12 +8,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::{one_accelerator, repo_root, temp_dir};
-use libaccel::{
+use accel::{
     Accelerator, CallbackResult, Config, ControlFlag, DataLoader, Dataset, EvalOutput, Metrics,
     Model, Optimizer, Scheduler, Status, Tensor, Trainer, TrainerCallback, TrainerContext,
     TrainerEvent,
 };
+use common::{one_accelerator, repo_root, temp_dir};
 
 const FEATURES: usize = 8;
 const CLASSES: i64 = 4;
@@ -350,8 +350,8 @@ fn predict_returns_every_sample_once_in_order() {
     let _one = one_accelerator();
     let dir = temp_dir("trainer-predict");
     let mut s = setup(24, 10, false);
-    let other = loader(&s.acc, 23, false);
-    s.acc.prepare(&[&other]).unwrap();
+    let mut other = loader(&s.acc, 23, false);
+    s.acc.prepare(&mut other).unwrap();
     let settings = format!("speed_metrics=false,output_dir={}", dir.display());
     let mut trainer = trainer!(s, &settings).unwrap();
     let batches = Arc::new(AtomicUsize::new(0));
@@ -546,10 +546,7 @@ fn auto_find_batch_size_retries_what_ran_out_of_memory() {
                 .set_training_step(move |model, batch| {
                     if batch[0].shape()?[0] > 3 {
                         counter.fetch_add(1, Ordering::Relaxed);
-                        return Err(Box::new(libaccel::Error::new(
-                            Status::OutOfMemory,
-                            "pretend",
-                        )));
+                        return Err(Box::new(accel::Error::new(Status::OutOfMemory, "pretend")));
                     }
                     Ok(model.call1("training_step", batch)?)
                 })

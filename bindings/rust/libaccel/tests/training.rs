@@ -3,14 +3,14 @@
 
 mod common;
 
-use common::{linear_model, one_accelerator};
-use libaccel::layers::{self, BatchNorm2d, Conv2d, Embedding, Layer, LayerNorm, Linear};
-use libaccel::optimizers::{self, Adagrad, Adam, AdamW, OptimizerOptions, RmsProp, Sgd};
-use libaccel::schedules::{self, Anneal, SchedulerOptions};
-use libaccel::{
+use accel::layers::{self, BatchNorm2d, Conv2d, Embedding, Layer, LayerNorm, Linear};
+use accel::optimizers::{self, Adagrad, Adam, AdamW, OptimizerOptions, RmsProp, Sgd};
+use accel::schedules::{self, Anneal, SchedulerOptions};
+use accel::{
     fields, Accelerator, DataLoader, DataLoaderOptions, Dataset, DistributedType, Model, Optimizer,
-    Precision, Scheduler, Status, Tensor,
+    Precision, Prepare, Scheduler, Status, Tensor,
 };
+use common::{linear_model, one_accelerator};
 
 /// Every typed option of every kind, each at a value other than its default: the library takes
 /// them all (a key misspelt in the binding would be its "unknown option" error), and they mean
@@ -81,7 +81,7 @@ fn typed_options_are_the_librarys_options() {
     assert!(e.message().contains("beta1"), "{e}");
 
     // A schedule's base rate is its optimizer's rate when made: a fresh optimizer for each.
-    type MakeScheduler<'a> = &'a dyn Fn(&Optimizer) -> libaccel::Result<Scheduler>;
+    type MakeScheduler<'a> = &'a dyn Fn(&Optimizer) -> accel::Result<Scheduler>;
     let schedule = |make: MakeScheduler| {
         let mut s = make(&optimizer(&model, Sgd::new().lr(1.0))).unwrap();
         s.step().unwrap();
@@ -213,11 +213,12 @@ fn an_accelerator_trains_alone() {
     let mut loader = DataLoader::new(&acc, &data).unwrap();
     loader.set("batch_size", 32).unwrap();
     loader.set("shuffle", true).unwrap();
-    let model = linear_model(2, 1);
+    let mut model = linear_model(2, 1);
     let mut opt = Optimizer::new(&model, "sgd").unwrap();
     opt.set("lr", 0.1).unwrap();
     let mut sched = Scheduler::new(&opt, "constant").unwrap();
-    acc.prepare(&[&model, &opt, &sched, &loader]).unwrap();
+    acc.prepare((&mut model, &mut opt, &mut sched, &mut loader))
+        .unwrap();
     let (mut first, mut last) = (0.0, 0.0);
     for epoch in 0..20 {
         loader.set_epoch(epoch).unwrap();
@@ -233,7 +234,7 @@ fn an_accelerator_trains_alone() {
             opt.step().unwrap();
             sched.step().unwrap();
             opt.zero_grad().unwrap();
-            last = loss.item_f64().unwrap();
+            last = loss.item::<f64>().unwrap();
             if epoch == 0 && first == 0.0 {
                 first = last;
             }
@@ -246,4 +247,40 @@ fn an_accelerator_trains_alone() {
         (w[0] - 2.0).abs() < 0.05 && (w[1] + 1.0).abs() < 0.05,
         "{w:?}"
     );
+}
+
+/// prepare takes its objects mutably borrowed in each form: a tuple (with a `&mut dyn Prepare`
+/// in it), one object, or a slice counted at run time; each prepares what it is given (a
+/// prepared model takes no new layers, an unprepared one does).
+#[test]
+fn prepare_takes_a_tuple_one_object_or_a_slice() {
+    let _one = one_accelerator();
+    let acc = Accelerator::new().unwrap();
+    let x = Tensor::from_slice(&[0f32; 8], &[4, 2]).unwrap();
+    let data = Dataset::from_tensors(&[&x]).unwrap();
+    let mut loader = DataLoader::new(&acc, &data).unwrap();
+    acc.prepare(&mut loader).unwrap();
+
+    let mut listed = linear_model(2, 1);
+    let mut listed_opt = Optimizer::new(&listed, "sgd").unwrap();
+    let mut objects: Vec<&mut dyn Prepare> = vec![&mut listed, &mut listed_opt];
+    acc.prepare(objects.as_mut_slice()).unwrap();
+    let prepared = listed.add_layer("more", "linear", "in_features=1 out_features=1");
+    assert_eq!(prepared.unwrap_err().status(), Status::State);
+
+    let mut paired = linear_model(2, 1);
+    let mut paired_opt = Optimizer::new(&paired, "sgd").unwrap();
+    let mut unprepared = linear_model(2, 1);
+    let opt: &mut dyn Prepare = &mut paired_opt;
+    acc.prepare((&mut paired, opt)).unwrap();
+    assert_eq!(
+        paired
+            .add_layer("more", "linear", "in_features=1 out_features=1")
+            .unwrap_err()
+            .status(),
+        Status::State
+    );
+    unprepared
+        .add_layer("more", "linear", "in_features=1 out_features=1")
+        .unwrap();
 }

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use libaccel::{Accelerator, DataLoader, DataLoaderOptions, Dataset, Scheduler, Values};
+use accel::{Accelerator, DataLoader, DataLoaderOptions, Dataset, Scheduler, Values};
 
 /// Starts the trackers' run (none write unless the configuration's `log_with` names some) with
 /// the C example's hyperparameters.
@@ -15,7 +15,7 @@ pub fn init_trackers(
     batch: i64,
     world: i64,
     accum: i64,
-) -> libaccel::Result<()> {
+) -> accel::Result<()> {
     let config = Values::from_pairs([
         ("lr", lr),
         ("batch_size", batch as f64),
@@ -32,7 +32,7 @@ pub fn loaders(
     dir: &str,
     batch: i64,
     workers: usize,
-) -> libaccel::Result<(DataLoader, DataLoader)> {
+) -> accel::Result<(DataLoader, DataLoader)> {
     let set = |images: &str, labels: &str| {
         Dataset::from_idx(&[format!("{dir}/{images}"), format!("{dir}/{labels}")])
     };
@@ -73,10 +73,7 @@ impl Progress {
     }
 
     /// The next batch of `loader`, its wait counted; `None` at the end of the epoch.
-    pub fn next_batch(
-        &mut self,
-        loader: &mut DataLoader,
-    ) -> libaccel::Result<Option<libaccel::Batch>> {
+    pub fn next_batch(&mut self, loader: &mut DataLoader) -> accel::Result<Option<accel::Batch>> {
         let asked = Instant::now();
         let batch = loader.next_batch()?;
         self.waited += asked.elapsed().as_secs_f64();
@@ -92,7 +89,7 @@ impl Progress {
         sched: &Scheduler,
         epoch: i64,
         value: f64,
-    ) -> libaccel::Result<()> {
+    ) -> accel::Result<()> {
         self.loss_avg = if self.step == 0 {
             value
         } else {
@@ -123,7 +120,7 @@ impl Progress {
     }
 
     /// The test accuracy to the trackers, at the last step, and the end of their run.
-    pub fn finish(&self, acc: &Accelerator, accuracy: f64) -> libaccel::Result<()> {
+    pub fn finish(&self, acc: &Accelerator, accuracy: f64) -> accel::Result<()> {
         let values = Values::new()?.number("accuracy", accuracy)?;
         acc.log(&values, Some(self.step as u64))?;
         acc.end_training()

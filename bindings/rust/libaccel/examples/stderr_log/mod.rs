@@ -6,7 +6,7 @@
 
 use std::io::Write;
 
-use libaccel::LogLevel;
+use accel::LogLevel;
 use log::kv::Key;
 
 struct StderrLog;

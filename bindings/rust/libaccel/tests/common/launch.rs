@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use libaccel::{Accelerator, Model, Tensor};
+use accel::{Accelerator, Model, Tensor};
 
 use super::repo_root;
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use libaccel::{Config, DataLoader, Model};
+use accel::{Config, DataLoader, Model};
 
 pub mod launch;
 
@@ -52,7 +52,7 @@ pub fn linear_model(inputs: usize, outputs: usize) -> Model {
 }
 
 /// A batch as (shape, i64 values) per field.
-pub fn shapes_and_values(batch: libaccel::Batch) -> Vec<(Vec<i64>, Vec<i64>)> {
+pub fn shapes_and_values(batch: accel::Batch) -> Vec<(Vec<i64>, Vec<i64>)> {
     batch
         .iter()
         .map(|t| (t.shape().unwrap(), t.to_vec::<i64>().unwrap()))

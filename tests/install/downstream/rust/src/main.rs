@@ -1,8 +1,8 @@
 //! A project of its own that depends on libaccel by README.md's lines alone (tests/install):
 //! under `accel launch -n 2` the ranks gather their indices and rank 0 reports.
-use libaccel::{Accelerator, Tensor};
+use accel::{Accelerator, Tensor};
 
-fn main() -> libaccel::Result<()> {
+fn main() -> accel::Result<()> {
     let acc = Accelerator::new()?;
     let rank = acc.process_index()?;
     let world = acc.num_processes()?;
@@ -16,7 +16,7 @@ fn main() -> libaccel::Result<()> {
     if acc.is_main_process()? {
         println!(
             "downstream ok: libaccel {}, {world} ranks",
-            libaccel::version()
+            accel::version()
         );
     }
     Ok(())
