@@ -51,7 +51,7 @@ c=($dir/bin/train_fashion_mnist)
 run() {  # program... -> "steady-rate outside-seconds"
   local start end out
   start=$(date +%s.%N)
-  out=$($dir/bin/accel launch -n "$procs" "$@" --max-steps "$steps" --workers 1)
+  out=$($dir/bin/accel launch -n "$procs" "$@" --max-steps "$steps" --workers 1 2>&1)  # the log is on stderr
   end=$(date +%s.%N)
   awk -v start="$start" -v end="$end" -v world="$procs" '
     / step [0-9]+\/[0-9]+ / {

@@ -285,3 +285,45 @@ fn dropping_a_dataloader_while_workers_run_stops_the_closure() {
         "never called after drop"
     );
 }
+
+#[test]
+fn an_interruption_ends_a_wait_for_the_workers_and_loses_no_batch() {
+    let _one = one_accelerator();
+    let acc = Arc::new(Accelerator::new().unwrap());
+    // Sample i is the byte i; sample 0 takes a second on the worker.
+    let data = Dataset::from_fn(4, &[Field::new(Dtype::U8, &[])], |i, f| {
+        if i == 0 {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        f[0][0] = i as u8;
+        Ok(())
+    })
+    .unwrap();
+    let mut loader = DataLoader::with(
+        &acc,
+        &data,
+        DataLoaderOptions::new().batch_size(1).num_workers(1),
+    )
+    .unwrap();
+    let watcher = {
+        let acc = Arc::clone(&acc);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            acc.set_interrupted(true).unwrap();
+        })
+    };
+    let start = std::time::Instant::now();
+    let e = loader.next_batch().unwrap_err();
+    watcher.join().unwrap();
+    assert_eq!(e.status(), Status::Cancelled, "{e}");
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+    acc.set_interrupted(false).unwrap();
+    for want in [0u8, 1] {
+        let [x] = fields(loader.next_batch().unwrap().unwrap()).unwrap();
+        assert_eq!(x.to_vec::<u8>().unwrap(), vec![want]);
+    }
+}
