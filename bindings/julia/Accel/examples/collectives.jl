@@ -26,18 +26,18 @@ Accelerator() do acc
     set_seed(acc, 42)
     main = is_main_process(acc) ? ", main process" : ""
     # One write: the ranks share the launcher's pipe, and println writes the newline apart.
-    print("rank $rank of $world (local rank $(local_process_index(acc))) on $(device(acc))$main\n")
+    print("rank $rank of $world (local rank $(local_process_index(acc))) on $(Accel.device(acc))$main\n")
     flush(stdout)
     wait_for_everyone(acc)
     println(acc, "distributed type $(distributed_type(acc)), mixed precision $(mixed_precision(acc)), ",
             "libaccel $(Accel.library_version())")
 
     # gather: rank r contributes [r*10, r*10+1]; everyone gets [0, 1, 10, 11, ...].
-    print_values(acc, "gather", gather(acc, Float32[rank * 10, rank * 10 + 1]))
+    print_values(acc, "gather", Accel.gather(acc, Float32[rank * 10, rank * 10 + 1]))
 
     # pad_across_processes: rank r holds r+1 ones; padded with -1 to the longest, then gathered.
     padded = pad_across_processes(acc, ones(Float32, min(rank + 1, 16)); pad_value = -1)
-    print_values(acc, "pad + gather", gather(acc, padded))
+    print_values(acc, "pad + gather", Accel.gather(acc, padded))
 
     # reduce: sum and mean of (rank + 1), a number in and a number out.
     print_values(acc, "reduce sum of rank+1", reduce_across(acc, Float32(rank + 1); reduction = :sum))

@@ -65,7 +65,7 @@ function train_step(acc, model, opt, sched, images, labels)
     accumulate_gradients!(acc)
     value = model(:training_step, images, labels) do loss
         backward(acc, loss)
-        item(loss)
+        only(loss)
     end
     step!(opt)
     step!(sched)
@@ -81,7 +81,7 @@ function main(o)
     set_seed(acc, 1234)
 
     # The CNN of PyTorch's MNIST example.
-    model = Model()
+    model = Accel.Model()
     add_layer!(model, "conv1", :conv2d; in_channels = 1, out_channels = 32, kernel_size = 3)
     add_layer!(model, "conv2", :conv2d; in_channels = 32, out_channels = 64, kernel_size = 3)
     add_layer!(model, "fc1", :linear; in_features = 9216, out_features = 128)
@@ -92,18 +92,18 @@ function main(o)
     dir = o["data"]
     train_set = idx_dataset("$dir/train-images-idx3-ubyte.gz", "$dir/train-labels-idx1-ubyte.gz")
     test_set = idx_dataset("$dir/t10k-images-idx3-ubyte.gz", "$dir/t10k-labels-idx1-ubyte.gz")
-    train = DataLoader(acc, train_set; batch_size = batch, shuffle = true, seed = 42,
+    train = Accel.DataLoader(acc, train_set; batch_size = batch, shuffle = true, seed = 42,
                        num_workers = o["workers"])
-    test = DataLoader(acc, test_set; batch_size = 100, num_workers = 1)
+    test = Accel.DataLoader(acc, test_set; batch_size = 100, num_workers = 1)
     total_steps = length(train) * o["epochs"]
     if 0 < o["max-steps"] < total_steps
         total_steps = o["max-steps"]
     end
 
-    opt = Optimizer(model, :adamw; lr = o["lr"])
+    opt = Accel.Optimizer(model, :adamw; lr = o["lr"])
     # The schedule counts single-process optimizer steps: the accelerator steps it num_processes
     # times per step (see accel_scheduler_new), so it is written for total_steps * world / accum.
-    sched = Scheduler(opt, :linear; warmup_steps = total_steps * world ÷ o["accum"] ÷ 10,
+    sched = Accel.Scheduler(opt, :linear; warmup_steps = total_steps * world ÷ o["accum"] ÷ 10,
                       total_steps = total_steps * world ÷ o["accum"])
     prepare(acc, model, opt, sched, train, test)
     log_message(acc, Logging.Info, string("$world process(es), $params parameters, $total_steps ",
@@ -117,7 +117,7 @@ function main(o)
     epoch = 0
     while epoch < o["epochs"] && step < total_steps
         set_epoch!(train, epoch)
-        trainmode!(model)
+        Accel.trainmode!(model)
         epoch += 1
         asked = time()
         for (images, labels) in train   # each batch is closed when the loop moves on
@@ -145,7 +145,7 @@ function main(o)
     end
 
     # Evaluation: each test sample counted once over all processes.
-    testmode!(model)
+    Accel.testmode!(model)
     correct, seen = 0, 0
     for (images, labels) in test
         values = model(:correct, images, labels) do hits

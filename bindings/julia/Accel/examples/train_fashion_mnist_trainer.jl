@@ -76,7 +76,7 @@ end
 
 # The CNN of PyTorch's MNIST example.
 function cnn()
-    model = Model()
+    model = Accel.Model()
     add_layer!(model, "conv1", :conv2d; in_channels = 1, out_channels = 32, kernel_size = 3)
     add_layer!(model, "conv2", :conv2d; in_channels = 32, out_channels = 64, kernel_size = 3)
     add_layer!(model, "fc1", :linear; in_features = 9216, out_features = 128)
@@ -111,17 +111,17 @@ function main(o)
     dir = o["data"]
     train_set = idx_dataset("$dir/train-images-idx3-ubyte.gz", "$dir/train-labels-idx1-ubyte.gz")
     test_set = idx_dataset("$dir/t10k-images-idx3-ubyte.gz", "$dir/t10k-labels-idx1-ubyte.gz")
-    train = DataLoader(acc, train_set; batch_size = batch, shuffle = true, seed = 42,
+    train = Accel.DataLoader(acc, train_set; batch_size = batch, shuffle = true, seed = 42,
                        num_workers = o["workers"])
     # The test images in batches of 100, as train_fashion_mnist.jl (why there).
-    test = DataLoader(acc, test_set; batch_size = 100, num_workers = 1)
+    test = Accel.DataLoader(acc, test_set; batch_size = 100, num_workers = 1)
 
     # The optimizer updates the run makes: an epoch ends with a shorter accumulation window.
     updates = cld(length(train), o["accum"]) * o["epochs"]
     0 < o["max-steps"] < updates && (updates = o["max-steps"])
-    opt = Optimizer(model, :adamw; lr = o["lr"])
+    opt = Accel.Optimizer(model, :adamw; lr = o["lr"])
     # As train_fashion_mnist.jl: the accelerator steps the schedule num_processes times a step.
-    sched = Scheduler(opt, :linear; warmup_steps = updates * world ÷ 10,
+    sched = Accel.Scheduler(opt, :linear; warmup_steps = updates * world ÷ 10,
                       total_steps = updates * world)
 
     # Prepares the model, optimizer, schedule and both loaders (prepare's order).

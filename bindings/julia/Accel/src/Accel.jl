@@ -11,7 +11,7 @@ processes, many machines) on LibTorch, through libaccel's C interface (accel.h, 
             accumulate_gradients!(acc)
             value = model(:training_step, x, y) do loss
                 backward(acc, loss)
-                item(loss)                      # the loss is closed when the block ends
+                only(loss)                      # the loss is closed when the block ends
             end
             step!(opt); zero_grad!(opt)
             mean_loss = reduce_across(acc, value; reduction = :mean)   # a number
@@ -78,22 +78,26 @@ using Logging: LogLevel, AbstractLogger, @logmsg, with_logger
 
 const PACKAGE_VERSION = v"0.2.4"
 
-export AccelError, Status, DType, Tensor, shape, dtype, item, rawdata,
+# Exported: libaccel's own names, none of which Base, Flux (NNlib), MLUtils or Optimisers export.
+# The generic ones (DataLoader, Model, Optimizer, Scheduler, call, device, shape, gather,
+# trainmode!, testmode!, and the Flux-style Chain, Dense, Conv, ...) are qualified, `Accel.Model`,
+# or imported by name, `using Accel: DataLoader, Model`.
+export AccelError, Status, DType, Tensor, dtype, rawdata,
        Config, load_file!, dump_yaml,
        Accelerator, process_index, local_process_index, num_processes, is_main_process,
-       is_local_main_process, device, distributed_type, mixed_precision, effective_config,
-       wait_for_everyone, main_process_first, join_uneven_inputs, set_seed,
+       is_local_main_process, distributed_type, mixed_precision, effective_config,
+       wait_for_everyone, set_interrupted!, main_process_first, join_uneven_inputs, set_seed,
        local_main_process_first, is_last_process, on_main_process, on_local_main_process,
        on_last_process, on_process,
-       gather, pad_across_processes, reduce_across, broadcast_across, gather_object, gather_bytes,
+       pad_across_processes, reduce_across, broadcast_across, gather_object, gather_bytes,
        gather_for_metrics, split_between_processes, set_trigger!, check_trigger,
        Dataset, RaggedField, idx_dataset, stream_dataset, text_lines_dataset, isstream,
-       DataLoader, next_batch, set!, set_field!, set_epoch!, epoch, end_of_epoch, remainder,
+       next_batch, set!, set_field!, set_epoch!, epoch, end_of_epoch, remainder,
        skip_first_batches!, set_position!, field_count,
-       Model, empty_model, load_torchscript, add_layer!, define!, call, trainmode!, testmode!,
+       empty_model, load_torchscript, add_layer!, define!,
        add_parameter!, add_buffer!, forward, set_requires_grad!, check_torch,
        parameter_count, tensor_names, save_torchscript,
-       Optimizer, Scheduler, step!, zero_grad!, lr, set_lr!, step_was_skipped,
+       step!, zero_grad!, lr, set_lr!, step_was_skipped,
        add_group!, set_group!, group_count,
        prepare, accumulate_gradients!, sync_gradients, backward, clip_grad_norm!, clip_grad_value!,
        no_sync, find_executable_batch_size, LocalSgd, finish!, average_count,
@@ -117,6 +121,7 @@ include("dataset.jl")
 include("stream.jl")
 include("dataloader.jl")
 include("model.jl")
+include("chain.jl")
 include("optim.jl")
 include("accelerator.jl")
 include("collectives.jl")

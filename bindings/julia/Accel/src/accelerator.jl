@@ -139,6 +139,21 @@ function wait_for_everyone(acc::Accelerator)
 end
 
 """
+    set_interrupted!(acc, interrupted::Bool)
+
+Interrupts (`true`) or stops interrupting (`false`) every call of this process that waits on other
+processes or on a dataloader's workers: while set, such a call throws `ERR_CANCELLED` within about
+50 ms, and one that would start waiting throws it at once (accel.h, `accel_set_interrupted`). Call
+it from another thread while one waits (`Threads.@spawn` with `JULIA_NUM_THREADS` >= 2: a task on
+the waiting thread does not run while a library call blocks it). A collective it ends leaves the
+process group unusable; a dataloader loses no batch.
+"""
+function set_interrupted!(acc::Accelerator, interrupted::Bool)
+    @check accel_set_interrupted(acc, Cint(interrupted))
+    acc
+end
+
+"""
     println(acc, xs...)
 
 Prints `xs` and a newline on the local main process only (Accelerate's `accelerator.print`).

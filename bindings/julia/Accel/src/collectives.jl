@@ -79,7 +79,7 @@ const REDUCTIONS = (sum = 0, mean = 1, max = 2, min = 3)
 The element-wise `:sum`, `:mean`, `:max` or `:min` of every rank's `x`, on every rank
 (Accelerate's `reduce`; named apart from Base's `reduce(op, collection)`, which this is not). A
 `Tensor` gives a `Tensor` (close it), an array an `Array`, a number a number of its type:
-`reduce_across(acc, item(loss); reduction = :mean)` is the mean loss over the processes. `:mean`
+`reduce_across(acc, only(loss); reduction = :mean)` is the mean loss over the processes. `:mean`
 wants floating-point elements.
 """
 function reduce_across(acc::Accelerator, x; reduction::Union{Symbol,AbstractString} = :sum)

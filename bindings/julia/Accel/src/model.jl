@@ -146,7 +146,7 @@ when it returns, with what `f` returns the call's value. A training step needs n
 
     value = model(:training_step, x, y) do loss
         backward(acc, loss)
-        item(loss)
+        only(loss)
     end
 """
 function call(f::Function, model::Model, method::Union{Symbol,AbstractString}, inputs...)

@@ -145,18 +145,30 @@ The tensor's elements as bytes, row-major (the library's order; for BF16 and for
 rawdata(t::Tensor) = copy_out!(Vector{UInt8}(undef, datasize(t)), t)
 
 """
-    item(t)
-    item(T::Type{Float64}, t), item(T::Type{Int64}, t)
+    only(t), t[]
 
-The value of a one-element tensor: a Float64 for floating-point tensors, an Int64 for integer and
-Bool tensors. More than one element throws `ERR_SHAPE`.
+The value of a one-element tensor, as Julia reads a one-element array: a Float64 for
+floating-point tensors, a Bool for Bool ones, an Int64 for the other integers. More than one
+element throws `ERR_SHAPE`.
 """
-item(t::Tensor) = dtype(t) in (F32, F64, F16, BF16) ? item(Float64, t) : item(Int64, t)
-function item(::Type{Float64}, t::Tensor)
-    @out Float64 accel_tensor_item_f64(t)
+function Base.only(t::Tensor)
+    d = dtype(t)
+    d in (F32, F64, F16, BF16) && return @out Float64 accel_tensor_item_f64(t)
+    v = @out Int64 accel_tensor_item_i64(t)
+    d == BOOL ? v != 0 : v
 end
-function item(::Type{Int64}, t::Tensor)
-    @out Int64 accel_tensor_item_i64(t)
+Base.getindex(t::Tensor) = only(t)
+
+# Deprecated in 0.3 (removed in 0.4): Julia writes only(t) or t[]. Not exported any more.
+function item(t::Tensor)
+    Base.depwarn("`Accel.item(t)` is deprecated, use `only(t)` or `t[]`", :item)
+    d = dtype(t)
+    d in (F32, F64, F16, BF16) ? (@out Float64 accel_tensor_item_f64(t)) :
+    (@out Int64 accel_tensor_item_i64(t))
+end
+function item(::Type{T}, t::Tensor) where {T<:Union{Float64,Int64}}
+    Base.depwarn("`Accel.item($T, t)` is deprecated, use `$T(only(t))`", :item)
+    T === Float64 ? (@out Float64 accel_tensor_item_f64(t)) : (@out Int64 accel_tensor_item_i64(t))
 end
 
 function Base.show(io::IO, t::Tensor)

@@ -45,7 +45,7 @@
     kept = nothing
     @test reduce_across(acc, Tensor(2.5)) do t
         kept = t
-        item(t)
+        only(t)
     end == 2.5
     @test !isopen(kept)   # the do-block form closed the result
     @test error_of(() -> reduce_across(acc, [1.0]; reduction = :median)).status == Accel.ERR_INVALID_ARGUMENT

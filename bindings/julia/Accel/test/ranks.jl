@@ -9,6 +9,8 @@
 #     `equiv B OUT adamw [STAGE STATE_DIR]` AdamW instead, under ZeRO stage STAGE;
 #                                                  the main rank writes the parameters to OUT
 using Accel
+# The generic names Accel does not export (they would clash with Flux, MLUtils or Base).
+using Accel: DataLoader, Model, Optimizer, Scheduler, call, device, shape, gather, trainmode!, testmode!
 using Logging
 using Random
 include("helpers.jl")
@@ -41,7 +43,7 @@ function rank_train()
             accumulate_gradients!(acc)
             loss = model(:training_step, x, labels) do loss
                 backward(acc, loss)
-                item(loss)
+                only(loss)
             end
             step!(opt)
             zero_grad!(opt)

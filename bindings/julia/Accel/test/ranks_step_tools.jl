@@ -4,6 +4,8 @@
 #   steps  find_executable_batch_size with a different memory limit per rank, LocalSGD over
 #          different data per rank, and the per-process helpers
 using Accel
+# The generic names Accel does not export (they would clash with Flux, MLUtils or Base).
+using Accel: DataLoader, Model, Optimizer, Scheduler, call, device, shape, gather, trainmode!, testmode!
 using Logging
 include("helpers.jl")
 

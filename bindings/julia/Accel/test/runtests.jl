@@ -2,6 +2,8 @@
 # (not Pkg.test, which wants the registry). Single-process tests first, then real processes over
 # real Gloo under `accel launch`. The last line is "N passed, N failed".
 using Accel
+# The generic names Accel does not export (they would clash with Flux, MLUtils or Base).
+using Accel: DataLoader, Model, Optimizer, Scheduler, call, device, shape, gather, trainmode!, testmode!
 using Logging
 using Test
 include("counting.jl")
@@ -40,6 +42,7 @@ results = @testset CountingTestSet "Accel.jl" begin
     include("trackers.jl")
     include("logging.jl")
     include("trainer.jl")
+    include("idioms.jl")
     include("gc.jl")
     include("multiprocess.jl")
     include("multiprocess_step_tools.jl")

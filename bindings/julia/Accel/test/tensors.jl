@@ -50,28 +50,28 @@ end
         end
     end
     s = Tensor(2.5)
-    @test shape(s) == Int64[] && size(s) == () && item(s) == 2.5 && Array(s)[] == 2.5
-    @test item(Tensor(Int32(7))) === 7
+    @test shape(s) == Int64[] && size(s) == () && only(s) == 2.5 && s[] == 2.5 && Array(s)[] == 2.5
+    @test only(Tensor(Int32(7))) === 7 && only(Tensor(true)) === true
     @test Array{Float64}(Tensor(Int32[1, 2])) == [1.0, 2.0]
     bf = Tensor(Accel.BF16, UInt8[0x80, 0x3f, 0x00, 0x40], (2,))   # 1.0 and 2.0
     @test dtype(bf) == Accel.BF16 && rawdata(bf) == UInt8[0x80, 0x3f, 0x00, 0x40]
-    @test item(Float64, Tensor(Accel.BF16, UInt8[0x80, 0x3f], ())) == 1.0
+    @test only(Tensor(Accel.BF16, UInt8[0x80, 0x3f], ())) === 1.0
     @test error_of(() -> Array(bf)).status == Accel.ERR_DTYPE
     e = error_of(() -> Tensor(Accel.F32, UInt8[1, 2, 3], (1,)))
     @test e.status == Accel.ERR_INVALID_ARGUMENT && occursin("need 4 bytes", e.message)
     @test error_of(() -> Tensor([1 + 2im])).status == Accel.ERR_DTYPE
-    e = error_of(() -> item(Tensor(Float32[1, 2])))
+    e = error_of(() -> only(Tensor(Float32[1, 2])))
     @test e.status == Accel.ERR_SHAPE && !isempty(e.message)
-    @test error_of(() -> item(Int64, Tensor(1.5))).status == Accel.ERR_DTYPE
+    @test error_of(() -> Accel.item(Int64, Tensor(1.5))).status == Accel.ERR_DTYPE  # deprecated, still checked
     p = Accel.borrow_torch(s)
     @test p != C_NULL
     w = Accel.wrap_torch(p)
-    @test item(w) == 2.5
+    @test w[] == 2.5
     close(w)
     close(s)
     close(s)   # idempotent
     @test !isopen(s)
-    e = error_of(() -> item(s))
+    e = error_of(() -> only(s))
     @test e.status == Accel.ERR_STATE && occursin("used after close", e.message)
     @test occursin("closed", sprint(show, s))
 end
