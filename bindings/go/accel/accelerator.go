@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
-	"weak"
 )
 
 // DistributedType is how the job is distributed (Accelerate's distributed_type).
@@ -153,8 +152,7 @@ func New(cfg *Config) (*Accelerator, error) {
 		a.Close()
 		return nil, err
 	}
-	live := weak.Make(a)
-	liveAccelerator.Store(&live)
+	setLiveAccelerator(out)
 	return a, nil
 }
 

@@ -101,6 +101,7 @@ func (h *handle[T]) destroy() {
 	case *C.accel_tensor:
 		C.accel_tensor_free(p)
 	case *C.accel_accelerator:
+		forgetLiveAccelerator(p) // before the free: the contexts' interruptions use it
 		C.accel_accelerator_free(p)
 	case *C.accel_config:
 		C.accel_config_free(p)
