@@ -47,7 +47,7 @@ var (
 func setLiveAccelerator(p *C.accel_accelerator) {
 	interruptMu.Lock()
 	defer interruptMu.Unlock()
-	live, interrupts = p, 0
+	live = p // the library clears an interruption when it makes an accelerator
 }
 
 func forgetLiveAccelerator(p *C.accel_accelerator) {
