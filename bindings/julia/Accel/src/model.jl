@@ -4,9 +4,10 @@
     Model()
     load_torchscript(path) -> Model
 
-A TorchScript module (see accel.h, "Models"). Build one with `add_layer!` and `define!`:
+A TorchScript module (see accel.h, "Models"). Build one from a chain,
+`Accel.Model(Accel.Chain(Accel.Dense(784 => 64, relu)))`, or with `add_layer!` and `define!`:
 
-    m = Model()
+    m = Accel.Model()
     add_layer!(m, "fc1", :linear; in_features = 784, out_features = 64)
     define!(m, \"\"\"
     def forward(self, x):
@@ -17,7 +18,7 @@ Call a method with `m(x...)` (forward) or `m(:method, x...)`: inputs are tensors
 numbers; a method with one result returns a `Tensor`, with several a tuple of them. Results keep
 their autograd history (close a loss once `backward` is done: it holds the step's graph), or
 use the do-block form, `m(:training_step, x, y) do loss ... end`, which closes them.
-`trainmode!(m)`, `testmode!(m)`, `parameter_count(m)`, `tensor_names(m)`, `m[name]` (a copy of
+`Accel.trainmode!(m)`, `Accel.testmode!(m)`, `parameter_count(m)`, `tensor_names(m)`, `m[name]` (a copy of
 a parameter or buffer), `save_torchscript(m, path)`.
 """
 mutable struct Model <: Handle

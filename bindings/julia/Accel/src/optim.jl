@@ -5,7 +5,7 @@
 
 An optimizer over `model`'s parameters: `:sgd`, `:adam`, `:adamw`, `:rmsprop` or `:adagrad`, with
 PyTorch's defaults and options (`lr`, `momentum`, `weight_decay`, `beta1`, ...):
-`Optimizer(model, :adamw; lr = 1e-3)`. `step!`, `zero_grad!`, `lr`, `set_lr!`,
+`Accel.Optimizer(model, :adamw; lr = 1e-3)`. `step!`, `zero_grad!`, `lr`, `set_lr!`,
 `step_was_skipped`, `set!(opt, key, value)`; parameter groups with `add_group!`, `set_group!`,
 `lr(opt, group)` and `group_count`. `lr`, `set_lr!` and `set!` are group 1's (and the defaults
 later groups start from).
@@ -24,7 +24,7 @@ end
     Scheduler(optimizer, kind; options...)
 
 A learning-rate schedule driving `optimizer` (`:constant`, `:linear`, `:cosine`, `:one_cycle`,
-...; see accel.h): `Scheduler(opt, :linear; warmup_steps = 100, total_steps = 1000)`. Once
+...; see accel.h): `Accel.Scheduler(opt, :linear; warmup_steps = 100, total_steps = 1000)`. Once
 prepared it steps as Accelerate's (num_processes times per optimizer step).
 """
 mutable struct Scheduler <: Handle

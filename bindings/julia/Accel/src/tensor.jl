@@ -40,7 +40,8 @@ A library tensor holding a copy of `A`, with the dimensions reversed (see the la
 third form takes raw little-endian elements of any dtype (BF16 included), `dims` in Julia's order.
 
 `Array(t)` copies back; `size(t)`, `ndims(t)`, `length(t)` and `eltype(t)` are Julia's view of
-it, `shape(t)` the library's (row-major) shape, `item(t)` the value of a one-element tensor.
+it, `Accel.shape(t)` the library's (row-major) shape, `only(t)` or `t[]` the value of a
+one-element tensor.
 """
 mutable struct Tensor <: Handle
     ptr::Ptr{Cvoid}

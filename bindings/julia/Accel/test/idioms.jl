@@ -13,6 +13,28 @@
     end
     @test all(n -> !isdefined(Base, n), filter(n -> n != :Accel, exported))
     @test :set_interrupted! in exported && :Accelerator in exported
+    # The export lists of Flux 0.13/0.14 (src/Flux.jl, Optimise, Train), NNlib's names Flux
+    # re-exports that read like Accel's, MLUtils 0.4 and Optimisers, copied here since none is
+    # installed: a name Accel exports later that one of them has fails here.
+    others = (:Chain, :Dense, :Embedding, :Maxout, :SkipConnection, :Parallel, :PairwiseFusion,
+              :RNN, :LSTM, :GRU, :GRUv3, :SamePad, :Conv, :CrossCor, :ConvTranspose,
+              :DepthwiseConv, :AdaptiveMaxPool, :AdaptiveMeanPool, :GlobalMaxPool, :GlobalMeanPool,
+              :MaxPool, :MeanPool, :Dropout, :AlphaDropout, :LayerNorm, :BatchNorm, :InstanceNorm,
+              :GroupNorm, :Upsample, :PixelShuffle, :fmap, :cpu, :gpu, :f16, :f32, :f64,
+              :testmode!, :trainmode!, :gradient, :withgradient, :params, :train!, :update!,
+              :setup, :Descent, :Adam, :AdamW, :Momentum, :Nesterov, :RMSProp, :AdaGrad,
+              :AdaMax, :AdaDelta, :AMSGrad, :NAdam, :OAdam, :RAdam, :AdaBelief, :InvDecay,
+              :ExpDecay, :WeightDecay, :ClipValue, :ClipNorm, :onehot, :onecold, :onehotbatch,
+              :OneHotArray, :gather, :scatter, :softmax, :logsoftmax, :relu, :sigmoid, :σ,
+              :gelu, :elu, :conv, :maxpool, :meanpool, :dropout, :batched_mul, :pad_zeros,
+              :pad_constant, :upsample_nearest, :numobs, :getobs, :getobs!, :mapobs, :filterobs,
+              :groupobs, :joinobs, :shuffleobs, :batchsize, :batchview, :BatchView, :eachobs,
+              :DataLoader, :kfolds, :leavepout, :obsview, :ObsView, :randobs, :oversample,
+              :undersample, :splitobs, :batch, :batchseq, :chunk, :flatten, :group_counts,
+              :group_indices, :normalise, :stack, :unbatch, :unsqueeze, :unstack, :Datasets,
+              :destructure, :adjust!, :adjust, :freeze!, :thaw!, :trainable, :update,
+              :OptimiserChain, :ClipGrad)
+    @test isempty(intersect(exported, others))
 end
 
 @testset "deprecated spellings warn and still work" begin
