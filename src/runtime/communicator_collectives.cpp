@@ -14,9 +14,10 @@ using detail::what_of;
 namespace {
 
 // Waits for a Gloo work in slices, so that an interruption is seen while a peer is late. Work's
-// timed wait throws (1.13) or returns false (2.x) when the slice ends first; a work that completed
-// with an error rethrows it. NCCL's work is waited on as it is: a timed wait would block the CPU on
-// the stream (and may abort the communicator when the slice ends).
+// timed wait throws when the slice ends first; the work may complete right after, so a work found
+// completed is waited on once more, which gives its own outcome (its error, or none). NCCL's work
+// is waited on as it is: a timed wait would block the CPU on the stream (and may abort the
+// communicator when the slice ends).
 void wait_for(const c10::intrusive_ptr<c10d::Work>& work, bool on_gpu) {
   if (on_gpu) {
     work->wait();
@@ -27,7 +28,10 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, bool on_gpu) {
     try {
       if (work->wait(interrupt::kPollSlice)) return;
     } catch (...) {
-      if (work->isCompleted()) throw;
+      if (work->isCompleted()) {
+        work->wait();
+        return;
+      }
     }
   }
 }
