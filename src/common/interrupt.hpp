@@ -25,10 +25,15 @@ inline bool requested() noexcept {
   return flag().load(std::memory_order_acquire);
 }
 
-// Errc::cancelled naming `what`, when the program asked waiting calls to give up.
-inline void check(const std::string& what) {
-  if (requested())
-    fail(Errc::cancelled, what + ": interrupted by the program (accel_set_interrupted)");
+[[noreturn]] inline void fail_cancelled(const char* what, const char* detail = "") {
+  fail(Errc::cancelled,
+       std::string(what) + detail + ": interrupted by the program (accel_set_interrupted)");
+}
+
+// Errc::cancelled naming `what` (and `detail` after it), when the program asked waiting calls to
+// give up. On every collective's path: one atomic load, the message built only on failure.
+inline void check(const char* what, const char* detail = "") {
+  if (requested()) fail_cancelled(what, detail);
 }
 
 }  // namespace accel::interrupt

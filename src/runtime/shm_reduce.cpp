@@ -303,7 +303,7 @@ void ShmReduce::wait_all(bool arrivals, uint32_t target,
         if (dead)
           fail(Errc::peer_failed,
                "rank " + std::to_string(r) + " exited during a shared-memory " + what);
-        interrupt::check(std::string("a shared-memory ") + what);
+        interrupt::check("a shared-memory ", what);
         if (now >= deadline) {
           std::string missing;
           for (int q = 0; q < world_; ++q) {
