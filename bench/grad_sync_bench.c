@@ -8,7 +8,7 @@
  *
  *   BENCH {"model":"10M","params":10512394,"sync_ms":...,"local_ms":...,"buckets_bytes":...}
  *
- * bench/allreduce_bench.cpp times the bare all-reduce of the same byte counts.
+ * bench/collectives_bench.cpp times the bare all-reduce of the same byte counts.
  *
  *   accel launch -n 2 grad_sync_bench [--steps 10] [--models 0.3M,10M,50M]
  */

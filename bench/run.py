@@ -155,7 +155,7 @@ def grad_sync(args, results):
             continue
         models = [r for r in records if r["rank"] == 0]
         numel = ",".join(str(m["params"]) for m in models)
-        _, bare, error = run(launch + [os.path.join(BIN, "allreduce_bench"), "--steps", steps,
+        _, bare, error = run(launch + [os.path.join(BIN, "collectives_bench"), "--steps", steps,
                                        "--numel", numel], env, args.timeout)
         if error:
             results["failures"].append({"run": ["allreduce", transport], "error": error})

@@ -14,5 +14,5 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
   echo "$build/ is not configured: run tools/setup.sh first (README.md; tools/test_torch2.sh for build-torch2)" >&2
   exit 2
 fi
-cmake --build "$build" --target accel_cli train_bench grad_sync_bench allreduce_bench
+cmake --build "$build" --target accel_cli train_bench grad_sync_bench collectives_bench
 ACCEL_BENCH_BIN="$(cd "$build" && pwd)/bin" exec /usr/bin/python3 bench/run.py "$@"

@@ -209,6 +209,14 @@ void add_own_keys(std::vector<KeySpec>& t) {
   add({"num_threads", Kind::kInt, "0", {}, {}, {"ACCEL_NUM_THREADS"}, 0, 4096});
   add({"malloc_tuning", Kind::kBool, "true", {}, {}, {"ACCEL_MALLOC_TUNING"}});
   add({"shared_memory_allreduce", Kind::kBool, "true", {}, {}, {"ACCEL_SHARED_MEMORY_ALLREDUCE"}});
+  // tcp: libaccel's own, every connection proves the job token; gloo: LibTorch's, whose listener
+  // authenticates nothing (kept for comparison).
+  add({"collective_transport",
+       Kind::kEnum,
+       "tcp",
+       {"tcp", "gloo"},
+       {},
+       {"ACCEL_COLLECTIVE_TRANSPORT"}});
   // Accelerate's DataLoaderConfiguration: defaults for every dataloader of the accelerator.
   add({"split_batches", Kind::kBool, "false", {}, {}, {"ACCEL_SPLIT_BATCHES"}});
   add({"even_batches", Kind::kBool, "true", {}, {}, {"ACCEL_EVEN_BATCHES"}});

@@ -151,6 +151,7 @@ std::string Accelerator::join_job(const config::EnvMap& env, int gpus) {
     options.rendezvous = millis(settings_.seconds("rendezvous_timeout"));
     options.collective = millis(settings_.seconds("collective_timeout"));
     options.shared_memory = settings_.flag("shared_memory_allreduce");
+    options.gloo = settings_.text("collective_transport") == "gloo";
     options.logger = &logger_;
     comm_ = std::make_unique<Communicator>(place_, options);
     local_from = place_.local_known ? "from " + place_.engine : "found by the census";

@@ -134,28 +134,41 @@ Communicator::Communicator(const ProcessPlace& place, const CommOptions& comm_op
   impl_->job_store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
 
   census(place, comm_options, deadline, host_store, endpoint);
+  if (comm_options.gloo)
+    form_gloo_group(place, comm_options);
+  else
+    form_tcp_ring(place, comm_options, deadline);
+  exchange_identities(place);
+  find_local_ranks(place);
+  if (comm_options.shared_memory && local_world_size_ == size_) setup_shared_memory();
+}
 
+// Where this rank's collectives listen: GLOO_SOCKET_IFNAME's interface when set (as PyTorch
+// reads it); the loopback address when every rank is on this machine; otherwise the address this
+// host uses towards the store, which the peers can reach (the host name may resolve to one they
+// cannot, on a machine with several interfaces or in a network namespace).
+std::string Communicator::collective_address(const ProcessPlace& place) const {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+    return detail::interface_address(ifname);
+  if (place.all_local())
+    return impl_->store_at.connect.empty() ? "127.0.0.1" : impl_->store_at.connect;
+  return local_address_towards(place.master_addr, place.master_port);
+}
+
+void Communicator::form_gloo_group(const ProcessPlace& place, const CommOptions& options) {
+  transport_ = "gloo";
   try {
-    // Gloo's own default resolves the host name, which on a machine with several interfaces
-    // (or in a network namespace) may name an address the peers cannot reach; the address this
-    // host uses towards the store is one they can.
     compat::GlooEndpoint gloo_at;
-    // When every rank is on this machine, Gloo listens on the loopback address only.
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
       gloo_at.interface = ifname;
-    else if (place.all_local())
-      gloo_at.address = impl_->store_at.connect.empty() ? "127.0.0.1" : impl_->store_at.connect;
     else
-      gloo_at.address = local_address_towards(place.master_addr, place.master_port);
+      gloo_at.address = collective_address(place);
     auto pg_store = c10::make_intrusive<c10d::PrefixStore>("gloo", impl_->job_store);
-    impl_->group = compat::make_gloo_group(pg_store, rank_, size_, comm_options.collective, gloo_at,
+    impl_->group = compat::make_gloo_group(pg_store, rank_, size_, options.collective, gloo_at,
                                            /*threads=*/2);
   } catch (const std::exception& e) {
     fail(Errc::rendezvous, "could not form the Gloo process group: " + what_of(e));
   }
-  exchange_identities(place);
-  find_local_ranks(place);
-  if (comm_options.shared_memory && local_world_size_ == size_) setup_shared_memory();
 }
 
 // torchrun's agent (TORCHELASTIC_USE_AGENT_STORE) hosts a c10d TCPStore: every rank is its
@@ -253,7 +266,12 @@ std::string Communicator::store_summary() const {
                                       : ", job token from " + impl_->token_source);
 }
 
-Communicator::~Communicator() = default;
+// A collective still running on the sequencer's thread ends at once (the peers see this rank's
+// connections close), and the thread with it, before the connections go.
+Communicator::~Communicator() {
+  if (impl_->ring) impl_->ring->close();
+  impl_->sequencer.reset();
+}
 
 void Communicator::attach_device(int index) {
   std::string why;

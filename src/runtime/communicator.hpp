@@ -1,6 +1,7 @@
 // The process group of a job: rendezvous through libaccel's token-guarded store (or torchrun's), a
-// census of the ranks, and Gloo collectives with timeouts and failure classification. Callers see
-// accel::Error only.
+// census of the ranks, and collectives with timeouts and failure classification: over shared
+// memory between ranks on one machine, libaccel's authenticated TCP ring (src/net) otherwise, NCCL
+// on a GPU. Callers see accel::Error only.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,6 +24,9 @@ struct CommOptions {
   // When every rank is on this machine, all-reduces of fp32/fp64/int32/int64 CPU tensors go
   // through a shared-memory segment instead of Gloo's TCP loopback (see shm_reduce.hpp).
   bool shared_memory = true;
+  // CPU collectives over LibTorch's Gloo instead of libaccel's own TCP transport, whose every
+  // connection proves the job token (Gloo's listener accepts anyone: for comparison only).
+  bool gloo = false;
   // Where the rendezvous store's and this communicator's notes go (null: the process's logger).
   logging::Logger* logger = nullptr;
 };
@@ -34,7 +38,8 @@ struct PendingGather;
 
 class Communicator {
  public:
-  // Meets the other ranks: opens (or hosts) the store, runs the census, forms the Gloo group.
+  // Meets the other ranks: opens (or hosts) the store, runs the census, connects the ranks
+  // for collectives (every connection authenticated, see net/mesh.hpp).
   // Throws accel::Error(rendezvous) naming the missing ranks or the unreachable store.
   Communicator(const ProcessPlace& place, const CommOptions& comm_options);
   ~Communicator();
@@ -47,8 +52,8 @@ class Communicator {
   // identities the ranks exchanged.
   int local_rank() const { return local_rank_; }
   int local_world_size() const { return local_world_size_; }
-  // How all-reduces travel: "shared memory" or "gloo", with the reason when shared memory was
-  // wanted but could not be set up.
+  // How all-reduces travel: "shared memory", "tcp" or "gloo", with the reason when shared memory
+  // was wanted but could not be set up.
   const std::string& all_reduce_transport() const { return transport_; }
 
   // Forms the NCCL process group for CUDA device `index` (libaccel's CUDA part): from then on
@@ -106,6 +111,12 @@ class Communicator {
   // rank's input), other transports reduce it whole. Every rank takes part with its own ranges.
   void reduce_for(at::Tensor& tensor, bool average,
                   const std::vector<std::pair<int64_t, int64_t>>& mine);
+  // A sum (or average) of a contiguous CPU tensor of which this rank keeps the elements
+  // scatter_segment(numel, rank()): over the TCP ring a reduce-scatter (each rank sends and
+  // receives (N-1)/N of the tensor once, half an all-reduce); over shared memory or Gloo an
+  // all-reduce. The rest of the tensor is undefined afterwards.
+  void reduce_scatter(at::Tensor& tensor, bool average);
+  std::pair<int64_t, int64_t> scatter_segment(int64_t numel, int rank) const;
 
  private:
   struct Impl;
@@ -119,6 +130,10 @@ class Communicator {
                         std::chrono::steady_clock::time_point deadline, bool host_store,
                         const std::string& endpoint);
   void setup_shared_memory();
+  void form_gloo_group(const ProcessPlace& place, const CommOptions& options);
+  void form_tcp_ring(const ProcessPlace& place, const CommOptions& options,
+                     std::chrono::steady_clock::time_point deadline);
+  std::string collective_address(const ProcessPlace& place) const;
   void exchange_identities(const ProcessPlace& place);
   void find_local_ranks(const ProcessPlace& place);
   std::string diagnose_peers(const std::string& message, bool peer_failed) const;
@@ -132,6 +147,7 @@ class Communicator {
   bool all_agree(bool ok);
   template <class F>
   void guarded(const char* what, F&& body);
+  bool on_ring(const at::Tensor& t) const;
 
   std::unique_ptr<Impl> impl_;
   int rank_ = 0;
@@ -139,7 +155,7 @@ class Communicator {
   int local_rank_ = 0;
   int local_world_size_ = 1;
   std::chrono::milliseconds collective_timeout_;
-  std::string transport_ = "gloo";
+  std::string transport_ = "tcp";
   std::string broken_;  // set once a collective failed: the group is unusable after that
 };
 

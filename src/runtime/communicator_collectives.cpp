@@ -1,7 +1,8 @@
-// The communicator's collectives: shared memory where every rank is on this machine, Gloo
-// otherwise, NCCL for this rank's device; each behind guarded(), which classifies a failure and
-// names the peer behind it.
+// The communicator's collectives: shared memory where every rank is on this machine, the TCP
+// ring (or Gloo) otherwise, NCCL for this rank's device; each behind guarded(), which classifies a
+// failure and names the peer behind it.
 #include <algorithm>
+#include <functional>
 
 #include "common/interrupt.hpp"
 #include "runtime/communicator_impl.hpp"
@@ -36,7 +37,49 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, bool on_gpu) {
   }
 }
 
+// The ring's element type for a tensor's dtype.
+net::DType net_type(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return net::DType::kF32;
+    case at::kDouble:
+      return net::DType::kF64;
+    case at::kHalf:
+      return net::DType::kF16;
+    case at::kBFloat16:
+      return net::DType::kBF16;
+    case at::kChar:
+      return net::DType::kI8;
+    case at::kByte:
+      return net::DType::kU8;
+    case at::kShort:
+      return net::DType::kI16;
+    case at::kInt:
+      return net::DType::kI32;
+    case at::kLong:
+      return net::DType::kI64;
+    default:
+      fail(Errc::dtype, std::string("a collective cannot reduce ") +
+                            c10::toString(t.scalar_type()) + " tensors");
+  }
+}
+
+net::Op net_op(ReduceOp op) {
+  return op == ReduceOp::kSum   ? net::Op::kSum
+         : op == ReduceOp::kMax ? net::Op::kMax
+                                : net::Op::kMin;
+}
+
+size_t byte_size(const at::Tensor& t) {
+  return static_cast<size_t>(t.numel()) * t.element_size();
+}
+
 }  // namespace
+
+// A CPU collective over the TCP ring (not Gloo, not a device's group).
+bool Communicator::on_ring(const at::Tensor& t) const {
+  return impl_->ring && !t.is_cuda();
+}
 
 template <class F>
 void Communicator::guarded(const char* what, F&& body) {
@@ -55,7 +98,12 @@ void Communicator::guarded(const char* what, F&& body) {
       broken_ = std::string(what) + " was interrupted on rank " + std::to_string(rank_);
       throw;
     }
-    // The shared-memory transport reports its failures classified already.
+    // The ring stops at a disagreement between the ranks (or its closing): it is unusable.
+    if (e.code() == Errc::state) {
+      broken_ = e.what();
+      throw;
+    }
+    // The shared-memory and TCP transports report their failures classified already.
     if (e.code() != Errc::timeout && e.code() != Errc::peer_failed) throw;
     msg = e.what();
     code = e.code();
@@ -186,6 +234,18 @@ at::Tensor Communicator::shared_zeros(int64_t numel, const at::TensorOptions& op
 }
 
 std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
+  if (on_ring(tensor)) {
+    const at::Tensor mine = tensor.contiguous();
+    at::Tensor all = at::empty({size_, mine.numel()}, mine.options());
+    all.select(0, rank_).copy_(mine.view({-1}));
+    const std::vector<size_t> bytes_of(static_cast<size_t>(size_), byte_size(mine));
+    guarded("all_gather", [&] {
+      impl_->sequencer->run([&] { impl_->ring->all_gather(all.data_ptr(), bytes_of); });
+    });
+    std::vector<at::Tensor> out;
+    for (int r = 0; r < size_; ++r) out.push_back(all.select(0, r).view(tensor.sizes()));
+    return out;
+  }
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size_; ++r) outputs[0].push_back(at::empty_like(tensor));
   std::vector<at::Tensor> inputs{tensor};
@@ -196,6 +256,7 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
 
 struct PendingGather {
   c10::intrusive_ptr<c10d::Work> work;
+  std::shared_ptr<net::Sequencer::Ticket> ticket;  // over the TCP ring: straight into `out`
   std::vector<std::vector<at::Tensor>> parts;  // the padded all-gather's outputs; empty: broadcast
   std::vector<at::Tensor> inputs;              // kept alive while the work runs
   at::Tensor out;
@@ -220,6 +281,34 @@ std::shared_ptr<PendingGather> Communicator::all_gather_bytes_start(
   }
   const int64_t largest = *std::max_element(bytes_of.begin(), bytes_of.end());
   if (largest == 0) return pending;
+  if (on_ring(mine)) {
+    std::vector<int64_t> offset(bytes_of.size() + 1, 0);
+    for (size_t r = 0; r < bytes_of.size(); ++r) offset[r + 1] = offset[r] + bytes_of[r];
+    at::Tensor part = out.narrow(0, offset[rank_], bytes_of[rank_]);
+    const at::Tensor from = mine.narrow(0, 0, bytes_of[rank_]);
+    if (from.data_ptr() != part.data_ptr()) part.copy_(from);  // else in place
+    net::Ring* ring = impl_->ring.get();
+    at::Tensor whole = out;
+    std::function<void()> job;
+    const auto givers =
+        std::count_if(bytes_of.begin(), bytes_of.end(), [](int64_t b) { return b != 0; });
+    if (givers == 1) {
+      // One rank's bytes: a pipelined broadcast from it, rather than a ring of empty parts.
+      const int root = static_cast<int>(
+          std::find_if(bytes_of.begin(), bytes_of.end(), [](int64_t b) { return b != 0; }) -
+          bytes_of.begin());
+      const auto at = static_cast<size_t>(offset[root]);
+      const auto bytes = static_cast<size_t>(bytes_of[root]);
+      job = [ring, whole, at, bytes, root] {
+        ring->broadcast(static_cast<unsigned char*>(whole.data_ptr()) + at, bytes, root);
+      };
+    } else {
+      const std::vector<size_t> sizes(bytes_of.begin(), bytes_of.end());
+      job = [ring, whole, sizes] { ring->all_gather(whole.data_ptr(), sizes); };
+    }
+    guarded("all_gather", [&] { pending->ticket = impl_->sequencer->start(std::move(job)); });
+    return pending;
+  }
   pending->out = out;
   pending->bytes_of = bytes_of;
   pending->on_gpu = mine.is_cuda();
@@ -251,6 +340,10 @@ std::shared_ptr<PendingGather> Communicator::all_gather_bytes_start(
 }
 
 void Communicator::all_gather_bytes_finish(const std::shared_ptr<PendingGather>& pending) {
+  if (pending->ticket) {
+    guarded("all_gather", [&] { impl_->sequencer->finish(pending->ticket); });
+    return;
+  }
   if (!pending->work) return;  // done already, in shared memory
   guarded("all_gather", [&] { wait_for(pending->work, pending->on_gpu); });
   if (pending->parts.empty()) return;  // broadcast into `out` itself
@@ -268,6 +361,18 @@ bool Communicator::overlaps_compute() const {
 
 void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
   if (reduce_in_shared_memory(tensor, op)) return;
+  if (on_ring(tensor)) {
+    const net::DType type = net_type(tensor);
+    at::Tensor flat = tensor.contiguous();
+    guarded("all_reduce", [&] {
+      impl_->sequencer->run([&] {
+        impl_->ring->all_reduce(flat.data_ptr(), static_cast<size_t>(flat.numel()), type,
+                                net_op(op), false);
+      });
+    });
+    if (!flat.is_same(tensor)) tensor.copy_(flat);
+    return;
+  }
   c10d::AllreduceOptions options;
   options.reduceOp = op == ReduceOp::kSum   ? c10d::ReduceOp::SUM
                      : op == ReduceOp::kMax ? c10d::ReduceOp::MAX
@@ -279,6 +384,15 @@ void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
 }
 
 void Communicator::broadcast(at::Tensor& tensor, int root) {
+  if (on_ring(tensor)) {
+    at::Tensor flat = tensor.contiguous();
+    guarded("broadcast", [&] {
+      impl_->sequencer->run(
+          [&] { impl_->ring->broadcast(flat.data_ptr(), byte_size(flat), root); });
+    });
+    if (!flat.is_same(tensor)) tensor.copy_(flat);
+    return;
+  }
   c10d::BroadcastOptions options;
   options.rootRank = root;
   std::vector<at::Tensor> tensors{tensor};
@@ -289,6 +403,7 @@ void Communicator::broadcast(at::Tensor& tensor, int root) {
 
 struct PendingReduce {
   c10::intrusive_ptr<c10d::Work> work;
+  std::shared_ptr<net::Sequencer::Ticket> ticket;  // over the TCP ring (which averages itself)
   at::Tensor divide;  // defined: divided by the world size once the sum arrived
   bool on_gpu = false;
 };
@@ -298,6 +413,19 @@ struct PendingReduce {
 std::shared_ptr<PendingReduce> Communicator::all_reduce_start(at::Tensor& tensor, bool average) {
   auto pending = std::make_shared<PendingReduce>();
   if (reduce_in_shared_memory(tensor, ReduceOp::kSum, average)) return pending;
+  if (on_ring(tensor)) {
+    if (!tensor.is_contiguous()) fail(Errc::internal, "all_reduce_start needs a contiguous tensor");
+    const net::DType type = net_type(tensor);
+    net::Ring* ring = impl_->ring.get();
+    at::Tensor held = tensor;
+    guarded("all_reduce", [&] {
+      pending->ticket = impl_->sequencer->start([ring, held, type, average] {
+        ring->all_reduce(held.data_ptr(), static_cast<size_t>(held.numel()), type, net::Op::kSum,
+                         average);
+      });
+    });
+    return pending;
+  }
   if (average) pending->divide = tensor;
   pending->on_gpu = tensor.is_cuda();
   std::vector<at::Tensor> tensors{tensor};
@@ -309,6 +437,10 @@ std::shared_ptr<PendingReduce> Communicator::all_reduce_start(at::Tensor& tensor
 }
 
 void Communicator::all_reduce_finish(const std::shared_ptr<PendingReduce>& pending) {
+  if (pending->ticket) {
+    guarded("all_reduce", [&] { impl_->sequencer->finish(pending->ticket); });
+    return;
+  }
   if (!pending->work) return;  // done already, in shared memory
   guarded("all_reduce", [&] { wait_for(pending->work, pending->on_gpu); });
   if (pending->divide.defined()) pending->divide.div_(static_cast<double>(size_));
@@ -319,6 +451,25 @@ void Communicator::reduce_for(at::Tensor& tensor, bool average,
   const std::vector<std::pair<size_t, size_t>> only(mine.begin(), mine.end());
   if (reduce_in_shared_memory(tensor, ReduceOp::kSum, average, &only)) return;
   all_reduce_finish(all_reduce_start(tensor, average));
+}
+
+void Communicator::reduce_scatter(at::Tensor& tensor, bool average) {
+  if (!on_ring(tensor) || !tensor.is_contiguous()) {
+    all_reduce_finish(all_reduce_start(tensor, average));
+    return;
+  }
+  const net::DType type = net_type(tensor);
+  guarded("reduce_scatter", [&] {
+    impl_->sequencer->run([&] {
+      impl_->ring->reduce_scatter(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type,
+                                  net::Op::kSum, average);
+    });
+  });
+}
+
+std::pair<int64_t, int64_t> Communicator::scatter_segment(int64_t numel, int rank) const {
+  const auto seg = net::Ring::segment(static_cast<size_t>(numel), size_, rank);
+  return {static_cast<int64_t>(seg.first), static_cast<int64_t>(seg.second)};
 }
 
 c10::Device Communicator::attached_device() const {
@@ -333,6 +484,10 @@ c10::Device Communicator::wire_device(const at::Tensor& t) const {
 }
 
 void Communicator::barrier() {
+  if (impl_->ring) {
+    guarded("barrier", [&] { impl_->sequencer->run([&] { impl_->ring->barrier(); }); });
+    return;
+  }
   guarded("barrier", [&] { wait_for(impl_->group->barrier(), false); });
 }
 

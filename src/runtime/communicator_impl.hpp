@@ -16,6 +16,8 @@
 #include "compat/dist_errors.hpp"
 #include "compat/process_group.hpp"
 #include "compat/tcp_store.hpp"
+#include "net/ring.hpp"
+#include "net/sequencer.hpp"
 #include "runtime/communicator.hpp"
 #include "runtime/shared_buffer.hpp"
 #include "runtime/shm_reduce.hpp"
@@ -49,6 +51,9 @@ inline Errc classify(const std::exception& e, const std::string& message) {
 std::string seconds_text(std::chrono::milliseconds ms);
 // The local address of a route to addr:port (a UDP "connect" sends nothing).
 std::string local_address_towards(const std::string& addr, int port);
+// The first IPv4 address of a network interface (else its first IPv6 one); Errc::rendezvous when
+// it has none.
+std::string interface_address(const std::string& name);
 // The state letter and start time of a process from /proc/<pid>/stat; false when it is gone.
 bool process_status(long long pid, char* state, uint64_t* start_time);
 
@@ -75,11 +80,15 @@ struct Communicator::Impl {
   std::string token_source;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Store> job_store;
-  c10::intrusive_ptr<compat::Group> group;
+  c10::intrusive_ptr<compat::Group> group;  // Gloo, when collective_transport is gloo
+  // libaccel's TCP ring (otherwise), and the thread that runs its collectives in order. The
+  // sequencer goes first: its running collective uses the ring.
+  std::unique_ptr<net::Ring> ring;
+  std::unique_ptr<net::Sequencer> sequencer;
   c10::intrusive_ptr<compat::Group> device_group;  // NCCL, after attach_device
   int device_index = -1;
 
-  // Gloo for CPU tensors, NCCL for this rank's device.
+  // Gloo for CPU tensors (when it is the transport), NCCL for this rank's device.
   compat::Group& group_for(const at::Tensor& t) {
     if (!t.is_cuda()) return *group;
     if (!device_group || t.get_device() != device_index)

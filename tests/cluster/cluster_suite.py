@@ -12,6 +12,7 @@ cannot run here and exits 77 (ctest's skip). Python 3 standard library only.
 """
 
 import argparse
+import json
 import os
 import random
 import re
@@ -408,11 +409,13 @@ class Suite:
 
     # -- two machines ----------------------------------------------------------------------------
 
-    def launch_two_machines(self, net, program, env_of, timeout=240, nproc=2, wrap=None):
+    def launch_two_machines(self, net, program, env_of, timeout=240, nproc=2, wrap=None,
+                            on_listen=None):
         """accel launch on each namespace (machine i's environment from env_of(i); nproc processes
-        in all; wrap(i, argv), when given, the command line machine i runs); returns the
-        processes' return codes, outputs, and the (address, port) each machine's job processes
-        listened on while it ran."""
+        in all; wrap(i, argv), when given, the command line machine i runs; on_listen(i, addr,
+        port, store_port), when given, is called as soon as machine i's job listens on a new
+        (addr, port)); returns the processes' return codes, outputs, and the (address, port) each
+        machine's job processes listened on while it ran."""
         from stranger_suite import job_pids, listening
         port = free_port()
         procs = []
@@ -434,8 +437,12 @@ class Suite:
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
             for i, p in enumerate(procs):
                 if p.poll() is None:
-                    seen[i] |= listening(job_pids(p.pid))
-            time.sleep(0.05)
+                    now = listening(job_pids(p.pid))
+                    if on_listen:
+                        for addr, lport in now - seen[i]:
+                            on_listen(i, addr, lport, port)
+                    seen[i] |= now
+            time.sleep(0.02 if on_listen else 0.05)
         if any(p.poll() is None for p in procs):
             for q in procs:
                 q.kill()
@@ -443,6 +450,64 @@ class Suite:
         for r in readers:
             r.join()
         return [p.returncode for p in procs], ["".join(o) for o in outs], seen
+
+    def strangers_across_machines(self, net, token):
+        """A stranger on machine 1's network at every port machine 0's job listens on, while
+        machine 1's rank is late to connect (late_peer.so): each attempt closed within a second
+        and named in machine 0's log; the job's parameters bitwise those of the run left alone."""
+        program = [os.path.join(self.build, "bin", "guarded_program")]
+        suite = os.path.join(self.source, "tests", "security", "stranger_suite.py")
+        base = {"ACCEL_JOB_TOKEN": token, "ACCEL_RENDEZVOUS_TIMEOUT": "60"}
+        codes, outs, _ = self.launch_two_machines(net, program, lambda i: clean_env(base))
+        alone = re.search(r"steps \d+ params [0-9a-f]+", "\n".join(outs))
+        check(all(c == 0 for c in codes) and alone, "two machines: guarded_program failed",
+              "\n".join(outs))
+        late = dict(base, LD_PRELOAD=os.path.join(self.build, "lib", "late_peer.so"),
+                    LATE_PEER_SECONDS="3")
+        attackers = []
+
+        def on_listen(i, addr, port, store_port):
+            if i != 0:
+                return
+            argv = [sys.executable, suite, "--attack", "%s:%d" % (addr, port)]
+            if port == store_port:
+                argv.append("--store")
+            attackers.append((port == store_port, net.popen(
+                1, argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+
+        codes, outs, seen = self.launch_two_machines(
+            net, program, lambda i: clean_env(late if i == 1 else base), on_listen=on_listen)
+        both = "\n".join(outs)
+        check(all(c == 0 for c in codes), "two machines with a stranger: the job failed", both)
+        got = re.search(r"steps \d+ params [0-9a-f]+", both)
+        check(got and got.group(0) == alone.group(0),
+              "two machines with a stranger: '%s', alone '%s'" % (got and got.group(0),
+                                                                  alone.group(0)), both)
+        check(any(not is_store for is_store, _ in attackers),
+              "two machines: machine 0's collectives listener was never seen", both)
+        bad = []
+        for is_store, a in attackers:
+            text = a.communicate(timeout=60)[0]
+            for line in text.splitlines():
+                r = json.loads(line)
+                if r["kind"] == "torch TCPStore client":
+                    if r["closed"] == "served":
+                        bad.append("%s served a TCPStore client" % r["port"])
+                    continue
+                logged = r["local"] is not None and re.search(
+                    r"refused a connection from %s:%d: " % (re.escape(net.addr[1]), r["local"]),
+                    outs[0])
+                where = "store" if is_store else "collectives"
+                print("    %s :%d %-36s closed after %s s%s" % (
+                    where, r["port"], r["kind"], r["closed"] if r["closed"] is None else
+                    "%.2f" % r["closed"], ", logged" if logged else ""))
+                if r["closed"] is None or r["closed"] > 1.0 or not logged:
+                    bad.append("%s %s: closed %s, logged %s" % (where, r["kind"], r["closed"],
+                                                              bool(logged)))
+        check(not bad, "two machines: strangers not refused within 1 s and named: %s" % bad,
+              both)
+        print("  strangers from machine 1 at machine 0's %d ports: every attempt refused within "
+              "1 s and named; the job bitwise as alone" % len(attackers))
 
     def scenario_netns(self):
         import netns_fixture
@@ -463,11 +528,11 @@ class Suite:
                 for i, code in enumerate(codes):
                     check(code == 0, "machine %d: %s failed" % (i, what), both)
                 lines = self.debug_lines(both)
-                check(len(lines) == 2 and all("all-reduce over gloo" in l and "local rank 0 of 1"
+                check(len(lines) == 2 and all("all-reduce over tcp" in l and "local rank 0 of 1"
                                               in l for l in lines),
                       "two machines: shared memory must be off, one rank per machine", both)
-                # Nothing listens on every interface: machine 0's store and each machine's Gloo
-                # on the address that faces the peer.
+                # Nothing listens on every interface: machine 0's store and its collectives
+                # listener on the address that faces the peer.
                 for i in (0, 1):
                     wide = [(a, p) for a, p in seen[i] if a in ("0.0.0.0", "::")]
                     check(not wide and all(a == net.addr[i] for a, _ in seen[i]),
@@ -486,6 +551,7 @@ class Suite:
                     self.check_collectives(outs[0], "two namespaces over a veth pair")
                 else:
                     self.check_equivalence(both, "two namespaces over a veth pair")
+            self.strangers_across_machines(net, token)
             # Machines given different tokens: machine 1's ranks are refused by the store, say
             # why, and machine 0's census names the machine that never joined.
             codes, outs, _ = self.launch_two_machines(

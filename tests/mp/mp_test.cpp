@@ -118,12 +118,18 @@ TEST(MultiProcess, CollectivesOnThreeRanks) {
 }
 
 // The same checks with all-reduces over Gloo, as between machines (shared memory turned off).
-TEST(MultiProcess, CollectivesOnThreeRanksOverGloo) {
-  const auto r = run("ACCEL_SHARED_MEMORY_ALLREDUCE=false " + launch(3, "check"));
-  EXPECT_EQ(r.code, 0) << r.output;
-  for (int rank = 0; rank < 3; ++rank)
-    EXPECT_TRUE(contains(r.output, "rank " + std::to_string(rank) + " of 3: all collectives OK"))
-        << r.output;
+// Over libaccel's TCP ring (the transport between machines), and over LibTorch's Gloo, which
+// collective_transport still offers.
+TEST(MultiProcess, CollectivesOnThreeRanksOverTcpAndOverGloo) {
+  for (const char* transport : {"tcp", "gloo"}) {
+    const auto r = run("ACCEL_SHARED_MEMORY_ALLREDUCE=false ACCEL_COLLECTIVE_TRANSPORT=" +
+                       std::string(transport) + " " + launch(3, "check"));
+    EXPECT_EQ(r.code, 0) << transport << "\n" << r.output;
+    for (int rank = 0; rank < 3; ++rank)
+      EXPECT_TRUE(contains(r.output, "rank " + std::to_string(rank) + " of 3: all collectives OK"))
+          << transport << "\n"
+          << r.output;
+  }
 }
 
 TEST(MultiProcess, OneRankIsAWorldOfOne) {
@@ -259,11 +265,14 @@ TEST(MultiProcess, DataParallelEqualsOneProcessWithTheSameGlobalBatch) {
   ASSERT_EQ(ref.code, 0) << ref.output;
   const auto base = params_of(ref.output);
   ASSERT_EQ(base.size(), 4u) << ref.output;
-  // The last one synchronises gradients over Gloo instead of shared memory.
-  for (const char* cfg : {"2|32|1", "1|32|2", "2|16|2", "2|32|1|gloo"}) {
+  // The last two synchronise gradients over the TCP ring and over Gloo instead of shared memory.
+  for (const char* cfg : {"2|32|1", "1|32|2", "2|16|2", "2|32|1|tcp", "2|32|1|gloo"}) {
     int n = 0, b = 0, k = 0;
     std::sscanf(cfg, "%d|%d|%d", &n, &b, &k);
-    const std::string env = contains(cfg, "gloo") ? "ACCEL_SHARED_MEMORY_ALLREDUCE=false " : "";
+    const std::string env = contains(cfg, "tcp")    ? "ACCEL_SHARED_MEMORY_ALLREDUCE=false "
+                            : contains(cfg, "gloo") ? "ACCEL_SHARED_MEMORY_ALLREDUCE=false "
+                                                      "ACCEL_COLLECTIVE_TRANSPORT=gloo "
+                                                    : "";
     const auto r =
         run(env + kAccel + " launch -n " + std::to_string(n) + " --gradient_accumulation_steps " +
             std::to_string(k) + " " + kProgram + " equiv " + std::to_string(b));

@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
-"""Strangers against a running job: every port the job listens on, attacked while it trains.
+"""Strangers against a running job: every port the job listens on, attacked while it listens.
 
     stranger_suite.py --build BUILD_DIR
+    stranger_suite.py --attack ADDR:PORT [--store]    (one port, from wherever this runs: prints
+                                                       one JSON line per attempt)
 
 Runs `accel launch -n 2 guarded_program` twice: once alone (the reference), once with a stranger
 that, as soon as the job listens, connects to each of its listening ports and
   - sends nothing, - sends garbage, - sends an oversized length,
-  - sends a well-formed store request of libaccel's protocol without the handshake,
-  - does the handshake with a wrong token,
-  - (when Debian's python3-torch imports) makes a real c10d TCPStore client request,
-the rendezvous store's port from the moment it listens (during the census), the others (Gloo's)
-once the ranks have formed their groups: LibTorch 1.13's Gloo listens per pair, for the
-milliseconds of its own connect, and takes the first connection it gets (see the closing
-notes: unauthenticated, reachable from this machine only).
+  - sends a well-formed store request of libaccel's protocol without the handshake (the store),
+  - does the store's handshake with a wrong token (the store),
+  - does the collectives' handshake with a wrong token, claiming to be rank 1 (the others),
+  - (when Debian's python3-torch imports) makes a real c10d TCPStore client request.
+The ranks' collectives listeners live only until the ranks above them have connected: in the
+second run rank 1 is a late peer (late_peer.so delays its connects but the store's by 3 s), which
+keeps rank 0's listener open while the stranger is at it.
 
 Checks: every listening socket of the job is on a loopback address; the job ends as the
-reference did, with bitwise the same parameters; each attempt on the store is closed by the store
-within a second and named (by the stranger's own address and port) in rank 0's log. What Gloo
-does with each attempt is printed, not required. Exit 0 when all holds, 1 otherwise.
+reference did, with bitwise the same parameters; each attempt on every port is closed by the job
+within a second and named (by the stranger's own address and port) in the log; once every rank
+has taken part in a collective, nothing but the store listens. Exit 0 when all holds, 1 otherwise.
 """
 
 import argparse
@@ -33,6 +35,11 @@ import time
 DEBIAN_PYTHON = "/usr/bin/python3"
 SERVER_HELLO = b"ACCELST1"
 CLIENT_HELLO = b"ACCELCL1"
+ACCEPTOR_HELLO = b"ACCELNS1"
+CONNECTOR_HELLO = b"ACCELNC1"
+STORE_KINDS = ["nothing", "garbage", "oversized length", "store request without the token",
+               "wrong token"]
+COLLECTIVE_KINDS = ["nothing", "garbage", "oversized length", "collectives handshake, wrong token"]
 
 
 def fail(msg, output=""):
@@ -159,6 +166,11 @@ def attack(addr, port, kind, results, lock):
             hello = s.recv(24)
             if hello[:8] == SERVER_HELLO:
                 s.sendall(CLIENT_HELLO + os.urandom(16) + os.urandom(32))
+        elif kind == "collectives handshake, wrong token":
+            s.settimeout(2)
+            hello = s.recv(28)
+            if hello[:8] == ACCEPTOR_HELLO:
+                s.sendall(CONNECTOR_HELLO + struct.pack("<I", 1) + os.urandom(16) + os.urandom(32))
     except OSError:
         pass
     closed = until_closed(s)
@@ -195,15 +207,29 @@ def tcpstore_attack(addr, port, results, lock):
         results.append(("torch TCPStore client", port, None, r.stdout.strip() or r.stderr[-300:]))
 
 
+def attack_port(addr, port, is_store, results, lock):
+    """Every kind of attempt on one port, each on its own thread; returns the threads."""
+    threads = [threading.Thread(target=tcpstore_attack, args=(addr, port, results, lock))]
+    for kind in (STORE_KINDS if is_store else COLLECTIVE_KINDS):
+        threads.append(threading.Thread(target=attack, args=(addr, port, kind, results, lock)))
+    for t in threads:
+        t.start()
+    return threads
+
+
 def run_job(build, env, stranger):
     cli = os.path.join(build, "bin", "accel")
     program = os.path.join(build, "bin", "guarded_program")
+    if stranger:
+        env = dict(env, LD_PRELOAD=os.path.join(build, "lib", "late_peer.so"),
+                   LATE_PEER_SECONDS="3")
     job = subprocess.Popen([cli, "launch", "-n", "2", program], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, env=env)
     out = []
     reader = threading.Thread(target=lambda: out.extend(job.stdout))
     reader.start()
     seen, results, threads, lock = {}, [], [], threading.Lock()
+    after_ready = set()
     store_port = None
     deadline = time.monotonic() + 120
     while job.poll() is None and time.monotonic() < deadline:
@@ -218,24 +244,15 @@ def run_job(build, env, stranger):
                     if kv.startswith(b"MASTER_PORT="):
                         store_port = int(kv.split(b"=")[1])
         ready = any(l.strip() == "ready" for l in list(out))
-        for addr, port in listening(pids):
+        now_listening = listening(pids)
+        if ready:
+            after_ready |= now_listening
+        for addr, port in now_listening:
             if (addr, port) in seen:
                 continue
-            seen[(addr, port)] = "store" if port == store_port else "other"
-            if not stranger or (port != store_port and not ready):
-                if port != store_port:
-                    del seen[(addr, port)]  # a Gloo listener: attacked once groups are formed
-                continue
-            kinds = ["nothing", "garbage", "oversized length"]
-            if port == store_port:
-                kinds += ["store request without the token", "wrong token"]
-                t = threading.Thread(target=tcpstore_attack, args=(addr, port, results, lock))
-                t.start()
-                threads.append(t)
-            for kind in kinds:
-                t = threading.Thread(target=attack, args=(addr, port, kind, results, lock))
-                t.start()
-                threads.append(t)
+            seen[(addr, port)] = "store" if port == store_port else "collectives"
+            if stranger:
+                threads += attack_port(addr, port, port == store_port, results, lock)
         time.sleep(0.02)
     if job.poll() is None:
         job.kill()
@@ -243,25 +260,69 @@ def run_job(build, env, stranger):
     reader.join()
     for t in threads:
         t.join()
-    return job.returncode, "".join(out), seen, store_port, results
+    return job.returncode, "".join(out), seen, store_port, results, after_ready
+
+
+def judge(results, out, is_store):
+    """Prints each attempt; False when one was not closed within 1 s and named in the log (or,
+    for a real TCPStore client, was served)."""
+    ok = True
+    for kind, port, local, closed in sorted(results, key=lambda r: (not is_store(r[1]), r[0])):
+        where = "store" if is_store(port) else "collectives"
+        if kind == "torch TCPStore client":
+            print("  %s :%d  %-36s %s" % (where, port, kind, closed))
+            if "served" == closed:
+                ok = False
+                print("    ^ the job served a client without the token")
+            continue
+        if local is None:
+            print("  %s :%d  %-36s %s" % (where, port, kind, closed))
+            ok = False
+            continue
+        logged = re.search(r"refused a connection from [^ ]*:%d: (.*)" % local, out)
+        state = ("closed after %.2f s" % closed) if closed is not None else "left open"
+        print("  %s :%d  %-36s %s%s" % (where, port, kind, state,
+                                         "; logged: " + logged.group(1)[:70] if logged else ""))
+        if closed is None or closed > 1.0 or not logged:
+            ok = False
+            print("    ^ expected: closed by the job within 1 s and named in the log")
+    return ok
+
+
+def attack_one(target, is_store):
+    """--attack: every kind against one port, one JSON line per attempt."""
+    import json
+    addr, port = target.rsplit(":", 1)
+    results, lock = [], threading.Lock()
+    for t in attack_port(addr.strip("[]"), int(port), is_store, results, lock):
+        t.join()
+    for kind, p, local, closed in results:
+        print(json.dumps({"kind": kind, "port": p, "local": local, "closed": closed}), flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
+    ap.add_argument("--build")
+    ap.add_argument("--attack", metavar="ADDR:PORT")
+    ap.add_argument("--store", action="store_true")
     args = ap.parse_args()
+    if args.attack:
+        attack_one(args.attack, args.store)
+        return
+    if not args.build:
+        ap.error("--build or --attack is needed")
     env = dict(os.environ)
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "ACCEL_JOB_TOKEN",
-              "ACCEL_JOB_TOKEN_FILE", "ACCEL_LISTEN_ADDRESS"):
+              "ACCEL_JOB_TOKEN_FILE", "ACCEL_LISTEN_ADDRESS", "LD_PRELOAD"):
         env.pop(k, None)
 
-    code, ref_out, _, _, _ = run_job(args.build, env, stranger=False)
+    code, ref_out, _, _, _, _ = run_job(args.build, env, stranger=False)
     ref = re.search(r"steps \d+ params [0-9a-f]+", ref_out)
     if code != 0 or not ref:
         fail("the job alone failed (status %d)" % code, ref_out)
     print("alone: %s" % ref.group(0))
 
-    code, out, seen, store_port, results = run_job(args.build, env, stranger=True)
+    code, out, seen, store_port, results, after_ready = run_job(args.build, env, stranger=True)
     got = re.search(r"steps \d+ params [0-9a-f]+", out)
     if code != 0 or not got:
         fail("the job failed with a stranger at its ports (status %d)" % code, out)
@@ -276,30 +337,15 @@ def main():
         fail("the job listened beyond the loopback address: %s" % wide, out)
     if store_port is None or not any(p == store_port for (_, p) in seen):
         fail("the store's listening socket was never seen", out)
-    ok = True
-    for kind, port, local, closed in sorted(results, key=lambda r: (r[1] != store_port, r[0])):
-        where = "store" if port == store_port else "gloo"
-        if kind == "torch TCPStore client":
-            print("  %s :%d  %-32s %s" % (where, port, kind, closed))
-            if "served" == closed:
-                ok = False
-                print("    ^ the store served a client without the token")
-            continue
-        if local is None:
-            print("  %s :%d  %-32s %s" % (where, port, kind, closed))
-            if where == "store":
-                ok = False
-            continue
-        logged = re.search(r"refused a connection from [^ ]*:%d: (.*)" % local, out)
-        state = ("closed after %.2f s" % closed) if closed is not None else "left open"
-        print("  %s :%d  %-32s %s%s" % (where, port, kind, state,
-                                         "; logged: " + logged.group(1)[:70] if logged else ""))
-        if where == "store" and (closed is None or closed > 1.0 or not logged):
-            ok = False
-            print("    ^ expected: closed by the store within 1 s and named in the log")
-    if not ok:
+    if not any(w == "collectives" for w in seen.values()):
+        fail("no collectives listener was seen while rank 1 was late", out)
+    lingering = [(a, p) for (a, p) in after_ready if p != store_port]
+    if lingering:
+        fail("once the ranks had connected, the job still listened on %s" % lingering, out)
+    if not judge(results, out, lambda p: p == store_port):
         fail("a stranger was not refused as it should be", out)
-    print("every attempt on the store refused within a second and logged; the job unharmed")
+    print("every attempt on every port refused within a second and logged; nothing but the "
+          "store listened once the ranks had connected; the job unharmed")
 
 
 if __name__ == "__main__":
