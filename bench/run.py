@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+import network
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("ACCEL_BENCH_BIN", os.path.join(ROOT, "build", "bin"))
 PYTHON = "/usr/bin/python3"  # Debian's interpreter, the one python3-torch is installed for
@@ -141,12 +143,14 @@ def training(args, results):
 
 def grad_sync(args, results):
     """Synced vs local micro-steps and the bare all-reduce, over shared memory (libaccel's default
-    on one machine) and over Gloo's TCP (as between machines, and as PyTorch DDP on CPU)."""
+    on one machine), over libaccel's TCP ring (as between machines) and over Gloo's TCP (before
+    the ring; as PyTorch DDP on CPU), each over the loopback address."""
     launch = [os.path.join(BIN, "accel"), "launch", "-n", "2"]
     steps = str(args.sync_steps)
-    for transport in ("shm", "gloo"):
+    for transport in ("shm", "tcp", "gloo"):
         env = pinned_env(1)
         env["ACCEL_SHARED_MEMORY_ALLREDUCE"] = "true" if transport == "shm" else "false"
+        env["ACCEL_COLLECTIVE_TRANSPORT"] = "gloo" if transport == "gloo" else "tcp"
         _, records, error = run(launch + [os.path.join(BIN, "grad_sync_bench"), "--steps", steps,
                                           "--models", args.sync_models], env, args.timeout)
         if error:
@@ -160,7 +164,7 @@ def grad_sync(args, results):
         if error:
             results["failures"].append({"run": ["allreduce", transport], "error": error})
             print("  bare all-reduce over %s: FAILED %s" % (transport, error), flush=True)
-        bare_ms = {r["numel"]: r["allreduce_ms"] for r in bare if r["rank"] == 0}
+        bare_ms = {r["numel"]: r["ms"] for r in bare if r["rank"] == 0}
         for m in models:
             results["grad_sync"].append({
                 "transport": transport, "model": m["model"], "params": m["params"],
@@ -288,13 +292,15 @@ def print_table(results):
         print()
         print("Gradient synchronisation, 2 processes x 1 thread, forward+backward micro-step, "
               "batch 32 per process (median ms)")
-        print("%-9s %-6s %11s %9s %9s %10s %10s %16s" % (
+        print("%-9s %-6s %11s %9s %9s %10s %10s %16s %9s" % (
             "transport", "model", "params", "grad MB", "local", "synced", "sync cost",
-            "bare all-reduce"))
+            "bare all-reduce", "cost/bare"))
         for g in results["grad_sync"]:
-            print("%-9s %-6s %11d %9.1f %9.2f %10.2f %10.2f %16s" % (
+            cost = g["sync_ms"] - g["local_ms"]
+            print("%-9s %-6s %11d %9.1f %9.2f %10.2f %10.2f %16s %8s" % (
                 g["transport"], g["model"], g["params"], g["grad_bytes"] / 1e6, g["local_ms"],
-                g["sync_ms"], g["sync_ms"] - g["local_ms"], fmt(g["allreduce_ms"], ".2f")))
+                g["sync_ms"], cost, fmt(g["allreduce_ms"], ".2f"),
+                fmt(ratio(cost, g["allreduce_ms"]), ".2f") + "x"))
     print()
     s = results["settings"]
     print("Pinned: %s; BLAS libaccel %s, pytorch %s; 2-process PyTorch runs launched by %s" % (
@@ -314,6 +320,13 @@ def main():
     parser.add_argument("--sync-steps", type=int, default=10)
     parser.add_argument("--sync-models", default="0.3M,10M,50M")
     parser.add_argument("--no-grad-sync", action="store_true")
+    parser.add_argument("--no-training", action="store_true",
+                        help="skip the training comparison (the communication tables only)")
+    parser.add_argument("--no-network", action="store_true",
+                        help="skip the collectives between two network namespaces")
+    parser.add_argument("--network-rounds", type=int, default=3)
+    parser.add_argument("--network-steps", type=int, default=10)
+    parser.add_argument("--network-sizes", default="1000000,10000000,50000000")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per program run")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: one round, few steps, small models (checks the harness)")
@@ -322,6 +335,7 @@ def main():
     if args.quick:
         args.rounds, args.mlp_steps, args.mlp_warmup = 1, 20, 2
         args.cnn_steps, args.cnn_warmup, args.sync_steps, args.sync_models = 2, 1, 2, "0.3M"
+        args.network_rounds, args.network_steps, args.network_sizes = 1, 2, "1000000"
     args.models = [m for m in args.models.split(",") if m]
     for m in args.models:
         if m not in MODELS:
@@ -343,7 +357,7 @@ def main():
                                 "os._exit",
             "python": PYTHON,
         },
-        "training": [], "grad_sync": [], "failures": [],
+        "training": [], "grad_sync": [], "network": [], "failures": [],
     }
     results["settings"]["libtorch_libaccel"] = libtorch_of_libaccel()
     results["settings"]["torch_pytorch"] = subprocess.run(
@@ -351,17 +365,22 @@ def main():
         text=True).stdout.strip() or None
     print("libaccel on LibTorch %s; PyTorch DDP on torch %s" % (
         results["settings"]["libtorch_libaccel"], results["settings"]["torch_pytorch"]), flush=True)
-    print("Training runs (%d rounds):" % args.rounds, flush=True)
-    training(args, results)
+    if not args.no_training:
+        print("Training runs (%d rounds):" % args.rounds, flush=True)
+        training(args, results)
     for impl in IMPLS:
         blas = {e["blas"] for e in results["training"] if e["impl"] == impl and e["blas"]}
         results["settings"]["blas_" + impl] = ", ".join(sorted(blas)) or None
     if not args.no_grad_sync:
         print("Gradient synchronisation micro-benchmark:", flush=True)
         grad_sync(args, results)
+    if not args.no_network:
+        print("Collectives between two network namespaces:", flush=True)
+        network.network(args, results, BIN)
     derive(results)
     results["duration_s"] = time.time() - began
     print_table(results)
+    network.print_network(results)
 
     path = args.json or os.path.join(
         ROOT, "build", "bench", "bench-%s.json" % time.strftime("%Y%m%d-%H%M%S"))

@@ -137,6 +137,10 @@ bool step_recv(Flow& f) {
   if (f.moved < kHeaderBytes) {
     to = f.header_bytes + f.moved;
     want = kHeaderBytes - f.moved;
+  } else if (f.ring) {
+    const size_t at = (f.moved - kHeaderBytes) % f.ring;
+    to = f.body + at;
+    want = std::min(total(f) - f.moved, f.ring - at);
   } else {
     to = f.body + (f.moved - kHeaderBytes);
     want = total(f) - f.moved;
@@ -150,7 +154,7 @@ bool step_recv(Flow& f) {
   const bool had_header = f.moved >= kHeaderBytes;
   f.moved += static_cast<size_t>(got);
   if (!had_header && f.moved >= kHeaderBytes) check_header(f);
-  report(f, false);
+  report(f, f.ring != 0);
   return true;
 }
 

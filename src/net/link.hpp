@@ -64,6 +64,10 @@ struct Flow {
   std::function<void(size_t from, size_t to)> arrived;
   size_t unit = 1;
   size_t grain = 256 << 10;
+  // Receiving with `arrived`: when nonzero, `body` is a circular buffer of this many bytes (a
+  // multiple of `unit`): body byte o lands at body + o % ring and is passed to `arrived` as soon
+  // as it is whole, before the buffer comes round to it again.
+  size_t ring = 0;
   // Progress, kept by move_all.
   size_t moved = 0;     // bytes of header and body
   size_t reported = 0;  // body bytes passed to `arrived`

@@ -57,15 +57,17 @@ void combine_narrow(T* acc, const T* in, size_t n, Op op) {
 }
 
 template <class T>
-void divide_as(T* data, size_t n, int divisor) {
+void average_as(T* acc, const T* in, size_t n, int divisor) {
   const T d = static_cast<T>(divisor);
-  for (size_t i = 0; i < n; ++i) data[i] /= d;
+  for (size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + in[i]) / d;
 }
 
 template <class T>
-void divide_narrow(T* data, size_t n, int divisor) {
+void average_narrow(T* acc, const T* in, size_t n, int divisor) {
+  // Rounded to the narrow type after the sum, as a sum followed by a division would be.
   const float d = static_cast<float>(divisor);
-  for (size_t i = 0; i < n; ++i) data[i] = from_float(to_float(data[i]) / d, T{});
+  for (size_t i = 0; i < n; ++i)
+    acc[i] = from_float(to_float(from_float(to_float(acc[i]) + to_float(in[i]), T{})) / d, T{});
 }
 
 }  // namespace
@@ -123,18 +125,19 @@ void combine(void* acc, const void* in, size_t count, DType type, Op op) {
   }
 }
 
-void divide(void* data, size_t count, DType type, int divisor) {
+void combine_average(void* acc, const void* in, size_t count, DType type, int divisor) {
   switch (type) {
     case DType::kF32:
-      return divide_as(static_cast<float*>(data), count, divisor);
+      return average_as(static_cast<float*>(acc), static_cast<const float*>(in), count, divisor);
     case DType::kF64:
-      return divide_as(static_cast<double*>(data), count, divisor);
+      return average_as(static_cast<double*>(acc), static_cast<const double*>(in), count, divisor);
     case DType::kF16:
-      return divide_narrow(static_cast<_Float16*>(data), count, divisor);
+      return average_narrow(static_cast<_Float16*>(acc), static_cast<const _Float16*>(in), count,
+                            divisor);
     case DType::kBF16:
-      return divide_narrow(static_cast<BF16*>(data), count, divisor);
+      return average_narrow(static_cast<BF16*>(acc), static_cast<const BF16*>(in), count, divisor);
     default:
-      return;  // integer averages are refused before they get here
+      return combine(acc, in, count, type, Op::kSum);  // integer averages are refused before
   }
 }
 

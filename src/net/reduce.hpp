@@ -1,5 +1,5 @@
 // The element-wise arithmetic of libaccel's TCP collectives: combining a received part into this
-// rank's, and the average's division. Pure logic.
+// rank's, and the average's division in the same pass. Pure logic.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +17,8 @@ const char* name_of(DType type);
 // acc[i] = acc[i] op in[i], for `count` elements. Half-width floats are combined in fp32 and
 // rounded back, as LibTorch's CPU kernels do.
 void combine(void* acc, const void* in, size_t count, DType type, Op op);
-// data[i] /= divisor, for floating types (the average of a sum over `divisor` ranks).
-void divide(void* data, size_t count, DType type, int divisor);
+// acc[i] = (acc[i] + in[i]) / divisor, for floating types, in one pass: the last step of an
+// averaging reduction (bitwise what a sum and then a division give).
+void combine_average(void* acc, const void* in, size_t count, DType type, int divisor);
 
 }  // namespace accel::net

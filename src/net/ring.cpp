@@ -9,9 +9,9 @@ namespace accel::net {
 
 namespace {
 
-// A reduction step moves its segment in pieces of at most this many bytes: the scratch the
-// received piece lands in stays small, at the cost of one poll round per piece.
-constexpr size_t kPiece = size_t{8} << 20;
+// The circular buffer a reduction receives into: what arrives is combined at once, so a few
+// socket buffers' worth is enough.
+constexpr size_t kScratch = size_t{4} << 20;
 // A broadcast among more than two ranks forwards in pieces this large, so that every link of the
 // chain is busy at once.
 constexpr size_t kChainPiece = size_t{1} << 20;
@@ -63,48 +63,36 @@ Flow Ring::recv_from(int peer, Kind kind, uint8_t detail, void* body, size_t byt
 
 // N-1 steps: at step s this rank sends its running sum of segment (rank-s-1) to the right and adds
 // the left's running sum of segment (rank-s-2) into its own, so that it ends with the whole sum of
-// segment `rank`.
-void Ring::scatter_reduce(unsigned char* data, size_t count, DType type, Op op, Kind kind,
-                          const Watch& watch) {
+// segment `rank`. What arrives lands in a small circular scratch and is combined at once.
+void Ring::scatter_reduce(unsigned char* data, size_t count, DType type, Op op, bool average,
+                          Kind kind, const Watch& watch) {
   const size_t unit = size_of(type);
   const auto detail = static_cast<uint8_t>(type);
-  size_t largest = 0;
-  for (int i = 0; i < size_; ++i) {
-    const auto seg = segment(count, size_, i);
-    largest = std::max(largest, (seg.second - seg.first) * unit);
-  }
-  const size_t piece_cap = kPiece - kPiece % unit;
-  if (scratch_.size() < std::min(largest, piece_cap)) scratch_.resize(std::min(largest, piece_cap));
-  std::vector<Flow> flows(2);
+  const size_t cap = kScratch - kScratch % unit;
+  if (scratch_.size() < cap) scratch_.resize(cap);
+  std::vector<Flow> flows;
   for (int s = 0; s + 1 < size_; ++s) {
     const auto out = segment(count, size_, (rank_ - s - 1 + 2 * size_) % size_);
     const auto in = segment(count, size_, (rank_ - s - 2 + 2 * size_) % size_);
-    const size_t out_bytes = (out.second - out.first) * unit;
-    const size_t in_bytes = (in.second - in.first) * unit;
-    // Both sides cut a segment into the same pieces: its length decides them. A piece's step
-    // number comes from s and its index, which both sides know.
-    for (size_t done_out = 0, done_in = 0, k = 0; done_out < out_bytes || done_in < in_bytes; ++k) {
-      step_ = static_cast<uint16_t>(s * 1024 + static_cast<int>(k));
-      const size_t n_out = std::min(piece_cap, out_bytes - done_out);
-      const size_t n_in = std::min(piece_cap, in_bytes - done_in);
-      flows.clear();
-      if (n_out || done_out < out_bytes)
-        flows.push_back(send_to(right(), kind, detail, data + out.first * unit + done_out, n_out));
-      if (n_in || done_in < in_bytes) {
-        unsigned char* acc = data + in.first * unit + done_in;
-        Flow f = recv_from(left(), kind, detail, scratch_.data(), n_in);
-        f.unit = unit;
-        const unsigned char* got = scratch_.data();
-        f.arrived = [acc, got, unit, type, op](size_t from, size_t to) {
-          combine(acc + from, got + from, (to - from) / unit, type, op);
-        };
-        flows.push_back(std::move(f));
-      }
-      move_all(flows, watch);
-      done_out += n_out;
-      done_in += n_in;
-      if (n_out == 0 && n_in == 0) break;
-    }
+    step_ = static_cast<uint16_t>(s);
+    flows.clear();
+    flows.push_back(
+        send_to(right(), kind, detail, data + out.first * unit, (out.second - out.first) * unit));
+    Flow f = recv_from(left(), kind, detail, scratch_.data(), (in.second - in.first) * unit);
+    f.unit = unit;
+    f.ring = cap;
+    unsigned char* acc = data + in.first * unit;
+    const unsigned char* got = scratch_.data();
+    const int divisor = average && s + 2 == size_ ? size_ : 0;
+    f.arrived = [acc, got, cap, unit, type, op, divisor](size_t from, size_t to) {
+      const size_t n = (to - from) / unit;
+      if (divisor)
+        combine_average(acc + from, got + from % cap, n, type, divisor);
+      else
+        combine(acc + from, got + from % cap, n, type, op);
+    };
+    flows.push_back(std::move(f));
+    move_all(flows, watch);
   }
 }
 
@@ -130,21 +118,15 @@ void Ring::gather_segments(unsigned char* data, size_t count, DType type, Kind k
 void Ring::all_reduce(void* data, size_t count, DType type, Op op, bool average) {
   collective("all_reduce", [&](const Watch& watch) {
     auto* bytes = static_cast<unsigned char*>(data);
-    scatter_reduce(bytes, count, type, op, kAllReduce, watch);
-    const auto mine = segment(count, size_, rank_);
-    if (average && is_floating(type))
-      divide(bytes + mine.first * size_of(type), mine.second - mine.first, type, size_);
+    scatter_reduce(bytes, count, type, op, average && is_floating(type), kAllReduce, watch);
     gather_segments(bytes, count, type, kAllReduce, watch);
   });
 }
 
 void Ring::reduce_scatter(void* data, size_t count, DType type, Op op, bool average) {
   collective("reduce_scatter", [&](const Watch& watch) {
-    auto* bytes = static_cast<unsigned char*>(data);
-    scatter_reduce(bytes, count, type, op, kReduceScatter, watch);
-    const auto mine = segment(count, size_, rank_);
-    if (average && is_floating(type))
-      divide(bytes + mine.first * size_of(type), mine.second - mine.first, type, size_);
+    scatter_reduce(static_cast<unsigned char*>(data), count, type, op, average && is_floating(type),
+                   kReduceScatter, watch);
   });
 }
 

@@ -51,7 +51,8 @@ class Ring {
   enum Kind : uint8_t { kAllReduce = 1, kReduceScatter, kAllGather, kBroadcast, kBarrier };
   template <class Body>
   void collective(const char* what, Body&& body);
-  void scatter_reduce(unsigned char* data, size_t count, DType type, Op op, Kind kind,
+  // `average`: the last step divides what it sums by size() in the same pass.
+  void scatter_reduce(unsigned char* data, size_t count, DType type, Op op, bool average, Kind kind,
                       const Watch& watch);
   void gather_segments(unsigned char* data, size_t count, DType type, Kind kind,
                        const Watch& watch);

@@ -70,10 +70,13 @@ std::shared_ptr<Sequencer::Ticket> Sequencer::start(std::function<void()> job) {
 void Sequencer::finish(const std::shared_ptr<Ticket>& ticket) {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!ticket->done) {
-    if (!running_ && !queue_.empty() && queue_.front() == ticket) {
+    // The waiter runs what is next itself (its own job or one ahead of it) rather than sleeping
+    // while the thread wakes up to it.
+    if (!running_ && !queue_.empty()) {
+      auto next = queue_.front();
       queue_.pop_front();
       running_ = true;
-      execute(lock, ticket);
+      execute(lock, next);
       continue;
     }
     changed_.wait(lock);

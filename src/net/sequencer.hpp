@@ -26,8 +26,8 @@ class Sequencer {
 
   // Queues `job` behind the collectives started before it and returns at once.
   std::shared_ptr<Ticket> start(std::function<void()> job);
-  // Waits for the job to end (running it here when it is next and not begun) and rethrows what it
-  // threw. Every ticket is finished at most once.
+  // Waits for the job to end and rethrows what it threw; jobs not begun up to it run here, in
+  // order. Every ticket is finished at most once.
   void finish(const std::shared_ptr<Ticket>& ticket);
   // start then finish, without waking the thread when nothing is queued.
   void run(const std::function<void()>& job);
