@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
+#include "security/random.hpp"
 #include "security/sha256.hpp"
 
 namespace accel::net {
@@ -33,15 +33,6 @@ constexpr size_t kConnectorHelloBytes = 8 + 4 + kNonce + 32;
 // Handshakes in progress at once: the ranks above this one and some strangers; more are refused.
 constexpr size_t kMaxPending = 64;
 constexpr uint64_t kLoggedRefusals = 20;
-
-void random_bytes(uint8_t* out, size_t size) {
-  for (size_t got = 0; got < size;) {
-    const ssize_t n = getrandom(out + got, size - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail(Errc::io, sys_error("getrandom", errno));
-    got += static_cast<size_t>(n);
-  }
-}
 
 void put_u32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -192,7 +183,7 @@ class Listener {
         refuse(pending_.size() - 1, "too many connections are being set up at once");
         continue;
       }
-      random_bytes(pending_.back().nonce, kNonce);
+      security::random_bytes(pending_.back().nonce, kNonce);
       uint8_t hello[kAcceptorHelloBytes];
       std::memcpy(hello, kAcceptorHello, 8);
       put_u32(hello + 8, static_cast<uint32_t>(setup_.rank));
@@ -317,7 +308,7 @@ Link connect_to(const MeshSetup& setup, int peer, const std::string& published) 
   uint8_t mine[kConnectorHelloBytes];
   std::memcpy(mine, kConnectorHello, 8);
   put_u32(mine + 8, static_cast<uint32_t>(setup.rank));
-  random_bytes(mine + 12, kNonce);
+  security::random_bytes(mine + 12, kNonce);
   const auto my_proof =
       proof(setup.key, "accel collectives connector ", peer, setup.rank, hello + 12, mine + 12);
   std::memcpy(mine + 12 + kNonce, my_proof.data(), 32);

@@ -14,8 +14,8 @@ constexpr int64_t kMaxDims = 16;
 // A rank's description of its tensor, exchanged before any data moves:
 // [status, ndim, dtype, on_device, size_0 .. size_15]. status 0 is fine; 1 means "this rank has no
 // tensor" (a broadcast root without one), so that every rank fails together instead of waiting.
-// on_device 1: the data travels on the rank's GPU (NCCL), 0: through host memory (Gloo); every
-// rank must use the same process group, so they must agree.
+// on_device 1: the data travels on the rank's GPU (NCCL), 0: through host memory (TCP, shared
+// memory); every rank must use the same process group, so they must agree.
 constexpr int64_t kHeaderLen = 4 + kMaxDims;
 constexpr int64_t kSizes = 4;
 
@@ -65,7 +65,8 @@ std::string ranks_text(const std::vector<at::Tensor>& headers) {
   return out;
 }
 
-// Gloo moves CPU tensors, NCCL those on this rank's GPU; results go back to the caller's device.
+// The host's transports move CPU tensors, NCCL those on this rank's GPU; results go back to the
+// caller's device.
 bool on_device(runtime::Communicator* comm, const at::Tensor& t) {
   return t.defined() && comm->wire_device(t).is_cuda();
 }
@@ -101,7 +102,7 @@ std::vector<at::Tensor> exchange_headers(runtime::Communicator* comm, const at::
   return headers;
 }
 
-// Gloo's element types do not cover every dtype; bytes move the same whatever they mean.
+// Bytes move the same whatever they mean: one path for every dtype.
 at::Tensor as_bytes(const at::Tensor& contiguous) {
   return contiguous.reshape({-1}).view(at::kByte);
 }
@@ -169,7 +170,7 @@ static at::Tensor reduce_impl(runtime::Communicator* comm, const at::Tensor& ten
                           c10::toString(tensor.scalar_type()) + "; use sum");
   if (!comm) return tensor.clone();
   exchange_headers(comm, tensor, Agree::kShapeAndDtype, "reduce", "");
-  // Half-width floats are summed in fp32: more exact, and Gloo lacks some of them.
+  // Half-width floats are summed in fp32: more exact than summing in their own width.
   const bool widen = tensor.scalar_type() == at::kBFloat16 || tensor.scalar_type() == at::kHalf;
   at::Tensor work = widen ? to_wire(comm, tensor).to(at::kFloat) : to_wire(comm, tensor).clone();
   if (work.numel() > 0) {

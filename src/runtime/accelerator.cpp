@@ -74,7 +74,8 @@ int usable_gpus(bool use_cpu, std::string* note) {
 
 }  // namespace
 
-// Gloo writes to its peers' sockets with writev, which cannot ask for MSG_NOSIGNAL: a write to a
+// Gloo (collective_transport: gloo) and NCCL's bootstrap write to their peers' sockets with
+// writev, which cannot ask for MSG_NOSIGNAL (libaccel's own sockets do): a write to a
 // peer that just died raises SIGPIPE, whose default action kills this rank before the failed
 // collective can say which peer died. A handler the program installed itself is left alone.
 static void ignore_sigpipe_by_default() {
@@ -166,7 +167,7 @@ std::string Accelerator::join_job(const config::EnvMap& env, int gpus) {
     }
   }
   // Before any CUDA call of this rank, so that nothing lands on device 0 by default. (Without
-  // libaccel's CUDA part, a LibTorch linked with CUDA directly, collectives go through Gloo.)
+  // libaccel's CUDA part, a LibTorch linked with CUDA directly, collectives go through the host.)
   if (const cuda::Plugin* plugin = use_cpu ? nullptr : cuda::load_plugin(nullptr)) {
     const int index = place_.local_rank % gpus;
     plugin->set_device(index);

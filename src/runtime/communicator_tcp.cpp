@@ -2,12 +2,12 @@
 // address through the store, and the authenticated mesh (net/mesh.hpp).
 #include <ifaddrs.h>
 #include <netdb.h>
-#include <sys/random.h>
 
 #include "common/error.hpp"
 #include "net/mesh.hpp"
 #include "runtime/communicator.hpp"
 #include "runtime/communicator_impl.hpp"
+#include "security/random.hpp"
 #include "security/sha256.hpp"
 
 namespace accel::runtime {
@@ -47,8 +47,7 @@ void Communicator::form_tcp_ring(const ProcessPlace& place, const CommOptions& o
   try {
     if (rank_ == 0) {
       uint8_t bytes[32];
-      if (getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes))
-        fail(Errc::io, sys_error("getrandom", errno));
+      security::random_bytes(bytes, sizeof bytes);
       session = security::to_hex(bytes, sizeof bytes);
       impl_->job_store->set("net/session", std::vector<uint8_t>(session.begin(), session.end()));
     } else {

@@ -1,12 +1,11 @@
 #include "security/job_token.hpp"
 
-#include <sys/random.h>
-
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 
 #include "common/error.hpp"
+#include "security/random.hpp"
 #include "security/sha256.hpp"
 
 namespace accel::security {
@@ -41,14 +40,7 @@ JobToken read_job_token(const config::EnvMap& env) {
 
 std::string new_job_token() {
   uint8_t bytes[32];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      fail(Errc::io, std::string("cannot draw a job token: getrandom: ") + std::strerror(errno));
-    got += static_cast<size_t>(n);
-  }
+  random_bytes(bytes, sizeof bytes);
   return to_hex(bytes, sizeof bytes);
 }
 

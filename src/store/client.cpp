@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "security/random.hpp"
 #include "store/wire.hpp"
 
 namespace accel::store {
@@ -138,9 +138,11 @@ void TokenStore::connect_and_prove(Clock::time_point deadline) {
                "libaccel's (set TORCHELASTIC_USE_AGENT_STORE=1 if torchrun's agent hosts it)");
     }
     uint8_t nonce[kNonceBytes];
-    if (getrandom(nonce, sizeof nonce, 0) != static_cast<ssize_t>(sizeof nonce)) {
+    try {
+      security::random_bytes(nonce, sizeof nonce);
+    } catch (...) {
       close(fd);
-      fail(Errc::io, std::string("getrandom: ") + std::strerror(errno));
+      throw;
     }
     const auto* server_nonce = reinterpret_cast<const uint8_t*>(hello + 8);
     const auto proof = client_proof(token_, server_nonce, nonce);

@@ -1,5 +1,6 @@
 // A c10d::Store that talks to libaccel's store server (store/server.hpp), proving the job token
-// before its first request. Gloo, NCCL and the census use it as they would a TCPStore.
+// before its first request. The census, the TCP transport's set-up, Gloo and NCCL use it as they
+// would a TCPStore.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>

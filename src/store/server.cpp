@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "logging/logger.hpp"
+#include "security/random.hpp"
 #include "store/wire.hpp"
 
 namespace accel::store {
@@ -67,16 +67,6 @@ std::string describe_bytes(const std::string& in) {
     }
   }
   return shown + (in.size() > n ? " ..." : "");
-}
-
-void random_bytes(uint8_t* out, size_t size) {
-  size_t got = 0;
-  while (got < size) {
-    const ssize_t n = getrandom(out + got, size - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail(Errc::io, sys_error("getrandom", errno));
-    got += static_cast<size_t>(n);
-  }
 }
 
 struct Conn {
@@ -210,7 +200,7 @@ struct StoreServer::Impl {
       }
       const int on = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-      random_bytes(c.nonce, kNonceBytes);
+      security::random_bytes(c.nonce, kNonceBytes);
       c.handshake_deadline = Clock::now() + options.handshake_timeout;
       conns.push_back(std::move(c));
       Conn& added = conns.back();

@@ -3,7 +3,7 @@
 // A unit's parameters (zero/units.hpp) are gathered from their owners just before the unit's
 // forward and released after it, gathered again when backward reaches the unit and released once
 // autograd has accumulated each of its gradients; the root unit for the whole forward and the
-// whole backward. Where the transport overlaps compute (Gloo, NCCL), the next unit in the first
+// whole backward. Where the transport overlaps compute (TCP, NCCL), the next unit in the first
 // forward's order is gathered while the current one computes (the previous one in backward), as
 // the configuration asks (ShardingPlan's prefetch flags). The storage is released in place (the
 // tensors, their sizes and autograd's saved references stay), so the optimizer, the gradient hooks
