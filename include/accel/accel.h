@@ -260,8 +260,12 @@ typedef void (*accel_release_fn)(void* user_data);
  *                                GLIBC_TUNABLES set them) (default true)
  *   shared_memory_allreduce      when all ranks share one machine, all-reduce fp32/fp64/int32/
  *                                int64 CPU tensors (gradients included) through shared memory
- *                                instead of Gloo's TCP loopback; falls back to Gloo by itself when
+ *                                instead of TCP over loopback; falls back to TCP by itself when
  *                                /dev/shm cannot be used (default true)
+ *   collective_transport         what carries CPU collectives that shared memory does not: tcp
+ *                                (libaccel's own; every connection proves the job token) or gloo
+ *                                (LibTorch's, whose listener authenticates nothing; kept for
+ *                                comparison) (default tcp)
  *   split_batches, even_batches  defaults for this accelerator's dataloaders (false, true), as
  *                                Accelerate's DataLoaderConfiguration
  *   data_seed                    every dataloader's default `seed` (-1: none, the loader's own 0);
@@ -502,7 +506,7 @@ typedef int32_t accel_distribution;
 /** Values are stable. */
 enum accel_distribution_values {
   ACCEL_DISTRIBUTED_NO = 0,        /* one process */
-  ACCEL_DISTRIBUTED_MULTI_CPU = 1, /* several processes on CPUs (Gloo) */
+  ACCEL_DISTRIBUTED_MULTI_CPU = 1, /* several processes on CPUs */
   ACCEL_DISTRIBUTED_MULTI_GPU = 2, /* several processes on CUDA devices */
   ACCEL_DISTRIBUTED_DEEPSPEED = 3, /* DeepSpeed's configuration chose the ZeRO stage */
   ACCEL_DISTRIBUTED_FSDP = 4       /* FSDP's configuration chose the ZeRO stage */
@@ -544,8 +548,9 @@ enum accel_precision_values {
  * MASTER_ADDR names; every interface only with ACCEL_LISTEN_ADDRESS=0.0.0.0), which answers only
  * ranks that prove the job token (ACCEL_JOB_TOKEN or the file ACCEL_JOB_TOKEN_FILE names; `accel
  * launch` makes one per one-machine job) and logs any other connection on stderr as refused;
- * ranks given different tokens fail with ACCEL_ERR_RENDEZVOUS saying so. The ranks then form a
- * Gloo process group (on 127.0.0.1 when all are on this machine). One deadline, `rendezvous_timeout`, covers reaching the store and a census of
+ * ranks given different tokens fail with ACCEL_ERR_RENDEZVOUS saying so. The ranks then connect
+ * to each other for collectives (on 127.0.0.1 when all are on this machine), each connection
+ * proving the job token both ways; the listener that takes them closes once every rank is in. One deadline, `rendezvous_timeout`, covers reaching the store and a census of
  * every rank: a rank whose store never listens fails with ACCEL_ERR_RENDEZVOUS saying how long it
  * waited; if some ranks never arrive, every rank that did fails naming the missing ranks.
  *
@@ -553,8 +558,8 @@ enum accel_precision_values {
  * fatal or silent: when the environment shows a launching engine (accel launch, torchrun, Open
  * MPI, MPICH/Hydra, srun), the process asks to be killed when its parent dies (PR_SET_PDEATHSIG),
  * so that no rank outlives its job; and SIGPIPE, if its action is still the default, is ignored
- * (Gloo's writes to a peer that died would otherwise kill this rank before the failed collective
- * names the peer). A collective that fails names the rank that exited or stopped and its host.
+ * (Gloo's and NCCL's writes to a peer that died would otherwise kill this rank before the failed
+ * collective names the peer). A collective that fails names the rank that exited or stopped and its host.
  *
  * Intra-op threads (LibTorch and OpenBLAS) default to cores / ranks on this machine unless
  * OMP_NUM_THREADS or `num_threads` say otherwise. Only one accelerator may exist in a process at a
@@ -627,8 +632,8 @@ ACCEL_API accel_status accel_wait_for_everyone(accel_accelerator* accelerator);
  * fail with ACCEL_ERR_STATE, as after a timeout, and the job should end. A dataloader's next
  * loses nothing: the batch it waited for is the next call's. Calls that do not wait are
  * unaffected, and a call that waits on a GPU's NCCL stream notices only when it starts. Freeing
- * the accelerator still waits for a collective Gloo had begun to end (the peers arrive, or
- * collective_timeout). The setting lasts until cleared or the accelerator is freed.
+ * the accelerator ends a collective still running on a CPU at once (under collective_transport
+ * gloo it waits for one Gloo had begun: the peers arrive, or collective_timeout). The setting lasts until cleared or the accelerator is freed.
  */
 ACCEL_API accel_status accel_set_interrupted(accel_accelerator* accelerator, int interrupted);
 

@@ -18,7 +18,7 @@ type DistributedType int32
 // The distributed types libaccel runs.
 const (
 	DistributedNo        DistributedType = C.ACCEL_DISTRIBUTED_NO        // one process
-	DistributedMultiCPU  DistributedType = C.ACCEL_DISTRIBUTED_MULTI_CPU // processes on CPUs (Gloo)
+	DistributedMultiCPU  DistributedType = C.ACCEL_DISTRIBUTED_MULTI_CPU // processes on CPUs
 	DistributedMultiGPU  DistributedType = C.ACCEL_DISTRIBUTED_MULTI_GPU // processes on CUDA devices
 	DistributedDeepSpeed DistributedType = C.ACCEL_DISTRIBUTED_DEEPSPEED // DeepSpeed's configuration chose a ZeRO stage
 	DistributedFSDP      DistributedType = C.ACCEL_DISTRIBUTED_FSDP      // FSDP's configuration chose a ZeRO stage

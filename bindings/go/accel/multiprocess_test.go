@@ -1,6 +1,6 @@
 package accel_test
 
-// Real processes over real Gloo: the examples and a training loop of this package under
+// Real processes over real sockets: the examples and a training loop of this package under
 // `accel launch -n 2`, and one process x 64 against two x 32. This test binary is also the rank
 // program: TestMain runs runRole when ACCEL_GO_ROLE is set.
 

@@ -1,4 +1,4 @@
-# Real processes over real Gloo under `accel launch`, and the Julia example against the C one.
+# Real processes over real sockets under `accel launch`, and the Julia example against the C one.
 # Included by runtests.jl inside its top test set.
 
 @testset "two processes under accel launch" begin

@@ -1,6 +1,6 @@
 # The Julia binding's tests: julia --project=bindings/julia/Accel bindings/julia/Accel/test/runtests.jl
 # (not Pkg.test, which wants the registry). Single-process tests first, then real processes over
-# real Gloo under `accel launch`. The last line is "N passed, N failed".
+# real sockets under `accel launch`. The last line is "N passed, N failed".
 using Accel
 # The generic names Accel does not export (they would clash with Flux, MLUtils or Base).
 using Accel: DataLoader, Model, Optimizer, Scheduler, call, device, shape, gather, trainmode!, testmode!

@@ -90,7 +90,7 @@ pub const ACCEL_DTYPE_U8: accel_dtype = 9;
 pub const ACCEL_DTYPE_BOOL: accel_dtype = 10;
 /// one process
 pub const ACCEL_DISTRIBUTED_NO: accel_distribution = 0;
-/// several processes on CPUs (Gloo)
+/// several processes on CPUs
 pub const ACCEL_DISTRIBUTED_MULTI_CPU: accel_distribution = 1;
 /// several processes on CUDA devices
 pub const ACCEL_DISTRIBUTED_MULTI_GPU: accel_distribution = 2;
@@ -604,8 +604,9 @@ extern "C" {
     /// MASTER_ADDR names; every interface only with ACCEL_LISTEN_ADDRESS=0.0.0.0), which answers only
     /// ranks that prove the job token (ACCEL_JOB_TOKEN or the file ACCEL_JOB_TOKEN_FILE names; `accel
     /// launch` makes one per one-machine job) and logs any other connection on stderr as refused;
-    /// ranks given different tokens fail with ACCEL_ERR_RENDEZVOUS saying so. The ranks then form a
-    /// Gloo process group (on 127.0.0.1 when all are on this machine). One deadline, `rendezvous_timeout`, covers reaching the store and a census of
+    /// ranks given different tokens fail with ACCEL_ERR_RENDEZVOUS saying so. The ranks then connect
+    /// to each other for collectives (on 127.0.0.1 when all are on this machine), each connection
+    /// proving the job token both ways; the listener that takes them closes once every rank is in. One deadline, `rendezvous_timeout`, covers reaching the store and a census of
     /// every rank: a rank whose store never listens fails with ACCEL_ERR_RENDEZVOUS saying how long it
     /// waited; if some ranks never arrive, every rank that did fails naming the missing ranks.
     ///
@@ -613,8 +614,8 @@ extern "C" {
     /// fatal or silent: when the environment shows a launching engine (accel launch, torchrun, Open
     /// MPI, MPICH/Hydra, srun), the process asks to be killed when its parent dies (PR_SET_PDEATHSIG),
     /// so that no rank outlives its job; and SIGPIPE, if its action is still the default, is ignored
-    /// (Gloo's writes to a peer that died would otherwise kill this rank before the failed collective
-    /// names the peer). A collective that fails names the rank that exited or stopped and its host.
+    /// (Gloo's and NCCL's writes to a peer that died would otherwise kill this rank before the failed
+    /// collective names the peer). A collective that fails names the rank that exited or stopped and its host.
     ///
     /// Intra-op threads (LibTorch and OpenBLAS) default to cores / ranks on this machine unless
     /// OMP_NUM_THREADS or `num_threads` say otherwise. Only one accelerator may exist in a process at a
@@ -696,8 +697,8 @@ extern "C" {
     /// fail with ACCEL_ERR_STATE, as after a timeout, and the job should end. A dataloader's next
     /// loses nothing: the batch it waited for is the next call's. Calls that do not wait are
     /// unaffected, and a call that waits on a GPU's NCCL stream notices only when it starts. Freeing
-    /// the accelerator still waits for a collective Gloo had begun to end (the peers arrive, or
-    /// collective_timeout). The setting lasts until cleared or the accelerator is freed.
+    /// the accelerator ends a collective still running on a CPU at once (under collective_transport
+    /// gloo it waits for one Gloo had begun: the peers arrive, or collective_timeout). The setting lasts until cleared or the accelerator is freed.
     pub fn accel_set_interrupted(
         accelerator: *mut accel_accelerator,
         interrupted: c_int,
