@@ -40,7 +40,10 @@ mode=${1:-all}
 #   Data.*        dataloader worker threads (prefetch, callback datasets on workers, errors)
 #   ShmReduce.*   the shared-memory all-reduce's futex protocol (forked ranks; TSan checks each
 #                 process's own threads only, it cannot follow another process's accesses)
-#   MultiProcess.* ranks with Gloo's threads, gradient hooks and bucketed all-reduces, the
+#   Net*          the TCP transport's mesh (its listener thread), ring and sequencer thread, with
+#                 threads as ranks
+#   MultiProcess.* ranks with the sequencer's thread (and Gloo's, under collective_transport
+#                 gloo), gradient hooks and bucketed all-reduces, the
 #                 launcher's supervisor and signal forwarding, save/load across ranks
 #   Train.*       autograd (hooks, accumulation, autocast) and LibTorch's intra-op pool
 #   CApi.(FreeFromAnotherThread|ErrorMessageIsPerThread|ThreadSettings...) handles and errors
@@ -65,12 +68,12 @@ mode=${1:-all}
 # Not the rest: single-threaded logic (Config, Shard, Schedule, ...), the C header and symbol
 # checks, the install tests (the consumers are not instrumented) and bench.quick_smoke (a
 # benchmark harness, its programs are those of the examples).
-TSAN_TESTS='^(Data\.|Stream\.|StoreServer(Test)?\.|security\.|Ragged\.|TextData\.|ShmReduce\.|MultiProcess\.|Train\.|Lifetimes\.|Threads\.|CApi\.(FreeFromAnotherThread|ErrorMessageIsPerThread|ThreadSettingsReachLibTorchAndOpenBlas)$|example\.(collectives|train_fashion_mnist_(1proc|2proc_learns)|cuda_choice|store_socket))'
+TSAN_TESTS='^(Data\.|Stream\.|StoreServer(Test)?\.|Net(Ring|Mesh|Sequencer)\.|security\.|Ragged\.|TextData\.|ShmReduce\.|MultiProcess\.|Train\.|Lifetimes\.|Threads\.|CApi\.(FreeFromAnotherThread|ErrorMessageIsPerThread|ThreadSettingsReachLibTorchAndOpenBlas)$|example\.(collectives|train_fashion_mnist_(1proc|2proc_learns)|cuda_choice|store_socket))'
 # TSAN_TARGETS: what those tests run (mp_test brings the programs it starts; accel_cli brings
 # accel-selftest), built alone: the rest of the project (the pure layer's own tests, the C++
 # example, the benchmarks, ...) would cost build time no TSan test uses. A test whose program
 # were missing fails; it is never skipped.
-TSAN_TARGETS='accel accel_cli mp_test data_test threads_test train_test unit_tests capi_test collectives train_fashion_mnist guarded_program'
+TSAN_TARGETS='accel accel_cli mp_test data_test threads_test train_test unit_tests capi_test collectives train_fashion_mnist guarded_program late_peer'
 
 declare -A results=()
 say() { printf '\n== %s\n' "$*"; }
@@ -224,9 +227,9 @@ ASAN_SKIP='^(MallocTuning\.FreedStepMemoryIsReused|MultiProcess\.RanksAlreadySta
 # (example.train_fashion_mnist_2proc_learns); a second epoch adds minutes of the same
 # interleavings under the sanitizers' slowdown (the two-epoch run alone took ~200 s under TSan).
 SLOW='^slow$'
-# Tests that preload a shim into the launcher (LD_PRELOAD ahead of the ASan runtime, which ASan
-# refuses unless verify_asan_link_order=0): run in a step of their own with that option.
-ASAN_PRELOADING='^MultiProcess\.ForkFailureFailsTheLaunchAndLeavesNoRankBehind$'
+# Tests that preload a shim into the launcher or the ranks (LD_PRELOAD ahead of the ASan runtime,
+# which ASan refuses unless verify_asan_link_order=0): run in a step of their own with that option.
+ASAN_PRELOADING='^(MultiProcess\.ForkFailureFailsTheLaunchAndLeavesNoRankBehind|security\.strangers_at_a_running_job)$'
 
 # -O1 -g1 for both sanitizer builds (see the header and README.md in tests/sanitizers/; the tests'
 # own C++ is -O0 in every build, tests/CMakeLists.txt). The bindings' tests are left to the plain

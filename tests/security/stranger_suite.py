@@ -221,8 +221,11 @@ def run_job(build, env, stranger):
     cli = os.path.join(build, "bin", "accel")
     program = os.path.join(build, "bin", "guarded_program")
     if stranger:
-        env = dict(env, LD_PRELOAD=os.path.join(build, "lib", "late_peer.so"),
-                   LATE_PEER_SECONDS="3")
+        # Ahead of what is preloaded already (a sanitizer run's libomp, say), not instead of it.
+        preload = os.path.join(build, "lib", "late_peer.so")
+        if env.get("LD_PRELOAD"):
+            preload += ":" + env["LD_PRELOAD"]
+        env = dict(env, LD_PRELOAD=preload, LATE_PEER_SECONDS="3")
     job = subprocess.Popen([cli, "launch", "-n", "2", program], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, env=env)
     out = []
@@ -313,7 +316,7 @@ def main():
         ap.error("--build or --attack is needed")
     env = dict(os.environ)
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "ACCEL_JOB_TOKEN",
-              "ACCEL_JOB_TOKEN_FILE", "ACCEL_LISTEN_ADDRESS", "LD_PRELOAD"):
+              "ACCEL_JOB_TOKEN_FILE", "ACCEL_LISTEN_ADDRESS"):
         env.pop(k, None)
 
     code, ref_out, _, _, _, _ = run_job(args.build, env, stranger=False)
