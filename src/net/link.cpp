@@ -180,7 +180,6 @@ void move_all(std::vector<Flow>& flows, const Watch& watch) {
   for (Flow& f : flows)
     if (f.sending) encode(f.header, f.header_bytes);
   std::vector<pollfd> fds;
-  std::vector<Flow*> waiting;
   for (;;) {
     // Move what moves without waiting, one call per flow in turn (both directions of a socket
     // stay busy), then poll for the rest.
@@ -191,12 +190,9 @@ void move_all(std::vector<Flow>& flows, const Watch& watch) {
         if (f.moved < total(f) && (f.sending ? step_send(f) : step_recv(f))) progress = true;
     }
     fds.clear();
-    waiting.clear();
-    for (Flow& f : flows) {
-      if (f.moved == total(f)) continue;
-      fds.push_back({f.link->fd(), static_cast<short>(f.sending ? POLLOUT : POLLIN), 0});
-      waiting.push_back(&f);
-    }
+    for (Flow& f : flows)
+      if (f.moved < total(f))
+        fds.push_back({f.link->fd(), static_cast<short>(f.sending ? POLLOUT : POLLIN), 0});
     if (fds.empty()) break;
     if (watch.closing && watch.closing->load(std::memory_order_acquire))
       fail(Errc::state, std::string(watch.what) + ": the communicator was closed");
