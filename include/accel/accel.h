@@ -548,11 +548,12 @@ enum accel_precision_values {
  * MASTER_ADDR names; every interface only with ACCEL_LISTEN_ADDRESS=0.0.0.0), which answers only
  * ranks that prove the job token (ACCEL_JOB_TOKEN or the file ACCEL_JOB_TOKEN_FILE names; `accel
  * launch` makes one per one-machine job) and logs any other connection on stderr as refused;
- * ranks given different tokens fail with ACCEL_ERR_RENDEZVOUS saying so. The ranks then connect
- * to each other for collectives (on 127.0.0.1 when all are on this machine), each connection
- * proving the job token both ways; the listener that takes them closes once every rank is in. One deadline, `rendezvous_timeout`, covers reaching the store and a census of
- * every rank: a rank whose store never listens fails with ACCEL_ERR_RENDEZVOUS saying how long it
- * waited; if some ranks never arrive, every rank that did fails naming the missing ranks.
+ * ranks given different tokens fail with ACCEL_ERR_RENDEZVOUS saying so. Each rank then connects
+ * to its two ring neighbours for collectives (on 127.0.0.1 when all are on this machine), each
+ * connection proving the job token both ways; the listener that takes them closes once they are
+ * in. One deadline, `rendezvous_timeout`, covers reaching the store and a census of every rank:
+ * a rank whose store never listens fails with ACCEL_ERR_RENDEZVOUS saying how long it waited; if
+ * some ranks never arrive, every rank that did fails naming the missing ranks.
  *
  * Two process-wide changes in a distributed run, both so that a failure is reported rather than
  * fatal or silent: when the environment shows a launching engine (accel launch, torchrun, Open

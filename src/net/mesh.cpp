@@ -103,6 +103,20 @@ bool move_exact(int fd, uint8_t* data, size_t size, bool sending, Clock::time_po
   return true;
 }
 
+}  // namespace
+
+std::vector<int> ring_peers(int rank, int size, bool connecting) {
+  std::vector<int> out;
+  if (size < 2) return out;
+  for (int peer : {(rank + size - 1) % size, (rank + 1) % size}) {
+    const bool mine = connecting ? peer < rank : peer > rank;
+    if (mine && std::find(out.begin(), out.end(), peer) == out.end()) out.push_back(peer);
+  }
+  return out;
+}
+
+namespace {
+
 class Listener {
  public:
   Listener(const MeshSetup& setup, std::map<int, Link>& accepted)
@@ -132,7 +146,7 @@ class Listener {
   // Accepts until every rank above this one has connected, the deadline passes or `stop` is set.
   // Returns what went wrong ("" when every rank connected).
   std::string run(const std::atomic<bool>& stop) {
-    const size_t expected = static_cast<size_t>(setup_.size - 1 - setup_.rank);
+    const size_t expected = ring_peers(setup_.rank, setup_.size, false).size();
     while (accepted_.size() < expected) {
       if (stop.load()) return "stopped";
       const auto now = Clock::now();
@@ -217,7 +231,8 @@ class Listener {
                            security::to_hex(p.in, std::min<size_t>(p.got, 8)) + ")");
     if (p.got < sizeof p.in) return;
     const auto claimed = static_cast<int>(get_u32(p.in + 8));
-    if (claimed <= setup_.rank || claimed >= setup_.size)
+    const auto from = ring_peers(setup_.rank, setup_.size, false);
+    if (std::find(from.begin(), from.end(), claimed) == from.end())
       return refuse(i, "it claims to be rank " + std::to_string(static_cast<uint32_t>(claimed)) +
                            ", which does not connect to this rank");
     const auto expected =
@@ -249,7 +264,7 @@ class Listener {
 
   std::string missing_ranks() const {
     std::string out;
-    for (int r = setup_.rank + 1; r < setup_.size; ++r)
+    for (int r : ring_peers(setup_.rank, setup_.size, false))
       if (!accepted_.count(r)) out += (out.empty() ? "" : ", ") + std::to_string(r);
     return "rank(s) " + out + " did not connect to rank " + std::to_string(setup_.rank) +
            " by the rendezvous deadline";
@@ -343,7 +358,7 @@ std::vector<Link> form_mesh(const MeshSetup& setup) {
   std::string listen_error;
   std::atomic<bool> stop{false};
   std::thread acceptor;
-  if (setup.rank + 1 < setup.size) {
+  if (!ring_peers(setup.rank, setup.size, false).empty()) {
     listener = std::make_unique<Listener>(setup, accepted);
     setup.publish(setup.listen_address + " " + std::to_string(listener->port()));
     acceptor = std::thread([&] {
@@ -356,7 +371,7 @@ std::vector<Link> form_mesh(const MeshSetup& setup) {
   }
   std::string connect_error;
   try {
-    for (int r = 0; r < setup.rank; ++r)
+    for (int r : ring_peers(setup.rank, setup.size, true))
       links[static_cast<size_t>(r)] = connect_to(setup, r, setup.lookup(r));
   } catch (const std::exception& e) {
     connect_error = e.what();

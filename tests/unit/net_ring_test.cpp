@@ -344,3 +344,24 @@ TEST(NetSequencer, RunsJobsInOrderOnItsThreadOrTheWaitersAndPassesErrorsOn) {
   }
   EXPECT_EQ(order, (std::vector<int>{1, 2, 4}));
 }
+
+TEST(NetMesh, EachRankIsConnectedToItsTwoRingNeighboursOnly) {
+  EXPECT_TRUE(ring_peers(0, 1, true).empty());
+  EXPECT_EQ(ring_peers(0, 2, false), std::vector<int>{1});
+  EXPECT_EQ(ring_peers(1, 2, true), std::vector<int>{0});
+  EXPECT_EQ(ring_peers(0, 5, false), (std::vector<int>{4, 1}));
+  EXPECT_EQ(ring_peers(4, 5, true), (std::vector<int>{3, 0}));
+  EXPECT_EQ(ring_peers(2, 5, true), std::vector<int>{1});
+  EXPECT_EQ(ring_peers(2, 5, false), std::vector<int>{3});
+  Board board;
+  const std::string key = mesh_key("token", "session");
+  std::vector<std::vector<Link>> links(5);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 5; ++r)
+    threads.emplace_back([&, r] { links[r] = form_mesh(setup_for(board, r, 5, key)); });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 5; ++r)
+    for (int p = 0; p < 5; ++p)
+      EXPECT_EQ(links[r][p].connected(), p == (r + 1) % 5 || p == (r + 4) % 5)
+          << "rank " << r << ", peer " << p;
+}
