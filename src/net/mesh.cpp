@@ -143,8 +143,9 @@ class Listener {
   }
   int port() const { return port_; }
 
-  // Accepts until every rank above this one has connected, the deadline passes or `stop` is set.
-  // Returns what went wrong ("" when every rank connected).
+  // Accepts until the neighbours above this rank have connected, the deadline passes or `stop` is
+  // set.
+  // Returns what went wrong ("" when they all connected).
   std::string run(const std::atomic<bool>& stop) {
     const size_t expected = ring_peers(setup_.rank, setup_.size, false).size();
     while (accepted_.size() < expected) {
@@ -164,10 +165,10 @@ class Listener {
         if (fds[i].revents) read_handshake(i - 1);
       if (fds[0].revents & POLLIN) accept_all();
     }
-    // Every rank is in: whatever else is at the door is a stranger, told so before the door closes.
+    // The neighbours are in: whatever else is at the door is a stranger, told so before it closes.
     accept_all();
     for (size_t i = pending_.size(); i-- > 0;)
-      refuse(i, "every rank had connected; this listener closes now");
+      refuse(i, "the ranks it waited for had connected; this listener closes now");
     return "";
   }
 
