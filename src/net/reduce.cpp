@@ -95,12 +95,6 @@ bool is_floating(DType type) {
   return type == DType::kF32 || type == DType::kF64 || type == DType::kF16 || type == DType::kBF16;
 }
 
-const char* name_of(DType type) {
-  static const char* const kNames[] = {"float32", "float64", "float16", "bfloat16", "int8",
-                                       "uint8",   "int16",   "int32",   "int64"};
-  return kNames[static_cast<int>(type)];
-}
-
 void combine(void* acc, const void* in, size_t count, DType type, Op op) {
   switch (type) {
     case DType::kF32:

@@ -12,7 +12,6 @@ enum class Op : uint8_t { kSum, kMax, kMin };
 
 size_t size_of(DType type);
 bool is_floating(DType type);
-const char* name_of(DType type);
 
 // acc[i] = acc[i] op in[i], for `count` elements. Half-width floats are combined in fp32 and
 // rounded back, as LibTorch's CPU kernels do.

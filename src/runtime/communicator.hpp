@@ -112,11 +112,10 @@ class Communicator {
   void reduce_for(at::Tensor& tensor, bool average,
                   const std::vector<std::pair<int64_t, int64_t>>& mine);
   // A sum (or average) of a contiguous CPU tensor of which this rank keeps the elements
-  // scatter_segment(numel, rank()): over the TCP ring a reduce-scatter (each rank sends and
-  // receives (N-1)/N of the tensor once, half an all-reduce); over shared memory or Gloo an
+  // net::Ring::segment(numel, size(), rank()): over the TCP ring a reduce-scatter (each rank sends
+  // and receives (N-1)/N of the tensor once, half an all-reduce); over shared memory or Gloo an
   // all-reduce. The rest of the tensor is undefined afterwards.
   void reduce_scatter(at::Tensor& tensor, bool average);
-  std::pair<int64_t, int64_t> scatter_segment(int64_t numel, int rank) const;
 
  private:
   struct Impl;

@@ -467,11 +467,6 @@ void Communicator::reduce_scatter(at::Tensor& tensor, bool average) {
   });
 }
 
-std::pair<int64_t, int64_t> Communicator::scatter_segment(int64_t numel, int rank) const {
-  const auto seg = net::Ring::segment(static_cast<size_t>(numel), size_, rank);
-  return {static_cast<int64_t>(seg.first), static_cast<int64_t>(seg.second)};
-}
-
 c10::Device Communicator::attached_device() const {
   if (!impl_->device_group) return c10::Device(c10::kCPU);
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(impl_->device_index));
